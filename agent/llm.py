@@ -1,0 +1,72 @@
+"""A small LLM client: one chat call through the run's gateway, text plus usage back.
+
+Inside a run the trusted core sets AGENT_GATEWAY_URL and AGENT_GATEWAY_KEY; calls go
+there as an OpenAI-compatible endpoint, and the gateway forwards them to the real
+provider. Outside a run (no gateway in the environment) the call goes straight to
+the provider with litellm, using the provider's own environment variables.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+import litellm  # noqa: E402
+
+litellm.suppress_debug_info = True
+
+MAX_ATTEMPTS = 2  # the gateway already retries provider errors; this covers an empty answer
+
+
+@dataclass
+class Usage:
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    calls: int = 0
+
+    def add(self, other: "Usage") -> None:
+        self.prompt_tokens += other.prompt_tokens
+        self.completion_tokens += other.completion_tokens
+        self.calls += other.calls
+
+
+@dataclass
+class LLMReply:
+    text: str
+    usage: Usage = field(default_factory=Usage)
+
+
+def _route(model: str) -> dict:
+    url = os.environ.get("AGENT_GATEWAY_URL")
+    if not url:
+        return {"model": model}
+    # litellm's "openai/" prefix means "an OpenAI-compatible server at api_base"; the
+    # gateway receives the rest of the string as the model name and resolves it.
+    return {"model": f"openai/{model}", "api_base": url, "api_key": os.environ.get("AGENT_GATEWAY_KEY", "")}
+
+
+def get_response(
+    messages: list[dict],
+    model: str,
+    temperature: float | None = None,
+    max_tokens: int | None = None,
+    **params,
+) -> LLMReply:
+    """One completion of `messages`; retries once when the model answers with nothing."""
+    extra = dict(params)
+    if temperature is not None:
+        extra["temperature"] = temperature
+    if max_tokens is not None:
+        extra["max_tokens"] = max_tokens
+    usage = Usage()
+    text = ""
+    for _ in range(MAX_ATTEMPTS):
+        response = litellm.completion(messages=messages, num_retries=0, **_route(model), **extra)
+        u = getattr(response, "usage", None)
+        usage.add(Usage(getattr(u, "prompt_tokens", 0) or 0, getattr(u, "completion_tokens", 0) or 0, 1))
+        text = response.choices[0].message.content or ""
+        if text.strip():
+            break
+    return LLMReply(text, usage)

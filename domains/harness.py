@@ -1,0 +1,403 @@
+"""The evaluation harness: run a task agent over a data set split, through the gateway.
+
+The harness is trusted: it reads the data, sends each row's *inputs* (never its
+labels) to a worker process that loads the agent, and writes what comes back. Every
+finished row is appended to `predictions.jsonl` at once, so a killed run loses only
+the rows in flight; `predictions.csv` (the seed's output format) is rewritten
+atomically every `save_interval` rows and at the end. `--resume_from DIR` skips the
+rows that are done and pays nothing for them.
+
+    python -m domains.harness --domain imo_grading --subset _filtered_100_train \
+        --num_samples 10 --run_id initial_imo_grading_filtered_100_train_0
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import queue
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from optimizer.config import PROJECT_ROOT, Config, load_config
+from optimizer.errors import UserError, exit_on_user_error
+from optimizer.fsutil import atomic_write_csv, atomic_write_json
+
+WORKER = Path(__file__).with_name("worker.py")
+RESULT_COLUMNS = ["prediction", "error", "seconds", "prompt_tokens", "completion_tokens", "cost_usd"]
+MAX_ROW_ATTEMPTS = 2  # a row in flight when the worker died is sent once more
+
+
+@dataclass
+class Row:
+    qid: str
+    inputs: dict
+    attempts: int = 0
+    started: float = 0.0
+
+
+class Journal:
+    """Append-only record of finished rows; the last record of an id wins."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.records: dict[str, dict] = {}
+        if path.exists():
+            for line in path.read_text(encoding="utf-8").splitlines():
+                try:
+                    rec = json.loads(line)
+                except ValueError:
+                    continue  # a line cut short by a kill
+                self.records[str(rec["id"])] = rec
+        self._file = None
+
+    def done_ids(self) -> set[str]:
+        return {qid for qid, rec in self.records.items() if not rec.get("error")}
+
+    def append(self, rec: dict) -> None:
+        if self._file is None:
+            self._file = open(self.path, "a", encoding="utf-8")
+        self._file.write(json.dumps(rec, default=str) + "\n")
+        self._file.flush()
+        os.fsync(self._file.fileno())
+        self.records[str(rec["id"])] = rec
+
+    def close(self) -> None:
+        if self._file:
+            self._file.close()
+
+
+class WorkerProcess:
+    """One worker subprocess speaking JSON lines; a reader thread feeds `results`."""
+
+    def __init__(self, cmd: list[str], env: dict, cwd: Path, log_path: Path, results: queue.Queue):
+        self.log = open(log_path, "ab")
+        self.proc = subprocess.Popen(
+            cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, env=env, cwd=cwd, text=True, bufsize=1
+        )
+        self.results = results
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            try:
+                self.results.put((self, json.loads(line)))
+            except ValueError:
+                continue
+        self.results.put((self, {"exited": True}))
+
+    def send(self, row: Row) -> None:
+        self.proc.stdin.write(json.dumps({"id": row.qid, "inputs": row.inputs}) + "\n")
+        self.proc.stdin.flush()
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def stop(self) -> None:
+        if self.alive():
+            self.proc.kill()
+        self.proc.wait()
+        self.log.close()
+
+
+def load_rows(domain, subset: str | None, proofs_dname: str | None, num_samples: int):
+    """The data set to evaluate, cut to `num_samples` rows (-1 = all), as the seed does."""
+    from domains.imo.data import load_csv
+
+    if domain.data_dir is None:
+        if not proofs_dname:
+            raise UserError(f"domain {domain.name} grades another run's proofs: pass --proofs_dname RUN_DIR")
+        source = Path(proofs_dname) / "predictions.csv"
+        proofs = load_csv(source, [domain.question_id, "Problem", "prediction"])
+        dataset = proofs.drop(columns=[c for c in RESULT_COLUMNS if c in proofs.columns])
+        dataset["Response"] = proofs["prediction"]
+        missing = [c for c in domain.required_columns() if c not in dataset.columns]
+        if missing:
+            raise UserError(f"{source} lacks column(s) {', '.join(missing)} needed by {domain.name}")
+    else:
+        dataset = domain.load(subset)
+    if dataset[domain.question_id].duplicated().any():
+        dup = dataset[domain.question_id][dataset[domain.question_id].duplicated()].iloc[0]
+        raise UserError(f"question id {dup!r} appears twice in column {domain.question_id!r}")
+    return dataset if num_samples is None or num_samples < 0 else dataset.head(num_samples)
+
+
+def worker_env(gateway_url: str, gateway_key: str) -> dict:
+    """The worker's whole environment: no provider key, only the gateway's address and key."""
+    env = {k: os.environ[k] for k in ("PATH", "HOME", "LANG", "TMPDIR", "SYSTEMROOT") if k in os.environ}
+    env.update(
+        LITELLM_LOCAL_MODEL_COST_MAP="True",
+        AGENT_GATEWAY_URL=gateway_url,
+        AGENT_GATEWAY_KEY=gateway_key,
+        # Unchanged litellm/openai code that ignores our variables still lands on the gateway.
+        OPENAI_API_BASE=gateway_url,
+        OPENAI_BASE_URL=gateway_url,
+        OPENAI_API_KEY=gateway_key,
+        PYTHONUNBUFFERED="1",
+    )
+    return env
+
+
+def write_predictions(dataset, qid_col: str, journal: Journal, path: Path) -> None:
+    """The seed's predictions.csv: the data set's columns plus what each row produced."""
+    df = dataset.copy()
+    recs = [journal.records.get(str(q), {}) for q in df[qid_col]]
+    usage = [r.get("usage") or {} for r in recs]
+    df["prediction"] = [r.get("prediction") for r in recs]
+    df["error"] = [(r.get("error") or "").split("\n")[0] or None for r in recs]
+    df["seconds"] = [r.get("seconds") for r in recs]
+    for key in ("prompt_tokens", "completion_tokens", "cost_usd"):
+        df[key] = [u.get(key) for u in usage]
+    atomic_write_csv(path, df)
+
+
+class Evaluation:
+    """One harness run over one data set, in one output folder."""
+
+    def __init__(self, domain, dataset, output_folder: Path, agent_path: str, model: str, config: Config,
+                 gateway, node: str, agent_root: Path, show_progress: bool = True):
+        self.domain = domain
+        self.dataset = dataset
+        self.folder = output_folder
+        self.agent_path = agent_path
+        self.model = model
+        self.config = config
+        self.gateway = gateway
+        self.node = node
+        self.agent_root = agent_root
+        self.show_progress = show_progress
+        self.journal = Journal(output_folder / "predictions.jsonl")
+        self.results: queue.Queue = queue.Queue()
+        self.worker: WorkerProcess | None = None
+
+    def _start_worker(self, key: str) -> None:
+        workers = self.config.harness.num_workers
+        cmd = [sys.executable, str(WORKER), "--agent_path", self.agent_path, "--model", self.model,
+               "--workers", str(workers), "--root", str(self.agent_root),
+               "--transcripts", str(self.folder / "agent_evals")]
+        self.worker = WorkerProcess(cmd, worker_env(self.gateway.url, key), self.agent_root,
+                                    self.folder / "worker.log", self.results)
+        while True:
+            source, msg = self.results.get()
+            if source is not self.worker:
+                continue
+            if msg.get("ready"):
+                return
+            self.worker.stop()
+            raise UserError(msg.get("fatal") or f"the worker exited before loading the agent (see {self.folder / 'worker.log'})")
+
+    def run(self) -> dict:
+        from tqdm import tqdm
+
+        qid_col = self.domain.question_id
+        done = self.journal.done_ids()
+        todo = deque(
+            Row(str(r[qid_col]), self.domain.format_inputs(r))
+            for r in self.dataset.to_dict("records") if str(r[qid_col]) not in done
+        )
+        n_done_before = len(self.dataset) - len(todo)
+        key = self.gateway.new_session(self.node, self.domain.model_role)
+        inflight: dict[str, Row] = {}
+        finished_since_save = 0
+        stopped_by = None
+        timeout = self.config.harness.row_timeout_s
+        bar = tqdm(total=len(self.dataset), initial=n_done_before, unit="row", dynamic_ncols=True,
+                   desc=f"{self.domain.name}", disable=not self.show_progress)
+        errors = 0
+
+        def finish(row: Row, rec: dict) -> None:
+            nonlocal finished_since_save, errors
+            inflight.pop(row.qid, None)
+            self.journal.append(rec)
+            errors += bool(rec.get("error"))
+            finished_since_save += 1
+            bar.update(1)
+            bar.set_postfix_str(f"cost ${self.gateway.spent().cost_usd:.4f}, errors {errors}", refresh=False)
+            if finished_since_save >= self.config.harness.save_interval:
+                write_predictions(self.dataset, self.domain.question_id, self.journal, self.folder / "predictions.csv")
+                finished_since_save = 0
+
+        try:
+            if todo:
+                self._start_worker(key)
+            while todo or inflight:
+                stopped_by = stopped_by or self.gateway.budget_left_message()
+                if stopped_by:
+                    todo.clear()
+                while todo and len(inflight) < self.config.harness.num_workers:
+                    row = todo.popleft()
+                    row.attempts += 1
+                    row.started = time.monotonic()
+                    inflight[row.qid] = row
+                    self.worker.send(row)
+                try:
+                    source, msg = self.results.get(timeout=0.2)
+                except queue.Empty:
+                    source, msg = None, {}
+                if source is self.worker and "id" in msg and str(msg["id"]) in inflight:
+                    finish(inflight[str(msg["id"])], msg)
+                now = time.monotonic()
+                for row in [r for r in inflight.values() if now - r.started > timeout]:
+                    finish(row, {"id": row.qid, "prediction": None, "error": f"timeout after {timeout:.0f} s"})
+                    self._restart(key, inflight, todo)
+                if (source is self.worker and msg.get("exited")) or (inflight and not self.worker.alive()):
+                    for row in list(inflight.values()):
+                        if row.attempts >= MAX_ROW_ATTEMPTS:
+                            finish(row, {"id": row.qid, "prediction": None,
+                                         "error": f"the worker died while running this row (see worker.log)"})
+                    self._restart(key, inflight, todo)
+        finally:
+            bar.close()
+            if self.worker:
+                self.worker.stop()
+            self.journal.close()
+            write_predictions(self.dataset, self.domain.question_id, self.journal, self.folder / "predictions.csv")
+
+        recs = [self.journal.records.get(str(q)) for q in self.dataset[qid_col]]
+        summary = {
+            "rows": len(self.dataset),
+            "done": sum(1 for r in recs if r and not r.get("error")),
+            "errors": sum(1 for r in recs if r and r.get("error")),
+            "not_run": sum(1 for r in recs if r is None),
+            "stopped_by": stopped_by,
+        }
+        return summary
+
+    def _restart(self, key: str, inflight: dict, todo: deque) -> None:
+        """A fresh worker; rows that were in flight go back to the front of the queue."""
+        for row in reversed(list(inflight.values())):
+            todo.appendleft(row)
+        inflight.clear()
+        if self.worker:
+            self.worker.stop()
+        if todo:
+            self._start_worker(key)
+
+
+def harness(
+    domain: str,
+    agent_path: str = "task_agent",
+    output_dir: str = "./outputs",
+    run_id: str | None = None,
+    num_samples: int = -1,
+    save_interval: int | None = None,
+    num_workers: int | None = None,
+    resume_from: str | None = None,
+    subset: str = "",
+    proofs_dname: str | None = None,
+    model: str | None = None,
+    config: Config | None = None,
+    gateway=None,
+    node: str = "eval",
+    agent_root: str | Path = PROJECT_ROOT,
+    show_progress: bool = True,
+) -> Path:
+    """Evaluate `agent_path` on a domain's data; returns the output folder.
+
+    With `gateway=None` the harness opens its own gateway whose ledger lives in the
+    output folder; the loop passes its run-wide gateway instead.
+    """
+    from domains.registry import get_domain
+    from optimizer.gateway import open_gateway
+    from optimizer.providers import check_credentials, load_dotenv_file
+
+    config = config or load_config()
+    if save_interval is not None:
+        config.harness.save_interval = max(1, save_interval)
+    if num_workers is not None:
+        config.harness.num_workers = max(1, num_workers)
+    dom = get_domain(domain)
+    dataset = load_rows(dom, subset, proofs_dname, num_samples)
+    model = config.resolve_model(model or dom.model_role)
+
+    if resume_from:
+        folder = Path(resume_from).resolve()
+        if not (folder / "predictions.jsonl").exists() and not (folder / "predictions.csv").exists():
+            raise UserError(f"--resume_from {resume_from}: no predictions.jsonl there to resume from")
+    else:
+        run_id = run_id or datetime.now().strftime("%Y%m%d_%H%M%S_%f")
+        folder = (Path(output_dir) / run_id).resolve()
+        if (folder / "predictions.jsonl").exists():
+            raise UserError(f"{folder} already holds a run: pass --resume_from {folder} to continue it, or another --run_id")
+    created = not folder.exists()
+
+    own_gateway = gateway is None
+    if own_gateway:
+        load_dotenv_file()
+        check_credentials(model)
+    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        if own_gateway:
+            gateway = open_gateway(config, folder, run_id=folder.name)
+        gateway.allow_models(model)
+        meta = {"domain": dom.name, "subset": subset, "proofs_dname": proofs_dname, "agent_path": agent_path,
+                "model": model, "num_samples": num_samples, "started_at": datetime.now().isoformat(timespec="seconds")}
+        evaluation = Evaluation(dom, dataset, folder, agent_path, model, config, gateway, node, Path(agent_root),
+                                show_progress)
+        try:
+            summary = evaluation.run()
+        except UserError:
+            if created and not evaluation.journal.records:
+                shutil.rmtree(folder, ignore_errors=True)
+            raise
+        spent = gateway.spent()
+        meta.update(summary, finished_at=datetime.now().isoformat(timespec="seconds"),
+                    cost_usd=round(spent.cost_usd, 6), prompt_tokens=spent.prompt_tokens,
+                    completion_tokens=spent.completion_tokens, llm_calls=spent.calls, cache_hits=spent.cache_hits)
+        atomic_write_json(folder / "run.json", meta)
+    finally:
+        if own_gateway and gateway is not None:
+            gateway.stop()
+            gateway.ledger.close()
+
+    if show_progress:
+        print(f"{summary['done']}/{summary['rows']} rows done, {summary['errors']} errors, "
+              f"cost ${spent.cost_usd:.4f} ({spent.calls} calls, {spent.cache_hits} cached); predictions: {folder / 'predictions.csv'}")
+    if summary["stopped_by"]:
+        raise UserError(f"{summary['stopped_by']}; {summary['not_run'] + summary['errors']} rows not evaluated: "
+                        f"raise the budget and rerun with --resume_from {folder}")
+    return folder
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m domains.harness", description="Evaluate a task agent on a domain.")
+    ap.add_argument("--domain", required=True, help="imo_grading, imo_proof or imo_proof_grading")
+    ap.add_argument("--agent_path", default="task_agent", help="a .py file or a module path with a TaskAgent")
+    ap.add_argument("--output_dir", default="./outputs", help="parent folder of run folders")
+    ap.add_argument("--run_id", default=None, help="run folder name (default: a timestamp)")
+    ap.add_argument("--num_samples", type=int, default=-1, help="first N rows only; -1 = all")
+    ap.add_argument("--save_interval", type=int, default=None, help="rewrite predictions.csv every N rows")
+    ap.add_argument("--num_workers", type=int, default=None, help="rows evaluated in parallel")
+    ap.add_argument("--resume_from", default=None, help="an earlier output folder to complete")
+    ap.add_argument("--subset", default="", help="split (train/val/test) or the seed's suffix, e.g. _filtered_100_train")
+    ap.add_argument("--proofs_dname", default=None, help="imo_proof_grading: a run folder whose proofs to grade")
+    ap.add_argument("--model", default=None, help="litellm model string or a role alias from the config")
+    ap.add_argument("--config", default=None, help="YAML config overriding configs/default.yaml")
+    ap.add_argument("--budget_usd", type=float, default=None, help="stop new LLM calls after this many dollars")
+    ap.add_argument("--budget_tokens", type=int, default=None, help="stop new LLM calls after this many tokens")
+    return ap
+
+
+def main(argv=None) -> None:
+    args = build_parser().parse_args(argv)
+    config = load_config(args.config)
+    if args.budget_usd is not None:
+        config.gateway.budget_usd = args.budget_usd
+    if args.budget_tokens is not None:
+        config.gateway.budget_tokens = args.budget_tokens
+    harness(domain=args.domain, agent_path=args.agent_path, output_dir=args.output_dir, run_id=args.run_id,
+            num_samples=args.num_samples, save_interval=args.save_interval, num_workers=args.num_workers,
+            resume_from=args.resume_from, subset=args.subset, proofs_dname=args.proofs_dname, model=args.model,
+            config=config)
+
+
+if __name__ == "__main__":
+    exit_on_user_error(main)

@@ -1,0 +1,86 @@
+"""Domains as data: one `Domain` object says everything the harness, the report and the
+loop need to know about a task. No `if domain == ...` anywhere else.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from optimizer.errors import UserError
+
+
+@dataclass(frozen=True)
+class Domain:
+    name: str
+    question_id: str  # column that names a row
+    inputs: dict[str, str]  # key the agent sees -> dataset column
+    label_column: str | None  # ground truth the metrics compare with (never sent to the agent)
+    hidden_columns: tuple[str, ...]  # every column that must never reach agent code
+    subsets: dict[str, str]  # --subset suffix (as in the seed) -> file name in data_dir
+    splits: dict[str, str]  # split name -> subset suffix; the loop selects on val, else train
+    score_key: str  # the report key the loop optimizes
+    data_dir: Path | None = None  # where subset files live; None: rows come from another run
+    metrics: Callable | None = None  # DataFrame with a prediction column -> report dict
+    staged_eval_samples: int = 10  # size of the first, cheap evaluation stage
+    can_ensemble: bool = False  # whether per-row predictions of several agents can be combined
+    model_role: str = "task"  # gateway role and default model alias of this domain's agent
+    graded_by: str | None = None  # domain whose agent scores this one's predictions (proofs -> grader)
+    grader_agent: str | None = None  # importable agent that does that grading, outside the workspace
+    default_subset: str = ""
+
+    def subset_suffix(self, subset: str | None) -> str:
+        """Accept the seed's suffix (`_filtered_100_train`) or a split name (`train`)."""
+        subset = self.default_subset if subset in (None, "") else subset
+        suffix = self.splits.get(subset, subset)
+        if suffix not in self.subsets:
+            names = sorted({*self.subsets, *self.splits} - {""})
+            raise UserError(f"unknown subset {subset!r} for domain {self.name} (known: {', '.join(names) or 'none'})")
+        return suffix
+
+    def dataset_path(self, subset: str | None = None) -> Path:
+        if self.data_dir is None:
+            raise UserError(f"domain {self.name} has no bundled data set")
+        return self.data_dir / self.subsets[self.subset_suffix(subset)]
+
+    def required_columns(self) -> list[str]:
+        cols = [self.question_id, *self.inputs.values()]
+        return cols + ([self.label_column] if self.label_column else [])
+
+    def load(self, subset: str | None = None):
+        from domains.imo.data import load_csv
+
+        return load_csv(self.dataset_path(subset), self.required_columns())
+
+    def format_inputs(self, row: dict) -> dict:
+        """The agent's view of a row: only the declared input columns, never a label."""
+        return {"domain": self.name, **{key: row[col] for key, col in self.inputs.items()}}
+
+
+DOMAINS: dict[str, Domain] = {}
+
+
+def register(domain: Domain) -> Domain:
+    leaked = set(domain.inputs.values()) & set(domain.hidden_columns)
+    if leaked:
+        raise ValueError(f"domain {domain.name} would send hidden columns {sorted(leaked)} to the agent")
+    DOMAINS[domain.name] = domain
+    return domain
+
+
+def get_domain(name: str) -> Domain:
+    _load_builtin_domains()
+    if name not in DOMAINS:
+        raise UserError(f"unknown domain {name!r} (known: {', '.join(sorted(DOMAINS))})")
+    return DOMAINS[name]
+
+
+def domain_names() -> list[str]:
+    _load_builtin_domains()
+    return sorted(DOMAINS)
+
+
+def _load_builtin_domains() -> None:
+    import domains.imo.domains  # noqa: F401  (registers on import)
+

@@ -1,0 +1,99 @@
+"""Typed configuration loaded from YAML: every field has a default and a one-line reason.
+
+`load_config(path)` starts from `configs/default.yaml`, then applies the user's file;
+command-line flags override the result field by field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from optimizer.errors import UserError
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_CONFIG = PROJECT_ROOT / "configs" / "default.yaml"
+
+
+@dataclass
+class ModelsConfig:
+    task: str = "openai/o4-mini"  # model of the task agent; role alias "task"
+    meta: str = "anthropic/claude-sonnet-4-5"  # model of the meta agent; role alias "meta"
+    grader: str = "openai/o4-mini"  # model of the proof grader; role alias "grader"
+    judge: str = "openai/o4-mini"  # model of LLM judges in answer domains; role alias "judge"
+
+
+@dataclass
+class GatewayConfig:
+    host: str = "127.0.0.1"  # loopback only: the gateway holds the provider keys
+    port: int = 0  # 0 = any free port, chosen per run
+    max_retries: int = 5  # retries of transient provider errors (429, 5xx, timeouts)
+    backoff_base_s: float = 1.0  # first retry delay; doubles each time, with full jitter
+    backoff_max_s: float = 30.0  # cap of one retry delay
+    request_timeout_s: float = 900.0  # one provider call; reasoning models can be slow
+    cache: str = "temperature0"  # temperature0 | all | off: which identical requests are replayed
+    budget_usd: float | None = None  # stop new calls once this much is spent (None = no limit)
+    budget_tokens: int | None = None  # stop new calls once this many tokens are spent
+    prices: dict = field(default_factory=dict)  # model -> [usd per 1M input, per 1M output] for models litellm has no price for
+
+
+@dataclass
+class HarnessConfig:
+    num_workers: int = 5  # rows evaluated in parallel (threads in one worker process)
+    save_interval: int = 10  # rewrite predictions.csv every N finished rows (the journal is written at once)
+    row_timeout_s: float = 1800.0  # a row still running after this is recorded as an error
+
+
+@dataclass
+class Config:
+    models: ModelsConfig = field(default_factory=ModelsConfig)
+    gateway: GatewayConfig = field(default_factory=GatewayConfig)
+    harness: HarnessConfig = field(default_factory=HarnessConfig)
+
+    def resolve_model(self, name: str) -> str:
+        """A role alias (task, meta, grader, judge) to its model string; anything else unchanged."""
+        return getattr(self.models, name) if name in ROLE_ALIASES else name
+
+
+ROLE_ALIASES = tuple(f.name for f in dataclasses.fields(ModelsConfig))
+
+
+def _merge(obj, data: dict, where: str):
+    if not isinstance(data, dict):
+        raise UserError(f"config section {where or 'top level'} must be a mapping, got {type(data).__name__}")
+    known = {f.name: f for f in dataclasses.fields(obj)}
+    for key, value in data.items():
+        if key not in known:
+            raise UserError(f"unknown config key {where + '.' if where else ''}{key} (known: {', '.join(known)})")
+        current = getattr(obj, key)
+        if dataclasses.is_dataclass(current):
+            _merge(current, value or {}, f"{where + '.' if where else ''}{key}")
+        else:
+            setattr(obj, key, value)
+    return obj
+
+
+def _read_yaml(path: Path) -> dict:
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise UserError(f"cannot read config {path}: {e.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise UserError(f"config {path} is not valid YAML: {str(e).splitlines()[0]}") from None
+    return data or {}
+
+
+def load_config(path: str | Path | None = None) -> Config:
+    config = Config()
+    if DEFAULT_CONFIG.is_file():  # absent in a non-editable install: the dataclass defaults apply
+        config = _merge(config, _read_yaml(DEFAULT_CONFIG), "")
+    if path:
+        config = _merge(config, _read_yaml(Path(path)), "")
+    if config.gateway.cache not in ("temperature0", "all", "off"):
+        raise UserError(f"gateway.cache must be temperature0, all or off, got {config.gateway.cache!r}")
+    return config

@@ -1,0 +1,285 @@
+"""The LLM gateway: the only way out for agent code.
+
+An OpenAI-compatible HTTP endpoint on 127.0.0.1, started per run by the trusted core.
+Agent code (task, meta, grader) calls it with plain litellm and a base URL; the
+gateway holds the provider keys, forwards with litellm to the real provider, retries
+transient errors, replays cached answers, enforces the budget and the run's model
+allowlist, and writes every call to the ledger.
+
+A caller authenticates with a session key (`new_session`) that names the run, node
+and role its calls are booked to. Sandboxed code gets only such a key, never a
+provider key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import secrets
+import threading
+import time
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+from optimizer.config import Config
+from optimizer.ledger import Call, Ledger, Totals
+from optimizer.providers import _litellm, redact
+
+# Parameters that change what the model answers; anything else in a request
+# (user ids, metadata) does not split the cache.
+_NOT_IN_CACHE_KEY = {"user", "metadata", "stream_options"}
+
+
+class BudgetExceeded(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class Session:
+    run_id: str
+    node: str
+    role: str
+
+
+@dataclass
+class Reply:
+    status: int
+    body: dict
+    headers: dict
+
+
+def _error(status: int, message: str, kind: str) -> Reply:
+    return Reply(status, {"error": {"message": message, "type": kind, "code": status}}, {})
+
+
+def _is_transient(exc: Exception) -> bool:
+    lit = _litellm()
+    transient = (
+        lit.RateLimitError,
+        lit.InternalServerError,
+        lit.ServiceUnavailableError,
+        lit.APIConnectionError,
+        lit.Timeout,
+        lit.BadGatewayError,
+    )
+    if isinstance(exc, transient):
+        return True
+    status = getattr(exc, "status_code", None)
+    return isinstance(status, int) and (status == 429 or status >= 500)
+
+
+class Gateway:
+    def __init__(self, config: Config, ledger: Ledger, run_id: str):
+        self.config = config
+        self.gw = config.gateway
+        self.ledger = ledger
+        self.run_id = run_id
+        self._sessions: dict[str, Session] = {}
+        self._allowed: set[str] = set()
+        self._lock = threading.Lock()
+        self._spent = ledger.totals(run_id=run_id)
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def start(self) -> "Gateway":
+        handler = type("GatewayHandler", (_Handler,), {"gateway": self})
+        self._server = ThreadingHTTPServer((self.gw.host, self.gw.port), handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, name="gateway", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._server:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()
+
+    @property
+    def url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}/v1"
+
+    # -- who may call what -----------------------------------------------------------------
+    def allow_models(self, *models: str) -> None:
+        """Add models (aliases or provider strings) that callers may request in this run."""
+        with self._lock:
+            self._allowed.update(self.config.resolve_model(m) for m in models)
+
+    def new_session(self, node: str, role: str) -> str:
+        """A key that books calls to (run, node, role); hand it to the caller as its API key."""
+        key = "gw-" + secrets.token_urlsafe(24)
+        with self._lock:
+            self._sessions[key] = Session(self.run_id, node, role)
+        return key
+
+    def spent(self) -> Totals:
+        with self._lock:
+            return Totals(**vars(self._spent))
+
+    def budget_left_message(self) -> str | None:
+        """Why no new call may start, or None while the budget allows one."""
+        spent = self.spent()
+        if self.gw.budget_usd is not None and spent.cost_usd >= self.gw.budget_usd:
+            return f"budget exhausted: spent ${spent.cost_usd:.4f} of ${self.gw.budget_usd:.4f}"
+        if self.gw.budget_tokens is not None and spent.tokens >= self.gw.budget_tokens:
+            return f"token budget exhausted: spent {spent.tokens} of {self.gw.budget_tokens} tokens"
+        return None
+
+    # -- one request -----------------------------------------------------------------------
+    def handle_chat(self, api_key: str, body: dict) -> Reply:
+        session = self._sessions.get(api_key)
+        if session is None:
+            return _error(401, "unknown gateway key", "authentication_error")
+        requested = body.get("model")
+        if not isinstance(requested, str) or not isinstance(body.get("messages"), list):
+            return _error(400, "a chat request needs a model string and a messages list", "invalid_request_error")
+        model = self.config.resolve_model(requested)
+        if model not in self._allowed:
+            allowed = ", ".join(sorted(self._allowed)) or "none"
+            return _error(403, f"model {requested!r} is not allowed in this run (allowed: {allowed})", "permission_error")
+        if body.get("stream"):
+            return _error(400, "the gateway does not stream; call without stream=True", "invalid_request_error")
+        stop = self.budget_left_message()
+        if stop:
+            return _error(402, stop, "budget_exceeded")
+
+        params = {k: v for k, v in body.items() if k not in ("model", "messages", "stream")}
+        key = self._cache_key(model, body)
+        if key:
+            hit = self.ledger.cache_get(key)
+            if hit:
+                self._book(Call(session.run_id, session.node, session.role, model, cache_hit=True))
+                return self._reply(json.loads(hit[0]), requested, cost=0.0, cache_hit=True)
+
+        started = time.monotonic()
+        call = Call(session.run_id, session.node, session.role, model)
+        try:
+            response, call.attempts = self._forward(model, body["messages"], params)
+        except Exception as e:
+            call.latency_s = time.monotonic() - started
+            call.error = redact(f"{type(e).__name__}: {e}")[:2000]
+            self._book(call)
+            status = getattr(e, "status_code", None)
+            status = status if isinstance(status, int) and 400 <= status < 600 else 502
+            return _error(status, f"provider call for {model} failed: {call.error}", "provider_error")
+        call.latency_s = time.monotonic() - started
+        payload = response.model_dump(mode="json")
+        usage = payload.get("usage") or {}
+        call.prompt_tokens = int(usage.get("prompt_tokens") or 0)
+        call.completion_tokens = int(usage.get("completion_tokens") or 0)
+        call.cost_usd = self._cost(model, response, call)
+        self._book(call)
+        if key:
+            self.ledger.cache_put(key, json.dumps(payload), call.cost_usd)
+        return self._reply(payload, requested, cost=call.cost_usd, cache_hit=False)
+
+    def _forward(self, model: str, messages: list, params: dict):
+        lit = _litellm()
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                response = lit.completion(
+                    model=model,
+                    messages=messages,
+                    num_retries=0,
+                    timeout=self.gw.request_timeout_s,
+                    drop_params=True,
+                    **params,
+                )
+                return response, attempt
+            except Exception as e:
+                if attempt > self.gw.max_retries or not _is_transient(e):
+                    raise
+                delay = min(self.gw.backoff_max_s, self.gw.backoff_base_s * 2 ** (attempt - 1))
+                time.sleep(random.uniform(0, delay))
+
+    def _cost(self, model: str, response, call: Call) -> float:
+        price = self.gw.prices.get(model)
+        if price:
+            return (call.prompt_tokens * price[0] + call.completion_tokens * price[1]) / 1e6
+        try:
+            return float(_litellm().completion_cost(completion_response=response, model=model) or 0.0)
+        except Exception:
+            return 0.0  # a model litellm has no price for (local servers): tokens are still counted
+
+    def _cache_key(self, model: str, body: dict) -> str | None:
+        mode = self.gw.cache
+        if mode == "off" or (mode == "temperature0" and body.get("temperature") != 0):
+            return None
+        keyed = {k: v for k, v in body.items() if k not in _NOT_IN_CACHE_KEY}
+        keyed["model"] = model
+        return hashlib.sha256(json.dumps(keyed, sort_keys=True, default=str).encode()).hexdigest()
+
+    def _book(self, call: Call) -> None:
+        self.ledger.record(call)
+        with self._lock:
+            s = self._spent
+            s.calls += 1
+            s.prompt_tokens += call.prompt_tokens
+            s.completion_tokens += call.completion_tokens
+            s.cost_usd += call.cost_usd
+            s.cache_hits += int(call.cache_hit)
+            s.errors += int(call.error is not None)
+
+    @staticmethod
+    def _reply(payload: dict, requested: str, cost: float, cache_hit: bool) -> Reply:
+        payload = dict(payload, model=requested)
+        headers = {"x-gateway-cost-usd": f"{cost:.8f}", "x-gateway-cache-hit": str(int(cache_hit))}
+        return Reply(200, payload, headers)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    gateway: Gateway
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):  # the ledger is the log; stderr stays for the user
+        pass
+
+    def _send(self, reply: Reply) -> None:
+        data = json.dumps(reply.body).encode()
+        self.send_response(reply.status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        for k, v in reply.headers.items():
+            self.send_header(k, v)
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self):
+        if self.path.rstrip("/") in ("/v1/models", "/models"):
+            models = sorted(self.gateway._allowed)
+            self._send(Reply(200, {"object": "list", "data": [{"id": m, "object": "model"} for m in models]}, {}))
+        elif self.path.rstrip("/") == "/health":
+            self._send(Reply(200, {"status": "ok"}, {}))
+        else:
+            self._send(_error(404, f"no route {self.path}", "not_found"))
+
+    def do_POST(self):
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length)
+        if self.path.rstrip("/") not in ("/v1/chat/completions", "/chat/completions"):
+            return self._send(_error(404, f"no route {self.path}", "not_found"))
+        try:
+            body = json.loads(raw)
+            assert isinstance(body, dict)
+        except Exception:
+            return self._send(_error(400, "request body is not a JSON object", "invalid_request_error"))
+        auth = self.headers.get("Authorization", "")
+        api_key = auth.removeprefix("Bearer ").strip()
+        self._send(self.gateway.handle_chat(api_key, body))
+
+
+def open_gateway(config: Config, run_dir: str | Path, run_id: str) -> Gateway:
+    """A started gateway whose ledger lives in `run_dir/ledger.sqlite` (shared with a resumed run)."""
+    return Gateway(config, Ledger(Path(run_dir) / "ledger.sqlite"), run_id).start()

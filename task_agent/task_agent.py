@@ -1,0 +1,99 @@
+"""The initial task agent: one model call per question, with an answer format it can parse.
+
+Contract (the same as the HyperAgents seed): `TaskAgent(model, chat_history_file)`;
+`forward(inputs) -> (prediction, message_history)`. `inputs["domain"]` says what the
+task is; the other keys are that domain's inputs, never its labels.
+"""
+
+from __future__ import annotations
+
+from agent.base_agent import AgentSystem
+from agent.extract import extract_field, extract_label
+from agent.llm import get_response
+
+GRADES = ["incorrect", "partial", "almost", "correct"]
+
+_ANSWER_FORMAT = """Respond in JSON format with the following schema:
+<json>
+{{
+    "response": {schema}
+}}
+</json>"""
+
+
+def grading_instruction(inputs: dict) -> str:
+    return f"""You are an expert grader of International Mathematical Olympiad (IMO) proofs.
+
+Grade the student's answer to the problem below on the IMO 7-point scale, then report it as one of four labels:
+- "correct" (7 points): a complete, rigorous proof;
+- "almost" (6 points): essentially correct, with minor mistakes or omissions only;
+- "partial" (1 point): substantial progress as described in the grading guidelines, but far from complete;
+- "incorrect" (0 points): no substantial progress, or a fundamentally flawed argument.
+
+The grading guidelines are specific to this problem and take precedence over the general scale.
+Check every step of the student's answer; a confident tone or a correct final answer does not make a proof correct.
+
+## Problem
+{inputs.get("problem", "")}
+
+## Reference solution
+{inputs.get("solution", "")}
+
+## Grading guidelines
+{inputs.get("grading_guidelines", "")}
+
+## Student's answer
+{inputs.get("student_answer", "")}
+
+Think the verification through first. Then give your final label.
+""" + _ANSWER_FORMAT.format(schema='"incorrect" | "partial" | "almost" | "correct"')
+
+
+def proof_instruction(inputs: dict) -> str:
+    return f"""You are a world-class competition mathematician. Write a complete and rigorous proof for the problem below.
+State the answer clearly if the problem asks for one, justify every step, and do not skip cases.
+
+## Problem
+{inputs.get("problem", "")}
+
+Put the whole proof, as it should be graded, in the "response" field.
+""" + _ANSWER_FORMAT.format(schema='"your complete proof"')
+
+
+def generic_instruction(inputs: dict) -> str:
+    return f"""You are an agent.
+
+Task input:
+```
+{inputs}
+```
+
+""" + _ANSWER_FORMAT.format(schema="...")
+
+
+INSTRUCTIONS = {
+    "imo_grading": grading_instruction,
+    "imo_proof_grading": grading_instruction,
+    "imo_proof": proof_instruction,
+}
+LABELS = {"imo_grading": GRADES, "imo_proof_grading": GRADES}
+
+
+class TaskAgent(AgentSystem):
+    def forward(self, inputs: dict):
+        domain = inputs.get("domain", "")
+        instruction = INSTRUCTIONS.get(domain, generic_instruction)(inputs)
+        messages = [{"role": "user", "content": instruction}]
+        reply = get_response(messages, model=self.model)
+        history = messages + [{"role": "assistant", "content": reply.text}]
+        self.log_messages(history)
+
+        if domain in LABELS:
+            prediction = extract_label(reply.text, LABELS[domain])
+        else:
+            value = extract_field(reply.text)
+            # A proof that did not come back as JSON is still a proof: keep the text.
+            prediction = value if value is not None else reply.text.strip()
+        prediction = "None" if prediction in (None, "") else str(prediction)
+        self.log(f"## prediction\n\n{prediction}")
+        return prediction, history
