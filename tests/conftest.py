@@ -30,3 +30,55 @@ def fake_openai(fake_openai_session):
     fake_openai_session.reset()
     yield fake_openai_session
     fake_openai_session.reset()
+
+
+@pytest.fixture
+def gateway_factory(tmp_path, fake_openai, monkeypatch):
+    """Start in-process gateways that forward to the fake provider; all stopped at teardown."""
+    from optimizer.config import Config
+    from optimizer.gateway import open_gateway
+
+    monkeypatch.setenv("OPENAI_API_BASE", fake_openai.base_url)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-provider-secret-0123456789")
+    started = []
+
+    def make(run_id="run", folder=None, **gateway_fields):
+        config = Config()
+        config.gateway.backoff_base_s = 0.01
+        config.gateway.backoff_max_s = 0.05
+        for k, v in gateway_fields.items():
+            setattr(config.gateway, k, v)
+        gw = open_gateway(config, folder or tmp_path / run_id, run_id)
+        gw.allow_models("openai/fake")
+        started.append(gw)
+        return gw
+
+    yield make
+    for gw in started:
+        gw.stop()
+        gw.ledger.close()
+
+
+def cli_env(fake, **extra) -> dict:
+    """Environment for a CLI subprocess whose provider is the fake server."""
+    env = {k: v for k, v in os.environ.items() if not k.endswith(("_API_KEY", "_API_BASE", "_BASE_URL"))}
+    env.update(OPENAI_API_BASE=fake.base_url, OPENAI_API_KEY="sk-provider-secret-0123456789",
+               LITELLM_LOCAL_MODEL_COST_MAP="True", **extra)
+    return env
+
+
+def run_cli(*args, env=None, cwd=REPO_ROOT, timeout=180):
+    """Run `python -m ...` from the repository root; returns the CompletedProcess."""
+    import subprocess
+
+    return subprocess.run([sys.executable, "-m", *args], env=env, cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+FAST_CONFIG = """
+gateway:
+  backoff_base_s: 0.01
+  backoff_max_s: 0.05
+harness:
+  save_interval: 1000
+"""

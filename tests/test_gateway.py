@@ -1,0 +1,164 @@
+"""The gateway end to end: agent-side litellm -> gateway -> litellm -> fake provider."""
+
+import os
+import threading
+
+import litellm
+import pytest
+
+from agent.llm import get_response
+
+
+def call(gw, key, content="hello", model="openai/fake", **params):
+    return litellm.completion(model=f"openai/{model}", api_base=gw.url, api_key=key, num_retries=0,
+                              messages=[{"role": "user", "content": content}], **params)
+
+
+def test_forwards_and_books_every_call(gateway_factory, fake_openai):
+    fake_openai.set_replies(["forty-two"])
+    gw = gateway_factory()
+    key = gw.new_session(node="n1", role="task")
+    reply = call(gw, key, "what is 6 x 7?")
+    assert reply.choices[0].message.content == "forty-two"
+    # The provider saw the real model name and the provider key, never the session key.
+    sent = fake_openai.requests[-1]
+    assert sent["json"]["model"] == "fake"
+    assert sent["headers"]["authorization"] == "Bearer sk-provider-secret-0123456789"
+    [row] = gw.ledger.calls()
+    assert (row["node"], row["role"], row["model"], row["cache_hit"], row["error"]) == ("n1", "task", "openai/fake", 0, None)
+    assert row["prompt_tokens"] == len("what is 6 x 7?") // 4 and row["completion_tokens"] == len("forty-two") // 4
+
+
+def test_role_alias_resolves_to_configured_model(gateway_factory, fake_openai):
+    gw = gateway_factory()
+    gw.config.models.task = "openai/fake"
+    key = gw.new_session(node="n", role="task")
+    call(gw, key, model="task")
+    assert fake_openai.requests[-1]["json"]["model"] == "fake"
+
+
+def test_transient_errors_are_retried_with_backoff(gateway_factory, fake_openai):
+    fake_openai.set_replies(["ok"])
+    fake_openai.add_faults(["429", "500", "503", "disconnect"])
+    gw = gateway_factory(max_retries=5)
+    reply = call(gw, gw.new_session("n", "task"))
+    assert reply.choices[0].message.content == "ok"
+    assert len(fake_openai.requests) == 5
+    [row] = gw.ledger.calls()
+    assert row["attempts"] == 5 and row["error"] is None
+
+
+def test_retries_are_bounded_and_the_error_is_booked(gateway_factory, fake_openai):
+    fake_openai.add_faults(["429"] * 10)
+    gw = gateway_factory(max_retries=2)
+    with pytest.raises(litellm.RateLimitError):
+        call(gw, gw.new_session("n", "task"))
+    assert len(fake_openai.requests) == 3  # first try + 2 retries
+    [row] = gw.ledger.calls()
+    assert "RateLimitError" in row["error"]
+
+
+def test_temperature_zero_requests_are_served_from_cache(gateway_factory, fake_openai):
+    fake_openai.set_replies(["first", "second"])
+    gw = gateway_factory()
+    key = gw.new_session("n", "task")
+    a = call(gw, key, "same", temperature=0)
+    b = call(gw, key, "same", temperature=0)
+    assert a.choices[0].message.content == b.choices[0].message.content == "first"
+    assert fake_openai.count == 1
+    c = call(gw, key, "same", temperature=1)  # sampling: never replayed
+    assert c.choices[0].message.content == "second"
+    assert [r["cache_hit"] for r in gw.ledger.calls()] == [0, 1, 0]
+
+
+def test_cache_survives_a_restart_of_the_run(gateway_factory, fake_openai, tmp_path):
+    fake_openai.set_replies(["paid once"])
+    first = gateway_factory(folder=tmp_path / "run")
+    call(first, first.new_session("n", "task"), "q", temperature=0)
+    first.stop()
+    second = gateway_factory(folder=tmp_path / "run")
+    assert second.spent().calls == 1  # totals are read back from the ledger
+    reply = call(second, second.new_session("n", "task"), "q", temperature=0)
+    assert reply.choices[0].message.content == "paid once" and fake_openai.count == 1
+
+
+def test_usd_budget_stops_new_calls(gateway_factory, fake_openai):
+    # 1M tokens cost $1 each way: a call with 100 prompt tokens costs about $0.0001.
+    gw = gateway_factory(budget_usd=0.00025, prices={"openai/fake": [1.0, 1.0]})
+    key = gw.new_session("n", "task")
+    content = "x" * 400  # 100 prompt tokens
+    paid = 0
+    with pytest.raises(litellm.exceptions.APIError) as err:
+        for _ in range(10):
+            call(gw, key, content)
+            paid += 1
+    assert paid == 3 and fake_openai.count == 3
+    assert "budget exhausted" in str(err.value)
+    assert gw.spent().cost_usd == pytest.approx(3 * (100 + len(fake_openai.responder({})) // 4) / 1e6)
+
+
+def test_token_budget_stops_new_calls(gateway_factory, fake_openai):
+    gw = gateway_factory(budget_tokens=150)
+    key = gw.new_session("n", "task")
+    call(gw, key, "x" * 400)  # ~105 tokens
+    call(gw, key, "x" * 400)  # reaches 150+
+    with pytest.raises(litellm.exceptions.APIError, match="token budget exhausted"):
+        call(gw, key, "x")
+    assert fake_openai.count == 2
+
+
+def test_unknown_key_and_disallowed_model_are_refused(gateway_factory, fake_openai):
+    gw = gateway_factory()
+    with pytest.raises(litellm.AuthenticationError):
+        call(gw, "sk-provider-secret-0123456789")  # a provider key is not a gateway key
+    with pytest.raises(litellm.exceptions.APIError, match="not allowed in this run") as err:
+        call(gw, gw.new_session("n", "task"), model="openai/gpt-expensive")
+    assert err.value.status_code == 403
+    assert fake_openai.count == 0
+
+
+def test_provider_key_never_reaches_the_ledger_or_the_caller(gateway_factory, fake_openai, tmp_path, monkeypatch):
+    import optimizer.gateway as gateway_module
+
+    secret = os.environ["OPENAI_API_KEY"]
+
+    def leaky_provider(**kwargs):  # a provider whose error message echoes the key, as some do
+        raise litellm.BadRequestError(message=f"invalid key {secret}", model="fake", llm_provider="openai")
+
+    gw = gateway_factory(max_retries=0)
+    key = gw.new_session("n", "task")
+    class Shim:  # the gateway's view of litellm: real except for the provider call
+        def __getattr__(self, name):
+            return leaky_provider if name == "completion" else getattr(litellm, name)
+
+    monkeypatch.setattr(gateway_module, "_litellm", lambda: Shim())
+    with pytest.raises(litellm.BadRequestError) as err:
+        call(gw, key)
+    assert secret not in str(err.value) and "***" in str(err.value)
+    gw.stop()
+    [row] = gw.ledger.calls()
+    assert "***" in row["error"]
+    for path in (tmp_path / "run").iterdir():
+        assert secret.encode() not in path.read_bytes(), path
+
+
+def test_concurrent_calls_are_all_booked(gateway_factory, fake_openai):
+    fake_openai.latency = 0.2
+    gw = gateway_factory()
+    key = gw.new_session("n", "task")
+    threads = [threading.Thread(target=call, args=(gw, key, f"q{i}")) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert gw.spent().calls == 8 == len(gw.ledger.calls()) == fake_openai.count
+
+
+def test_agent_client_uses_the_gateway_from_the_environment(gateway_factory, fake_openai, monkeypatch):
+    fake_openai.set_replies(["", "second try"])  # an empty answer is asked again once
+    gw = gateway_factory()
+    monkeypatch.setenv("AGENT_GATEWAY_URL", gw.url)
+    monkeypatch.setenv("AGENT_GATEWAY_KEY", gw.new_session("n", "task"))
+    reply = get_response([{"role": "user", "content": "hi"}], model="openai/fake")
+    assert reply.text == "second try"
+    assert reply.usage.calls == 2 and gw.spent().calls == 2
