@@ -209,8 +209,7 @@ class Evaluation:
         finished_since_save = 0
         stopped_by = None
         timeout = self.config.harness.row_timeout_s
-        bar = tqdm(total=len(self.dataset), initial=n_done_before, unit="row", dynamic_ncols=True,
-                   desc=f"{self.domain.name}", disable=not self.show_progress)
+        bar = None
         errors = 0
 
         def finish(row: Row, rec: dict) -> None:
@@ -228,6 +227,9 @@ class Evaluation:
         try:
             if todo:
                 self._start_worker(key)
+            # After the agent loaded, so a load error is the only thing on the screen.
+            bar = tqdm(total=len(self.dataset), initial=n_done_before, unit="row", dynamic_ncols=True,
+                       desc=self.domain.name, disable=not self.show_progress)
             while todo or inflight:
                 stopped_by = stopped_by or self.gateway.budget_left_message()
                 if stopped_by:
@@ -255,7 +257,8 @@ class Evaluation:
                                          "error": f"the worker died while running this row (see worker.log)"})
                     self._restart(key, inflight, todo)
         finally:
-            bar.close()
+            if bar is not None:
+                bar.close()
             if self.worker:
                 self.worker.stop()
             self.journal.close()

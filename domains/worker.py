@@ -89,6 +89,8 @@ def main() -> None:
             protocol.write(json.dumps(obj, default=str) + "\n")
             protocol.flush()
 
+    if args.transcripts:
+        os.makedirs(args.transcripts, exist_ok=True)
     sys.path.insert(0, str(Path(args.root).resolve()))
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     try:
