@@ -180,8 +180,11 @@ def test_budget_stop_is_clear_and_resumable(tmp_path, fake_openai):
                 "--model", "openai/fake", "--config", str(cfg), "--budget_usd", "1000", env=cli_env(fake_openai))
     assert r.returncode == 0, r.stderr
     assert fake_openai.count == 8  # nothing paid twice
-    df = pd.read_csv(folder / "predictions.csv", dtype=str)
+    df = pd.read_csv(folder / "predictions.csv")
     assert (df["prediction"] == "partial").all()
+    # Per-row cost comes back from the gateway and adds up to the ledger's total.
+    ledger_total = json.loads((folder / "run.json").read_text())["cost_usd"]
+    assert df["cost_usd"].sum() == pytest.approx(ledger_total) and (df["cost_usd"] > 0).all()
 
 
 def test_proof_run_then_grading_of_its_proofs(tmp_path, fake_openai, config_file):
