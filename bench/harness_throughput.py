@@ -1,0 +1,306 @@
+"""Harness throughput: how close the sampling phase comes to workers-wide parallelism.
+
+Runs `python -m domains.harness` as a subprocess against a FakeOpenAI server with a
+fixed latency, so every second beyond `samples / workers * latency` is overhead of
+ours (worker, gateway, litellm, dispatch), not of a provider. The sampling phase is
+timed on the server's side, from the first chat request it receives to the last one
+it answers, so interpreter start-up, data loading and the worker's imports are not
+counted; the whole command's wall time is printed beside it.
+
+Peak memory is VmHWM from /proc/<pid>/status of the harness and of every descendant,
+polled while the harness runs, so each process's own peak is reported rather than
+getrusage's maximum over all children (printed too, for comparison).
+
+    python bench/harness_throughput.py --samples 100 --workers 10 --latency 0.2
+
+Exits non-zero only when the harness fails (non-zero exit, no run.json, or rows not
+done); a missed target prints FAIL but exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+
+from fake_openai import CHAT_PATHS, FakeOpenAI  # noqa: E402
+
+REPLY = '<json>{"response": "Partial"}</json>'
+RATIO_TARGET = 1.15  # sampling wall time / ideal
+RSS_TARGET_MB = 400.0  # harness and its descendants, sum of their peaks
+POLL_S = 0.05  # seconds between /proc reads while the harness runs
+RUN_ID = "bench"
+
+
+class TimedFakeOpenAI(FakeOpenAI):
+    """FakeOpenAI that also notes when each completion is answered.
+
+    `_completed` runs right before the reply is written, after the latency sleep, so
+    its time is the answer's time to within the write of a few hundred bytes.
+    """
+
+    def __init__(self, *args, nagle: bool = False, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.nagle = nagle  # keep Nagle's algorithm on the server's sockets, as the stock fake does
+        self.answered_at: list[float] = []
+
+    def start(self) -> "TimedFakeOpenAI":
+        super().start()
+        # The stock handler writes headers and body in two sends, so Nagle can hold the
+        # body until the client's delayed ACK: up to ~40 ms a call that a real provider
+        # does not add and that would be billed to the harness. The handler class is
+        # made per server, so this touches no other instance.
+        self._httpd.RequestHandlerClass.disable_nagle_algorithm = not self.nagle
+        # socketserver listens with a backlog of 5; ten connections opened at once can
+        # overflow it and cost a 1 s SYN retry. Only the harness's own listener may.
+        self._httpd.socket.listen(128)
+        return self
+
+    def _completed(self) -> None:
+        super()._completed()
+        with self._lock:
+            self.answered_at.append(time.time())
+
+
+@dataclass
+class MemoryPeaks:
+    """Peak resident set (kB) per process id, and what each process is."""
+
+    peak_kb: dict[int, int] = field(default_factory=dict)
+    label: dict[int, str] = field(default_factory=dict)
+
+
+@dataclass
+class Measurement:
+    samples: int
+    workers: int
+    latency: float
+    returncode: int
+    run_meta: dict | None  # the harness's run.json, None when it wrote none
+    requests: int  # chat requests the fake server received
+    answered: int  # of which it answered with a completion
+    first_request: float  # epoch seconds; 0.0 when no request came
+    last_answer: float
+    total_s: float  # the whole harness command, start to exit
+    harness_pid: int
+    memory: MemoryPeaks
+    children_max_kb: int  # getrusage(RUSAGE_CHILDREN).ru_maxrss: the largest descendant
+    listen_overflows: int | None  # system-wide TCP backlog drops during the run
+    log_tail: str
+
+
+def _status_kb(pid: int, key: str) -> int | None:
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith(key + ":"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def _children_of() -> dict[int, list[int]]:
+    """Parent pid -> child pids, from one scan of /proc."""
+    tree: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        # The command name may hold spaces and parentheses; fields resume after the last ')'.
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        tree.setdefault(ppid, []).append(int(entry))
+    return tree
+
+
+def _descendants(root: int) -> list[int]:
+    tree = _children_of()
+    found, stack = [], [root]
+    while stack:
+        for child in tree.get(stack.pop(), []):
+            found.append(child)
+            stack.append(child)
+    return found
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return "?"
+
+
+def watch_memory(proc: subprocess.Popen, peaks: MemoryPeaks) -> None:
+    """Poll VmHWM of `proc` and its descendants until it exits.
+
+    VmHWM is the kernel's own high-water mark, so a late poll still sees the peak;
+    only growth in a process's last POLL_S before it exits can be missed.
+    """
+    peaks.label[proc.pid] = "harness"
+    while proc.poll() is None:
+        for pid in [proc.pid, *_descendants(proc.pid)]:
+            hwm = _status_kb(pid, "VmHWM")
+            if hwm is None:
+                continue
+            if pid not in peaks.label:
+                cmd = _cmdline(pid)
+                peaks.label[pid] = "worker" if "worker.py" in cmd else cmd[:40]
+            peaks.peak_kb[pid] = max(hwm, peaks.peak_kb.get(pid, 0))
+        time.sleep(POLL_S)
+
+
+def listen_overflows() -> int | None:
+    """The kernel's count of connections dropped because a listen backlog was full."""
+    try:
+        lines = Path("/proc/net/netstat").read_text().splitlines()
+    except OSError:
+        return None
+    for names, values in zip(lines, lines[1:]):
+        if names.startswith("TcpExt:") and values.startswith("TcpExt:"):
+            table = dict(zip(names.split()[1:], values.split()[1:]))
+            return int(table["ListenOverflows"]) if "ListenOverflows" in table else None
+    return None
+
+
+def harness_command(samples: int, workers: int, output_dir: Path) -> list[str]:
+    return [
+        sys.executable, "-m", "domains.harness",
+        "--domain", "imo_grading", "--subset", "train",
+        "--num_samples", str(samples), "--num_workers", str(workers),
+        "--model", "openai/fake", "--run_id", RUN_ID, "--output_dir", str(output_dir),
+    ]
+
+
+def harness_env(base_url: str) -> dict:
+    env = dict(os.environ)
+    env.update(
+        OPENAI_API_BASE=base_url,
+        OPENAI_API_KEY="sk-fake-bench-key",
+        # litellm otherwise fetches its price map from the internet at import.
+        LITELLM_LOCAL_MODEL_COST_MAP="True",
+    )
+    return env
+
+
+def measure(samples: int, workers: int, latency: float, nagle: bool = False) -> Measurement:
+    """Run the harness once against a fresh fake server and output folder."""
+    with tempfile.TemporaryDirectory(prefix="harness_throughput_") as tmp, \
+            TimedFakeOpenAI(latency=latency, nagle=nagle) as server:
+        server.set_replies([REPLY])
+        log_path = Path(tmp) / "harness.log"
+        peaks = MemoryPeaks()
+        overflows_before = listen_overflows()
+        started = time.monotonic()
+        with open(log_path, "wb") as log:
+            proc = subprocess.Popen(harness_command(samples, workers, Path(tmp)),
+                                    env=harness_env(server.base_url), cwd=ROOT,
+                                    stdout=log, stderr=subprocess.STDOUT)
+            watcher = threading.Thread(target=watch_memory, args=(proc, peaks), daemon=True)
+            watcher.start()
+            returncode = proc.wait()
+            watcher.join()
+        total_s = time.monotonic() - started
+        overflows_after = listen_overflows()
+        arrivals = [r["time"] for r in server.requests if r["path"] in CHAT_PATHS]
+        run_json = Path(tmp) / RUN_ID / "run.json"
+        return Measurement(
+            samples=samples, workers=workers, latency=latency, returncode=returncode,
+            run_meta=json.loads(run_json.read_text()) if run_json.exists() else None,
+            requests=len(arrivals), answered=server.count,
+            first_request=min(arrivals, default=0.0), last_answer=max(server.answered_at, default=0.0),
+            total_s=total_s, harness_pid=proc.pid, memory=peaks,
+            # On Linux ru_maxrss is in kB.
+            children_max_kb=resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss,
+            listen_overflows=None if None in (overflows_before, overflows_after)
+            else overflows_after - overflows_before,
+            log_tail=log_path.read_text(errors="replace")[-3000:],
+        )
+
+
+def rows_run(m: Measurement) -> int:
+    """Rows the harness evaluated: a split shorter than --samples runs fewer."""
+    return int(m.run_meta["rows"]) if m.run_meta else m.samples
+
+
+def harness_failure(m: Measurement) -> str | None:
+    if m.returncode != 0:
+        return f"harness exited with {m.returncode}"
+    if m.run_meta is None:
+        return "harness wrote no run.json"
+    if m.run_meta.get("done") != rows_run(m):
+        return f"harness finished {m.run_meta.get('done')}/{rows_run(m)} rows ({m.run_meta.get('errors')} errors)"
+    return None
+
+
+def report(m: Measurement) -> list[str]:
+    rows = rows_run(m)
+    ideal = rows / m.workers * m.latency
+    mb = {pid: kb / 1024 for pid, kb in m.memory.peak_kb.items()}
+    combined = sum(mb.values())
+    shorter = "" if rows == m.samples else f" (the split has {rows}; ideal uses {rows})"
+    lines = [
+        f"samples                 {m.samples}{shorter}",
+        f"workers                 {m.workers}",
+        f"latency                 {m.latency:.3f} s",
+        f"ideal                   {ideal:.3f} s  (rows / workers x latency)",
+        f"chat requests           {m.requests} received, {m.answered} answered",
+    ]
+    if m.answered and ideal > 0:
+        sampling = m.last_answer - m.first_request
+        ratio = sampling / ideal
+        verdict = "PASS" if ratio <= RATIO_TARGET else "FAIL"
+        lines += [
+            f"sampling wall time      {sampling:.3f} s  (first request received -> last answered)",
+            f"ratio                   {ratio:.3f}  target <= {RATIO_TARGET}: {verdict}",
+        ]
+    else:
+        lines.append("sampling wall time      n/a (no request answered)")
+    lines.append(f"total command wall time {m.total_s:.3f} s")
+    if m.listen_overflows is not None:
+        lines.append(f"TCP listen overflows    {m.listen_overflows}  "
+                     "(system-wide; each dropped connect waits ~1 s for a SYN retry)")
+    for pid in sorted(mb, key=lambda p: (p != m.harness_pid, p)):
+        lines.append(f"peak RSS {m.memory.label.get(pid, '?'):<14} {mb[pid]:.1f} MB  (VmHWM, pid {pid})")
+    lines += [
+        f"peak RSS combined       {combined:.1f} MB  (sum of per-process peaks) "
+        f"target <= {RSS_TARGET_MB:.0f} MB: {'PASS' if combined <= RSS_TARGET_MB else 'FAIL'}",
+        f"peak RSS any child      {m.children_max_kb / 1024:.1f} MB  (getrusage RUSAGE_CHILDREN: max, not sum)",
+    ]
+    return lines
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--samples", type=int, default=100, help="rows the harness evaluates")
+    ap.add_argument("--workers", type=int, default=10, help="rows evaluated in parallel")
+    ap.add_argument("--latency", type=float, default=0.2, help="seconds the fake provider takes per call")
+    ap.add_argument("--fake_nagle", action="store_true",
+                    help="leave Nagle on in the fake server, as tests/fake_openai.py ships")
+    args = ap.parse_args(argv)
+    m = measure(args.samples, args.workers, args.latency, nagle=args.fake_nagle)
+    print("\n".join(report(m)), flush=True)
+    failure = harness_failure(m)
+    if failure:
+        print(f"HARNESS FAILED: {failure}\n--- harness output (tail) ---\n{m.log_tail}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
