@@ -50,6 +50,15 @@ def _count_usage(completion):
     return counted
 
 
+def _warm_up(litellm) -> None:
+    """Pay litellm's first-call set-up before the first row: a call to a closed loopback port."""
+    try:
+        litellm.completion(model="openai/warm-up", api_base="http://127.0.0.1:9/v1", api_key="-",
+                           messages=[{"role": "user", "content": "-"}], num_retries=0, timeout=2)
+    except Exception:
+        pass
+
+
 def load_task_agent(agent_path: str):
     """TaskAgent from a .py file or an importable module path (e.g. proofgrader.task_agent)."""
     if agent_path.endswith(".py") or os.path.sep in agent_path:
@@ -97,6 +106,7 @@ def main() -> None:
         import litellm
 
         litellm.suppress_debug_info = True
+        _warm_up(litellm)
         litellm.completion = _count_usage(litellm.completion)
         TaskAgent = load_task_agent(args.agent_path)
     except BaseException as e:  # anything the agent's import does is the agent's error

@@ -43,7 +43,7 @@ class GatewayConfig:
 @dataclass
 class HarnessConfig:
     num_workers: int = 5  # rows evaluated in parallel (threads in one worker process)
-    save_interval: int = 10  # rewrite predictions.csv every N finished rows (the journal is written at once)
+    save_interval: int = 100  # rewrite predictions.csv every N finished rows (the journal is written at once)
     row_timeout_s: float = 1800.0  # a row still running after this is recorded as an error
 
 

@@ -86,10 +86,11 @@ class Gateway:
     # -- lifecycle -------------------------------------------------------------------------
     def start(self) -> "Gateway":
         handler = type("GatewayHandler", (_Handler,), {"gateway": self})
-        self._server = ThreadingHTTPServer((self.gw.host, self.gw.port), handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, name="gateway", daemon=True)
+        self._server = _Server((self.gw.host, self.gw.port), handler)
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
+                                        name="gateway", daemon=True)
         self._thread.start()
+        threading.Thread(target=warm_up_litellm, name="gateway-warm-up", daemon=True).start()
         return self
 
     def stop(self) -> None:
@@ -239,9 +240,30 @@ class Gateway:
         return Reply(200, payload, headers)
 
 
+def warm_up_litellm() -> None:
+    """Pay litellm's first-call set-up (lazy imports, clients) now, not on the first real request.
+
+    A call to a closed loopback port takes the whole client path and fails at once.
+    """
+    try:
+        _litellm().completion(model="openai/warm-up", api_base="http://127.0.0.1:9/v1", api_key="-",
+                              messages=[{"role": "user", "content": "-"}], num_retries=0, timeout=2)
+    except Exception:
+        pass
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    # Every worker thread connects at once when a batch starts; the default backlog of 5
+    # drops some of those connections and the client retries only after a second.
+    request_queue_size = 128
+
+
 class _Handler(BaseHTTPRequestHandler):
     gateway: Gateway
     protocol_version = "HTTP/1.1"
+    # Headers and body go out in separate writes; with Nagle on, the body waits ~40 ms.
+    disable_nagle_algorithm = True
 
     def log_message(self, *args):  # the ledger is the log; stderr stays for the user
         pass
