@@ -247,14 +247,16 @@ class Evaluation:
                 if source is self.worker and "id" in msg and str(msg["id"]) in inflight:
                     finish(inflight[str(msg["id"])], msg)
                 now = time.monotonic()
-                for row in [r for r in inflight.values() if now - r.started > timeout]:
-                    finish(row, {"id": row.qid, "prediction": None, "error": f"timeout after {timeout:.0f} s"})
+                overdue = [r for r in inflight.values() if now - r.started > timeout]
+                for row in overdue:
+                    finish(row, {"id": row.qid, "prediction": None, "error": f"timeout after {timeout:g} s"})
+                if overdue:  # a stuck thread cannot be stopped: replace the whole worker
                     self._restart(key, inflight, todo)
                 if (source is self.worker and msg.get("exited")) or (inflight and not self.worker.alive()):
                     for row in list(inflight.values()):
                         if row.attempts >= MAX_ROW_ATTEMPTS:
                             finish(row, {"id": row.qid, "prediction": None,
-                                         "error": f"the worker died while running this row (see worker.log)"})
+                                         "error": "the worker died while running this row (see worker.log)"})
                     self._restart(key, inflight, todo)
         finally:
             if bar is not None:

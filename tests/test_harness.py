@@ -134,6 +134,29 @@ def test_worker_crash_fails_only_that_row(tmp_path, fake_openai, config_file):
     assert "worker died" in df["error"][2]
 
 
+def test_a_stuck_row_times_out_and_the_others_finish(tmp_path, fake_openai):
+    cfg = tmp_path / "timeout.yaml"
+    cfg.write_text("harness:\n  row_timeout_s: 2\n  num_workers: 2\n")
+    path = agent_file(tmp_path, """
+        import time
+        class TaskAgent:
+            def __init__(self, model, chat_history_file=None):
+                pass
+            def forward(self, inputs):
+                if inputs["student_answer"] == STUCK:
+                    time.sleep(600)
+                return "partial", []
+    """.replace("STUCK", repr(train_responses(2)[1])))
+    started = time.time()
+    r = harness(tmp_path, fake_openai, "--domain", "imo_grading", "--num_samples", "5", "--agent_path", path,
+                config=str(cfg))
+    assert r.returncode == 0, r.stderr
+    assert time.time() - started < 60
+    df = pd.read_csv(tmp_path / "out/r/predictions.csv", dtype=str, keep_default_na=False)
+    assert list(df["error"]) == ["", "timeout after 2 s", "", "", ""]
+    assert list(df["prediction"]) == ["partial", "", "partial", "partial", "partial"]
+
+
 def test_resume_after_kill_pays_nothing_twice(tmp_path, fake_openai, config_file):
     fake_openai.set_replies([LABEL_REPLY])
     fake_openai.latency = 0.4
