@@ -4,7 +4,7 @@ loop need to know about a task. No `if domain == ...` anywhere else.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
