@@ -15,17 +15,19 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import random
 import secrets
 import threading
 import time
 from dataclasses import dataclass
+from functools import lru_cache
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from optimizer.config import Config
 from optimizer.ledger import Call, Ledger, Totals
-from optimizer.providers import _litellm, redact
+from optimizer.providers import _litellm, provider_of, redact
 
 # Parameters that change what the model answers; anything else in a request
 # (user ids, metadata) does not split the cache.
@@ -113,8 +115,11 @@ class Gateway:
     # -- who may call what -----------------------------------------------------------------
     def allow_models(self, *models: str) -> None:
         """Add models (aliases or provider strings) that callers may request in this run."""
+        resolved = {self.config.resolve_model(m) for m in models}
+        for model in resolved - self._allowed:
+            register_price(model, self.gw.prices.get(model))
         with self._lock:
-            self._allowed.update(self.config.resolve_model(m) for m in models)
+            self._allowed.update(resolved)
 
     def new_session(self, node: str, role: str) -> str:
         """A key that books calls to (run, node, role); hand it to the caller as its API key."""
@@ -178,7 +183,7 @@ class Gateway:
         usage = payload.get("usage") or {}
         call.prompt_tokens = int(usage.get("prompt_tokens") or 0)
         call.completion_tokens = int(usage.get("completion_tokens") or 0)
-        call.cost_usd = self._cost(model, response, call)
+        call.cost_usd = float((getattr(response, "_hidden_params", None) or {}).get("response_cost") or 0.0)
         self._book(call)
         if key:
             self.ledger.cache_put(key, json.dumps(payload), call.cost_usd)
@@ -205,15 +210,6 @@ class Gateway:
                 delay = min(self.gw.backoff_max_s, self.gw.backoff_base_s * 2 ** (attempt - 1))
                 time.sleep(random.uniform(0, delay))
 
-    def _cost(self, model: str, response, call: Call) -> float:
-        price = self.gw.prices.get(model)
-        if price:
-            return (call.prompt_tokens * price[0] + call.completion_tokens * price[1]) / 1e6
-        try:
-            return float(_litellm().completion_cost(completion_response=response, model=model) or 0.0)
-        except Exception:
-            return 0.0  # a model litellm has no price for (local servers): tokens are still counted
-
     def _cache_key(self, model: str, body: dict) -> str | None:
         mode = self.gw.cache
         if mode == "off" or (mode == "temperature0" and body.get("temperature") != 0):
@@ -238,6 +234,39 @@ class Gateway:
         payload = dict(payload, model=requested)
         headers = {"x-gateway-cost-usd": f"{cost:.8f}", "x-gateway-cache-hit": str(int(cache_hit))}
         return Reply(200, payload, headers)
+
+
+@lru_cache(maxsize=None)
+def _litellm_prices(model: str) -> bool:
+    """Whether litellm's own table prices `model` (asked once, before we register anything)."""
+    try:
+        _litellm().get_model_info(model)
+        return True
+    except Exception:
+        return False
+
+
+def register_price(model: str, price: list[float] | None) -> None:
+    """Give litellm a price for `model` when the config sets one or litellm has none.
+
+    litellm prices every response itself (`_hidden_params["response_cost"]`); for a
+    model missing from its table it first searches the whole table, on every call,
+    and then gives up. A registered price (0 where unknown: tokens are still counted)
+    makes that a dictionary lookup and lets a configured price take effect.
+    """
+    if price is None:
+        if _litellm_prices(model):
+            return
+        price = [0.0, 0.0]
+    entry = {"input_cost_per_token": price[0] / 1e6, "output_cost_per_token": price[1] / 1e6,
+             "litellm_provider": provider_of(model), "mode": "chat"}
+    quiet = logging.getLogger("LiteLLM")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)  # it warns that an unknown model has no cache-token prices
+    try:
+        _litellm().register_model({model: entry})
+    finally:
+        quiet.setLevel(level)
 
 
 def warm_up_litellm() -> None:

@@ -97,6 +97,19 @@ def test_usd_budget_stops_new_calls(gateway_factory, fake_openai):
     assert gw.spent().cost_usd == pytest.approx(3 * (100 + len(fake_openai.responder({})) // 4) / 1e6)
 
 
+def test_cost_comes_from_litellms_price_table_and_unknown_models_cost_zero(gateway_factory, fake_openai):
+    gw = gateway_factory()
+    gw.allow_models("openai/gpt-4o-mini")  # in litellm's table; the fake server answers for it
+    key = gw.new_session("n", "task")
+    reply = call(gw, key, "x" * 400, model="openai/gpt-4o-mini")
+    info = litellm.get_model_info("openai/gpt-4o-mini")
+    expected = (reply.usage.prompt_tokens * info["input_cost_per_token"]
+                + reply.usage.completion_tokens * info["output_cost_per_token"])
+    assert expected > 0 and gw.spent().cost_usd == pytest.approx(expected)
+    call(gw, key, "x" * 400)  # openai/fake: no price anywhere, tokens still counted
+    assert gw.spent().cost_usd == pytest.approx(expected) and gw.spent().prompt_tokens >= 200
+
+
 def test_token_budget_stops_new_calls(gateway_factory, fake_openai):
     gw = gateway_factory(budget_tokens=150)
     key = gw.new_session("n", "task")
