@@ -14,12 +14,12 @@ rows that are done and pays nothing for them.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import queue
 import shutil
-import subprocess
-import sys
+import tempfile
 import threading
 import time
 from collections import deque
@@ -27,11 +27,15 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from optimizer.config import PROJECT_ROOT, Config, load_config
+from optimizer.config import PROJECT_ROOT, SANDBOX_BACKENDS, Config, load_config
 from optimizer.errors import UserError, exit_on_user_error
 from optimizer.fsutil import atomic_write_csv, atomic_write_json
+from optimizer.sandbox import Mount, open_sandbox
+from optimizer.sandbox.base import TRUSTED_DIR
+from optimizer.workspace import copy_evolvable
 
 WORKER = Path(__file__).with_name("worker.py")
+AGENT_PACKAGES = "/opt/agent_packages"  # where installed agent packages are mounted inside
 RESULT_COLUMNS = ["prediction", "error", "seconds", "prompt_tokens", "completion_tokens", "cost_usd"]
 MAX_ROW_ATTEMPTS = 2  # a row in flight when the worker died is sent once more
 
@@ -76,15 +80,20 @@ class Journal:
 
 
 class WorkerProcess:
-    """One worker subprocess speaking JSON lines; a reader thread feeds `results`."""
+    """One worker speaking JSON lines inside a sandbox; reader threads feed `results` and the log.
 
-    def __init__(self, cmd: list[str], env: dict, cwd: Path, log_path: Path, results: queue.Queue):
-        self.log = open(log_path, "ab")
-        self.proc = subprocess.Popen(
-            cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, env=env, cwd=cwd, text=True, bufsize=1
-        )
+    Its stderr (where agent prints land) is copied to `log_path` up to `log_cap` bytes;
+    past that the worker is killed, so a flood of output cannot fill the disk.
+    """
+
+    def __init__(self, proc, log_path: Path, log_cap: int, results: queue.Queue):
+        self.proc = proc
+        self.log_cap = log_cap
+        self.overflowed = False
         self.results = results
         threading.Thread(target=self._read, daemon=True).start()
+        self._log_thread = threading.Thread(target=self._copy_log, args=(log_path,), daemon=True)
+        self._log_thread.start()
 
     def _read(self) -> None:
         for line in self.proc.stdout:
@@ -93,6 +102,24 @@ class WorkerProcess:
             except ValueError:
                 continue
         self.results.put((self, {"exited": True}))
+
+    def _copy_log(self, log_path: Path) -> None:
+        written = 0
+        with open(log_path, "a", encoding="utf-8") as log:
+            for chunk in iter(lambda: self.proc.stderr.read(65536), ""):
+                if written < self.log_cap:
+                    log.write(chunk[: self.log_cap - written])
+                    log.flush()
+                written += len(chunk)
+                if written > self.log_cap and not self.overflowed:
+                    self.overflowed = True
+                    log.write(f"\n[harness] output cap of {self.log_cap} bytes exceeded: worker killed\n")
+                    self.proc.kill()
+
+    def death_reason(self) -> str:
+        if self.overflowed:
+            return f"the worker was killed for printing more than {self.log_cap} bytes (see worker.log)"
+        return "the worker died while running this row (see worker.log)"
 
     def send(self, row: Row) -> None:
         self.proc.stdin.write(json.dumps({"id": row.qid, "inputs": row.inputs}) + "\n")
@@ -105,7 +132,7 @@ class WorkerProcess:
         if self.alive():
             self.proc.kill()
         self.proc.wait()
-        self.log.close()
+        self._log_thread.join(5)
 
 
 def load_rows(domain, subset: str | None, proofs_dname: str | None, num_samples: int):
@@ -130,9 +157,9 @@ def load_rows(domain, subset: str | None, proofs_dname: str | None, num_samples:
     return dataset if num_samples is None or num_samples < 0 else dataset.head(num_samples)
 
 
-def worker_env(gateway_url: str, gateway_key: str) -> dict:
+def worker_env(sandbox, gateway_url: str, gateway_key: str) -> dict:
     """The worker's whole environment: no provider key, only the gateway's address and key."""
-    env = {k: os.environ[k] for k in ("PATH", "HOME", "LANG", "TMPDIR", "SYSTEMROOT") if k in os.environ}
+    env = sandbox.base_env()
     env.update(
         LITELLM_LOCAL_MODEL_COST_MAP="True",
         AGENT_GATEWAY_URL=gateway_url,
@@ -142,8 +169,38 @@ def worker_env(gateway_url: str, gateway_key: str) -> dict:
         OPENAI_BASE_URL=gateway_url,
         OPENAI_API_KEY=gateway_key,
         PYTHONUNBUFFERED="1",
+        PYTHONDONTWRITEBYTECODE="1",
     )
     return env
+
+
+def agent_mounts(agent_path: str, workspace: Path) -> tuple[list, Path | None]:
+    """What the sandbox needs mounted to load the agent: (mounts, the agent's .py file or None).
+
+    A module in the workspace needs nothing. A `.py` file is mounted alone, read-only;
+    an installed package (e.g. `proofgrader`) has its folder mounted read-only under
+    AGENT_PACKAGES, since an editable install points outside anything the sandbox sees.
+    """
+    from domains.worker import is_file_path
+    from optimizer.sandbox import Mount
+
+    if is_file_path(agent_path):
+        path = Path(agent_path).resolve()
+        if not path.is_file():
+            raise UserError(f"--agent_path {agent_path}: no such file")
+        return [Mount(path, f"/opt/agent_file/{path.name}")], path
+    top = agent_path.split(".")[0]
+    if (workspace / top).is_dir() or (workspace / f"{top}.py").is_file():
+        return [], None
+    try:
+        spec = importlib.util.find_spec(top)
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None or not (spec.origin or spec.submodule_search_locations):
+        raise UserError(f"--agent_path {agent_path}: no module {top!r} in the workspace or installed")
+    locations = list(spec.submodule_search_locations or [])
+    source = Path(locations[0]) if locations else Path(spec.origin)
+    return [Mount(source, f"{AGENT_PACKAGES}/{source.name}")], None
 
 
 def write_predictions(dataset, qid_col: str, journal: Journal, path: Path) -> None:
@@ -163,7 +220,7 @@ class Evaluation:
     """One harness run over one data set, in one output folder."""
 
     def __init__(self, domain, dataset, output_folder: Path, agent_path: str, model: str, config: Config,
-                 gateway, node: str, agent_root: Path, show_progress: bool = True):
+                 gateway, node: str, sandbox, pythonpath: list[str] = (), show_progress: bool = True):
         self.domain = domain
         self.dataset = dataset
         self.folder = output_folder
@@ -172,19 +229,23 @@ class Evaluation:
         self.config = config
         self.gateway = gateway
         self.node = node
-        self.agent_root = agent_root
+        self.sandbox = sandbox
+        self.pythonpath = list(pythonpath)
         self.show_progress = show_progress
         self.journal = Journal(output_folder / "predictions.jsonl")
         self.results: queue.Queue = queue.Queue()
         self.worker: WorkerProcess | None = None
 
     def _start_worker(self, key: str) -> None:
-        workers = self.config.harness.num_workers
-        cmd = [sys.executable, str(WORKER), "--agent_path", self.agent_path, "--model", self.model,
-               "--workers", str(workers), "--root", str(self.agent_root),
-               "--transcripts", str(self.folder / "agent_evals")]
-        self.worker = WorkerProcess(cmd, worker_env(self.gateway.url, key), self.agent_root,
-                                    self.folder / "worker.log", self.results)
+        box = self.sandbox
+        cmd = [box.python, box.inside(WORKER), "--agent_path", self.agent_path, "--model", self.model,
+               "--workers", str(self.config.harness.num_workers), "--root", box.workdir,
+               "--transcripts", box.inside(self.folder / "agent_evals")]
+        env = worker_env(box, box.gateway_url or self.gateway.url, key)
+        if self.pythonpath:
+            env["PYTHONPATH"] = ":".join(self.pythonpath)
+        log_cap = int(self.config.sandbox.output_cap_mb * 2**20)
+        self.worker = WorkerProcess(box.popen(cmd, env), self.folder / "worker.log", log_cap, self.results)
         while True:
             source, msg = self.results.get()
             if source is not self.worker:
@@ -255,8 +316,7 @@ class Evaluation:
                 if (source is self.worker and msg.get("exited")) or (inflight and not self.worker.alive()):
                     for row in list(inflight.values()):
                         if row.attempts >= MAX_ROW_ATTEMPTS:
-                            finish(row, {"id": row.qid, "prediction": None,
-                                         "error": "the worker died while running this row (see worker.log)"})
+                            finish(row, {"id": row.qid, "prediction": None, "error": self.worker.death_reason()})
                     self._restart(key, inflight, todo)
         finally:
             if bar is not None:
@@ -302,11 +362,15 @@ def harness(
     config: Config | None = None,
     gateway=None,
     node: str = "eval",
-    agent_root: str | Path = PROJECT_ROOT,
+    workspace: str | Path | None = None,
+    sandbox: str | None = None,
     show_progress: bool = True,
 ) -> Path:
     """Evaluate `agent_path` on a domain's data; returns the output folder.
 
+    The agent runs in a sandbox (`sandbox` overrides config.sandbox.backend) on
+    `workspace`, the agent's code only; without one, the project's evolvable paths
+    are copied into a temporary workspace, so no data set or label is ever in reach.
     With `gateway=None` the harness opens its own gateway whose ledger lives in the
     output folder; the loop passes its run-wide gateway instead.
     """
@@ -314,7 +378,11 @@ def harness(
     from optimizer.gateway import open_gateway
     from optimizer.providers import check_credentials, load_dotenv_file
 
+    from optimizer.sandbox import choose_backend
+
     config = config or load_config()
+    if sandbox is not None:
+        config.sandbox.backend = sandbox
     if save_interval is not None:
         config.harness.save_interval = max(1, save_interval)
     if num_workers is not None:
@@ -338,21 +406,32 @@ def harness(
     if own_gateway:
         load_dotenv_file()
         check_credentials(model)
+    backend = choose_backend(config.sandbox)
     folder.mkdir(parents=True, exist_ok=True)
+    scratch = None if workspace else Path(tempfile.mkdtemp(prefix="hyperagents-ws-"))
     try:
+        workspace = Path(workspace) if workspace else copy_evolvable(PROJECT_ROOT, scratch)
+        mounts, agent_file = agent_mounts(agent_path, workspace)
+        (folder / "agent_evals").mkdir(exist_ok=True)
+        mounts += [Mount(WORKER, f"{TRUSTED_DIR}/worker.py"),
+                   Mount(folder / "agent_evals", "/out/agent_evals", writable=True)]
         if own_gateway:
             gateway = open_gateway(config, folder, run_id=folder.name)
         gateway.allow_models(model)
         meta = {"domain": dom.name, "subset": subset, "proofs_dname": proofs_dname, "agent_path": agent_path,
-                "model": model, "num_samples": num_samples, "started_at": datetime.now().isoformat(timespec="seconds")}
-        evaluation = Evaluation(dom, dataset, folder, agent_path, model, config, gateway, node, Path(agent_root),
-                                show_progress)
-        try:
-            summary = evaluation.run()
-        except UserError:
-            if created and not evaluation.journal.records:
-                shutil.rmtree(folder, ignore_errors=True)
-            raise
+                "model": model, "num_samples": num_samples, "sandbox": backend,
+                "started_at": datetime.now().isoformat(timespec="seconds")}
+        with open_sandbox(config.sandbox, workspace, mounts, gateway.unix_socket, backend) as box:
+            agent_inside = box.inside(agent_file) if agent_file else agent_path
+            packages = [AGENT_PACKAGES] if box.isolated and any(m.target.startswith(AGENT_PACKAGES) for m in mounts) else []
+            evaluation = Evaluation(dom, dataset, folder, agent_inside, model, config, gateway, node, box,
+                                    packages, show_progress)
+            try:
+                summary = evaluation.run()
+            except UserError:
+                if created and not evaluation.journal.records:
+                    shutil.rmtree(folder, ignore_errors=True)
+                raise
         spent = gateway.spent()
         meta.update(summary, finished_at=datetime.now().isoformat(timespec="seconds"),
                     cost_usd=round(spent.cost_usd, 6), prompt_tokens=spent.prompt_tokens,
@@ -362,6 +441,8 @@ def harness(
         if own_gateway and gateway is not None:
             gateway.stop()
             gateway.ledger.close()
+        if scratch:
+            shutil.rmtree(scratch, ignore_errors=True)
 
     if show_progress:
         print(f"{summary['done']}/{summary['rows']} rows done, {summary['errors']} errors, "
@@ -388,6 +469,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--config", default=None, help="YAML config overriding configs/default.yaml")
     ap.add_argument("--budget_usd", type=float, default=None, help="stop new LLM calls after this many dollars")
     ap.add_argument("--budget_tokens", type=int, default=None, help="stop new LLM calls after this many tokens")
+    ap.add_argument("--sandbox", choices=SANDBOX_BACKENDS, default=None,
+                    help="where agent code runs (default: the config's sandbox.backend, auto)")
     return ap
 
 
@@ -401,7 +484,7 @@ def main(argv=None) -> None:
     harness(domain=args.domain, agent_path=args.agent_path, output_dir=args.output_dir, run_id=args.run_id,
             num_samples=args.num_samples, save_interval=args.save_interval, num_workers=args.num_workers,
             resume_from=args.resume_from, subset=args.subset, proofs_dname=args.proofs_dname, model=args.model,
-            config=config)
+            config=config, sandbox=args.sandbox)
 
 
 if __name__ == "__main__":

@@ -59,9 +59,14 @@ def _warm_up(litellm) -> None:
         pass
 
 
+def is_file_path(agent_path: str) -> bool:
+    """Whether --agent_path names a .py file rather than a module path."""
+    return agent_path.endswith(".py") or os.path.sep in agent_path
+
+
 def load_task_agent(agent_path: str):
     """TaskAgent from a .py file or an importable module path (e.g. proofgrader.task_agent)."""
-    if agent_path.endswith(".py") or os.path.sep in agent_path:
+    if is_file_path(agent_path):
         path = Path(agent_path).resolve()
         if not path.is_file():
             raise ImportError(f"agent file {agent_path} does not exist")

@@ -48,16 +48,32 @@ class HarnessConfig:
 
 
 @dataclass
+class SandboxConfig:
+    backend: str = "auto"  # auto | docker | bwrap | none; auto = docker if an engine answers, else bwrap
+    memory_mb: int = 4096  # address space (bwrap) / memory limit (docker) of agent code
+    pids: int = 256  # processes and threads at once: a fork bomb stops here
+    cpus: float = 2.0  # CPU cores a docker container may use
+    cpu_seconds: int = 7200  # CPU time of one sandboxed process before the kernel kills it
+    file_size_mb: int = 1024  # largest file agent code may write
+    tmp_mb: int = 512  # size of the private /tmp
+    output_cap_mb: float = 16  # stdout+stderr kept from one command; a command printing more is killed
+    docker_image: str = "hyperagents-sandbox:latest"  # built by `python -m optimizer.sandbox build-image`
+    docker_host: str | None = None  # engine address (default: DOCKER_HOST or the local socket)
+
+
+@dataclass
 class Config:
     models: ModelsConfig = field(default_factory=ModelsConfig)
     gateway: GatewayConfig = field(default_factory=GatewayConfig)
     harness: HarnessConfig = field(default_factory=HarnessConfig)
+    sandbox: SandboxConfig = field(default_factory=SandboxConfig)
 
     def resolve_model(self, name: str) -> str:
         """A role alias (task, meta, grader, judge) to its model string; anything else unchanged."""
         return getattr(self.models, name) if name in ROLE_ALIASES else name
 
 
+SANDBOX_BACKENDS = ("auto", "docker", "bwrap", "none")
 ROLE_ALIASES = tuple(f.name for f in dataclasses.fields(ModelsConfig))
 
 
@@ -96,4 +112,6 @@ def load_config(path: str | Path | None = None) -> Config:
         config = _merge(config, _read_yaml(Path(path)), "")
     if config.gateway.cache not in ("temperature0", "all", "off"):
         raise UserError(f"gateway.cache must be temperature0, all or off, got {config.gateway.cache!r}")
+    if config.sandbox.backend not in SANDBOX_BACKENDS:
+        raise UserError(f"sandbox.backend must be one of {', '.join(SANDBOX_BACKENDS)}, got {config.sandbox.backend!r}")
     return config

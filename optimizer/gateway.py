@@ -18,6 +18,9 @@ import json
 import logging
 import random
 import secrets
+import shutil
+import socketserver
+import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -83,23 +86,36 @@ class Gateway:
         self._lock = threading.Lock()
         self._spent = ledger.totals(run_id=run_id)
         self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
+        self._unix_server: _UnixServer | None = None
+        self._socket_dir: Path | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
     def start(self) -> "Gateway":
         handler = type("GatewayHandler", (_Handler,), {"gateway": self})
         self._server = _Server((self.gw.host, self.gw.port), handler)
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
-                                        name="gateway", daemon=True)
-        self._thread.start()
+        # Sandboxes have no network: they reach the gateway through this socket, mounted in.
+        # Its folder is short-named (sun_path holds 108 bytes) and only traversable by others,
+        # so a sandbox user other than ours can connect but not list it.
+        self._socket_dir = Path(tempfile.mkdtemp(prefix="hyperagents-gw-"))
+        self._socket_dir.chmod(0o711)
+        unix_handler = type("GatewayUnixHandler", (handler,), {"disable_nagle_algorithm": False})
+        self._unix_server = _UnixServer(str(self.unix_socket), unix_handler)
+        self.unix_socket.chmod(0o666)
+        for name, server in (("gateway", self._server), ("gateway-unix", self._unix_server)):
+            threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, name=name,
+                             daemon=True).start()
         threading.Thread(target=warm_up_litellm, name="gateway-warm-up", daemon=True).start()
         return self
 
     def stop(self) -> None:
-        if self._server:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
+        for server in (self._server, self._unix_server):
+            if server:
+                server.shutdown()
+                server.server_close()
+        self._server = self._unix_server = None
+        if self._socket_dir:
+            shutil.rmtree(self._socket_dir, ignore_errors=True)
+            self._socket_dir = None
 
     def __enter__(self):
         return self.start()
@@ -111,6 +127,11 @@ class Gateway:
     def url(self) -> str:
         host, port = self._server.server_address[:2]
         return f"http://{host}:{port}/v1"
+
+    @property
+    def unix_socket(self) -> Path:
+        """The gateway's Unix socket, for sandboxes (see optimizer/sandbox/relay.py)."""
+        return self._socket_dir / "gateway.sock"
 
     # -- who may call what -----------------------------------------------------------------
     def allow_models(self, *models: str) -> None:
@@ -285,6 +306,11 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
     # Every worker thread connects at once when a batch starts; the default backlog of 5
     # drops some of those connections and the client retries only after a second.
+    request_queue_size = 128
+
+
+class _UnixServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    daemon_threads = True
     request_queue_size = 128
 
 

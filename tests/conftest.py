@@ -81,4 +81,6 @@ gateway:
   backoff_max_s: 0.05
 harness:
   save_interval: 1000
+sandbox:
+  backend: bwrap
 """

@@ -83,17 +83,18 @@ def train_responses(n):
 
 
 def test_row_errors_are_recorded_and_retried_on_resume(tmp_path, fake_openai, config_file):
-    flag = tmp_path / "fail_now"
-    flag.write_text("")
+    # The sandboxed agent sees no host file, so the provider's reply says when to fail.
+    fake_openai.set_replies(["fail now"])
     failing = set(train_responses(10)[3:6])
     path = agent_file(tmp_path, f"""
-        import os
+        from agent.llm import get_response
         class TaskAgent:
             def __init__(self, model, chat_history_file=None):
-                pass
+                self.model = model
             def forward(self, inputs):
                 print("agent chatter on stdout must not break the protocol")
-                if os.path.exists({str(flag)!r}) and inputs["student_answer"] in {failing!r}:
+                said = get_response([{{"role": "user", "content": "go?"}}], self.model).text
+                if said == "fail now" and inputs["student_answer"] in {failing!r}:
                     raise RuntimeError("agent bug")
                 return "almost", []
     """)
@@ -106,7 +107,7 @@ def test_row_errors_are_recorded_and_retried_on_resume(tmp_path, fake_openai, co
     assert list(failed.index) == [3, 4, 5] and all("RuntimeError: agent bug" in e for e in failed["error"])
     assert (df[df["error"] == ""]["prediction"] == "almost").all()
 
-    flag.unlink()
+    fake_openai.set_replies(["go on"])
     r = run_cli("domains.harness", "--domain", "imo_grading", "--num_samples", "10", "--agent_path", path,
                 "--resume_from", str(folder), "--model", "openai/fake", "--config", config_file,
                 env=cli_env(fake_openai))

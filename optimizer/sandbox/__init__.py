@@ -1,0 +1,60 @@
+"""Sandboxes for model-written code: one interface, backends docker, bwrap and none.
+
+    with open_sandbox(config.sandbox, workspace, mounts, gateway_socket) as box:
+        result = box.run([box.python, "-c", "print(1)"], env, timeout=30)
+
+`auto` picks docker when an engine answers, else bubblewrap after a self-test, and
+otherwise stops with a clear error: it never falls back to running code unsandboxed.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from optimizer.config import SandboxConfig
+from optimizer.errors import UserError
+from optimizer.sandbox.base import Mount, RunResult, Sandbox
+
+__all__ = ["Mount", "RunResult", "Sandbox", "choose_backend", "open_sandbox"]
+
+NONE_WARNING = ("warning: --sandbox none: agent code runs as a plain subprocess with your files and network; "
+                "use it only for code you trust")
+
+
+def choose_backend(config: SandboxConfig) -> str:
+    """The backend to use: the configured one after checking it works here; `auto` resolved."""
+    from optimizer.sandbox.bwrap import bwrap_unavailable
+
+    wanted = config.backend
+    if wanted == "none":
+        return "none"
+    if wanted in ("docker", "auto"):
+        from optimizer.sandbox.docker_backend import engine_available
+
+        docker_problem = engine_available(config)
+        if docker_problem is None:
+            return "docker"
+        if wanted == "docker":
+            raise UserError(f"sandbox docker: {docker_problem}")
+    bwrap_problem = bwrap_unavailable()
+    if bwrap_problem is None:
+        return "bwrap"
+    if wanted == "bwrap":
+        raise UserError(f"sandbox bwrap: {bwrap_problem}")
+    raise UserError(f"no sandbox works here: docker: {docker_problem}; bwrap: {bwrap_problem}. "
+                    "Start a Docker engine or install bubblewrap; --sandbox none runs agent code unsandboxed")
+
+
+def open_sandbox(config: SandboxConfig, workspace: str | Path, mounts: list[Mount] = (),
+                 gateway_socket: Path | None = None, backend: str | None = None) -> Sandbox:
+    """An unopened sandbox of `backend` (default: `choose_backend(config)`); use it with `with`."""
+    backend = backend or choose_backend(config)
+    if backend == "none":
+        print(NONE_WARNING, file=sys.stderr)
+        from optimizer.sandbox.local import LocalSandbox as cls
+    elif backend == "bwrap":
+        from optimizer.sandbox.bwrap import BwrapSandbox as cls
+    else:
+        from optimizer.sandbox.docker_backend import DockerSandbox as cls
+    return cls(Path(workspace), config, list(mounts), gateway_socket)

@@ -1,0 +1,246 @@
+"""What every sandbox backend offers: start commands on a workspace, run one to completion.
+
+A sandbox is opened on a host directory (the workspace), which agent code sees
+read-write at `WORKSPACE` (the `none` backend: at its own path). Extra host paths
+come in as `Mount`s. When the sandbox is given the gateway's Unix socket, every
+command starts under the trusted relay (`relay.py`), so code inside reaches the
+gateway at `gateway_url` on its own loopback and nothing else outside.
+
+Backends implement `_spawn` (a Popen-like process for an argv and environment) and
+may override `open`/`close`; `popen` and `run` (timeout, output cap, kill) are shared.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from optimizer.config import SandboxConfig
+
+WORKSPACE = "/workspace"  # where the workspace appears inside an isolating sandbox
+TRUSTED_DIR = "/opt/hyperagents"  # read-only home of trusted scripts (relay, worker) inside
+GATEWAY_DIR = "/run/gateway"  # the gateway's socket folder inside
+RELAY_PORT = 18080  # the relay's port on the sandbox's own loopback
+RELAY = Path(__file__).with_name("relay.py")
+
+
+@dataclass(frozen=True)
+class Mount:
+    source: Path  # host path (file or directory)
+    target: str  # absolute path inside the sandbox
+    writable: bool = False
+
+
+@dataclass
+class RunResult:
+    returncode: int | None  # None when the command was killed by us
+    stdout: str
+    stderr: str
+    seconds: float
+    timed_out: bool = False
+    output_capped: bool = False  # printed more than the cap; killed and cut
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0 and not self.timed_out and not self.output_capped
+
+    def why(self) -> str:
+        """One line on how the command ended, for records and error messages."""
+        if self.timed_out:
+            return f"killed after the {self.seconds:.0f} s wall-clock limit"
+        if self.output_capped:
+            return "killed for printing more than the output cap"
+        if self.returncode and self.returncode < 0:
+            return f"killed by signal {signal.Signals(-self.returncode).name}"
+        return f"exit code {self.returncode}"
+
+
+@dataclass
+class Sandbox:
+    """One workspace, isolated by a backend. Use as a context manager; `close` always runs."""
+
+    workspace: Path
+    config: SandboxConfig = field(default_factory=SandboxConfig)
+    mounts: list[Mount] = field(default_factory=list)
+    gateway_socket: Path | None = None  # the gateway's Unix socket on the host
+    name = "base"
+    isolated = True  # False only for `none`: paths are host paths, no relay
+    relay_per_command = True  # False where one relay serves the whole sandbox (docker)
+
+    def __post_init__(self):
+        self.workspace = Path(self.workspace).resolve()
+        self.mounts = [Mount(Path(m.source).resolve(), m.target, m.writable) for m in self.mounts]
+        self._procs: list = []
+        self._closed = False
+
+    # -- lifecycle: backends extend these ---------------------------------------------------
+    def open(self) -> "Sandbox":
+        return self
+
+    def close(self) -> None:
+        """Kill every process still running; idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        for proc in self._procs:
+            _kill(proc)
+
+    def __enter__(self) -> "Sandbox":
+        try:
+            return self.open()
+        except BaseException:
+            self.close()
+            raise
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- paths and addresses ----------------------------------------------------------------
+    @property
+    def workdir(self) -> str:
+        """The workspace as code inside sees it."""
+        return WORKSPACE if self.isolated else str(self.workspace)
+
+    @property
+    def python(self) -> str:
+        """The interpreter to run inside (the host's, bound read-only, unless a backend says otherwise)."""
+        return sys.executable
+
+    @property
+    def gateway_url(self) -> str | None:
+        """Base URL of the gateway as code inside reaches it (isolated backends: through the relay)."""
+        return f"http://127.0.0.1:{RELAY_PORT}/v1" if self.isolated and self.gateway_socket else None
+
+    def base_env(self) -> dict[str, str]:
+        """PATH, HOME and locale for commands inside; callers add their own variables."""
+        if not self.isolated:
+            return {k: os.environ[k] for k in ("PATH", "HOME", "LANG", "TMPDIR") if k in os.environ}
+        return {"PATH": f"{Path(self.python).parent}:/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp",
+                "LANG": "C.UTF-8", "TMPDIR": "/tmp"}
+
+    def inside(self, host_path: str | Path) -> str:
+        """Where a host path under the workspace or a mount appears inside the sandbox."""
+        path = Path(host_path).resolve()
+        if not self.isolated:
+            return str(path)
+        for source, target in [(self.workspace, WORKSPACE), *((m.source, m.target) for m in self.mounts)]:
+            if path == source or source in path.parents:
+                return str(Path(target) / path.relative_to(source))
+        raise ValueError(f"{path} is not visible inside the sandbox")
+
+    def all_mounts(self) -> list[Mount]:
+        """The caller's mounts plus the relay and the gateway socket folder."""
+        extra = [Mount(RELAY, f"{TRUSTED_DIR}/relay.py")]
+        if self.gateway_socket:
+            extra.append(Mount(self.gateway_socket.parent, GATEWAY_DIR, writable=True))
+        return [*self.mounts, *extra]
+
+    # -- commands ---------------------------------------------------------------------------
+    def popen(self, argv: list[str], env: dict[str, str], cwd: str | None = None):
+        """Start `argv` inside with exactly `env`; a Popen-like object with text pipes
+        stdin, stdout and stderr (`poll`, `wait`, `kill`, `pid`)."""
+        if self._closed:
+            raise RuntimeError("the sandbox is closed")
+        if self.isolated and self.gateway_socket and self.relay_per_command:
+            socket_inside = f"{GATEWAY_DIR}/{self.gateway_socket.name}"
+            argv = [self.python, f"{TRUSTED_DIR}/relay.py", "--socket", socket_inside,
+                    "--port", str(RELAY_PORT), "--", *argv]
+        proc = self._spawn(list(argv), dict(env), cwd or self.workdir)
+        self._procs = [p for p in self._procs if p.poll() is None] + [proc]
+        return proc
+
+    def _spawn(self, argv: list[str], env: dict[str, str], cwd: str):
+        raise NotImplementedError
+
+    def run(self, argv: list[str], env: dict[str, str] | None = None, timeout: float = 60.0,
+            input: str | None = None, cwd: str | None = None, output_cap: int | None = None) -> RunResult:
+        """Run to completion with a wall-clock limit and an output cap; never raises for
+        what the command does."""
+        cap = int(output_cap if output_cap is not None else self.config.output_cap_mb * 2**20)
+        started = time.monotonic()
+        proc = self.popen(argv, env or {}, cwd)
+        out, err = _CappedReader(proc.stdout, cap), _CappedReader(proc.stderr, cap)
+        over = threading.Event()
+        out.over = err.over = over
+        for reader in (out, err):
+            reader.start()
+        try:
+            if input:
+                proc.stdin.write(input)
+            proc.stdin.close()
+        except (BrokenPipeError, OSError, ValueError):
+            pass
+        deadline = started + timeout
+        timed_out = False
+        while proc.poll() is None:
+            if over.is_set():
+                break
+            if time.monotonic() >= deadline:
+                timed_out = True
+                break
+            over.wait(0.02)
+        if proc.poll() is None:
+            _kill(proc)
+        code = proc.wait()
+        for reader in (out, err):
+            reader.join(2.0)
+        return RunResult(None if (timed_out or over.is_set()) else code, out.text(), err.text(),
+                         time.monotonic() - started, timed_out, over.is_set())
+
+
+class _CappedReader(threading.Thread):
+    """Reads a pipe to its end, keeping at most `cap` characters; past that sets `over`."""
+
+    def __init__(self, pipe, cap: int):
+        super().__init__(daemon=True)
+        self.pipe, self.cap, self.parts, self.size = pipe, cap, [], 0
+        self.over: threading.Event | None = None
+
+    def run(self) -> None:
+        try:
+            while chunk := self.pipe.read(65536):
+                if self.size < self.cap:
+                    self.parts.append(chunk[: self.cap - self.size])
+                self.size += len(chunk)
+                if self.size > self.cap:
+                    self.over.set()
+                    return
+        except (OSError, ValueError):
+            pass
+
+    def text(self) -> str:
+        return "".join(self.parts)
+
+
+def _kill(proc) -> None:
+    """Kill a sandboxed process and what it started (each backend's `kill` does the whole tree)."""
+    if proc.poll() is None:
+        try:
+            proc.kill()
+        except OSError:
+            pass
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        pass
+
+
+class GroupPopen(subprocess.Popen):
+    """A Popen in a session of its own whose `kill` takes its whole process group."""
+
+    def __init__(self, argv, **kwargs):
+        super().__init__(argv, start_new_session=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, encoding="utf-8", errors="replace", bufsize=1,
+                         **kwargs)
+
+    def kill(self) -> None:
+        try:
+            os.killpg(self.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            super().kill()
