@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 
 from conftest import FAST_CONFIG, REPO_ROOT, cli_env, run_cli
+from test_sandbox import BACKENDS
 
 LABEL_REPLY = 'Checked every step.\n<json>{"response": "Partial"}</json>'
 
@@ -185,6 +186,48 @@ def test_resume_after_kill_pays_nothing_twice(tmp_path, fake_openai, config_file
     # Only the rows not finished before the kill were asked again.
     assert fake_openai.count - calls_before == 16 - len(done_before)
     assert calls_before <= len(done_before) + 2  # at most the two rows in flight were lost
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_sigterm_closes_the_sandbox_and_the_run_resumes(backend, tmp_path, fake_openai, config_file):
+    fake_openai.set_replies([LABEL_REPLY])
+    fake_openai.latency = 0.4
+    args = ["--domain", "imo_grading", "--num_samples", "12", "--num_workers", "2", "--model", "openai/fake",
+            "--config", config_file, "--sandbox", backend]
+    folder = tmp_path / "out" / "t"
+    proc = subprocess.Popen([sys.executable, "-m", "domains.harness", "--output_dir", str(tmp_path / "out"),
+                             "--run_id", "t", *args], cwd=REPO_ROOT, env=cli_env(fake_openai),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    journal = folder / "predictions.jsonl"
+    deadline = time.time() + 60
+    while time.time() < deadline and (not journal.exists() or len(journal.read_text().splitlines()) < 3):
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143 and "interrupted" in err
+    assert not sandbox_leftovers(backend, folder)
+    r = run_cli("domains.harness", "--resume_from", str(folder), *args, env=cli_env(fake_openai))
+    assert r.returncode == 0, r.stderr
+    assert (pd.read_csv(folder / "predictions.csv", dtype=str)["prediction"] == "partial").all()
+
+
+def sandbox_leftovers(backend: str, folder) -> list:
+    """Host processes of a bwrap sandbox of this run, or any docker sandbox container."""
+    if backend == "docker":
+        import docker
+
+        from optimizer.sandbox.docker_backend import LABEL
+
+        return docker.from_env().containers.list(all=True, filters={"label": LABEL})
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmd = open(f"/proc/{pid}/cmdline", "rb").read().decode(errors="replace")
+        except OSError:
+            continue
+        if str(folder) in cmd:
+            found.append(pid)
+    return found
 
 
 def test_budget_stop_is_clear_and_resumable(tmp_path, fake_openai):
