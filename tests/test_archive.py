@@ -1,0 +1,117 @@
+"""Archive, parent selection and the run's git repository, on real files and real git."""
+
+import math
+import random
+from collections import Counter
+
+import pytest
+
+from archive.selection import Candidate, select_parent
+from archive.store import Archive, Node, selection_score
+from domains.registry import get_domain
+from optimizer.workspace import RunRepo
+
+
+def cands(*scores_children):
+    return [Candidate(f"n{i}", s, c, i) for i, (s, c) in enumerate(scores_children)]
+
+
+def frequencies(candidates, strategy, n=20000, seed=1):
+    rng = random.Random(seed)
+    counts = Counter(select_parent(candidates, strategy, rng).node_id for _ in range(n))
+    return {k: v / n for k, v in counts.items()}
+
+
+def test_score_prop_follows_the_sigmoid_around_the_top3_mean():
+    c = cands((0.9, 0), (0.5, 0), (0.4, 0), (0.1, 0))
+    mid = (0.9 + 0.5 + 0.4) / 3
+    w = [1 / (1 + math.exp(-10 * (s - mid))) for s in (0.9, 0.5, 0.4, 0.1)]
+    freq = frequencies(c, "score_prop")
+    for i, wi in enumerate(w):
+        assert freq.get(f"n{i}", 0) == pytest.approx(wi / sum(w), abs=0.015)
+
+
+def test_score_child_prop_discounts_nodes_with_many_children():
+    c = cands((0.8, 0), (0.8, 8), (0.8, 16))
+    freq = frequencies(c, "score_child_prop")
+    w = [math.exp(-((k / 8) ** 3)) for k in (0, 8, 16)]
+    for i, wi in enumerate(w):
+        assert freq.get(f"n{i}", 0) == pytest.approx(wi / sum(w), abs=0.015)
+
+
+def test_best_latest_random_and_seeded_replay():
+    c = cands((0.3, 0), (0.7, 2), (0.7, 0), (0.1, 0))
+    assert select_parent(c, "best", random.Random(0)).node_id == "n2"  # ties: the newer
+    assert select_parent(c, "latest", random.Random(0)).node_id == "n3"
+    picks = [select_parent(c, "random", random.Random(7)).node_id for _ in range(3)]
+    assert picks == [select_parent(c, "random", random.Random(7)).node_id for _ in range(3)]
+    assert len({select_parent(c, "random", random.Random(s)).node_id for s in range(50)}) == 4
+    with pytest.raises(ValueError, match="no node can be a parent"):
+        select_parent([], "best", random.Random(0))
+
+
+def test_staged_only_scores_are_scaled_and_val_is_preferred(tmp_path):
+    grading, proof = get_domain("imo_grading"), get_domain("imo_proof")
+    sizes = {"imo_grading": 100, "imo_proof": 60}
+    staged = Node("a", "initial", 1, scores={"imo_grading": {"train": 0.6}}, samples={"imo_grading": {"train": 10}},
+                  full_eval={"imo_grading": False})
+    full = Node("b", "initial", 1, scores={"imo_grading": {"train": 0.9, "val": 0.5}},
+                samples={"imo_grading": {"train": 100, "val": 100}}, full_eval={"imo_grading": True})
+    assert selection_score(staged, grading, sizes) == pytest.approx(0.06)
+    assert selection_score(full, grading, sizes) == 0.5
+    assert selection_score(full, proof, sizes) is None
+    archive = Archive(tmp_path)
+    for node in (staged, full, Node("c", "b", 2, status="load_failed")):
+        archive.record(node)
+    reloaded = Archive(tmp_path)
+    found = reloaded.candidates([grading], sizes)
+    assert [(c.node_id, round(c.score, 3), c.children) for c in found] == [("a", 0.06, 0), ("b", 0.5, 1)]
+
+
+def test_a_cut_log_line_is_skipped_and_the_pending_generation_found(tmp_path):
+    archive = Archive(tmp_path)
+    archive.log("gen_start", node_id="1", parent="initial")
+    archive.record(Node("1", "initial", 1))
+    archive.log("gen_start", node_id="2", parent="1")
+    with open(archive.log_path, "a") as f:
+        f.write('{"event": "meta_do')  # a kill mid-write
+    again = Archive(tmp_path)
+    assert again.pending_generation()["node_id"] == "2"
+    assert again.meta_result("2") is None
+    again.log("meta_done", node_id="2", commit="abc")
+    assert Archive(tmp_path).meta_result("2")["commit"] == "abc"
+
+
+def test_run_repo_commits_changes_drops_protected_paths_and_hashes_the_task_agent(tmp_path):
+    from optimizer.config import PROJECT_ROOT
+
+    repo = RunRepo.create(tmp_path / "repo", PROJECT_ROOT)
+    base = repo.node_commit("initial")
+    assert (tmp_path / "repo" / "task_agent" / "task_agent.py").exists()
+    assert not (tmp_path / "repo" / "domains").exists()
+    ws = repo.worktree(base, tmp_path / "ws")
+    (ws / "task_agent" / "task_agent.py").write_text("# better\n")
+    (ws / "task_agent" / "helper.py").write_text("X = 1\n")  # a new file counts too
+    (ws / "domains").mkdir()
+    (ws / "domains" / "metrics.py").write_text("cheat = True\n")
+    (ws / "task_agent" / "__pycache__").mkdir(exist_ok=True)
+    (ws / "task_agent" / "__pycache__" / "x.pyc").write_bytes(b"\0")
+    cap = repo.capture(ws, base, "1")
+    assert cap.commit and cap.files == 2 and cap.dropped == ["domains/metrics.py"]
+    assert "helper.py" in cap.patch and "cheat" not in cap.patch and ".pyc" not in cap.patch
+    assert repo.node_commit("1") == cap.commit
+    assert repo.task_agent_hash(cap.commit) != repo.task_agent_hash(base)
+    repo.remove_worktree(ws)
+
+    ws = repo.worktree(cap.commit, tmp_path / "ws")
+    (ws / "meta_agent").mkdir(exist_ok=True)
+    (ws / "meta_agent" / "notes.md").write_text("only the meta agent changed\n")
+    meta_only = repo.capture(ws, cap.commit, "2")
+    assert repo.task_agent_hash(meta_only.commit) == repo.task_agent_hash(cap.commit)
+    repo.remove_worktree(ws)
+
+    ws = repo.worktree(meta_only.commit, tmp_path / "ws")
+    (ws / "domains").mkdir()
+    (ws / "domains" / "x.py").write_text("y = 2\n")
+    nothing = repo.capture(ws, meta_only.commit, "3")
+    assert nothing.commit is None and nothing.dropped == ["domains/x.py"]
