@@ -41,11 +41,13 @@ class BudgetExceeded(Exception):
     pass
 
 
-@dataclass(frozen=True)
+@dataclass
 class Session:
     run_id: str
     node: str
     role: str
+    max_calls: int | None = None  # e.g. the meta agent's tool-call limit, which its own code could drop
+    calls: int = 0
 
 
 @dataclass
@@ -142,11 +144,12 @@ class Gateway:
         with self._lock:
             self._allowed.update(resolved)
 
-    def new_session(self, node: str, role: str) -> str:
-        """A key that books calls to (run, node, role); hand it to the caller as its API key."""
+    def new_session(self, node: str, role: str, max_calls: int | None = None) -> str:
+        """A key that books calls to (run, node, role), answering at most `max_calls`
+        requests; hand it to the caller as its API key."""
         key = "gw-" + secrets.token_urlsafe(24)
         with self._lock:
-            self._sessions[key] = Session(self.run_id, node, role)
+            self._sessions[key] = Session(self.run_id, node, role, max_calls)
         return key
 
     def spent(self) -> Totals:
@@ -167,6 +170,12 @@ class Gateway:
         session = self._sessions.get(api_key)
         if session is None:
             return _error(401, "unknown gateway key", "authentication_error")
+        with self._lock:
+            session.calls += 1
+            over = session.max_calls is not None and session.calls > session.max_calls
+        if over:
+            return _error(429, f"this session's limit of {session.max_calls} model calls is reached",
+                          "call_limit_reached")
         requested = body.get("model")
         if not isinstance(requested, str) or not isinstance(body.get("messages"), list):
             return _error(400, "a chat request needs a model string and a messages list", "invalid_request_error")

@@ -130,6 +130,18 @@ def test_unknown_key_and_disallowed_model_are_refused(gateway_factory, fake_open
     assert fake_openai.count == 0
 
 
+def test_a_session_call_limit_is_enforced_by_the_gateway(gateway_factory, fake_openai):
+    gw = gateway_factory()
+    key = gw.new_session("n", "meta", max_calls=2)
+    call(gw, key)
+    call(gw, key)
+    with pytest.raises(litellm.RateLimitError, match="limit of 2 model calls") as err:
+        call(gw, key)
+    assert err.value.status_code == 429 and fake_openai.count == 2
+    call(gw, gw.new_session("n", "task"))  # other sessions are not affected
+    assert fake_openai.count == 3
+
+
 def test_provider_key_never_reaches_the_ledger_or_the_caller(gateway_factory, fake_openai, tmp_path, monkeypatch):
     import optimizer.gateway as gateway_module
 
