@@ -36,6 +36,9 @@ class Usage:
 class LLMReply:
     text: str
     usage: Usage = field(default_factory=Usage)
+    # Native tool calls, in the OpenAI message format ({"id", "type", "function": {"name", "arguments"}}),
+    # when the call passed `tools=`; empty otherwise.
+    tool_calls: list[dict] = field(default_factory=list)
 
 
 def _route(model: str) -> dict:
@@ -54,19 +57,28 @@ def get_response(
     max_tokens: int | None = None,
     **params,
 ) -> LLMReply:
-    """One completion of `messages`; retries once when the model answers with nothing."""
+    """One completion of `messages`; retries once when the model answers with nothing.
+
+    `params` go to litellm as they are, e.g. `tools=[{"type": "function", ...}]` for native tool calls.
+    """
     extra = dict(params)
     if temperature is not None:
         extra["temperature"] = temperature
     if max_tokens is not None:
         extra["max_tokens"] = max_tokens
+    if extra.get("tools"):
+        # litellm otherwise imports its MCP gateway support to inspect the tools, which needs the
+        # optional `mcp` package; plain function tools never need it.
+        extra["_skip_mcp_handler"] = True
     usage = Usage()
-    text = ""
+    text, tool_calls = "", []
     for _ in range(MAX_ATTEMPTS):
         response = litellm.completion(messages=messages, num_retries=0, **_route(model), **extra)
         u = getattr(response, "usage", None)
         usage.add(Usage(getattr(u, "prompt_tokens", 0) or 0, getattr(u, "completion_tokens", 0) or 0, 1))
-        text = response.choices[0].message.content or ""
-        if text.strip():
+        message = response.choices[0].message
+        text = message.content or ""
+        tool_calls = [call.model_dump() for call in getattr(message, "tool_calls", None) or []]
+        if text.strip() or tool_calls:
             break
-    return LLMReply(text, usage)
+    return LLMReply(text, usage, tool_calls)

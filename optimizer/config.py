@@ -62,11 +62,27 @@ class SandboxConfig:
 
 
 @dataclass
+class LoopConfig:
+    max_generation: int = 10  # generations after the initial node
+    parent_selection: str = "score_child_prop"  # random | latest | best | score_prop | score_child_prop
+    seed: int | None = None  # seeds parent selection, so a run can be replayed
+    eval_samples: int = -1  # rows of each full evaluation split (-1 = all)
+    skip_staged_eval: bool = False  # go straight to the full evaluation
+    eval_test: bool = False  # also evaluate the test split (reported, never used for selection)
+    edit_select_parent: bool = False  # the workspace's select_next_parent.py chooses parents
+    run_baseline: str | None = None  # no_selfimprove (meta agent frozen) | no_archive (always the latest node)
+    meta_timeout_s: float = 3600.0  # wall clock of one meta agent run
+    meta_max_calls: int = 40  # model calls (one tool call each) of one meta agent run, enforced by the gateway
+    check_timeout_s: float = 120.0  # the import check of a new node
+
+
+@dataclass
 class Config:
     models: ModelsConfig = field(default_factory=ModelsConfig)
     gateway: GatewayConfig = field(default_factory=GatewayConfig)
     harness: HarnessConfig = field(default_factory=HarnessConfig)
     sandbox: SandboxConfig = field(default_factory=SandboxConfig)
+    loop: LoopConfig = field(default_factory=LoopConfig)
 
     def resolve_model(self, name: str) -> str:
         """A role alias (task, meta, grader, judge) to its model string; anything else unchanged."""
@@ -74,6 +90,7 @@ class Config:
 
 
 SANDBOX_BACKENDS = ("auto", "docker", "bwrap", "none")
+BASELINES = ("no_selfimprove", "no_archive")
 ROLE_ALIASES = tuple(f.name for f in dataclasses.fields(ModelsConfig))
 
 
@@ -112,6 +129,13 @@ def load_config(path: str | Path | None = None) -> Config:
         config = _merge(config, _read_yaml(Path(path)), "")
     if config.gateway.cache not in ("temperature0", "all", "off"):
         raise UserError(f"gateway.cache must be temperature0, all or off, got {config.gateway.cache!r}")
+    from archive.selection import STRATEGIES
+
+    if config.loop.parent_selection not in STRATEGIES:
+        raise UserError(f"loop.parent_selection must be one of {', '.join(STRATEGIES)}, "
+                        f"got {config.loop.parent_selection!r}")
+    if config.loop.run_baseline not in (None, *BASELINES):
+        raise UserError(f"loop.run_baseline must be one of {', '.join(BASELINES)}, got {config.loop.run_baseline!r}")
     if config.sandbox.backend not in SANDBOX_BACKENDS:
         raise UserError(f"sandbox.backend must be one of {', '.join(SANDBOX_BACKENDS)}, got {config.sandbox.backend!r}")
     return config

@@ -225,6 +225,10 @@ class Gateway:
         while True:
             attempt += 1
             try:
+                if params.get("tools"):
+                    # Plain function tools: without this litellm imports its MCP support (the
+                    # optional `mcp` package) to inspect them. It is not sent to the provider.
+                    params = {**params, "_skip_mcp_handler": True}
                 response = lit.completion(
                     model=model,
                     messages=messages,

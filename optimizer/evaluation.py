@@ -1,0 +1,129 @@
+"""Staged evaluation of a node, with content-addressed results.
+
+Stage 1 runs each domain's train split on its first `staged_eval_samples` rows; only
+if every domain scores above 0 does the full evaluation run (grading: train and val;
+proofs: all problems; test too with --eval_test). Each (task-agent code, model,
+domain, split, rows) gets a folder under `evals/` named by a hash of those: a task
+agent that did not change is never paid for twice, and an evaluation a kill
+interrupted resumes from its journal. The full train run starts from the staged
+run's rows, which are its first rows.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from optimizer.errors import UserError
+from optimizer.fsutil import atomic_write_json
+
+
+@dataclass
+class SplitResult:
+    score: float | None
+    rows: int
+    key: str
+
+
+@dataclass
+class DomainResult:
+    splits: dict[str, SplitResult] = field(default_factory=dict)
+    full: bool = False
+
+
+class BudgetStop(Exception):
+    """The run's budget ran out during an evaluation."""
+
+
+def eval_key(agent_hash: str, domain: str, split: str, rows: int, model: str) -> str:
+    text = json.dumps([agent_hash, domain, split, rows, model])
+    return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
+def split_rows(domain, split: str, limit: int) -> int:
+    """How many rows an evaluation of `split` with `limit` (-1 = all) covers."""
+    total = len(domain.load(split))
+    return total if limit < 0 else min(limit, total)
+
+
+class Evaluator:
+    def __init__(self, run_dir: Path, config, gateway, backend: str, task_model: str):
+        self.evals_dir = run_dir / "evals"
+        self.config = config
+        self.gateway = gateway
+        self.backend = backend
+        self.task_model = task_model
+
+    def full_splits(self, domain) -> list[str]:
+        wanted = ["train", "val"] + (["test"] if self.config.loop.eval_test else [])
+        return [s for s in wanted if s in domain.splits]
+
+    def evaluate(self, domains: list, worktree: Path, node_id: str, agent_hash: str) -> dict[str, DomainResult]:
+        """Staged, then full evaluation of every domain; raises BudgetStop when the money runs out."""
+        results = {d.name: DomainResult() for d in domains}
+        if not self.config.loop.skip_staged_eval:
+            for d in domains:
+                rows = split_rows(d, "train", d.staged_eval_samples)
+                results[d.name].splits["train"] = self._split(d, "train", rows, worktree, node_id, agent_hash)
+            if any((r.splits["train"].score or 0) <= 0 for r in results.values()):
+                return results
+        for d in domains:
+            for split in self.full_splits(d):
+                rows = split_rows(d, split, self.config.loop.eval_samples)
+                results[d.name].splits[split] = self._split(d, split, rows, worktree, node_id, agent_hash)
+            results[d.name].full = True
+        return results
+
+    def _split(self, domain, split: str, rows: int, worktree: Path, node_id: str, agent_hash: str) -> SplitResult:
+        from domains.harness import harness
+
+        key = eval_key(agent_hash, domain.name, split, rows, self.task_model)
+        folder = self.evals_dir / key
+        report_path = folder / "report.json"
+        if report_path.exists():
+            return SplitResult(json.loads(report_path.read_text()).get(domain.score_key), rows, key)
+        self._seed_from_smaller(folder, agent_hash, domain.name, split, rows)
+        try:
+            harness(domain=domain.name, subset=split, num_samples=rows, output_dir=str(self.evals_dir), run_id=key,
+                    resume_from=str(folder) if (folder / "predictions.jsonl").exists() else None,
+                    model=self.task_model, config=self.config, gateway=self.gateway, node=node_id,
+                    workspace=worktree, sandbox=self.backend, show_progress=True)
+        except UserError as e:
+            if self.gateway.budget_left_message():
+                raise BudgetStop(str(e)) from None
+            raise
+        report = self._score(domain, folder, node_id)
+        atomic_write_json(report_path, report)
+        return SplitResult(report.get(domain.score_key), rows, key)
+
+    def _seed_from_smaller(self, folder: Path, agent_hash: str, domain: str, split: str, rows: int) -> None:
+        """Start a full run from the staged run's journal: same agent, same first rows."""
+        if folder.exists() or split != "train":
+            return
+        from domains.registry import get_domain
+
+        staged = self.evals_dir / eval_key(agent_hash, domain, split, get_domain(domain).staged_eval_samples,
+                                           self.task_model)
+        if (staged / "predictions.jsonl").exists():
+            folder.mkdir(parents=True)
+            shutil.copy2(staged / "predictions.jsonl", folder / "predictions.jsonl")
+
+    def _score(self, domain, folder: Path, node_id: str) -> dict:
+        """The domain's metrics; predictions that need grading are graded first, outside
+        the workspace, by the installed grader (role grader)."""
+        from domains.harness import harness
+        from domains.registry import get_domain
+        from domains.report import score_predictions
+
+        if not domain.graded_by:
+            return score_predictions(domain, folder / "predictions.csv")
+        graded = get_domain(domain.graded_by)
+        gradings = folder / "gradings"
+        harness(domain=graded.name, agent_path=domain.grader_agent, proofs_dname=str(folder), output_dir=str(folder),
+                run_id="gradings", resume_from=str(gradings) if (gradings / "predictions.jsonl").exists() else None,
+                model=self.config.resolve_model(graded.model_role), config=self.config, gateway=self.gateway,
+                node=node_id, sandbox=self.backend, show_progress=True)
+        return score_predictions(graded, gradings / "predictions.csv")

@@ -1,0 +1,1 @@
+"""Trusted scripts that run inside a sandbox, mounted read-only: stdlib and the workspace only."""

@@ -1,0 +1,43 @@
+"""Run the workspace's meta agent once, inside the sandbox.
+
+    python run_meta.py --repo /workspace --eval_path /feedback --iterations_left 3 \
+        --model M --transcript /out/meta_chat_history.md [--try_command "..."]
+
+It imports `MetaAgent` from the workspace (the agent may have rewritten it), so it
+imports nothing from the trusted core. Exit 0 when `forward` returned; 3 when the
+meta agent cannot be loaded; 4 when it raised.
+"""
+
+import argparse
+import sys
+import traceback
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--repo", required=True)
+    ap.add_argument("--eval_path", required=True)
+    ap.add_argument("--iterations_left", type=int, default=None)
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--transcript", required=True)
+    ap.add_argument("--try_command", default=None)
+    ap.add_argument("--max_tool_calls", type=int, default=40)
+    args = ap.parse_args()
+    sys.path.insert(0, args.repo)
+    try:
+        from meta_agent import MetaAgent
+    except BaseException:
+        traceback.print_exc()
+        return 3
+    try:
+        agent = MetaAgent(model=args.model, chat_history_file=args.transcript)
+        agent.forward(repo_path=args.repo, eval_path=args.eval_path, iterations_left=args.iterations_left,
+                      try_command=args.try_command, max_tool_calls=args.max_tool_calls)
+    except BaseException:
+        traceback.print_exc()
+        return 4
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,267 @@
+"""The self-improvement loop: select a parent, let the meta agent change it, evaluate, keep.
+
+One generation, as DESIGN.md describes it:
+
+1. select a parent among the archive's valid, scored nodes (a named strategy, or the
+   workspace's own `select_next_parent.py` with --edit_select_parent);
+2. check out the parent's commit as a git worktree;
+3. run the meta agent in a sandbox on it, through the gateway, with the train split
+   and earlier train results read-only and a command to try the task agent;
+4. commit the change (protected paths dropped); an empty diff is a `no_change` node;
+5. import the new TaskAgent and MetaAgent in the sandbox;
+6. staged, then full evaluation (optimizer.evaluation);
+7. record the node atomically.
+
+Every step leaves a trace in `archive.jsonl` before the next starts, so a run killed
+anywhere resumes with `--resume_from`: finished nodes stay, the meta agent's committed
+change is not asked for again, evaluations continue from their journals.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+import time
+from pathlib import Path
+
+from archive.selection import select_parent
+from archive.store import Archive, Node, selection_score
+from optimizer.config import PROJECT_ROOT, Config
+from optimizer.evaluation import BudgetStop, Evaluator, split_rows
+from optimizer.sandbox import Mount, open_sandbox
+from optimizer.sandbox.base import TRUSTED_DIR
+from optimizer.workspace import RunRepo
+
+INSIDE = PROJECT_ROOT / "optimizer" / "inside"
+FEEDBACK = "/feedback"  # earlier generations' train results, read-only inside
+DATA = "/data"  # train rows with labels, read-only inside
+NODE_OUT = "/out/node"  # the node's folder (transcript), writable inside
+
+
+class Loop:
+    def __init__(self, run_dir: Path, config: Config, domains: list, gateway, backend: str):
+        self.run_dir = run_dir
+        self.config = config
+        self.domains = domains
+        self.gateway = gateway
+        self.backend = backend
+        self.archive = Archive(run_dir)
+        self.repo = RunRepo(run_dir / "repo")
+        self.task_model = config.resolve_model("task")
+        self.meta_model = config.resolve_model("meta")
+        self.evaluator = Evaluator(run_dir, config, gateway, backend, self.task_model)
+        self.full_sizes = {d.name: split_rows(d, "val" if "val" in d.splits else "train", config.loop.eval_samples)
+                           for d in domains}
+        self.rng = random.Random(config.loop.seed)
+        self._write_train_data()
+
+    # -- the run --------------------------------------------------------------------------
+    def run(self) -> None:
+        if "initial" not in self.archive.nodes:
+            self.archive.log("gen_start", node_id="initial", parent=None, generation=0)
+            node = self._evaluate_new("initial", None, 0, self.repo.node_commit("initial"), {})
+            self.archive.record(node)
+            self.after_node(node)
+        while True:
+            pending = self.archive.pending_generation()
+            if pending:
+                node_id, parent, generation = pending["node_id"], pending["parent"], pending["generation"]
+            else:
+                generation = self.archive.next_generation()
+                if generation > self.config.loop.max_generation:
+                    return
+                node_id, parent = str(generation), self.choose_parent()
+                self.archive.log("gen_start", node_id=node_id, parent=parent, generation=generation)
+            node = self.generation(node_id, parent, generation)
+            self.archive.record(node)
+            self.after_node(node)
+            if node.status == "budget_stopped":
+                return
+
+    def after_node(self, node: Node) -> None:
+        """One line on the node, then the plots and report.html redrawn."""
+        scores = ", ".join(f"{d}/{s}={v:.3f}" for d, splits in node.scores.items() for s, v in splits.items()
+                           if v is not None) or "not scored"
+        print(f"node {node.node_id} (parent {node.parent}): {node.status}; {scores}; "
+              f"cost ${sum(node.cost_usd.values()):.4f}", flush=True)
+        self.write_pictures()
+
+    def write_pictures(self) -> None:
+        from archive.plots import write_plots
+        from archive.report import write_report
+
+        best = self.best()
+        best_id = best.node_id if best else None
+        try:
+            images = write_plots(self.archive, self.domains, self.full_sizes, best_id, self.run_dir)
+            write_report(self.archive, self.domains, self.full_sizes, best_id, images, self.run_dir / "report.html")
+        except Exception as e:  # a picture is never worth a run
+            print(f"warning: plots not updated: {type(e).__name__}: {e}", flush=True)
+
+    def choose_parent(self) -> str:
+        if self.config.loop.run_baseline == "no_archive":
+            return max(self.archive.ordered(), key=lambda n: (n.valid_parent, n.generation)).node_id
+        candidates = self.archive.candidates(self.domains, self.full_sizes)
+        return select_parent(candidates, self.config.loop.parent_selection, self.rng).node_id
+
+    # -- one generation -------------------------------------------------------------------
+    def generation(self, node_id: str, parent: str, generation: int) -> Node:
+        started = time.monotonic()
+        parent_commit = self.repo.node_commit(parent)
+        done = self.archive.meta_result(node_id)
+        if done is None:
+            done = self.run_meta_agent(node_id, parent_commit, generation)
+            self.archive.log("meta_done", node_id=node_id, **done)
+        node = Node(node_id, parent, generation, commit=done["commit"], patch=done["patch"],
+                    seconds={"meta": done["seconds"]})
+        if done["status"] != "ok":
+            node.status, node.error = done["status"], done.get("error")
+        elif done["commit"] is None:
+            node.status = "no_change"
+        else:
+            node = self._evaluate_new(node_id, parent, generation, done["commit"], done)
+        node.seconds["total"] = round(time.monotonic() - started, 3)
+        self._book_costs(node)
+        return node
+
+    def run_meta_agent(self, node_id: str, parent_commit: str, generation: int) -> dict:
+        out = self.archive.node_dir(node_id)
+        worktree = self.repo.worktree(parent_commit, self.run_dir / "worktrees" / node_id)
+        if self.config.loop.run_baseline == "no_selfimprove":
+            self._restore_initial_meta_agent(worktree)
+        iterations_left = self.config.loop.max_generation - generation
+        try_command = f"python {TRUSTED_DIR}/try_agent.py --rows 5"
+        argv = [None, f"{TRUSTED_DIR}/run_meta.py", "--repo", "/workspace", "--eval_path", FEEDBACK,
+                "--iterations_left", str(iterations_left), "--model", self.meta_model,
+                "--transcript", f"{NODE_OUT}/meta_chat_history.md", "--try_command", try_command,
+                "--max_tool_calls", str(self.config.loop.meta_max_calls)]
+        started = time.monotonic()
+        with open_sandbox(self.config.sandbox, worktree, self._meta_mounts(out), self.gateway.unix_socket,
+                          self.backend) as box:
+            argv[0] = box.python
+            env = self._agent_env(box, node_id)
+            result = box.run(argv, env, timeout=self.config.loop.meta_timeout_s)
+        (out / "meta_stdout.log").write_text(result.stdout + "\n--- stderr ---\n" + result.stderr)
+        seconds = round(time.monotonic() - started, 3)
+        dropped_meta = self.config.loop.run_baseline == "no_selfimprove"
+        capture = self.repo.capture(worktree, parent_commit, node_id, also_drop=("meta_agent",) if dropped_meta else ())
+        (out / "patch.diff").write_text(capture.patch)
+        self.repo.remove_worktree(worktree)
+        patch = {"files": capture.files, "insertions": capture.insertions, "deletions": capture.deletions,
+                 "dropped": capture.dropped}
+        if not result.ok:
+            # The child is marked, never the parent; its change is kept in patch.diff to read.
+            tail = (result.stderr.strip().splitlines() or [""])[-1][:300]
+            return {"status": "meta_failed", "commit": None, "patch": patch, "seconds": seconds,
+                    "error": f"meta agent {result.why()}: {tail}"}
+        return {"status": "ok", "commit": capture.commit, "patch": patch, "seconds": seconds}
+
+    def _evaluate_new(self, node_id: str, parent: str | None, generation: int, commit: str, done: dict) -> Node:
+        node = Node(node_id, parent, generation, commit=commit, patch=done.get("patch", {}),
+                    seconds={"meta": done.get("seconds", 0.0)})
+        worktree = self.repo.worktree(commit, self.run_dir / "worktrees" / node_id)
+        try:
+            started = time.monotonic()
+            problem = self.check_loads(worktree, node_id)
+            node.seconds["check"] = round(time.monotonic() - started, 3)
+            if problem:
+                node.status, node.error = "load_failed", problem
+                return node
+            started = time.monotonic()
+            try:
+                results = self.evaluator.evaluate(self.domains, worktree, node_id, self.repo.task_agent_hash(commit))
+            except BudgetStop as e:
+                node.status, node.error = "budget_stopped", str(e)
+                return node
+            except Exception as e:  # one node's evaluation never ends the run
+                node.status, node.error = "eval_failed", f"{type(e).__name__}: {e}"[:500]
+                return node
+            finally:
+                node.seconds["eval"] = round(time.monotonic() - started, 3)
+            for name, result in results.items():
+                node.scores[name] = {s: r.score for s, r in result.splits.items()}
+                node.samples[name] = {s: r.rows for s, r in result.splits.items()}
+                node.eval_keys[name] = {s: r.key for s, r in result.splits.items()}
+                node.full_eval[name] = result.full
+            self._publish_feedback(node)
+            return node
+        finally:
+            self.repo.remove_worktree(worktree)
+            self._book_costs(node)
+
+    def check_loads(self, worktree: Path, node_id: str) -> str | None:
+        """None when TaskAgent and MetaAgent (and the selector, if used) import in the sandbox."""
+        imports = "from task_agent import TaskAgent\nfrom meta_agent import MetaAgent\n"
+        if self.config.loop.edit_select_parent:
+            imports += "from select_next_parent import select_next_parent\n"
+        with open_sandbox(self.config.sandbox, worktree, [], None, self.backend) as box:
+            result = box.run([box.python, "-c", imports], {**box.base_env(), "PYTHONPATH": box.workdir},
+                             timeout=self.config.loop.check_timeout_s)
+        if result.ok:
+            return None
+        return f"import check {result.why()}: " + " | ".join(result.stderr.strip().splitlines()[-3:])[:500]
+
+    # -- what the sandbox sees ------------------------------------------------------------
+    def _meta_mounts(self, out: Path) -> list[Mount]:
+        feedback = self.run_dir / "feedback"
+        feedback.mkdir(exist_ok=True)
+        return [Mount(INSIDE / "run_meta.py", f"{TRUSTED_DIR}/run_meta.py"),
+                Mount(INSIDE / "try_agent.py", f"{TRUSTED_DIR}/try_agent.py"),
+                Mount(self.run_dir / "train_data", DATA),
+                Mount(feedback, FEEDBACK),
+                Mount(out, NODE_OUT, writable=True)]
+
+    def _agent_env(self, box, node_id: str) -> dict:
+        from domains.harness import worker_env
+
+        meta_key = self.gateway.new_session(node_id, "meta", max_calls=self.config.loop.meta_max_calls)
+        try_key = self.gateway.new_session(node_id, "task")
+        self.gateway.allow_models(self.meta_model, self.task_model)
+        env = worker_env(box, box.gateway_url or self.gateway.url, meta_key)
+        env.update(TRY_GATEWAY_KEY=try_key, TRY_MODEL=self.task_model, WORKSPACE=box.workdir,
+                   PYTHONPATH=box.workdir)
+        return env
+
+    def _write_train_data(self) -> None:
+        """Train rows with inputs and label, one JSON line each, for the try command."""
+        folder = self.run_dir / "train_data"
+        folder.mkdir(exist_ok=True)
+        for d in self.domains:
+            path = folder / f"{d.name}_train.jsonl"
+            if path.exists():
+                continue
+            df = d.load("train")
+            lines = [json.dumps({"id": str(r[d.question_id]), "inputs": d.format_inputs(r),
+                                 "label": r[d.label_column] if d.label_column else None}, default=str)
+                     for r in df.to_dict("records")]
+            path.write_text("\n".join(lines) + "\n")
+
+    def _publish_feedback(self, node: Node) -> None:
+        """Copy the node's train results (never val/test) where later meta agents can read them."""
+        for domain, keys in node.eval_keys.items():
+            if "train" not in keys:
+                continue
+            src = self.run_dir / "evals" / keys["train"]
+            dst = self.run_dir / "feedback" / node.node_id / domain
+            dst.mkdir(parents=True, exist_ok=True)
+            for name in ("predictions.csv", "report.json"):
+                if (src / name).exists():
+                    shutil.copy2(src / name, dst / name)
+
+    def _restore_initial_meta_agent(self, worktree: Path) -> None:
+        """Baseline no_selfimprove: the meta agent always runs as it was in the initial node."""
+        shutil.rmtree(worktree / "meta_agent", ignore_errors=True)
+        self.repo.git("checkout", self.repo.node_commit("initial"), "--", "meta_agent", cwd=worktree)
+
+    def _book_costs(self, node: Node) -> None:
+        for role in ("meta", "task", "grader"):
+            spent = self.gateway.ledger.totals(run_id=self.gateway.run_id, node=node.node_id, role=role)
+            if spent.calls:
+                node.cost_usd[role] = round(spent.cost_usd, 6)
+                node.tokens[role] = spent.tokens
+
+    def best(self) -> Node | None:
+        scored = [(sum(selection_score(n, d, self.full_sizes) or 0 for d in self.domains), n)
+                  for n in self.archive.nodes.values() if n.valid_parent]
+        return max(scored, key=lambda t: (t[0], t[1].generation))[1] if scored else None

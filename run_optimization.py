@@ -1,0 +1,160 @@
+"""Run the self-improvement loop on one or more domains.
+
+    python -m run_optimization --domain imo_grading
+    python -m run_optimization --domain imo_grading --max_generation 20 --budget_usd 50
+    python -m run_optimization --resume_from outputs/RUN    # after a crash, a kill or Ctrl-C
+
+A run folder holds the run's git repository of agent versions (`repo/`), one folder
+per node (`nodes/<id>/`: node.json, patch.diff, the meta agent's transcript), the
+evaluations (`evals/`), `archive.jsonl` (the event log), the ledger of every model
+call and `run.json` (the plan and configuration, reused on resume).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from collections import Counter
+from datetime import datetime
+from pathlib import Path
+
+from optimizer.config import BASELINES, SANDBOX_BACKENDS, Config, _merge, load_config
+from optimizer.errors import UserError, exit_on_user_error
+from optimizer.fsutil import atomic_write_json
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from archive.selection import STRATEGIES
+
+    ap = argparse.ArgumentParser(prog="python -m run_optimization", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--domain", nargs="+", default=None, help="one or more domains (imo_grading, imo_proof, ...)")
+    ap.add_argument("--config", default=None, help="YAML config overriding configs/default.yaml")
+    ap.add_argument("--run_id", default=None, help="run folder name (default: a timestamp)")
+    ap.add_argument("--output_dir", default="./outputs", help="parent folder of runs")
+    ap.add_argument("--resume_from", default=None, help="a run folder to continue")
+    ap.add_argument("--max_generation", type=int, default=None, help="generations after the initial node (10)")
+    ap.add_argument("--eval_samples", type=int, default=None, help="rows per full evaluation split (-1 = all)")
+    ap.add_argument("--eval_workers", type=int, default=None, help="rows evaluated in parallel")
+    ap.add_argument("--parent_selection", choices=sorted(STRATEGIES), default=None,
+                    help="how the next parent is chosen (score_child_prop)")
+    ap.add_argument("--seed", type=int, default=None, help="seed of parent selection, to replay a run")
+    ap.add_argument("--skip_staged_eval", action="store_true", default=None, help="no 10-row stage first")
+    ap.add_argument("--eval_test", action="store_true", default=None, help="also evaluate the test split")
+    ap.add_argument("--edit_select_parent", action="store_true", default=None,
+                    help="the workspace's select_next_parent.py chooses parents")
+    ap.add_argument("--run_baseline", choices=BASELINES, default=None, help="a baseline of the paper")
+    ap.add_argument("--budget_usd", type=float, default=None, help="stop the run once this much is spent")
+    ap.add_argument("--meta_model", default=None, help="the meta agent's model (litellm string)")
+    ap.add_argument("--task_model", default=None, help="the task agent's model (litellm string)")
+    ap.add_argument("--sandbox", choices=SANDBOX_BACKENDS, default=None, help="where agent code runs (auto)")
+    return ap
+
+
+LOOP_FLAGS = ("max_generation", "eval_samples", "parent_selection", "seed", "skip_staged_eval", "eval_test",
+              "edit_select_parent", "run_baseline")
+
+
+def apply_flags(config: Config, args) -> Config:
+    for name in LOOP_FLAGS:
+        if getattr(args, name) is not None:
+            setattr(config.loop, name, getattr(args, name))
+    for flag, (section, name) in {"budget_usd": ("gateway", "budget_usd"), "eval_workers": ("harness", "num_workers"),
+                                  "meta_model": ("models", "meta"), "task_model": ("models", "task"),
+                                  "sandbox": ("sandbox", "backend")}.items():
+        if getattr(args, flag) is not None:
+            setattr(getattr(config, section), name, getattr(args, flag))
+    return config
+
+
+def plan_lines(run_dir: Path, domains, config: Config, backend: str, resumed: bool) -> list[str]:
+    from optimizer.evaluation import split_rows
+
+    lines = [f"run      {run_dir} ({'resumed' if resumed else 'new'})"]
+    for d in domains:
+        full = [f"{s} {split_rows(d, s, config.loop.eval_samples)}"
+                for s in ("train", "val", "test") if s in d.splits and (s != "test" or config.loop.eval_test)]
+        staged = "" if config.loop.skip_staged_eval else f"staged {d.staged_eval_samples} train rows, then "
+        lines.append(f"domain   {d.name}: {staged}{' + '.join(full)} (score: {d.score_key})")
+    loop = config.loop
+    lines += [f"models   task {config.resolve_model('task')}, meta {config.resolve_model('meta')}",
+              f"sandbox  {backend}",
+              f"budget   " + (f"${config.gateway.budget_usd:g}" if config.gateway.budget_usd is not None else "none"),
+              f"loop     {loop.max_generation} generations, parent selection {loop.parent_selection}"
+              + (f", seed {loop.seed}" if loop.seed is not None else "")
+              + (f", baseline {loop.run_baseline}" if loop.run_baseline else "")]
+    return lines
+
+
+def summary_lines(loop) -> list[str]:
+    nodes = loop.archive.ordered()
+    counts = Counter(n.status for n in nodes)
+    spent = loop.gateway.spent()
+    lines = [f"{len(nodes)} nodes: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())),
+             f"cost ${spent.cost_usd:.4f} in {spent.calls} model calls ({spent.cache_hits} cached)"]
+    best = loop.best()
+    if best:
+        scores = ", ".join(f"{d}/{s} {v:.3f}" for d, sp in best.scores.items() for s, v in sp.items() if v is not None)
+        lines.append(f"best node {best.node_id} (generation {best.generation}): {scores}")
+    return lines
+
+
+def main(argv=None) -> None:
+    from domains.registry import get_domain
+    from optimizer.gateway import open_gateway
+    from optimizer.loop import Loop
+    from optimizer.providers import check_credentials, load_dotenv_file
+    from optimizer.sandbox import choose_backend
+    from optimizer.workspace import RunRepo
+    from optimizer.config import PROJECT_ROOT
+
+    args = build_parser().parse_args(argv)
+    if args.resume_from:
+        run_dir = Path(args.resume_from).resolve()
+        saved = run_dir / "run.json"
+        if not saved.is_file():
+            raise UserError(f"--resume_from {args.resume_from}: no run.json there (not a run folder)")
+        import json
+
+        state = json.loads(saved.read_text())
+        config = _merge(Config(), state["config"], "")
+        domain_names = state["domains"]
+    else:
+        if not args.domain:
+            raise UserError("pass --domain (e.g. --domain imo_grading), or --resume_from RUN_DIR")
+        config = load_config(args.config)
+        domain_names = [n for arg in args.domain for n in arg.split(",") if n]
+        run_dir = (Path(args.output_dir) / (args.run_id or datetime.now().strftime("%Y%m%d_%H%M%S"))).resolve()
+        if (run_dir / "run.json").exists():
+            raise UserError(f"{run_dir} already holds a run: pass --resume_from {run_dir}, or another --run_id")
+    config = apply_flags(config, args)
+    domains = [get_domain(n) for n in domain_names]
+    for d in domains:
+        if "train" not in d.splits:
+            raise UserError(f"domain {d.name} has no train split and cannot be optimized")
+    load_dotenv_file()
+    models = {config.resolve_model("task"), config.resolve_model("meta")}
+    models |= {config.resolve_model(get_domain(d.graded_by).model_role) for d in domains if d.graded_by}
+    for model in sorted(models):
+        check_credentials(model)
+    backend = choose_backend(config.sandbox)
+    resumed = (run_dir / "run.json").exists()
+    print("\n".join(plan_lines(run_dir, domains, config, backend, resumed)), flush=True)
+
+    if not resumed:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        RunRepo.create(run_dir / "repo", PROJECT_ROOT)
+    atomic_write_json(run_dir / "run.json", {"domains": domain_names, "config": dataclasses.asdict(config),
+                                             "sandbox": backend, "updated_at": datetime.now().isoformat()})
+    gateway = open_gateway(config, run_dir, run_id=run_dir.name)
+    gateway.allow_models(*models)
+    try:
+        loop = Loop(run_dir, config, domains, gateway, backend)
+        loop.run()
+        print("\n".join(summary_lines(loop)))
+    finally:
+        gateway.stop()
+        gateway.ledger.close()
+
+
+if __name__ == "__main__":
+    exit_on_user_error(main)

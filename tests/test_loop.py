@@ -1,0 +1,139 @@
+"""The self-improvement loop end to end: CLI -> sandboxed meta agent -> git -> staged evaluation.
+
+The fake provider plays both models. As the meta model it follows a script of tool
+calls per generation; as the task model it grades with "incorrect" unless the prompt
+carries the marker that the scripted improving edit adds, in which case it answers
+with the true label (looked up in the data by the student's answer), so the improved
+agent scores 1.0 and must be found, fully evaluated and selected.
+"""
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from conftest import FAST_CONFIG, REPO_ROOT, cli_env, run_cli
+from optimizer.config import PROJECT_ROOT
+
+DATA = PROJECT_ROOT / "domains" / "imo" / "data"
+MARKER = "GRADE-CAREFULLY-7"
+TRUTH = {r["Response"].strip(): r["Reward"] for split in ("train", "val", "test")
+         for r in pd.read_csv(DATA / f"gradingbench_filtered_100_{split}.csv").to_dict("records")}
+
+IMPROVE = {"tool_name": "editor", "tool_input": {
+    "command": "str_replace", "path": "/workspace/task_agent/task_agent.py",
+    "old_str": "You are an expert grader", "new_str": f"{MARKER} You are an expert grader"}}
+PROTECTED = {"tool_name": "bash", "tool_input": {
+    "command": "mkdir -p /workspace/domains && echo 'cheat = 1' > /workspace/domains/metrics.py"}}
+BREAK = {"tool_name": "bash", "tool_input": {"command": "echo 'def broken(:' >> /workspace/task_agent/__init__.py"}}
+META_ONLY = {"tool_name": "bash", "tool_input": {"command": "echo '# notes' >> /workspace/meta_agent/__init__.py"}}
+
+
+def tool_call(action: dict) -> str:
+    return f"I will do this.\n<json>{json.dumps(action)}</json>"
+
+
+def responder(script: dict[int, list[dict]], meta_calls: list):
+    """Meta runs follow `script[n]` for the n-th run (a run starts with a request that has no
+    assistant turn yet); task prompts are graded as described above."""
+    runs = []
+
+    def respond(request: dict) -> str:
+        messages = request["messages"]
+        opening = " ".join(str(m["content"]) for m in messages[:2])
+        if "/workspace" in opening and "/feedback" in opening:
+            meta_calls.append(request)
+            turn = sum(1 for m in messages if m["role"] == "assistant")
+            if turn == 0:
+                runs.append(len(runs) + 1)
+            actions = script.get(runs[-1], [])
+            return tool_call(actions[turn]) if turn < len(actions) else "Done: the change is in place."
+        user = str(messages[-1]["content"])
+        if "## Student's answer" in user:
+            answer = user.split("## Student's answer\n", 1)[1].rsplit("\n\nThink the verification", 1)[0]
+            label = TRUTH.get(answer.strip(), "Incorrect") if MARKER in user else "incorrect"
+            return f'<json>{{"response": "{label.lower()}"}}</json>'
+        return "ok"
+
+    return respond
+
+
+def loop_config(tmp_path, **loop) -> str:
+    text = FAST_CONFIG + "loop:\n  eval_samples: 20\n  meta_timeout_s: 120\n" + "".join(
+        f"  {k}: {v}\n" for k, v in loop.items())
+    path = tmp_path / "loop.yaml"
+    path.write_text(text)
+    return str(path)
+
+
+def run_loop(tmp_path, fake, *args, config, timeout=600):
+    return run_cli("run_optimization", "--domain", "imo_grading", "--output_dir", str(tmp_path / "out"),
+                   "--run_id", "run", "--task_model", "openai/fake", "--meta_model", "openai/fake-meta",
+                   "--config", config, *args, env=cli_env(fake), timeout=timeout)
+
+
+def nodes(run_dir: Path) -> dict:
+    return {p.parent.name: json.loads(p.read_text()) for p in (run_dir / "nodes").glob("*/node.json")}
+
+
+def task_calls(run_dir: Path, node: str) -> int:
+    import sqlite3
+
+    db = sqlite3.connect(run_dir / "ledger.sqlite")
+    return db.execute("SELECT COUNT(*) FROM calls WHERE node = ? AND role = 'task'", (node,)).fetchone()[0]
+
+
+def test_an_improving_edit_is_found_fully_evaluated_and_selected(tmp_path, fake_openai):
+    meta_calls = []
+    fake_openai.set_responder(responder({1: [IMPROVE]}, meta_calls))
+    r = run_loop(tmp_path, fake_openai, "--max_generation", "2", "--parent_selection", "best",
+                 config=loop_config(tmp_path))
+    assert r.returncode == 0, r.stderr[-3000:]
+    run_dir = tmp_path / "out" / "run"
+    found = nodes(run_dir)
+    assert set(found) == {"initial", "1", "2"}
+    initial, improved = found["initial"], found["1"]
+    assert improved["status"] == "ok" and improved["full_eval"] == {"imo_grading": True}
+    assert improved["scores"]["imo_grading"]["val"] == 1.0 > initial["scores"]["imo_grading"]["val"]
+    assert improved["samples"]["imo_grading"] == {"train": 20, "val": 20}
+    assert MARKER in (run_dir / "nodes" / "1" / "patch.diff").read_text()
+    # Generation 2 starts from the best node; its meta agent did nothing.
+    assert found["2"]["parent"] == "1" and found["2"]["status"] == "no_change"
+    assert "best node 1" in r.stdout
+    # The meta agent was told where things are and how many generations are left.
+    opening = " ".join(str(m["content"]) for m in meta_calls[0]["messages"][:2])
+    assert "/feedback" in opening and "try_agent.py" in opening and "Iterations left in this run: 1" in opening
+    # Only train results are there for later meta agents, never val.
+    assert (run_dir / "feedback" / "1" / "imo_grading" / "predictions.csv").exists()
+    assert not any("val" in str(p) for p in (run_dir / "feedback").rglob("*"))
+    assert (run_dir / "nodes" / "1" / "meta_chat_history.md").exists()
+    assert improved["cost_usd"].keys() >= {"meta", "task"}
+
+
+def test_protected_edits_are_dropped_broken_imports_and_no_ops_are_marked(tmp_path, fake_openai):
+    fake_openai.set_responder(responder({1: [PROTECTED], 2: [BREAK], 3: []}, []))
+    r = run_loop(tmp_path, fake_openai, "--max_generation", "3", "--parent_selection", "latest",
+                 config=loop_config(tmp_path))
+    assert r.returncode == 0, r.stderr[-3000:]
+    found = nodes(tmp_path / "out" / "run")
+    assert found["1"]["status"] == "no_change" and found["1"]["patch"]["dropped"] == ["domains/metrics.py"]
+    assert found["2"]["status"] == "load_failed" and "SyntaxError" in found["2"]["error"]
+    assert found["3"]["status"] == "no_change"
+    # A failed child never takes a parent's place: generation 3 started from a valid node.
+    assert found["3"]["parent"] == "initial"
+
+
+def test_a_task_agent_that_did_not_change_costs_no_task_call(tmp_path, fake_openai):
+    fake_openai.set_responder(responder({1: [META_ONLY]}, []))
+    r = run_loop(tmp_path, fake_openai, "--max_generation", "1", config=loop_config(tmp_path))
+    assert r.returncode == 0, r.stderr[-3000:]
+    run_dir = tmp_path / "out" / "run"
+    found = nodes(run_dir)
+    assert found["1"]["status"] == "ok" and found["1"]["scores"] == found["initial"]["scores"]
+    assert task_calls(run_dir, "initial") == 40  # 10 staged rows, then 10 more train (not 20) and 20 val
+    assert task_calls(run_dir, "1") == 0
