@@ -46,6 +46,7 @@ def write_plots(archive: Archive, domains: list, full_sizes: dict[str, int], bes
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     written = []
     for domain in domains:
@@ -60,6 +61,7 @@ def write_plots(archive: Archive, domains: list, full_sizes: dict[str, int], bes
                 gens, scores = zip(*series["lineage"])
                 ax.plot(gens, scores, marker="o", linestyle="--", label=f"lineage of node {best_id}")
             ax.set(xlabel="generation", ylabel=f"{domain.score_key} ({split})", title=f"{domain.name}: {split}")
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
             ax.grid(alpha=0.3)
             ax.legend(loc="lower right")
             path = out_dir / f"progress_{domain.name}_{split}.png"
@@ -71,6 +73,8 @@ def write_plots(archive: Archive, domains: list, full_sizes: dict[str, int], bes
 
 
 def _tree(archive: Archive, domains, full_sizes, best_id, path: Path, plt) -> Path:
+    from matplotlib.ticker import MaxNLocator
+
     nodes = archive.ordered()
     rows: dict[int, int] = {}
     position = {}
@@ -98,6 +102,7 @@ def _tree(archive: Archive, domains, full_sizes, best_id, path: Path, plt) -> Pa
         ax.scatter(*position[best_id], marker="*", s=500, facecolors="none", edgecolors="red", zorder=4,
                    label=f"best: {best_id}")
     ax.set(xlabel="generation", yticks=[], title="archive")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.legend(loc="upper left", fontsize=8)
     fig.savefig(path, dpi=100, bbox_inches="tight")
     plt.close(fig)

@@ -103,7 +103,38 @@ class Loop:
         if self.config.loop.run_baseline == "no_archive":
             return max(self.archive.ordered(), key=lambda n: (n.valid_parent, n.generation)).node_id
         candidates = self.archive.candidates(self.domains, self.full_sizes)
+        if self.config.loop.edit_select_parent:
+            chosen, problem = self.agent_selects_parent(candidates)
+            if chosen:
+                return chosen
+            self.archive.log("selection_fallback", reason=problem)
+            print(f"warning: select_next_parent.py failed ({problem}); using {self.config.loop.parent_selection}")
         return select_parent(candidates, self.config.loop.parent_selection, self.rng).node_id
+
+    def agent_selects_parent(self, candidates) -> tuple[str | None, str | None]:
+        """The latest valid node's own select_next_parent.py picks, run in the sandbox."""
+        latest = max((self.archive.nodes[c.node_id] for c in candidates), key=lambda n: n.generation)
+        rows = [{"node_id": c.node_id, "parent": self.archive.nodes[c.node_id].parent, "score": c.score,
+                 "generation": self.archive.nodes[c.node_id].generation, "children": c.children,
+                 "scores": self.archive.nodes[c.node_id].scores} for c in candidates]
+        code = ("import json, sys\nfrom select_next_parent import select_next_parent\n"
+                "print(json.dumps(select_next_parent(json.load(sys.stdin))))")
+        worktree = self.repo.worktree(latest.commit, self.run_dir / "worktrees" / "select")
+        try:
+            with open_sandbox(self.config.sandbox, worktree, [], None, self.backend) as box:
+                result = box.run([box.python, "-c", code], {**box.base_env(), "PYTHONPATH": box.workdir},
+                                 timeout=self.config.loop.check_timeout_s, input=json.dumps(rows))
+        finally:
+            self.repo.remove_worktree(worktree)
+        if not result.ok:
+            return None, f"{result.why()}: " + " | ".join(result.stderr.strip().splitlines()[-2:])[:300]
+        try:
+            chosen = json.loads(result.stdout.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            return None, f"printed no node id: {result.stdout[-200:]!r}"
+        if chosen not in {c.node_id for c in candidates}:
+            return None, f"chose {chosen!r}, which is not a valid parent"
+        return chosen, None
 
     # -- one generation -------------------------------------------------------------------
     def generation(self, node_id: str, parent: str, generation: int) -> Node:

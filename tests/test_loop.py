@@ -137,3 +137,76 @@ def test_a_task_agent_that_did_not_change_costs_no_task_call(tmp_path, fake_open
     assert found["1"]["status"] == "ok" and found["1"]["scores"] == found["initial"]["scores"]
     assert task_calls(run_dir, "initial") == 40  # 10 staged rows, then 10 more train (not 20) and 20 val
     assert task_calls(run_dir, "1") == 0
+
+
+def events(run_dir: Path) -> list[dict]:
+    path = run_dir / "archive.jsonl"
+    out = []
+    for line in (path.read_text().splitlines() if path.exists() else []):
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            pass
+    return out
+
+
+def journal_rows(run_dir: Path) -> int:
+    return sum(len(p.read_text().splitlines()) for p in (run_dir / "evals").glob("*/predictions.jsonl"))
+
+
+def start_and_kill_when(tmp_path, fake, args: list[str], ready, timeout=180) -> None:
+    """Start run_optimization, SIGKILL it as soon as `ready(run_dir)` holds."""
+    run_dir = tmp_path / "out" / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "run_optimization", *args], cwd=REPO_ROOT, env=cli_env(fake),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + timeout
+    try:
+        while time.time() < deadline and proc.poll() is None:
+            if run_dir.exists() and ready(run_dir):
+                break
+            time.sleep(0.05)
+        assert proc.poll() is None, "the run ended before the kill point"
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+
+
+def test_kills_at_any_step_lose_nothing_and_pay_nothing_twice(tmp_path, fake_openai):
+    meta_calls = []
+    fake_openai.set_responder(responder({1: [IMPROVE], 2: [IMPROVE]}, meta_calls))
+    fake_openai.latency = 0.3
+    config = loop_config(tmp_path)
+    first = ["--domain", "imo_grading", "--output_dir", str(tmp_path / "out"), "--run_id", "run",
+             "--task_model", "openai/fake", "--meta_model", "openai/fake-meta", "--config", config,
+             "--max_generation", "2", "--parent_selection", "best"]
+    resume = ["--resume_from", str(tmp_path / "out" / "run")]
+    # 1. in the middle of the initial node's evaluation
+    start_and_kill_when(tmp_path, fake_openai, first, lambda d: (d / "evals").exists() and journal_rows(d) >= 12)
+    # 2. while the meta agent of generation 1 works (its first model call is made)
+    start_and_kill_when(tmp_path, fake_openai, resume, lambda d: len(meta_calls) >= 1)
+    assert not any(e["event"] == "meta_done" for e in events(tmp_path / "out" / "run"))
+    # 3. after its change is committed, in the middle of the evaluation of node 1
+    start_and_kill_when(tmp_path, fake_openai, resume,
+                        lambda d: any(e["event"] == "meta_done" for e in events(d)) and journal_rows(d) >= 45)
+    meta_runs_before = sum(1 for r in meta_calls if not any(m["role"] == "assistant" for m in r["messages"]))
+    r = run_cli("run_optimization", *resume, env=cli_env(fake_openai), timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+
+    run_dir = tmp_path / "out" / "run"
+    found = nodes(run_dir)
+    assert set(found) == {"initial", "1", "2"} and found["1"]["status"] == "ok"
+    recorded = [e["node_id"] for e in events(run_dir) if e["event"] == "node_recorded"]
+    assert sorted(recorded) == ["1", "2", "initial"]  # each node counted once
+    # The meta agent of node 1 was redone once (killed before its change was committed),
+    # and not asked again after: generation 2 is the only meta run after the last kill.
+    meta_runs = sum(1 for r in meta_calls if not any(m["role"] == "assistant" for m in r["messages"]))
+    assert meta_runs_before == 2 and meta_runs == 3
+    # Every evaluated row was paid once, but for at most the rows in flight at each kill (5
+    # workers, 3 kills). The full train runs of the two evaluated nodes start from their
+    # staged runs' 10 rows, copied, not paid again.
+    import sqlite3
+
+    db = sqlite3.connect(run_dir / "ledger.sqlite")
+    paid = db.execute("SELECT COUNT(*) FROM calls WHERE role = 'task' AND cache_hit = 0").fetchone()[0]
+    rows = journal_rows(run_dir) - 2 * 10
+    assert rows <= paid <= rows + 3 * 5
