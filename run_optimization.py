@@ -151,6 +151,9 @@ def main(argv=None) -> None:
         loop = Loop(run_dir, config, domains, gateway, backend)
         loop.run()
         print("\n".join(summary_lines(loop)))
+        stopped = gateway.budget_left_message()
+        if stopped:
+            print(f"stopped: {stopped}; raise --budget_usd and rerun with --resume_from {run_dir} to continue")
     finally:
         gateway.stop()
         gateway.ledger.close()

@@ -114,6 +114,15 @@ class Archive:
         self.nodes[node.node_id] = node
         self.log("node_recorded", node_id=node.node_id, status=node.status, scores=node.scores)
 
+    def reopen_budget_stopped(self) -> None:
+        """Make nodes the budget stopped pending again, so a resumed run (with more budget)
+        finishes them from where they stopped instead of keeping them half-evaluated."""
+        for node in [n for n in self.nodes.values() if n.status == "budget_stopped"]:
+            path = self.nodes_dir / node.node_id / "node.json"
+            path.replace(path.with_name("node.budget_stopped.json"))
+            del self.nodes[node.node_id]
+            self.log("node_reopened", node_id=node.node_id)
+
     def node_dir(self, node_id: str) -> Path:
         path = self.nodes_dir / node_id
         path.mkdir(parents=True, exist_ok=True)

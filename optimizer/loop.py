@@ -28,6 +28,7 @@ from pathlib import Path
 from archive.selection import select_parent
 from archive.store import Archive, Node, selection_score
 from optimizer.config import PROJECT_ROOT, Config
+from optimizer.errors import UserError
 from optimizer.evaluation import BudgetStop, Evaluator, split_rows
 from optimizer.sandbox import Mount, open_sandbox
 from optimizer.sandbox.base import TRUSTED_DIR
@@ -58,11 +59,14 @@ class Loop:
 
     # -- the run --------------------------------------------------------------------------
     def run(self) -> None:
+        self.archive.reopen_budget_stopped()
         if "initial" not in self.archive.nodes:
             self.archive.log("gen_start", node_id="initial", parent=None, generation=0)
             node = self._evaluate_new("initial", None, 0, self.repo.node_commit("initial"), {})
             self.archive.record(node)
             self.after_node(node)
+            if node.status == "budget_stopped":
+                return
         while True:
             pending = self.archive.pending_generation()
             if pending:
@@ -103,6 +107,10 @@ class Loop:
         if self.config.loop.run_baseline == "no_archive":
             return max(self.archive.ordered(), key=lambda n: (n.valid_parent, n.generation)).node_id
         candidates = self.archive.candidates(self.domains, self.full_sizes)
+        if not candidates:
+            initial = self.archive.nodes["initial"]
+            raise UserError(f"no node can be a parent: the initial agent is {initial.status}"
+                            + (f" ({initial.error})" if initial.error else "") + f"; see {self.run_dir / 'nodes'}")
         if self.config.loop.edit_select_parent:
             chosen, problem = self.agent_selects_parent(candidates)
             if chosen:

@@ -63,9 +63,8 @@ def responder(script: dict[int, list[dict]], meta_calls: list):
     return respond
 
 
-def loop_config(tmp_path, **loop) -> str:
-    text = FAST_CONFIG + "loop:\n  eval_samples: 20\n  meta_timeout_s: 120\n" + "".join(
-        f"  {k}: {v}\n" for k, v in loop.items())
+def loop_config(tmp_path, gateway: str = "") -> str:
+    text = FAST_CONFIG.replace("gateway:\n", "gateway:\n" + gateway) + "loop:\n  eval_samples: 20\n  meta_timeout_s: 120\n"
     path = tmp_path / "loop.yaml"
     path.write_text(text)
     return str(path)
@@ -210,3 +209,44 @@ def test_kills_at_any_step_lose_nothing_and_pay_nothing_twice(tmp_path, fake_ope
     paid = db.execute("SELECT COUNT(*) FROM calls WHERE role = 'task' AND cache_hit = 0").fetchone()[0]
     rows = journal_rows(run_dir) - 2 * 10
     assert rows <= paid <= rows + 3 * 5
+
+
+def selector(returns: str) -> dict:
+    code = f"def select_next_parent(archive):\n    return {returns}\n"
+    return {"tool_name": "editor", "tool_input": {"command": "create", "path": "/workspace/select_next_parent.py",
+                                                  "file_text": code}}
+
+
+def test_the_agents_own_parent_selection_is_used_and_a_bad_one_falls_back(tmp_path, fake_openai):
+    script = {1: [IMPROVE, selector('"initial"')], 2: [selector('"no-such-node"')], 3: []}
+    fake_openai.set_responder(responder(script, []))
+    r = run_loop(tmp_path, fake_openai, "--max_generation", "3", "--parent_selection", "best",
+                 "--edit_select_parent", config=loop_config(tmp_path))
+    assert r.returncode == 0, r.stderr[-3000:]
+    run_dir = tmp_path / "out" / "run"
+    found = nodes(run_dir)
+    assert found["1"]["status"] == "ok" and found["2"]["parent"] == "initial"  # node 1's selector chose
+    assert found["2"]["status"] == "ok"  # its task agent is the initial one: results reused
+    assert task_calls(run_dir, "2") == 0
+    assert found["3"]["parent"] == "1"  # node 2's selector failed: the configured `best` chose
+    fallbacks = [e for e in events(run_dir) if e["event"] == "selection_fallback"]
+    assert len(fallbacks) == 1 and "no-such-node" in fallbacks[0]["reason"]
+
+
+def test_the_budget_stops_the_run_cleanly_and_a_resume_finishes_it(tmp_path, fake_openai):
+    fake_openai.set_responder(responder({}, []))
+    # $1000 per 1M tokens: a row of about 1,000 tokens costs about $1.
+    config = loop_config(tmp_path, gateway="  prices: {openai/fake: [1000.0, 1000.0]}\n")
+    r = run_loop(tmp_path, fake_openai, "--max_generation", "1", "--budget_usd", "5", config=config)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "stopped: budget exhausted" in r.stdout and "--resume_from" in r.stdout
+    run_dir = tmp_path / "out" / "run"
+    assert nodes(run_dir)["initial"]["status"] == "budget_stopped"
+    r = run_cli("run_optimization", "--resume_from", str(run_dir), "--budget_usd", "1000", env=cli_env(fake_openai),
+                timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    found = nodes(run_dir)
+    assert found["initial"]["status"] == "ok" and found["initial"]["full_eval"] == {"imo_grading": True}
+    assert set(found) == {"initial", "1"}
+    # Nothing was asked twice: 40 task rows (10 staged, 10 more train, 20 val) and one meta call.
+    assert fake_openai.count == 40 + 1
