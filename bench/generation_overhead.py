@@ -1,0 +1,86 @@
+"""Framework time of one generation: everything but the models' own time.
+
+Runs `python -m run_optimization --max_generation 1` against a FakeOpenAI server that
+answers at once: as the meta model it makes one edit to the task agent, as the task
+model it answers a label. The generation's wall time (gen_start -> node_recorded in
+archive.jsonl) minus the time the gateway spent waiting for the provider (ledger
+latencies) is the framework's: sandboxes, worker start-up, git, evaluation plumbing.
+Its phases (meta agent, import check, evaluation) come from the node record.
+
+    python bench/generation_overhead.py --sandbox bwrap --eval_samples 20
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import sqlite3
+import subprocess
+import sys
+import tempfile
+from datetime import datetime
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+
+from fake_openai import FakeOpenAI  # noqa: E402
+
+TARGET_S = 5.0
+EDIT = {"tool_name": "editor", "tool_input": {"command": "str_replace", "path": "/workspace/task_agent/task_agent.py",
+                                              "old_str": "You are an expert grader",
+                                              "new_str": "You are a careful expert grader"}}
+
+
+def respond(request: dict) -> str:
+    messages = request["messages"]
+    opening = " ".join(str(m["content"]) for m in messages[:2])
+    if "/feedback" in opening:  # the meta agent: one edit, then done
+        turns = sum(1 for m in messages if m["role"] == "assistant")
+        return f"<json>{json.dumps(EDIT)}</json>" if turns == 0 else "Done."
+    return '<json>{"response": "partial"}</json>'
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sandbox", default="bwrap")
+    ap.add_argument("--eval_samples", type=int, default=20, help="rows of each full evaluation split")
+    args = ap.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="generation_overhead_") as tmp, FakeOpenAI() as server:
+        server.set_responder(respond)
+        server._httpd.RequestHandlerClass.disable_nagle_algorithm = True
+        env = {**os.environ, "OPENAI_API_BASE": server.base_url, "OPENAI_API_KEY": "sk-bench",
+               "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+        cmd = [sys.executable, "-m", "run_optimization", "--domain", "imo_grading", "--output_dir", tmp,
+               "--run_id", "run", "--max_generation", "1", "--eval_samples", str(args.eval_samples),
+               "--task_model", "openai/fake", "--meta_model", "openai/fake-meta", "--sandbox", args.sandbox]
+        proc = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True)
+        if proc.returncode != 0:
+            print(proc.stderr[-3000:], file=sys.stderr)
+            return 1
+        run_dir = Path(tmp) / "run"
+        events = [json.loads(line) for line in (run_dir / "archive.jsonl").read_text().splitlines()]
+        start = next(e for e in events if e["event"] == "gen_start" and e["node_id"] == "1")
+        end = next(e for e in events if e["event"] == "node_recorded" and e["node_id"] == "1")
+        node = json.loads((run_dir / "nodes" / "1" / "node.json").read_text())
+        db = sqlite3.connect(run_dir / "ledger.sqlite")
+        calls, model_s = db.execute("SELECT COUNT(*), COALESCE(SUM(latency_s), 0) FROM calls WHERE node = '1'").fetchone()
+    wall = (datetime.fromisoformat(end["time"]) - datetime.fromisoformat(start["time"])).total_seconds()
+    total = node["seconds"].get("total", wall)
+    framework = total - model_s
+    print(f"sandbox {args.sandbox}; node 1: {node['status']}, {calls} model calls, full evaluation "
+          f"{node['full_eval']}, rows {node['samples']}")
+    print(f"generation wall time      {total:.2f} s")
+    print(f"model time (ledger)       {model_s:.2f} s")
+    print(f"framework time            {framework:.2f} s  target < {TARGET_S:g} s: "
+          f"{'PASS' if framework < TARGET_S else 'FAIL'}")
+    print("phases: " + ", ".join(f"{k} {v:.2f} s" for k, v in node["seconds"].items()))
+    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    print(f"peak RSS of the largest process run (loop controller or a worker): {peak:.1f} MB")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
