@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import signal
+import site
 import subprocess
 import sys
 import threading
@@ -28,6 +29,13 @@ TRUSTED_DIR = "/opt/hyperagents"  # read-only home of trusted scripts (relay, wo
 GATEWAY_DIR = "/run/gateway"  # the gateway's socket folder inside
 RELAY_PORT = 18080  # the relay's port on the sandbox's own loopback
 RELAY = Path(__file__).with_name("relay.py")
+
+
+def python_paths() -> list[str]:
+    """Directories of the running interpreter and its packages, outside /usr."""
+    paths = {sys.base_prefix, sys.prefix, *site.getsitepackages()}
+    paths = sorted(p for p in paths if os.path.isdir(p) and not p.startswith("/usr/"))
+    return [p for p in paths if not any(p != q and p.startswith(q + "/") for q in paths)]
 
 
 @dataclass(frozen=True)

@@ -16,25 +16,16 @@ from __future__ import annotations
 import os
 import resource
 import shutil
-import site
-import sys
 import uuid
 from functools import lru_cache
 from pathlib import Path
 
-from optimizer.sandbox.base import WORKSPACE, GroupPopen, Sandbox
+from optimizer.sandbox.base import WORKSPACE, GroupPopen, Sandbox, python_paths
 
 SANDBOX_UID = 65534  # nobody
 # Host paths a dynamically linked Python needs; nothing else of the host is visible.
 SYSTEM_PATHS = ("/usr", "/etc/alternatives", "/etc/ld.so.cache", "/etc/ssl", "/etc/passwd", "/etc/group",
                 "/etc/hosts", "/etc/localtime")
-
-
-def python_paths() -> list[str]:
-    """Directories of the running interpreter and its packages, outside /usr."""
-    paths = {sys.base_prefix, sys.prefix, *site.getsitepackages()}
-    paths = sorted(p for p in paths if os.path.isdir(p) and not p.startswith("/usr/"))
-    return [p for p in paths if not any(p != q and p.startswith(q + "/") for q in paths)]
 
 
 class PidsCgroup:

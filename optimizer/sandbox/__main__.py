@@ -1,0 +1,44 @@
+"""Sandbox tools: `python -m optimizer.sandbox build-image [--full] [--tag T]`."""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import docker
+import requests
+
+from optimizer.config import SandboxConfig
+from optimizer.errors import UserError, exit_on_user_error
+from optimizer.sandbox.docker_backend import connect
+from optimizer.sandbox.image import build_full_image, build_host_python_image
+
+
+def build_image(full: bool, tag: str) -> None:
+    client = connect(SandboxConfig())
+    started = time.monotonic()
+    try:
+        image_id = build_full_image(client, tag) if full else build_host_python_image(client, tag)
+    except docker.errors.BuildError as e:
+        raise UserError(f"building {tag} failed: {e.msg.strip().splitlines()[-1]}") from None
+    except (docker.errors.DockerException, requests.RequestException) as e:
+        raise UserError(f"building {tag} failed: {(str(e).strip().splitlines() or [type(e).__name__])[0]}") from None
+    finally:
+        client.close()
+    print(f"built {tag} ({image_id}) in {time.monotonic() - started:.2f} s")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m optimizer.sandbox", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    build = commands.add_parser("build-image", help="build the docker backend's image")
+    build.add_argument("--full", action="store_true",
+                       help="a self-contained image from the Dockerfile (needs a registry); "
+                            "default: an almost empty image that borrows the host's /usr and Python")
+    build.add_argument("--tag", default=SandboxConfig().docker_image, help="image name (default: %(default)s)")
+    args = parser.parse_args(argv)
+    build_image(args.full, args.tag)
+
+
+if __name__ == "__main__":
+    exit_on_user_error(main)
