@@ -30,7 +30,7 @@ from pathlib import Path
 from optimizer.config import PROJECT_ROOT, SANDBOX_BACKENDS, Config, load_config
 from optimizer.errors import UserError, exit_on_user_error
 from optimizer.fsutil import atomic_write_csv, atomic_write_json
-from optimizer.sandbox import Mount, open_sandbox
+from optimizer.sandbox import Mount, choose_backend, open_sandbox
 from optimizer.sandbox.base import TRUSTED_DIR
 from optimizer.workspace import copy_evolvable
 
@@ -182,7 +182,6 @@ def agent_mounts(agent_path: str, workspace: Path) -> tuple[list, Path | None]:
     AGENT_PACKAGES, since an editable install points outside anything the sandbox sees.
     """
     from domains.worker import is_file_path
-    from optimizer.sandbox import Mount
 
     if is_file_path(agent_path):
         path = Path(agent_path).resolve()
@@ -378,8 +377,6 @@ def harness(
     from optimizer.gateway import open_gateway
     from optimizer.providers import check_credentials, load_dotenv_file
 
-    from optimizer.sandbox import choose_backend
-
     config = config or load_config()
     if sandbox is not None:
         config.sandbox.backend = sandbox
@@ -412,6 +409,7 @@ def harness(
     try:
         workspace = Path(workspace) if workspace else copy_evolvable(PROJECT_ROOT, scratch)
         mounts, agent_file = agent_mounts(agent_path, workspace)
+        installed_agent = bool(mounts) and agent_file is None
         (folder / "agent_evals").mkdir(exist_ok=True)
         mounts += [Mount(WORKER, f"{TRUSTED_DIR}/worker.py"),
                    Mount(folder / "agent_evals", "/out/agent_evals", writable=True)]
@@ -423,7 +421,7 @@ def harness(
                 "started_at": datetime.now().isoformat(timespec="seconds")}
         with open_sandbox(config.sandbox, workspace, mounts, gateway.unix_socket, backend) as box:
             agent_inside = box.inside(agent_file) if agent_file else agent_path
-            packages = [AGENT_PACKAGES] if box.isolated and any(m.target.startswith(AGENT_PACKAGES) for m in mounts) else []
+            packages = [AGENT_PACKAGES] if box.isolated and installed_agent else []
             evaluation = Evaluation(dom, dataset, folder, agent_inside, model, config, gateway, node, box,
                                     packages, show_progress)
             try:

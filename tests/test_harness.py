@@ -368,3 +368,29 @@ def test_checksum_mismatch_stops_before_any_call(tmp_path, fake_openai, monkeypa
     err = capsys.readouterr().err
     assert err.startswith("error: checksum mismatch for") and len(err.strip().splitlines()) == 1
     assert fake_openai.count == 0 and not (tmp_path / "out").exists()
+
+
+def test_an_installed_agent_package_is_mounted_read_only(tmp_path, fake_openai, config_file):
+    # Like `proofgrader.task_agent` after `pip install -e`: importable here, outside any workspace.
+    package = tmp_path / "site" / "mygrader"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "task_agent.py").write_text(textwrap.dedent("""
+        import os
+        class TaskAgent:
+            def __init__(self, model, chat_history_file=None):
+                pass
+            def forward(self, inputs):
+                here = os.path.dirname(__file__)
+                try:
+                    open(os.path.join(here, "tampered"), "w").write("x")
+                    return "wrote its own package", []
+                except OSError:
+                    return "almost", []
+    """))
+    r = harness(tmp_path, fake_openai, "--domain", "imo_grading", "--num_samples", "3",
+                "--agent_path", "mygrader.task_agent", config=config_file,
+                env_extra={"PYTHONPATH": str(tmp_path / "site")})
+    assert r.returncode == 0, r.stderr
+    df = pd.read_csv(tmp_path / "out/r/predictions.csv", dtype=str, keep_default_na=False)
+    assert list(df["prediction"]) == ["almost"] * 3 and not (package / "tampered").exists()
