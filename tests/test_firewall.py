@@ -6,14 +6,12 @@ agent would be. What it tries is recorded on its rows; the run goes on.
 
 import json
 import textwrap
-import threading
-from http.server import ThreadingHTTPServer
 
 import pandas as pd
 import pytest
 
 from conftest import FAST_CONFIG, cli_env, run_cli
-from test_sandbox import BACKENDS, VAL_LABELS, _Hello
+from test_sandbox import BACKENDS, VAL_LABELS, host_listener  # noqa: F401 (a fixture)
 
 SECRET = "sk-provider-secret-0123456789"  # what cli_env gives the harness as its provider key
 
@@ -58,21 +56,12 @@ class TaskAgent:
 """
 
 
-@pytest.fixture
-def host_port():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Hello)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield server.server_address[1]
-    server.shutdown()
-    server.server_close()
-
-
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_hostile_agent_is_contained_and_every_attempt_recorded(backend, tmp_path, fake_openai, host_port):
+def test_hostile_agent_is_contained_and_every_attempt_recorded(backend, tmp_path, fake_openai, host_listener):
     rows = pd.read_csv(VAL_LABELS.with_name("gradingbench_filtered_100_train.csv"))["Response"].head(5).tolist()
     agent = tmp_path / "hostile.py"
     agent.write_text(textwrap.dedent(HOSTILE_AGENT).replace("ROWS", repr(rows)).replace("VAL", repr(str(VAL_LABELS)))
-                     .replace("PORT", str(host_port)).replace("SECRET", repr(SECRET)))
+                     .replace("PORT", str(host_listener)).replace("SECRET", repr(SECRET)))
     config = tmp_path / "c.yaml"
     config.write_text(FAST_CONFIG.replace("harness:\n", "harness:\n  row_timeout_s: 8\n  num_workers: 1\n")
                       .replace("sandbox:\n", "sandbox:\n  memory_mb: 2048\n  output_cap_mb: 4\n"))

@@ -9,12 +9,11 @@ import os
 import subprocess
 import sys
 import textwrap
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from little_servers import GATEWAY_SAYS, HOST_SAYS, host_http_server, unix_http_server
 
 from optimizer.config import PROJECT_ROOT, SandboxConfig
 from optimizer.sandbox import open_sandbox
@@ -58,26 +57,11 @@ def run_python(box, code: str, timeout: float = 30, env=None, **kwargs):
                    **kwargs)
 
 
-class _Hello(BaseHTTPRequestHandler):
-    def do_GET(self):
-        body = b"reached the host"
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args):
-        pass
-
-
 @pytest.fixture
 def host_listener():
     """An HTTP server on the host's 127.0.0.1 that sandboxed code must not reach."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Hello)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield server.server_address[1]
-    server.shutdown()
-    server.server_close()
+    with host_http_server() as port:
+        yield port
 
 
 SNOOP = """
@@ -125,9 +109,7 @@ def test_labels_dotenv_and_host_environments_are_out_of_reach(backend, workspace
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_no_network_but_the_gateway_relay(backend, workspace, host_listener, tmp_path):
-    from unix_http import unix_http_server
-
+def test_no_network_but_the_gateway_relay(backend, workspace, host_listener):
     with unix_http_server() as sock, \
             open_sandbox(SandboxConfig(), workspace, gateway_socket=sock, backend=backend) as box:
         code = f"""
@@ -142,9 +124,9 @@ def test_no_network_but_the_gateway_relay(backend, workspace, host_listener, tmp
         result = run_python(box, code)
     assert result.ok, result.stderr
     host, gateway = [part.strip() for part in result.stdout.split("|")]
-    assert host != "reached the host" and gateway == "gateway says hello"
+    assert host != HOST_SAYS and gateway == GATEWAY_SAYS
     with open_sandbox(SandboxConfig(), workspace, backend="none") as box:
-        assert "reached the host" in run_python(box, code).stdout
+        assert HOST_SAYS in run_python(box, code).stdout
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -18,7 +18,7 @@ import pytest
 from optimizer.config import SandboxConfig
 from optimizer.sandbox.base import Mount
 from optimizer.sandbox.docker_backend import LABEL, DockerSandbox, connect, engine_available
-from unix_http import unix_http_server
+from little_servers import GATEWAY_SAYS, unix_http_server
 
 CONFIG = SandboxConfig(memory_mb=512, pids=64, cpus=1.0, tmp_mb=64, output_cap_mb=1)
 
@@ -271,7 +271,7 @@ def test_gateway_relay(workspace):
         for _ in range(2):  # one relay, started with the container, serves every command
             r = sb.run(py(sb, code), {})
             assert r.ok, r
-            assert r.stdout == "gateway says hello\n"
+            assert r.stdout == GATEWAY_SAYS + "\n"
 
 
 def test_a_full_image_brings_its_own_python(client, workspace):
