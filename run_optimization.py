@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 from collections import Counter
 from datetime import datetime
 from pathlib import Path
 
-from optimizer.config import BASELINES, SANDBOX_BACKENDS, Config, _merge, load_config
+from optimizer.config import BASELINES, PROJECT_ROOT, SANDBOX_BACKENDS, Config, _merge, load_config
 from optimizer.errors import UserError, exit_on_user_error
 from optimizer.fsutil import atomic_write_json
 
@@ -105,7 +106,6 @@ def main(argv=None) -> None:
     from optimizer.providers import check_credentials, load_dotenv_file
     from optimizer.sandbox import choose_backend
     from optimizer.workspace import RunRepo
-    from optimizer.config import PROJECT_ROOT
 
     args = build_parser().parse_args(argv)
     if args.resume_from:
@@ -113,8 +113,6 @@ def main(argv=None) -> None:
         saved = run_dir / "run.json"
         if not saved.is_file():
             raise UserError(f"--resume_from {args.resume_from}: no run.json there (not a run folder)")
-        import json
-
         state = json.loads(saved.read_text())
         config = _merge(Config(), state["config"], "")
         domain_names = state["domains"]

@@ -263,3 +263,17 @@ def test_the_budget_stops_the_run_cleanly_and_a_resume_finishes_it(tmp_path, fak
     assert set(found) == {"initial", "1"}
     # Nothing was asked twice: 40 task rows (10 staged, 10 more train, 20 val) and one meta call.
     assert fake_openai.count == 40 + 1
+
+
+def test_baseline_no_selfimprove_keeps_the_meta_agent_and_eval_test_scores_the_test_split(tmp_path, fake_openai):
+    fake_openai.set_responder(responder({1: [IMPROVE, META_ONLY]}, []))
+    r = run_loop(tmp_path, fake_openai, "--max_generation", "1", "--run_baseline", "no_selfimprove", "--eval_test",
+                 config=loop_config(tmp_path))
+    assert r.returncode == 0, r.stderr[-3000:]
+    run_dir = tmp_path / "out" / "run"
+    node = nodes(run_dir)["1"]
+    assert node["status"] == "ok" and node["patch"]["dropped"] == ["meta_agent/__init__.py"]
+    assert node["samples"]["imo_grading"] == {"train": 20, "val": 20, "test": 20}
+    assert node["scores"]["imo_grading"]["test"] == 1.0
+    patch = (run_dir / "nodes" / "1" / "patch.diff").read_text()
+    assert MARKER in patch and "meta_agent" not in patch
