@@ -38,6 +38,7 @@ INSIDE = PROJECT_ROOT / "optimizer" / "inside"
 FEEDBACK = "/feedback"  # earlier generations' train results, read-only inside
 DATA = "/data"  # train rows with labels, read-only inside
 NODE_OUT = "/out/node"  # the node's folder (transcript), writable inside
+FROZEN_META = "/opt/frozen_meta"  # baseline no_selfimprove: the initial agent code the meta agent runs from
 
 
 class Loop:
@@ -167,24 +168,32 @@ class Loop:
     def run_meta_agent(self, node_id: str, parent_commit: str, generation: int) -> dict:
         out = self.archive.node_dir(node_id)
         worktree = self.repo.worktree(parent_commit, self.run_dir / "worktrees" / node_id)
+        mounts = self._meta_mounts(out)
+        frozen = None
         if self.config.loop.run_baseline == "no_selfimprove":
-            self._restore_initial_meta_agent(worktree)
+            # The meta agent (its code and the shared agent/ it imports) stays the initial one;
+            # it still edits the whole workspace.
+            frozen = self.repo.worktree(self.repo.node_commit("initial"), self.run_dir / "worktrees" / "frozen_meta")
+            mounts.append(Mount(frozen, FROZEN_META))
         iterations_left = self.config.loop.max_generation - generation
         try_command = f"python {TRUSTED_DIR}/try_agent.py --rows 5"
         argv = [None, f"{TRUSTED_DIR}/run_meta.py", "--repo", "/workspace", "--eval_path", FEEDBACK,
                 "--iterations_left", str(iterations_left), "--model", self.meta_model,
                 "--transcript", f"{NODE_OUT}/meta_chat_history.md", "--try_command", try_command,
                 "--max_tool_calls", str(self.config.loop.meta_max_calls)]
+        argv += ["--agent_root", FROZEN_META] if frozen else []
         started = time.monotonic()
-        with open_sandbox(self.config.sandbox, worktree, self._meta_mounts(out), self.gateway.unix_socket,
-                          self.backend) as box:
-            argv[0] = box.python
-            env = self._agent_env(box, node_id)
-            result = box.run(argv, env, timeout=self.config.loop.meta_timeout_s)
+        try:
+            with open_sandbox(self.config.sandbox, worktree, mounts, self.gateway.unix_socket, self.backend) as box:
+                argv[0] = box.python
+                env = self._agent_env(box, node_id)
+                result = box.run(argv, env, timeout=self.config.loop.meta_timeout_s)
+        finally:
+            if frozen:
+                self.repo.remove_worktree(frozen)
         (out / "meta_stdout.log").write_text(result.stdout + "\n--- stderr ---\n" + result.stderr)
         seconds = round(time.monotonic() - started, 3)
-        dropped_meta = self.config.loop.run_baseline == "no_selfimprove"
-        capture = self.repo.capture(worktree, parent_commit, node_id, also_drop=("meta_agent",) if dropped_meta else ())
+        capture = self.repo.capture(worktree, parent_commit, node_id)
         (out / "patch.diff").write_text(capture.patch)
         self.repo.remove_worktree(worktree)
         patch = {"files": capture.files, "insertions": capture.insertions, "deletions": capture.deletions,
@@ -192,7 +201,7 @@ class Loop:
         if not result.ok:
             # The child is marked, never the parent; its change is kept in patch.diff to read.
             tail = (result.stderr.strip().splitlines() or [""])[-1][:300]
-            return {"status": "meta_failed", "commit": None, "patch": patch, "seconds": seconds,
+            return {"status": "meta_failed", "commit": capture.commit, "patch": patch, "seconds": seconds,
                     "error": f"meta agent {result.why()}: {tail}"}
         return {"status": "ok", "commit": capture.commit, "patch": patch, "seconds": seconds}
 
@@ -287,11 +296,6 @@ class Loop:
             for name in ("predictions.csv", "report.json"):
                 if (src / name).exists():
                     shutil.copy2(src / name, dst / name)
-
-    def _restore_initial_meta_agent(self, worktree: Path) -> None:
-        """Baseline no_selfimprove: the meta agent always runs as it was in the initial node."""
-        shutil.rmtree(worktree / "meta_agent", ignore_errors=True)
-        self.repo.git("checkout", self.repo.node_commit("initial"), "--", "meta_agent", cwd=worktree)
 
     def _book_costs(self, node: Node) -> None:
         for role in ("meta", "task", "grader"):

@@ -100,12 +100,12 @@ class RunRepo:
             shutil.rmtree(dest, ignore_errors=True)
         self.git("worktree", "prune")
 
-    def capture(self, worktree: Path, parent_commit: str, node_id: str, also_drop: tuple[str, ...] = ()) -> Capture:
+    def capture(self, worktree: Path, parent_commit: str, node_id: str) -> Capture:
         """Commit what changed in `worktree` since `parent_commit` as node `node_id`, minus
-        protected paths (and `also_drop`) and caches; `Capture.commit` is None when nothing is left."""
+        protected paths and caches; `Capture.commit` is None when nothing is left."""
         self.git("add", "-A", cwd=worktree)
         touched = self.git("diff", "--cached", "--name-only", parent_commit, cwd=worktree).split("\n")
-        dropped = sorted(p for p in touched if p and (_protected(p) or p.split("/", 1)[0] in also_drop))
+        dropped = sorted(p for p in touched if p and _protected(p))
         if dropped:
             self.git("reset", "-q", parent_commit, "--", *dropped, cwd=worktree)
         stat = self.git("diff", "--cached", "--numstat", parent_commit, cwd=worktree).strip()

@@ -265,15 +265,28 @@ def test_the_budget_stops_the_run_cleanly_and_a_resume_finishes_it(tmp_path, fak
     assert fake_openai.count == 40 + 1
 
 
-def test_baseline_no_selfimprove_keeps_the_meta_agent_and_eval_test_scores_the_test_split(tmp_path, fake_openai):
-    fake_openai.set_responder(responder({1: [IMPROVE, META_ONLY]}, []))
-    r = run_loop(tmp_path, fake_openai, "--max_generation", "1", "--run_baseline", "no_selfimprove", "--eval_test",
-                 config=loop_config(tmp_path))
+MUTATE_META = {"tool_name": "editor", "tool_input": {
+    "command": "str_replace", "path": "/workspace/meta_agent/meta_agent.py",
+    "old_str": "You improve an AI agent system", "new_str": "MUTATED META PROMPT. You improve an AI agent system"}}
+
+
+@pytest.mark.parametrize("baseline", [None, "no_selfimprove"])
+def test_the_meta_agent_improves_itself_unless_frozen_and_eval_test_scores_the_test_split(
+        baseline, tmp_path, fake_openai):
+    meta_calls = []
+    fake_openai.set_responder(responder({1: [IMPROVE, MUTATE_META]}, meta_calls))
+    extra = ["--run_baseline", baseline] if baseline else []
+    r = run_loop(tmp_path, fake_openai, "--max_generation", "2", "--parent_selection", "best", "--eval_test",
+                 *extra, config=loop_config(tmp_path))
     assert r.returncode == 0, r.stderr[-3000:]
     run_dir = tmp_path / "out" / "run"
-    node = nodes(run_dir)["1"]
-    assert node["status"] == "ok" and node["patch"]["dropped"] == ["meta_agent/__init__.py"]
-    assert node["samples"]["imo_grading"] == {"train": 20, "val": 20, "test": 20}
-    assert node["scores"]["imo_grading"]["test"] == 1.0
-    patch = (run_dir / "nodes" / "1" / "patch.diff").read_text()
-    assert MARKER in patch and "meta_agent" not in patch
+    found = nodes(run_dir)
+    assert found["1"]["status"] == "ok" and found["1"]["patch"]["dropped"] == []
+    assert found["1"]["samples"]["imo_grading"] == {"train": 20, "val": 20, "test": 20}
+    assert found["1"]["scores"]["imo_grading"]["test"] == 1.0
+    # Generation 2 starts from node 1, whose meta agent rewrote its own prompt: it runs
+    # with that prompt, except in the baseline, where the initial meta agent runs.
+    assert found["2"]["parent"] == "1"
+    second_run = [r for r in meta_calls if not any(m["role"] == "assistant" for m in r["messages"])][1]
+    opening = " ".join(str(m["content"]) for m in second_run["messages"][:2])
+    assert ("MUTATED META PROMPT" in opening) == (baseline is None)

@@ -3,8 +3,8 @@
     python run_meta.py --repo /workspace --eval_path /feedback --iterations_left 3 \
         --model M --transcript /out/meta_chat_history.md [--try_command "..."]
 
-It imports `MetaAgent` from the workspace (the agent may have rewritten it), so it
-imports nothing from the trusted core. Exit 0 when `forward` returned; 3 when the
+It imports `MetaAgent` from the workspace (the agent may have rewritten it), or from
+`--agent_root` when the meta agent is frozen, and nothing from the trusted core. Exit 0 when `forward` returned; 3 when the
 meta agent cannot be loaded; 4 when it raised.
 """
 
@@ -22,8 +22,10 @@ def main() -> int:
     ap.add_argument("--transcript", required=True)
     ap.add_argument("--try_command", default=None)
     ap.add_argument("--max_tool_calls", type=int, default=40)
+    ap.add_argument("--agent_root", default=None,
+                    help="where the meta agent's own code is, if not in --repo (a frozen copy, for a baseline)")
     args = ap.parse_args()
-    sys.path.insert(0, args.repo)
+    sys.path.insert(0, args.agent_root or args.repo)
     try:
         from meta_agent import MetaAgent
     except BaseException:
