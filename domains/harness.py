@@ -14,6 +14,7 @@ rows that are done and pays nothing for them.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import json
 import os
@@ -88,6 +89,7 @@ class WorkerProcess:
 
     def __init__(self, proc, log_path: Path, log_cap: int, results: queue.Queue):
         self.proc = proc
+        self.log_path = log_path
         self.log_cap = log_cap
         self.overflowed = False
         self.results = results
@@ -118,8 +120,8 @@ class WorkerProcess:
 
     def death_reason(self) -> str:
         if self.overflowed:
-            return f"the worker was killed for printing more than {self.log_cap} bytes (see worker.log)"
-        return "the worker died while running this row (see worker.log)"
+            return f"the worker was killed for printing more than {self.log_cap} bytes (see {self.log_path.name})"
+        return f"the worker died while running this row (see {self.log_path.name})"
 
     def send(self, row: Row) -> None:
         self.proc.stdin.write(json.dumps({"id": row.qid, "inputs": row.inputs}) + "\n")
@@ -215,44 +217,77 @@ def write_predictions(dataset, qid_col: str, journal: Journal, path: Path) -> No
     atomic_write_csv(path, df)
 
 
-class Evaluation:
-    """One harness run over one data set, in one output folder."""
+class AgentWorker:
+    """The task agent's worker in a sandbox: started on first use, replaced when it dies,
+    and reusable across evaluations of one agent (the loop runs every split of a node
+    through one, so the agent's imports are paid once, not once per split)."""
 
-    def __init__(self, domain, dataset, output_folder: Path, agent_path: str, model: str, config: Config,
-                 gateway, node: str, sandbox, pythonpath: list[str] = (), show_progress: bool = True):
-        self.domain = domain
-        self.dataset = dataset
-        self.folder = output_folder
+    def __init__(self, sandbox, agent_path: str, model: str, config: Config, gateway, node: str, role: str,
+                 transcripts: Path, log_path: Path, pythonpath: list[str] = (), also_import: list[str] = ()):
+        self.sandbox = sandbox
         self.agent_path = agent_path
         self.model = model
         self.config = config
         self.gateway = gateway
-        self.node = node
-        self.sandbox = sandbox
+        self.log_path = log_path
+        self.transcripts = transcripts
         self.pythonpath = list(pythonpath)
-        self.show_progress = show_progress
-        self.journal = Journal(output_folder / "predictions.jsonl")
+        self.also_import = list(also_import)  # MODULE:NAME entry points that must load too
+        self.key = gateway.new_session(node, role)
         self.results: queue.Queue = queue.Queue()
-        self.worker: WorkerProcess | None = None
+        self.proc: WorkerProcess | None = None
 
-    def _start_worker(self, key: str) -> None:
+    def start(self) -> None:
+        """A fresh worker process (the old one, if any, is stopped); returns once the agent loaded."""
+        self.stop()
         box = self.sandbox
         cmd = [box.python, box.inside(WORKER), "--agent_path", self.agent_path, "--model", self.model,
                "--workers", str(self.config.harness.num_workers), "--root", box.workdir,
-               "--transcripts", box.inside(self.folder / "agent_evals")]
-        env = worker_env(box, box.gateway_url or self.gateway.url, key)
+               "--transcripts", box.inside(self.transcripts)]
+        cmd += [arg for entry in self.also_import for arg in ("--also_import", entry)]
+        env = worker_env(box, box.gateway_url or self.gateway.url, self.key)
         if self.pythonpath:
             env["PYTHONPATH"] = ":".join(self.pythonpath)
         log_cap = int(self.config.sandbox.output_cap_mb * 2**20)
-        self.worker = WorkerProcess(box.popen(cmd, env), self.folder / "worker.log", log_cap, self.results)
+        self.proc = WorkerProcess(box.popen(cmd, env), self.log_path, log_cap, self.results)
+        deadline = time.monotonic() + self.config.harness.start_timeout_s
         while True:
-            source, msg = self.results.get()
-            if source is not self.worker:
+            try:
+                source, msg = self.results.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                self.stop()
+                raise UserError(f"the agent did not load within {self.config.harness.start_timeout_s:g} s "
+                                f"(see {self.log_path})") from None
+            if source is not self.proc:
                 continue
             if msg.get("ready"):
                 return
-            self.worker.stop()
-            raise UserError(msg.get("fatal") or f"the worker exited before loading the agent (see {self.folder / 'worker.log'})")
+            self.stop()
+            raise UserError(msg.get("fatal") or f"the worker exited before loading the agent (see {self.log_path})")
+
+    def ensure_started(self) -> None:
+        if self.proc is None or not self.proc.alive():
+            self.start()
+
+    def stop(self) -> None:
+        if self.proc:
+            self.proc.stop()
+            self.proc = None
+
+
+class Evaluation:
+    """One harness run over one data set, in one output folder."""
+
+    def __init__(self, domain, dataset, output_folder: Path, config: Config, gateway, agent: AgentWorker,
+                 show_progress: bool = True):
+        self.domain = domain
+        self.dataset = dataset
+        self.folder = output_folder
+        self.config = config
+        self.gateway = gateway
+        self.agent = agent
+        self.show_progress = show_progress
+        self.journal = Journal(output_folder / "predictions.jsonl")
 
     def run(self) -> dict:
         from tqdm import tqdm
@@ -264,7 +299,7 @@ class Evaluation:
             for r in self.dataset.to_dict("records") if str(r[qid_col]) not in done
         )
         n_done_before = len(self.dataset) - len(todo)
-        key = self.gateway.new_session(self.node, self.domain.model_role)
+        agent = self.agent
         inflight: dict[str, Row] = {}
         finished_since_save = 0
         stopped_by = None
@@ -286,7 +321,7 @@ class Evaluation:
 
         try:
             if todo:
-                self._start_worker(key)
+                agent.ensure_started()
             # After the agent loaded, so a load error is the only thing on the screen.
             bar = tqdm(total=len(self.dataset), initial=n_done_before, unit="row", dynamic_ncols=True,
                        desc=self.domain.name, disable=not self.show_progress)
@@ -299,29 +334,27 @@ class Evaluation:
                     row.attempts += 1
                     row.started = time.monotonic()
                     inflight[row.qid] = row
-                    self.worker.send(row)
+                    agent.proc.send(row)
                 try:
-                    source, msg = self.results.get(timeout=0.2)
+                    source, msg = agent.results.get(timeout=0.2)
                 except queue.Empty:
                     source, msg = None, {}
-                if source is self.worker and "id" in msg and str(msg["id"]) in inflight:
+                if source is agent.proc and "id" in msg and str(msg["id"]) in inflight:
                     finish(inflight[str(msg["id"])], msg)
                 now = time.monotonic()
                 overdue = [r for r in inflight.values() if now - r.started > timeout]
                 for row in overdue:
                     finish(row, {"id": row.qid, "prediction": None, "error": f"timeout after {timeout:g} s"})
                 if overdue:  # a stuck thread cannot be stopped: replace the whole worker
-                    self._restart(key, inflight, todo)
-                if (source is self.worker and msg.get("exited")) or (inflight and not self.worker.alive()):
+                    self._restart(inflight, todo)
+                if (source is agent.proc and msg.get("exited")) or (inflight and not agent.proc.alive()):
                     for row in list(inflight.values()):
                         if row.attempts >= MAX_ROW_ATTEMPTS:
-                            finish(row, {"id": row.qid, "prediction": None, "error": self.worker.death_reason()})
-                    self._restart(key, inflight, todo)
+                            finish(row, {"id": row.qid, "prediction": None, "error": agent.proc.death_reason()})
+                    self._restart(inflight, todo)
         finally:
             if bar is not None:
                 bar.close()
-            if self.worker:
-                self.worker.stop()
             self.journal.close()
             write_predictions(self.dataset, self.domain.question_id, self.journal, self.folder / "predictions.csv")
 
@@ -335,15 +368,14 @@ class Evaluation:
         }
         return summary
 
-    def _restart(self, key: str, inflight: dict, todo: deque) -> None:
+    def _restart(self, inflight: dict, todo: deque) -> None:
         """A fresh worker; rows that were in flight go back to the front of the queue."""
         for row in reversed(list(inflight.values())):
             todo.appendleft(row)
         inflight.clear()
-        if self.worker:
-            self.worker.stop()
+        self.agent.stop()
         if todo:
-            self._start_worker(key)
+            self.agent.start()
 
 
 def harness(
@@ -363,6 +395,7 @@ def harness(
     node: str = "eval",
     workspace: str | Path | None = None,
     sandbox: str | None = None,
+    agent_worker: AgentWorker | None = None,
     show_progress: bool = True,
 ) -> Path:
     """Evaluate `agent_path` on a domain's data; returns the output folder.
@@ -371,7 +404,8 @@ def harness(
     `workspace`, the agent's code only; without one, the project's evolvable paths
     are copied into a temporary workspace, so no data set or label is ever in reach.
     With `gateway=None` the harness opens its own gateway whose ledger lives in the
-    output folder; the loop passes its run-wide gateway instead.
+    output folder; the loop passes its run-wide gateway instead, and an `agent_worker`
+    already running in its sandbox (then `agent_path` and `workspace` are its own).
     """
     from domains.registry import get_domain
     from optimizer.gateway import open_gateway
@@ -419,11 +453,15 @@ def harness(
         meta = {"domain": dom.name, "subset": subset, "proofs_dname": proofs_dname, "agent_path": agent_path,
                 "model": model, "num_samples": num_samples, "sandbox": backend,
                 "started_at": datetime.now().isoformat(timespec="seconds")}
-        with open_sandbox(config.sandbox, workspace, mounts, gateway.unix_socket, backend) as box:
-            agent_inside = box.inside(agent_file) if agent_file else agent_path
-            packages = [AGENT_PACKAGES] if box.isolated and installed_agent else []
-            evaluation = Evaluation(dom, dataset, folder, agent_inside, model, config, gateway, node, box,
-                                    packages, show_progress)
+        with contextlib.ExitStack() as stack:
+            if agent_worker is None:
+                box = stack.enter_context(open_sandbox(config.sandbox, workspace, mounts, gateway.unix_socket, backend))
+                agent_inside = box.inside(agent_file) if agent_file else agent_path
+                agent_worker = AgentWorker(box, agent_inside, model, config, gateway, node, dom.model_role,
+                                           folder / "agent_evals", folder / "worker.log",
+                                           [AGENT_PACKAGES] if box.isolated and installed_agent else [])
+                stack.callback(agent_worker.stop)
+            evaluation = Evaluation(dom, dataset, folder, config, gateway, agent_worker, show_progress)
             try:
                 summary = evaluation.run()
             except UserError:

@@ -91,6 +91,8 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--root", default=".", help="folder put first on sys.path (the agent's workspace)")
     ap.add_argument("--transcripts", default=None, help="folder for chat_history_<id>.md files")
+    ap.add_argument("--also_import", action="append", default=[], metavar="MODULE:NAME",
+                    help="another entry point of the workspace that must import (the loop's load check)")
     args = ap.parse_args()
 
     protocol = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")
@@ -117,6 +119,13 @@ def main() -> None:
     except BaseException as e:  # anything the agent's import does is the agent's error
         send({"fatal": f"cannot load TaskAgent from {args.agent_path}: {type(e).__name__}: {e}"})
         sys.exit(1)
+    for entry in args.also_import:
+        module, _, name = entry.partition(":")
+        try:
+            getattr(importlib.import_module(module), name)
+        except BaseException as e:
+            send({"fatal": f"cannot load {name} from {module}: {type(e).__name__}: {e}"})
+            sys.exit(1)
     send({"ready": True})
 
     def run(row: dict) -> None:

@@ -45,6 +45,7 @@ class HarnessConfig:
     num_workers: int = 5  # rows evaluated in parallel (threads in one worker process)
     save_interval: int = 100  # rewrite predictions.csv every N finished rows (the journal is written at once)
     row_timeout_s: float = 1800.0  # a row still running after this is recorded as an error
+    start_timeout_s: float = 300.0  # a worker that has not loaded the agent by then is killed
 
 
 @dataclass
@@ -73,7 +74,7 @@ class LoopConfig:
     run_baseline: str | None = None  # no_selfimprove (meta agent frozen) | no_archive (always the latest node)
     meta_timeout_s: float = 3600.0  # wall clock of one meta agent run
     meta_max_calls: int = 40  # model calls (one tool call each) of one meta agent run, enforced by the gateway
-    check_timeout_s: float = 120.0  # the import check of a new node
+    selector_timeout_s: float = 120.0  # one run of the agent's own select_next_parent.py
 
 
 @dataclass

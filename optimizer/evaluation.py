@@ -11,9 +11,11 @@ run's rows, which are its first rows.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import shutil
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -36,6 +38,10 @@ class DomainResult:
 
 class BudgetStop(Exception):
     """The run's budget ran out during an evaluation."""
+
+
+class LoadFailed(Exception):
+    """The node's task agent, or another entry point it must have, does not import."""
 
 
 def eval_key(agent_hash: str, domain: str, split: str, rows: int, model: str) -> str:
@@ -61,23 +67,63 @@ class Evaluator:
         wanted = ["train", "val"] + (["test"] if self.config.loop.eval_test else [])
         return [s for s in wanted if s in domain.splits]
 
-    def evaluate(self, domains: list, worktree: Path, node_id: str, agent_hash: str) -> dict[str, DomainResult]:
-        """Staged, then full evaluation of every domain; raises BudgetStop when the money runs out."""
+    def evaluate(self, domains: list, worktree: Path, node_id: str, agent_hash: str, node_dir: Path,
+                 check_imports: list[str] = (), timings: dict | None = None) -> dict[str, DomainResult]:
+        """Staged, then full evaluation of every domain; raises BudgetStop when the money runs out
+        and LoadFailed when the task agent or one of `check_imports` (MODULE:NAME) does not load.
+
+        Every split runs through one worker in one sandbox, whose start is the load check
+        (timed as "check" in `timings`); evaluations already done are reused as they are.
+        """
         results = {d.name: DomainResult() for d in domains}
-        if not self.config.loop.skip_staged_eval:
+        timings = timings if timings is not None else {}
+        with contextlib.ExitStack() as stack:
+            started = time.monotonic()
+            try:
+                worker = self._start_worker(stack, worktree, node_id, node_dir, list(check_imports))
+            except UserError as e:
+                raise LoadFailed(str(e)) from None
+            finally:
+                timings["check"] = round(time.monotonic() - started, 3)
+            started = time.monotonic()
+
+            def run(d, split: str, limit: int) -> None:
+                results[d.name].splits[split] = self._split(d, split, split_rows(d, split, limit), worker,
+                                                            worktree, node_id, agent_hash)
+
+            if not self.config.loop.skip_staged_eval:
+                for d in domains:
+                    run(d, "train", d.staged_eval_samples)
+                if any((r.splits["train"].score or 0) <= 0 for r in results.values()):
+                    timings["eval"] = round(time.monotonic() - started, 3)
+                    return results
             for d in domains:
-                rows = split_rows(d, "train", d.staged_eval_samples)
-                results[d.name].splits["train"] = self._split(d, "train", rows, worktree, node_id, agent_hash)
-            if any((r.splits["train"].score or 0) <= 0 for r in results.values()):
-                return results
-        for d in domains:
-            for split in self.full_splits(d):
-                rows = split_rows(d, split, self.config.loop.eval_samples)
-                results[d.name].splits[split] = self._split(d, split, rows, worktree, node_id, agent_hash)
-            results[d.name].full = True
+                for split in self.full_splits(d):
+                    run(d, split, self.config.loop.eval_samples)
+                results[d.name].full = True
+            timings["eval"] = round(time.monotonic() - started, 3)
         return results
 
-    def _split(self, domain, split: str, rows: int, worktree: Path, node_id: str, agent_hash: str) -> SplitResult:
+    def _start_worker(self, stack: contextlib.ExitStack, worktree: Path, node_id: str, node_dir: Path,
+                      check_imports: list[str]):
+        """The node's task-agent worker in its own sandbox, closed with `stack`; UserError if it cannot load."""
+        from domains.harness import WORKER, AgentWorker
+        from optimizer.sandbox import Mount, open_sandbox
+        from optimizer.sandbox.base import TRUSTED_DIR
+
+        transcripts = node_dir / "agent_evals"
+        transcripts.mkdir(parents=True, exist_ok=True)
+        mounts = [Mount(WORKER, f"{TRUSTED_DIR}/worker.py"), Mount(transcripts, "/out/agent_evals", writable=True)]
+        box = stack.enter_context(open_sandbox(self.config.sandbox, worktree, mounts, self.gateway.unix_socket,
+                                               self.backend))
+        worker = AgentWorker(box, "task_agent", self.task_model, self.config, self.gateway, node_id, "task",
+                             transcripts, node_dir / "worker.log", also_import=check_imports)
+        stack.callback(worker.stop)
+        worker.start()
+        return worker
+
+    def _split(self, domain, split: str, rows: int, worker, worktree: Path, node_id: str,
+               agent_hash: str) -> SplitResult:
         from domains.harness import harness
 
         key = eval_key(agent_hash, domain.name, split, rows, self.task_model)
@@ -90,7 +136,8 @@ class Evaluator:
             harness(domain=domain.name, subset=split, num_samples=rows, output_dir=str(self.evals_dir), run_id=key,
                     resume_from=str(folder) if (folder / "predictions.jsonl").exists() else None,
                     model=self.task_model, config=self.config, gateway=self.gateway, node=node_id,
-                    workspace=worktree, sandbox=self.backend, show_progress=True)
+                    workspace=worktree, sandbox=self.backend, agent_worker=worker,
+                    show_progress=True)
         except UserError as e:
             if self.gateway.budget_left_message():
                 raise BudgetStop(str(e)) from None

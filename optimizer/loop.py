@@ -29,7 +29,7 @@ from archive.selection import select_parent
 from archive.store import Archive, Node, selection_score
 from optimizer.config import PROJECT_ROOT, Config
 from optimizer.errors import UserError
-from optimizer.evaluation import BudgetStop, Evaluator, split_rows
+from optimizer.evaluation import BudgetStop, Evaluator, LoadFailed, split_rows
 from optimizer.sandbox import Mount, open_sandbox
 from optimizer.sandbox.base import TRUSTED_DIR
 from optimizer.workspace import RunRepo
@@ -132,7 +132,7 @@ class Loop:
         try:
             with open_sandbox(self.config.sandbox, worktree, [], None, self.backend) as box:
                 result = box.run([box.python, "-c", code], {**box.base_env(), "PYTHONPATH": box.workdir},
-                                 timeout=self.config.loop.check_timeout_s, input=json.dumps(rows))
+                                 timeout=self.config.loop.selector_timeout_s, input=json.dumps(rows))
         finally:
             self.repo.remove_worktree(worktree)
         if not result.ok:
@@ -210,23 +210,18 @@ class Loop:
                     seconds={"meta": done.get("seconds", 0.0)})
         worktree = self.repo.worktree(commit, self.run_dir / "worktrees" / node_id)
         try:
-            started = time.monotonic()
-            problem = self.check_loads(worktree, node_id)
-            node.seconds["check"] = round(time.monotonic() - started, 3)
-            if problem:
-                node.status, node.error = "load_failed", problem
-                return node
-            started = time.monotonic()
             try:
-                results = self.evaluator.evaluate(self.domains, worktree, node_id, self.repo.task_agent_hash(commit))
+                results = self.evaluator.evaluate(self.domains, worktree, node_id, self.repo.task_agent_hash(commit),
+                                                  self.archive.node_dir(node_id), self.entry_points(), node.seconds)
+            except LoadFailed as e:
+                node.status, node.error = "load_failed", str(e)[:500]
+                return node
             except BudgetStop as e:
                 node.status, node.error = "budget_stopped", str(e)
                 return node
             except Exception as e:  # one node's evaluation never ends the run
                 node.status, node.error = "eval_failed", f"{type(e).__name__}: {e}"[:500]
                 return node
-            finally:
-                node.seconds["eval"] = round(time.monotonic() - started, 3)
             for name, result in results.items():
                 node.scores[name] = {s: r.score for s, r in result.splits.items()}
                 node.samples[name] = {s: r.rows for s, r in result.splits.items()}
@@ -238,17 +233,10 @@ class Loop:
             self.repo.remove_worktree(worktree)
             self._book_costs(node)
 
-    def check_loads(self, worktree: Path, node_id: str) -> str | None:
-        """None when TaskAgent and MetaAgent (and the selector, if used) import in the sandbox."""
-        imports = "from task_agent import TaskAgent\nfrom meta_agent import MetaAgent\n"
-        if self.config.loop.edit_select_parent:
-            imports += "from select_next_parent import select_next_parent\n"
-        with open_sandbox(self.config.sandbox, worktree, [], None, self.backend) as box:
-            result = box.run([box.python, "-c", imports], {**box.base_env(), "PYTHONPATH": box.workdir},
-                             timeout=self.config.loop.check_timeout_s)
-        if result.ok:
-            return None
-        return f"import check {result.why()}: " + " | ".join(result.stderr.strip().splitlines()[-3:])[:500]
+    def entry_points(self) -> list[str]:
+        """What must import, besides TaskAgent, for a node to count (checked in the sandbox)."""
+        return ["meta_agent:MetaAgent"] + (["select_next_parent:select_next_parent"]
+                                           if self.config.loop.edit_select_parent else [])
 
     # -- what the sandbox sees ------------------------------------------------------------
     def _meta_mounts(self, out: Path) -> list[Mount]:

@@ -394,3 +394,19 @@ def test_an_installed_agent_package_is_mounted_read_only(tmp_path, fake_openai, 
     assert r.returncode == 0, r.stderr
     df = pd.read_csv(tmp_path / "out/r/predictions.csv", dtype=str, keep_default_na=False)
     assert list(df["prediction"]) == ["almost"] * 3 and not (package / "tampered").exists()
+
+
+def test_an_agent_that_never_finishes_loading_is_stopped(tmp_path, fake_openai):
+    cfg = tmp_path / "start.yaml"
+    cfg.write_text(FAST_CONFIG.replace("harness:\n", "harness:\n  start_timeout_s: 3\n"))
+    path = agent_file(tmp_path, """
+        import time
+        time.sleep(600)
+        class TaskAgent:
+            pass
+    """)
+    started = time.time()
+    r = harness(tmp_path, fake_openai, "--domain", "imo_grading", "--num_samples", "2", "--agent_path", path,
+                config=str(cfg))
+    one_line_error(r, "did not load within 3 s")
+    assert time.time() - started < 30 and not (tmp_path / "out" / "r").exists()
