@@ -96,6 +96,7 @@ def summary_lines(loop) -> list[str]:
     if best:
         scores = ", ".join(f"{d}/{s} {v:.3f}" for d, sp in best.scores.items() for s, v in sp.items() if v is not None)
         lines.append(f"best node {best.node_id} (generation {best.generation}): {scores}")
+    lines.append(f"report: {loop.run_dir / 'report.html'}")
     return lines
 
 

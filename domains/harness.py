@@ -279,8 +279,9 @@ class Evaluation:
     """One harness run over one data set, in one output folder."""
 
     def __init__(self, domain, dataset, output_folder: Path, config: Config, gateway, agent: AgentWorker,
-                 show_progress: bool = True):
+                 show_progress: bool = True, label: str | None = None):
         self.domain = domain
+        self.label = label or domain.name  # the progress bar's name
         self.dataset = dataset
         self.folder = output_folder
         self.config = config
@@ -324,7 +325,7 @@ class Evaluation:
                 agent.ensure_started()
             # After the agent loaded, so a load error is the only thing on the screen.
             bar = tqdm(total=len(self.dataset), initial=n_done_before, unit="row", dynamic_ncols=True,
-                       desc=self.domain.name, disable=not self.show_progress)
+                       desc=self.label, disable=not self.show_progress)
             while todo or inflight:
                 stopped_by = stopped_by or self.gateway.budget_left_message()
                 if stopped_by:
@@ -461,7 +462,8 @@ def harness(
                                            folder / "agent_evals", folder / "worker.log",
                                            [AGENT_PACKAGES] if box.isolated and installed_agent else [])
                 stack.callback(agent_worker.stop)
-            evaluation = Evaluation(dom, dataset, folder, config, gateway, agent_worker, show_progress)
+            label = " ".join(x for x in (None if own_gateway else f"node {node}", dom.name, subset) if x)
+            evaluation = Evaluation(dom, dataset, folder, config, gateway, agent_worker, show_progress, label)
             try:
                 summary = evaluation.run()
             except UserError:
@@ -481,8 +483,10 @@ def harness(
             shutil.rmtree(scratch, ignore_errors=True)
 
     if show_progress:
+        whose = "cost" if own_gateway else "run's cost so far"
         print(f"{summary['done']}/{summary['rows']} rows done, {summary['errors']} errors, "
-              f"cost ${spent.cost_usd:.4f} ({spent.calls} calls, {spent.cache_hits} cached); predictions: {folder / 'predictions.csv'}")
+              f"{whose} ${spent.cost_usd:.4f} ({spent.calls} calls, {spent.cache_hits} cached); "
+              f"predictions: {folder / 'predictions.csv'}")
     if summary["stopped_by"]:
         raise UserError(f"{summary['stopped_by']}; {summary['not_run'] + summary['errors']} rows not evaluated: "
                         f"raise the budget and rerun with --resume_from {folder}")

@@ -151,8 +151,15 @@ class Loop:
         parent_commit = self.repo.node_commit(parent)
         done = self.archive.meta_result(node_id)
         if done is None:
+            loop = self.config.loop
+            print(f"generation {generation}: node {node_id} from parent {parent}; the meta agent is at work "
+                  f"(up to {loop.meta_timeout_s:g} s and {loop.meta_max_calls} model calls)", flush=True)
             done = self.run_meta_agent(node_id, parent_commit, generation)
             self.archive.log("meta_done", node_id=node_id, **done)
+            patch = done["patch"]
+            print(f"node {node_id}: {done['status']}; changed {patch['files']} files (+{patch['insertions']} "
+                  f"-{patch['deletions']})" + (f", dropped {', '.join(patch['dropped'])}" if patch["dropped"] else ""),
+                  flush=True)
         node = Node(node_id, parent, generation, commit=done["commit"], patch=done["patch"],
                     seconds={"meta": done["seconds"]})
         if done["status"] != "ok":
