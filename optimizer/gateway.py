@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import random
 import secrets
 import shutil
@@ -32,6 +33,7 @@ from optimizer.config import Config
 from optimizer.ledger import Call, Ledger, Totals
 from optimizer.providers import _litellm, provider_of, redact
 
+SOCKET_DIR_PREFIX = "hyperagents-gw-"  # under the temp folder: a short path, as sun_path holds 108 bytes
 # Parameters that change what the model answers; anything else in a request
 # (user ids, metadata) does not split the cache.
 _NOT_IN_CACHE_KEY = {"user", "metadata", "stream_options"}
@@ -98,7 +100,8 @@ class Gateway:
         # Sandboxes have no network: they reach the gateway through this socket, mounted in.
         # Its folder is short-named (sun_path holds 108 bytes) and only traversable by others,
         # so a sandbox user other than ours can connect but not list it.
-        self._socket_dir = Path(tempfile.mkdtemp(prefix="hyperagents-gw-"))
+        remove_dead_socket_dirs()
+        self._socket_dir = Path(tempfile.mkdtemp(prefix=SOCKET_DIR_PREFIX))
         self._socket_dir.chmod(0o711)
         unix_handler = type("GatewayUnixHandler", (handler,), {"disable_nagle_algorithm": False})
         self._unix_server = _UnixServer(str(self.unix_socket), unix_handler)
@@ -278,6 +281,29 @@ def _litellm_prices(model: str) -> bool:
         return True
     except Exception:
         return False
+
+
+def remove_dead_socket_dirs() -> None:
+    """Remove socket folders of gateways that died without cleaning up (a SIGKILLed run):
+    ours, and no one answers on their socket."""
+    import socket
+
+    for folder in Path(tempfile.gettempdir()).glob(f"{SOCKET_DIR_PREFIX}*"):
+        try:
+            info = folder.stat()
+            # Not someone else's, and not one a gateway is creating right now.
+            if info.st_uid != os.getuid() or time.time() - info.st_mtime < 60:
+                continue
+            probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                probe.connect(str(folder / "gateway.sock"))
+                continue  # a live gateway
+            finally:
+                probe.close()
+        except (ConnectionRefusedError, FileNotFoundError):
+            shutil.rmtree(folder, ignore_errors=True)
+        except OSError:
+            continue
 
 
 def register_price(model: str, price: list[float] | None) -> None:

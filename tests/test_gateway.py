@@ -187,3 +187,22 @@ def test_agent_client_uses_the_gateway_from_the_environment(gateway_factory, fak
     reply = get_response([{"role": "user", "content": "hi"}], model="openai/fake")
     assert reply.text == "second try"
     assert reply.usage.calls == 2 and gw.spent().calls == 2
+
+
+def test_socket_folders_of_dead_gateways_are_removed_and_live_ones_kept(gateway_factory, tmp_path):
+    import socket
+    import tempfile
+    from pathlib import Path
+
+    from optimizer.gateway import SOCKET_DIR_PREFIX
+
+    dead = Path(tempfile.mkdtemp(prefix=SOCKET_DIR_PREFIX))
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(dead / "gateway.sock"))  # what a SIGKILLed gateway leaves: a socket file, no listener
+    listener.close()
+    os.utime(dead, (0, 0))  # an old folder: one a starting gateway has just made is left alone
+    starting = Path(tempfile.mkdtemp(prefix=SOCKET_DIR_PREFIX))
+    live = gateway_factory(run_id="live")
+    gateway_factory(run_id="next")
+    assert not dead.exists() and live.unix_socket.exists() and starting.exists()
+    starting.rmdir()
