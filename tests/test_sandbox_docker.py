@@ -302,3 +302,15 @@ def test_missing_image_is_a_user_error(workspace):
     with pytest.raises(UserError, match="build-image"):
         with DockerSandbox(workspace, config):
             pass
+
+
+def test_auto_builds_the_image_when_the_engine_has_none(client):
+    from optimizer.sandbox import choose_backend
+
+    tag = "hyperagents-test-auto:latest"
+    config = SandboxConfig(backend="auto", docker_image=tag)
+    try:
+        assert choose_backend(config) == "docker"
+        assert client.images.get(tag).labels["hyperagents.python"] == "host"
+    finally:
+        client.images.remove(tag, force=True)

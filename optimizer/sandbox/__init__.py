@@ -34,6 +34,7 @@ def choose_backend(config: SandboxConfig) -> str:
 
         docker_problem = engine_available(config)
         if docker_problem is None:
+            ensure_docker_image(config)
             return "docker"
         if wanted == "docker":
             raise UserError(f"sandbox docker: {docker_problem}")
@@ -44,6 +45,27 @@ def choose_backend(config: SandboxConfig) -> str:
         raise UserError(f"sandbox bwrap: {bwrap_problem}")
     raise UserError(f"no sandbox works here: docker: {docker_problem}; bwrap: {bwrap_problem}. "
                     "Start a Docker engine or install bubblewrap; --sandbox none runs agent code unsandboxed")
+
+
+def ensure_docker_image(config: SandboxConfig) -> None:
+    """Build the registry-free image (a fraction of a second) when the configured one is missing."""
+    import time
+
+    import docker
+
+    from optimizer.sandbox.docker_backend import connect
+    from optimizer.sandbox.image import build_host_python_image
+
+    client = connect(config)
+    try:
+        client.images.get(config.docker_image)
+    except docker.errors.ImageNotFound:
+        started = time.monotonic()
+        build_host_python_image(client, config.docker_image)
+        print(f"built the sandbox image {config.docker_image} in {time.monotonic() - started:.2f} s "
+              "(the host's Python, bound read-only)", file=sys.stderr)
+    finally:
+        client.close()
 
 
 def open_sandbox(config: SandboxConfig, workspace: str | Path, mounts: list[Mount] = (),
