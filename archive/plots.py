@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from archive.store import Archive, Node, selection_score
+from archive.store import Archive, Node, mean_score
 
 
 def _lineage(archive: Archive, node_id: str | None) -> list[Node]:
@@ -86,8 +86,7 @@ def _tree(archive: Archive, domains, full_sizes, best_id, path: Path, plt) -> Pa
         if node.parent in position:
             (x0, y0), (x1, y1) = position[node.parent], position[node.node_id]
             ax.plot([x0, x1], [y0, y1], color="#999999", linewidth=1, zorder=1)
-    scores = {n.node_id: (sum(selection_score(n, d, full_sizes) or 0 for d in domains) / len(domains)
-                          if n.valid_parent else None) for n in nodes}
+    scores = {n.node_id: mean_score(n, domains, full_sizes) if n.valid_parent else None for n in nodes}
     scored = [n for n in nodes if scores[n.node_id] is not None]
     unscored = [n for n in nodes if scores[n.node_id] is None]
     if scored:

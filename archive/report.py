@@ -5,7 +5,7 @@ from __future__ import annotations
 import html
 from pathlib import Path
 
-from archive.store import Archive, selection_score
+from archive.store import Archive, mean_score
 from optimizer.fsutil import atomic_write_text
 
 TOP = 15  # nodes in the table
@@ -13,10 +13,8 @@ TOP = 15  # nodes in the table
 
 def write_report(archive: Archive, domains: list, full_sizes: dict[str, int], best_id: str | None,
                  images: list[Path], out: Path) -> Path:
-    def score(node):
-        return sum(selection_score(node, d, full_sizes) or 0 for d in domains) / len(domains)
-
-    nodes = sorted(archive.nodes.values(), key=lambda n: (n.valid_parent, score(n), n.generation), reverse=True)
+    nodes = sorted(archive.nodes.values(), key=lambda n: (n.valid_parent, mean_score(n, domains, full_sizes),
+                                                          n.generation), reverse=True)
     splits = [(d.name, s) for d in domains for s in ("train", "val", "test") if s in d.splits]
     head = "".join(f"<th>{html.escape(d)}<br>{s}</th>" for d, s in splits)
     rows = []

@@ -62,6 +62,11 @@ def selection_score(node: Node, domain, full_sizes: dict[str, int]) -> float | N
     return None
 
 
+def mean_score(node: Node, domains: list, full_sizes: dict[str, int]) -> float:
+    """The node's selection score averaged over domains, a domain without one counting 0."""
+    return sum(selection_score(node, d, full_sizes) or 0 for d in domains) / len(domains)
+
+
 class Archive:
     def __init__(self, run_dir: str | Path):
         self.run_dir = Path(run_dir)
@@ -140,10 +145,10 @@ class Archive:
         for order, node in enumerate(self.ordered()):
             if not node.valid_parent:
                 continue
-            scores = [selection_score(node, d, full_sizes) for d in domains]
-            if any(s is None for s in scores):
+            if any(selection_score(node, d, full_sizes) is None for d in domains):
                 continue
-            found.append(Candidate(node.node_id, sum(scores) / len(scores), self.children(node.node_id), order))
+            found.append(Candidate(node.node_id, mean_score(node, domains, full_sizes), self.children(node.node_id),
+                                   order))
         return found
 
     def next_generation(self) -> int:

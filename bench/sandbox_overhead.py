@@ -21,13 +21,10 @@ Ratios are to the `none` row of the same run. Peak RSS (VmHWM) of this process
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import queue
 import statistics
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -37,11 +34,10 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 from harness_throughput import TimedFakeOpenAI, _descendants, _status_kb  # noqa: E402
 
-from domains.harness import WORKER, worker_env  # noqa: E402
+from domains.harness import AgentWorker, Row, worker_mounts  # noqa: E402
 from optimizer.config import PROJECT_ROOT, Config  # noqa: E402
 from optimizer.gateway import open_gateway  # noqa: E402
-from optimizer.sandbox import Mount, choose_backend, open_sandbox  # noqa: E402
-from optimizer.sandbox.base import TRUSTED_DIR  # noqa: E402
+from optimizer.sandbox import choose_backend, open_sandbox  # noqa: E402
 from optimizer.workspace import copy_evolvable  # noqa: E402
 
 START_TARGET_S = {"bwrap": 1.0, "docker": 2.0}
@@ -50,26 +46,13 @@ ROW = {"domain": "imo_grading", "problem": "Show 1 + 1 = 2.", "solution": "Arith
        "grading_guidelines": "Full marks for a proof.", "student_answer": "1 + 1 = 2 by definition."}
 
 
-class Worker:
-    """The harness's worker in a sandbox, driven one row at a time."""
-
-    def __init__(self, box, gateway, key: str, model: str, transcripts: Path):
-        cmd = [box.python, box.inside(WORKER), "--agent_path", "task_agent", "--model", model, "--workers", "1",
-               "--root", box.workdir, "--transcripts", box.inside(transcripts)]
-        self.proc = box.popen(cmd, worker_env(box, box.gateway_url or gateway.url, key))
-        self.lines: queue.Queue = queue.Queue()
-        threading.Thread(target=lambda: [self.lines.put(json.loads(x)) for x in self.proc.stdout], daemon=True).start()
-        threading.Thread(target=lambda: [None for _ in self.proc.stderr], daemon=True).start()
-
-    def ask(self, qid: str) -> dict:
-        self.proc.stdin.write(json.dumps({"id": qid, "inputs": ROW}) + "\n")
-        self.proc.stdin.flush()
-        while True:
-            msg = self.lines.get(timeout=120)
-            if msg.get("id") == qid:
-                return msg
-            if "fatal" in msg:
-                raise RuntimeError(msg["fatal"])
+def ask(worker: AgentWorker, qid: str) -> dict:
+    """Send one row to the harness's worker and wait for its answer."""
+    worker.proc.send(Row(qid, ROW))
+    while True:
+        source, msg = worker.results.get(timeout=120)
+        if source is worker.proc and msg.get("id") == qid:
+            return msg
 
 
 def tree_peak_mb(pid: int) -> float:
@@ -83,23 +66,24 @@ def provider_seconds(server: TimedFakeOpenAI) -> float:
 
 
 def measure(backend: str, gateway, server, config: Config, workspace: Path, out: Path, args) -> dict:
-    mounts = [Mount(WORKER, f"{TRUSTED_DIR}/worker.py"), Mount(out, "/out/agent_evals", writable=True)]
     starts, trips, peak = [], [], 0.0
     for i in range(args.starts):
-        key = gateway.new_session(f"bench-{backend}", "task")
         began = time.monotonic()
-        with open_sandbox(config.sandbox, workspace, mounts, gateway.unix_socket, backend) as box:
-            worker = Worker(box, gateway, key, "openai/fake", out)
-            first = worker.ask(f"start-{i}")
+        with open_sandbox(config.sandbox, workspace, worker_mounts(out), gateway.unix_socket, backend) as box:
+            worker = AgentWorker(box, "task_agent", "openai/fake", config, gateway, f"bench-{backend}", "task", out,
+                                 out.parent / f"worker-{backend}.log")
+            worker.start()
+            first = ask(worker, f"start-{i}")
             starts.append(time.monotonic() - began - args.latency)
             if first.get("error"):
                 raise RuntimeError(f"{backend}: {first['error']}")
             if i == 0:
                 for j in range(args.requests):
                     sent = time.monotonic()
-                    worker.ask(f"row-{j}")
+                    ask(worker, f"row-{j}")
                     trips.append(time.monotonic() - sent - provider_seconds(server))
-                peak = tree_peak_mb(worker.proc.pid) if hasattr(worker.proc, "pid") else 0.0
+                peak = tree_peak_mb(worker.proc.proc.pid)
+            worker.stop()
     return {"start": statistics.median(starts), "overhead": statistics.median(trips), "peak_mb": peak}
 
 

@@ -176,6 +176,11 @@ def worker_env(sandbox, gateway_url: str, gateway_key: str) -> dict:
     return env
 
 
+def worker_mounts(transcripts: Path) -> list:
+    """What every sandboxed worker needs: the worker script, and its transcripts folder writable."""
+    return [Mount(WORKER, f"{TRUSTED_DIR}/worker.py"), Mount(transcripts, "/out/agent_evals", writable=True)]
+
+
 def agent_mounts(agent_path: str, workspace: Path) -> tuple[list, Path | None]:
     """What the sandbox needs mounted to load the agent: (mounts, the agent's .py file or None).
 
@@ -446,8 +451,7 @@ def harness(
         mounts, agent_file = agent_mounts(agent_path, workspace)
         installed_agent = bool(mounts) and agent_file is None
         (folder / "agent_evals").mkdir(exist_ok=True)
-        mounts += [Mount(WORKER, f"{TRUSTED_DIR}/worker.py"),
-                   Mount(folder / "agent_evals", "/out/agent_evals", writable=True)]
+        mounts += worker_mounts(folder / "agent_evals")
         if own_gateway:
             gateway = open_gateway(config, folder, run_id=folder.name)
         gateway.allow_models(model)

@@ -107,15 +107,13 @@ class Evaluator:
     def _start_worker(self, stack: contextlib.ExitStack, worktree: Path, node_id: str, node_dir: Path,
                       check_imports: list[str]):
         """The node's task-agent worker in its own sandbox, closed with `stack`; UserError if it cannot load."""
-        from domains.harness import WORKER, AgentWorker
-        from optimizer.sandbox import Mount, open_sandbox
-        from optimizer.sandbox.base import TRUSTED_DIR
+        from domains.harness import AgentWorker, worker_mounts
+        from optimizer.sandbox import open_sandbox
 
         transcripts = node_dir / "agent_evals"
         transcripts.mkdir(parents=True, exist_ok=True)
-        mounts = [Mount(WORKER, f"{TRUSTED_DIR}/worker.py"), Mount(transcripts, "/out/agent_evals", writable=True)]
-        box = stack.enter_context(open_sandbox(self.config.sandbox, worktree, mounts, self.gateway.unix_socket,
-                                               self.backend))
+        box = stack.enter_context(open_sandbox(self.config.sandbox, worktree, worker_mounts(transcripts),
+                                               self.gateway.unix_socket, self.backend))
         worker = AgentWorker(box, "task_agent", self.task_model, self.config, self.gateway, node_id, "task",
                              transcripts, node_dir / "worker.log", also_import=check_imports)
         stack.callback(worker.stop)

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 from archive.selection import select_parent
-from archive.store import Archive, Node, selection_score
+from archive.store import Archive, Node, mean_score
 from optimizer.config import PROJECT_ROOT, Config
 from optimizer.errors import UserError
 from optimizer.evaluation import BudgetStop, Evaluator, LoadFailed, split_rows
@@ -53,6 +53,7 @@ class Loop:
         self.task_model = config.resolve_model("task")
         self.meta_model = config.resolve_model("meta")
         self.evaluator = Evaluator(run_dir, config, gateway, backend, self.task_model)
+        gateway.allow_models(self.meta_model, self.task_model)
         self.full_sizes = {d.name: split_rows(d, "val" if "val" in d.splits else "train", config.loop.eval_samples)
                            for d in domains}
         self.rng = random.Random(config.loop.seed)
@@ -64,6 +65,7 @@ class Loop:
         if "initial" not in self.archive.nodes:
             self.archive.log("gen_start", node_id="initial", parent=None, generation=0)
             node = self._evaluate_new("initial", None, 0, self.repo.node_commit("initial"), {})
+            self._book_costs(node)
             self.archive.record(node)
             self.after_node(node)
             if node.status == "budget_stopped":
@@ -238,7 +240,6 @@ class Loop:
             return node
         finally:
             self.repo.remove_worktree(worktree)
-            self._book_costs(node)
 
     def entry_points(self) -> list[str]:
         """What must import, besides TaskAgent, for a node to count (checked in the sandbox)."""
@@ -260,7 +261,6 @@ class Loop:
 
         meta_key = self.gateway.new_session(node_id, "meta", max_calls=self.config.loop.meta_max_calls)
         try_key = self.gateway.new_session(node_id, "task")
-        self.gateway.allow_models(self.meta_model, self.task_model)
         env = worker_env(box, box.gateway_url or self.gateway.url, meta_key)
         env.update(TRY_GATEWAY_KEY=try_key, TRY_MODEL=self.task_model, WORKSPACE=box.workdir,
                    PYTHONPATH=box.workdir)
@@ -300,6 +300,6 @@ class Loop:
                 node.tokens[role] = spent.tokens
 
     def best(self) -> Node | None:
-        scored = [(sum(selection_score(n, d, self.full_sizes) or 0 for d in self.domains), n)
+        scored = [(mean_score(n, self.domains, self.full_sizes), n)
                   for n in self.archive.nodes.values() if n.valid_parent]
         return max(scored, key=lambda t: (t[0], t[1].generation))[1] if scored else None
