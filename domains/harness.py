@@ -39,6 +39,9 @@ WORKER = Path(__file__).with_name("worker.py")
 AGENT_PACKAGES = "/opt/agent_packages"  # where installed agent packages are mounted inside
 RESULT_COLUMNS = ["prediction", "error", "seconds", "prompt_tokens", "completion_tokens", "cost_usd"]
 MAX_ROW_ATTEMPTS = 2  # a row in flight when the worker died is sent once more
+# Rows sent ahead of free worker threads, so a thread that finishes finds its next row
+# already queued in the worker instead of waiting a round trip through the harness.
+PREFETCH_ROWS = 2
 
 
 @dataclass
@@ -46,7 +49,7 @@ class Row:
     qid: str
     inputs: dict
     attempts: int = 0
-    started: float = 0.0
+    started: float | None = None  # when a worker thread took it up; None while queued there
 
 
 class Journal:
@@ -335,25 +338,27 @@ class Evaluation:
                 stopped_by = stopped_by or self.gateway.budget_left_message()
                 if stopped_by:
                     todo.clear()
-                while todo and len(inflight) < self.config.harness.num_workers:
+                while todo and len(inflight) < self.config.harness.num_workers + PREFETCH_ROWS:
                     row = todo.popleft()
-                    row.attempts += 1
-                    row.started = time.monotonic()
+                    row.started = None
                     inflight[row.qid] = row
                     agent.proc.send(row)
                 try:
                     source, msg = agent.results.get(timeout=0.2)
                 except queue.Empty:
                     source, msg = None, {}
-                if source is agent.proc and "id" in msg and str(msg["id"]) in inflight:
-                    finish(inflight[str(msg["id"])], msg)
+                if source is agent.proc:
+                    self._take(msg, inflight, finish)
                 now = time.monotonic()
-                overdue = [r for r in inflight.values() if now - r.started > timeout]
+                overdue = [r for r in inflight.values() if r.started is not None and now - r.started > timeout]
                 for row in overdue:
                     finish(row, {"id": row.qid, "prediction": None, "error": f"timeout after {timeout:g} s"})
                 if overdue:  # a stuck thread cannot be stopped: replace the whole worker
                     self._restart(inflight, todo)
-                if (source is agent.proc and msg.get("exited")) or (inflight and not agent.proc.alive()):
+                exited = source is agent.proc and msg.get("exited")
+                if exited or (inflight and not agent.proc.alive()):
+                    if not exited:
+                        self._drain(inflight, finish)  # a row's "started" may still be in the pipe
                     for row in list(inflight.values()):
                         if row.attempts >= MAX_ROW_ATTEMPTS:
                             finish(row, {"id": row.qid, "prediction": None, "error": agent.proc.death_reason()})
@@ -373,6 +378,29 @@ class Evaluation:
             "stopped_by": stopped_by,
         }
         return summary
+
+    @staticmethod
+    def _take(msg: dict, inflight: dict, finish) -> None:
+        """Apply one worker message: a row taken up (its clock and attempts start) or finished."""
+        if str(msg.get("started")) in inflight:
+            row = inflight[str(msg["started"])]
+            row.started = time.monotonic()
+            row.attempts += 1
+        elif "id" in msg and str(msg["id"]) in inflight:
+            finish(inflight[str(msg["id"])], msg)
+
+    def _drain(self, inflight: dict, finish, wait_s: float = 2.0) -> None:
+        """Apply what a dead worker wrote before it died, up to its end of output."""
+        proc, deadline = self.agent.proc, time.monotonic() + wait_s
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                source, msg = self.agent.results.get(timeout=left)
+            except queue.Empty:
+                return
+            if source is proc:
+                if msg.get("exited"):
+                    return
+                self._take(msg, inflight, finish)
 
     def _restart(self, inflight: dict, todo: deque) -> None:
         """A fresh worker; rows that were in flight go back to the front of the queue."""

@@ -5,6 +5,7 @@ nothing from the trusted core: stdlib and litellm only. Protocol, one JSON objec
 
   harness -> worker   {"id": ..., "inputs": {...}}
   worker -> harness   {"ready": true} once loaded, or {"fatal": "..."} and exit
+                      {"started": id} when a thread takes a row up (rows may queue here)
                       {"id", "prediction", "error", "usage", "seconds"} per row
 
 Rows run concurrently in a thread pool. Agent code that prints to stdout cannot
@@ -130,6 +131,7 @@ def main() -> None:
 
     def run(row: dict) -> None:
         qid = row["id"]
+        send({"started": qid})  # the harness times the row from here, not from when it was queued
         _local.usage = {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0, "cost_usd": 0.0}
         started = time.monotonic()
         prediction, error = None, None
