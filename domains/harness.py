@@ -33,7 +33,7 @@ from optimizer.errors import UserError, exit_on_user_error
 from optimizer.fsutil import atomic_write_csv, atomic_write_json
 from optimizer.sandbox import Mount, choose_backend, open_sandbox
 from optimizer.sandbox.base import TRUSTED_DIR
-from optimizer.workspace import copy_evolvable
+from optimizer.workspace import EVOLVABLE_PATHS, copy_evolvable
 
 WORKER = Path(__file__).with_name("worker.py")
 AGENT_PACKAGES = "/opt/agent_packages"  # where installed agent packages are mounted inside
@@ -126,6 +126,11 @@ class WorkerProcess:
             return f"the worker was killed for printing more than {self.log_cap} bytes (see {self.log_path.name})"
         return f"the worker died while running this row (see {self.log_path.name})"
 
+    def go(self) -> None:
+        """Let a worker started with --wait_for_go load the agent."""
+        self.proc.stdin.write("\n")
+        self.proc.stdin.flush()
+
     def send(self, row: Row) -> None:
         self.proc.stdin.write(json.dumps({"id": row.qid, "inputs": row.inputs}) + "\n")
         self.proc.stdin.flush()
@@ -182,6 +187,14 @@ def worker_env(sandbox, gateway_url: str, gateway_key: str) -> dict:
 def worker_mounts(transcripts: Path) -> list:
     """What every sandboxed worker needs: the worker script, and its transcripts folder writable."""
     return [Mount(WORKER, f"{TRUSTED_DIR}/worker.py"), Mount(transcripts, "/out/agent_evals", writable=True)]
+
+
+def is_project_agent(agent_path: str) -> bool:
+    """Whether the agent is this project's evolvable code (or a file that may import it)
+    rather than an installed package such as `proofgrader`."""
+    from domains.worker import is_file_path
+
+    return is_file_path(agent_path) or agent_path.split(".")[0] in EVOLVABLE_PATHS
 
 
 def agent_mounts(agent_path: str, workspace: Path) -> tuple[list, Path | None]:
@@ -244,20 +257,24 @@ class AgentWorker:
         self.key = gateway.new_session(node, role)
         self.results: queue.Queue = queue.Queue()
         self.proc: WorkerProcess | None = None
+        self._parked = False  # launched with --wait_for_go and not told to go yet
+
+    def prestart(self) -> None:
+        """Launch the worker now so it pays its imports, but load the agent only at `start()`:
+        the loop calls this before the agent's files exist (while the meta agent writes them)."""
+        self.stop()
+        self._launch(wait_for_go=True)
 
     def start(self) -> None:
-        """A fresh worker process (the old one, if any, is stopped); returns once the agent loaded."""
-        self.stop()
-        box = self.sandbox
-        cmd = [box.python, box.inside(WORKER), "--agent_path", self.agent_path, "--model", self.model,
-               "--workers", str(self.config.harness.num_workers), "--root", box.workdir,
-               "--transcripts", box.inside(self.transcripts)]
-        cmd += [arg for entry in self.also_import for arg in ("--also_import", entry)]
-        env = worker_env(box, box.gateway_url or self.gateway.url, self.key)
-        if self.pythonpath:
-            env["PYTHONPATH"] = ":".join(self.pythonpath)
-        log_cap = int(self.config.sandbox.output_cap_mb * 2**20)
-        self.proc = WorkerProcess(box.popen(cmd, env), self.log_path, log_cap, self.results)
+        """Load the agent in the prestarted worker, or in a fresh one; returns once the agent loaded."""
+        try:
+            if self.proc is None or not self.proc.alive() or not self._parked:
+                raise BrokenPipeError
+            self.proc.go()
+        except OSError:  # none parked, or it died waiting
+            self.stop()
+            self._launch(wait_for_go=False)
+        self._parked = False
         deadline = time.monotonic() + self.config.harness.start_timeout_s
         while True:
             try:
@@ -272,6 +289,20 @@ class AgentWorker:
                 return
             self.stop()
             raise UserError(msg.get("fatal") or f"the worker exited before loading the agent (see {self.log_path})")
+
+    def _launch(self, wait_for_go: bool) -> None:
+        box = self.sandbox
+        cmd = [box.python, box.inside(WORKER), "--agent_path", self.agent_path, "--model", self.model,
+               "--workers", str(self.config.harness.num_workers), "--root", box.workdir,
+               "--transcripts", box.inside(self.transcripts)]
+        cmd += [arg for entry in self.also_import for arg in ("--also_import", entry)]
+        cmd += ["--wait_for_go"] if wait_for_go else []
+        env = worker_env(box, box.gateway_url or self.gateway.url, self.key)
+        if self.pythonpath:
+            env["PYTHONPATH"] = ":".join(self.pythonpath)
+        log_cap = int(self.config.sandbox.output_cap_mb * 2**20)
+        self.proc = WorkerProcess(box.popen(cmd, env), self.log_path, log_cap, self.results)
+        self._parked = wait_for_go
 
     def ensure_started(self) -> None:
         if self.proc is None or not self.proc.alive():
@@ -436,7 +467,8 @@ def harness(
 
     The agent runs in a sandbox (`sandbox` overrides config.sandbox.backend) on
     `workspace`, the agent's code only; without one, the project's evolvable paths
-    are copied into a temporary workspace, so no data set or label is ever in reach.
+    are copied into a temporary workspace (left empty for an installed agent such as
+    `proofgrader`), so no data set or label is ever in reach.
     With `gateway=None` the harness opens its own gateway whose ledger lives in the
     output folder; the loop passes its run-wide gateway instead, and an `agent_worker`
     already running in its sandbox (then `agent_path` and `workspace` are its own).
@@ -475,7 +507,12 @@ def harness(
     folder.mkdir(parents=True, exist_ok=True)
     scratch = None if workspace else Path(tempfile.mkdtemp(prefix="hyperagents-ws-"))
     try:
-        workspace = Path(workspace) if workspace else copy_evolvable(PROJECT_ROOT, scratch)
+        if workspace:
+            workspace = Path(workspace)
+        elif is_project_agent(agent_path):
+            workspace = copy_evolvable(PROJECT_ROOT, scratch)
+        else:  # an installed agent brings its own code: nothing of ours may shadow or complete it
+            workspace = scratch
         mounts, agent_file = agent_mounts(agent_path, workspace)
         installed_agent = bool(mounts) and agent_file is None
         (folder / "agent_evals").mkdir(exist_ok=True)

@@ -4,6 +4,7 @@ It runs where agent code may run (a sandbox from the sandbox layer on), so it im
 nothing from the trusted core: stdlib and litellm only. Protocol, one JSON object a line:
 
   harness -> worker   {"id": ..., "inputs": {...}}
+  harness -> worker   one empty line first, when started with --wait_for_go
   worker -> harness   {"ready": true} once loaded, or {"fatal": "..."} and exit
                       {"started": id} when a thread takes a row up (rows may queue here)
                       {"id", "prediction", "error", "usage", "seconds"} per row
@@ -94,6 +95,9 @@ def main() -> None:
     ap.add_argument("--transcripts", default=None, help="folder for chat_history_<id>.md files")
     ap.add_argument("--also_import", action="append", default=[], metavar="MODULE:NAME",
                     help="another entry point of the workspace that must import (the loop's load check)")
+    ap.add_argument("--wait_for_go", action="store_true",
+                    help="import litellm, then wait for a line on stdin before loading the agent "
+                         "(the harness starts the worker before the agent's files are in place)")
     args = ap.parse_args()
 
     protocol = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")
@@ -108,7 +112,6 @@ def main() -> None:
 
     if args.transcripts:
         os.makedirs(args.transcripts, exist_ok=True)
-    sys.path.insert(0, str(Path(args.root).resolve()))
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     try:
         import litellm
@@ -116,6 +119,13 @@ def main() -> None:
         litellm.suppress_debug_info = True
         _warm_up(litellm)
         litellm.completion = _count_usage(litellm.completion)
+    except BaseException as e:
+        send({"fatal": f"cannot import litellm: {type(e).__name__}: {e}"})
+        sys.exit(1)
+    if args.wait_for_go and not sys.stdin.readline():
+        sys.exit(0)  # the harness went away before the agent was needed
+    sys.path.insert(0, str(Path(args.root).resolve()))
+    try:
         TaskAgent = load_task_agent(args.agent_path)
     except BaseException as e:  # anything the agent's import does is the agent's error
         send({"fatal": f"cannot load TaskAgent from {args.agent_path}: {type(e).__name__}: {e}"})

@@ -57,6 +57,7 @@ def split_rows(domain, split: str, limit: int) -> int:
 
 class Evaluator:
     def __init__(self, run_dir: Path, config, gateway, backend: str, task_model: str):
+        self.run_dir = run_dir
         self.evals_dir = run_dir / "evals"
         self.config = config
         self.gateway = gateway
@@ -67,61 +68,47 @@ class Evaluator:
         wanted = ["train", "val"] + (["test"] if self.config.loop.eval_test else [])
         return [s for s in wanted if s in domain.splits]
 
-    def evaluate(self, domains: list, worktree: Path, node_id: str, agent_hash: str, node_dir: Path,
-                 check_imports: list[str] = (), timings: dict | None = None) -> dict[str, DomainResult]:
-        """Staged, then full evaluation of every domain; raises BudgetStop when the money runs out
-        and LoadFailed when the task agent or one of `check_imports` (MODULE:NAME) does not load.
+    def node_sandbox(self, node_id: str, node_dir: Path, check_imports: list[str] = ()) -> "NodeSandbox":
+        """A node's evaluation sandbox, to open before its files exist (see NodeSandbox)."""
+        workspace = self.run_dir / "worktrees" / f"{node_id}-eval"
+        return NodeSandbox(self, workspace, node_id, node_dir, list(check_imports))
 
-        Every split runs through one worker in one sandbox, whose start is the load check
-        (timed as "check" in `timings`); evaluations already done are reused as they are.
+    def evaluate(self, domains: list, node: "NodeSandbox", agent_hash: str,
+                 timings: dict | None = None) -> dict[str, DomainResult]:
+        """Staged, then full evaluation of every domain; raises BudgetStop when the money runs out
+        and LoadFailed when the task agent or one of the node's entry points does not load.
+
+        Every split runs through the node's one worker, whose loading of the agent is the load
+        check (timed as "check" in `timings`); evaluations already done are reused as they are.
         """
         results = {d.name: DomainResult() for d in domains}
         timings = timings if timings is not None else {}
-        with contextlib.ExitStack() as stack:
-            started = time.monotonic()
-            try:
-                worker = self._start_worker(stack, worktree, node_id, node_dir, list(check_imports))
-            except UserError as e:
-                raise LoadFailed(str(e)) from None
-            finally:
-                timings["check"] = round(time.monotonic() - started, 3)
-            started = time.monotonic()
+        started = time.monotonic()
+        try:
+            node.worker.start()
+        except UserError as e:
+            raise LoadFailed(str(e)) from None
+        finally:
+            timings["check"] = round(time.monotonic() - started, 3)
+        started = time.monotonic()
 
-            def run(d, split: str, limit: int) -> None:
-                results[d.name].splits[split] = self._split(d, split, split_rows(d, split, limit), worker,
-                                                            worktree, node_id, agent_hash)
+        def run(d, split: str, limit: int) -> None:
+            results[d.name].splits[split] = self._split(d, split, split_rows(d, split, limit), node, agent_hash)
 
-            if not self.config.loop.skip_staged_eval:
-                for d in domains:
-                    run(d, "train", d.staged_eval_samples)
-                if any((r.splits["train"].score or 0) <= 0 for r in results.values()):
-                    timings["eval"] = round(time.monotonic() - started, 3)
-                    return results
+        if not self.config.loop.skip_staged_eval:
             for d in domains:
-                for split in self.full_splits(d):
-                    run(d, split, self.config.loop.eval_samples)
-                results[d.name].full = True
-            timings["eval"] = round(time.monotonic() - started, 3)
+                run(d, "train", d.staged_eval_samples)
+            if any((r.splits["train"].score or 0) <= 0 for r in results.values()):
+                timings["eval"] = round(time.monotonic() - started, 3)
+                return results
+        for d in domains:
+            for split in self.full_splits(d):
+                run(d, split, self.config.loop.eval_samples)
+            results[d.name].full = True
+        timings["eval"] = round(time.monotonic() - started, 3)
         return results
 
-    def _start_worker(self, stack: contextlib.ExitStack, worktree: Path, node_id: str, node_dir: Path,
-                      check_imports: list[str]):
-        """The node's task-agent worker in its own sandbox, closed with `stack`; UserError if it cannot load."""
-        from domains.harness import AgentWorker, worker_mounts
-        from optimizer.sandbox import open_sandbox
-
-        transcripts = node_dir / "agent_evals"
-        transcripts.mkdir(parents=True, exist_ok=True)
-        box = stack.enter_context(open_sandbox(self.config.sandbox, worktree, worker_mounts(transcripts),
-                                               self.gateway.unix_socket, self.backend))
-        worker = AgentWorker(box, "task_agent", self.task_model, self.config, self.gateway, node_id, "task",
-                             transcripts, node_dir / "worker.log", also_import=check_imports)
-        stack.callback(worker.stop)
-        worker.start()
-        return worker
-
-    def _split(self, domain, split: str, rows: int, worker, worktree: Path, node_id: str,
-               agent_hash: str) -> SplitResult:
+    def _split(self, domain, split: str, rows: int, node: "NodeSandbox", agent_hash: str) -> SplitResult:
         from domains.harness import harness
 
         key = eval_key(agent_hash, domain.name, split, rows, self.task_model)
@@ -133,14 +120,14 @@ class Evaluator:
         try:
             harness(domain=domain.name, subset=split, num_samples=rows, output_dir=str(self.evals_dir), run_id=key,
                     resume_from=str(folder) if (folder / "predictions.jsonl").exists() else None,
-                    model=self.task_model, config=self.config, gateway=self.gateway, node=node_id,
-                    workspace=worktree, sandbox=self.backend, agent_worker=worker,
+                    model=self.task_model, config=self.config, gateway=self.gateway, node=node.node_id,
+                    workspace=node.workspace, sandbox=self.backend, agent_worker=node.worker,
                     show_progress=True)
         except UserError as e:
             if self.gateway.budget_left_message():
                 raise BudgetStop(str(e)) from None
             raise
-        report = self._score(domain, folder, node_id)
+        report = self._score(domain, folder, node.node_id)
         atomic_write_json(report_path, report)
         return SplitResult(report.get(domain.score_key), rows, key)
 
@@ -172,3 +159,55 @@ class Evaluator:
                 model=self.config.resolve_model(graded.model_role), config=self.config, gateway=self.gateway,
                 node=node_id, sandbox=self.backend, show_progress=True)
         return score_predictions(graded, gradings / "predictions.csv")
+
+
+class NodeSandbox:
+    """A node's evaluation workspace, its sandbox and its task-agent worker.
+
+    Entered before the node's files exist: the worker starts at once and pays its imports
+    (litellm: ~2 s) while the meta agent is still writing the code, and loads the agent
+    only when `Evaluator.evaluate` asks. `fill` puts the files of a commit in place.
+    The workspace holds the files only, without git metadata, and is removed on exit.
+    """
+
+    def __init__(self, evaluator: Evaluator, workspace: Path, node_id: str, node_dir: Path,
+                 check_imports: list[str]):
+        self.evaluator = evaluator
+        self.workspace = workspace
+        self.node_id = node_id
+        self.node_dir = node_dir
+        self.check_imports = check_imports
+        self._stack = contextlib.ExitStack()
+        self.box = self.worker = None
+
+    def __enter__(self) -> "NodeSandbox":
+        from domains.harness import AgentWorker, worker_mounts
+        from optimizer.sandbox import open_sandbox
+
+        ev = self.evaluator
+        shutil.rmtree(self.workspace, ignore_errors=True)  # left by a killed run
+        self.workspace.mkdir(parents=True)
+        self._stack.callback(shutil.rmtree, self.workspace, ignore_errors=True)
+        try:
+            transcripts = self.node_dir / "agent_evals"
+            transcripts.mkdir(parents=True, exist_ok=True)
+            self.box = self._stack.enter_context(open_sandbox(ev.config.sandbox, self.workspace,
+                                                              worker_mounts(transcripts), ev.gateway.unix_socket,
+                                                              ev.backend))
+            self.worker = AgentWorker(self.box, "task_agent", ev.task_model, ev.config, ev.gateway, self.node_id,
+                                      "task", transcripts, self.node_dir / "worker.log",
+                                      also_import=self.check_imports)
+            self._stack.callback(self.worker.stop)
+            self.worker.prestart()
+        except BaseException:
+            self._stack.close()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stack.close()
+
+    def fill(self, repo, commit: str) -> None:
+        """The files of `commit` into the (empty) workspace, owned as the sandbox needs."""
+        repo.export(commit, self.workspace)
+        self.box.adopt(self.workspace)

@@ -19,6 +19,7 @@ change is not asked for again, evaluations continue from their journals.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import shutil
@@ -29,7 +30,7 @@ from archive.selection import select_parent
 from archive.store import Archive, Node, mean_score
 from optimizer.config import PROJECT_ROOT, Config
 from optimizer.errors import UserError
-from optimizer.evaluation import BudgetStop, Evaluator, LoadFailed, split_rows
+from optimizer.evaluation import BudgetStop, Evaluator, LoadFailed, NodeSandbox, split_rows
 from optimizer.sandbox import Mount, open_sandbox
 from optimizer.sandbox.base import TRUSTED_DIR
 from optimizer.workspace import RunRepo
@@ -151,28 +152,41 @@ class Loop:
     def generation(self, node_id: str, parent: str, generation: int) -> Node:
         started = time.monotonic()
         parent_commit = self.repo.node_commit(parent)
-        done = self.archive.meta_result(node_id)
-        if done is None:
-            loop = self.config.loop
-            print(f"generation {generation}: node {node_id} from parent {parent}; the meta agent is at work "
-                  f"(up to {loop.meta_timeout_s:g} s and {loop.meta_max_calls} model calls)", flush=True)
-            done = self.run_meta_agent(node_id, parent_commit, generation)
-            self.archive.log("meta_done", node_id=node_id, **done)
-            patch = done["patch"]
-            print(f"node {node_id}: {done['status']}; changed {patch['files']} files (+{patch['insertions']} "
-                  f"-{patch['deletions']})" + (f", dropped {', '.join(patch['dropped'])}" if patch["dropped"] else ""),
-                  flush=True)
-        node = Node(node_id, parent, generation, commit=done["commit"], patch=done["patch"],
-                    seconds={"meta": done["seconds"]})
-        if done["status"] != "ok":
-            node.status, node.error = done["status"], done.get("error")
-        elif done["commit"] is None:
-            node.status = "no_change"
-        else:
-            node = self._evaluate_new(node_id, parent, generation, done["commit"], done)
+        with contextlib.ExitStack() as stack:
+            done = self.archive.meta_result(node_id)
+            prepared = None
+            if done is None:
+                prepared = self._prepare_evaluation(stack, node_id)
+                loop = self.config.loop
+                print(f"generation {generation}: node {node_id} from parent {parent}; the meta agent is at work "
+                      f"(up to {loop.meta_timeout_s:g} s and {loop.meta_max_calls} model calls)", flush=True)
+                done = self.run_meta_agent(node_id, parent_commit, generation)
+                self.archive.log("meta_done", node_id=node_id, **done)
+                patch = done["patch"]
+                print(f"node {node_id}: {done['status']}; changed {patch['files']} files (+{patch['insertions']} "
+                      f"-{patch['deletions']})" + (f", dropped {', '.join(patch['dropped'])}" if patch["dropped"]
+                                                   else ""), flush=True)
+            node = Node(node_id, parent, generation, commit=done["commit"], patch=done["patch"],
+                        seconds={"meta": done["seconds"]})
+            if done["status"] != "ok":
+                node.status, node.error = done["status"], done.get("error")
+            elif done["commit"] is None:
+                node.status = "no_change"
+            else:
+                node = self._evaluate_new(node_id, parent, generation, done["commit"], done, prepared)
         node.seconds["total"] = round(time.monotonic() - started, 3)
         self._book_costs(node)
         return node
+
+    def _prepare_evaluation(self, stack: contextlib.ExitStack, node_id: str) -> NodeSandbox | None:
+        """The child's evaluation sandbox, opened now so its worker's imports overlap the meta agent.
+
+        If it cannot open, None: the evaluation opens its own and records why it failed."""
+        try:
+            return stack.enter_context(self.evaluator.node_sandbox(node_id, self.archive.node_dir(node_id),
+                                                                   self.entry_points()))
+        except Exception:
+            return None
 
     def run_meta_agent(self, node_id: str, parent_commit: str, generation: int) -> dict:
         out = self.archive.node_dir(node_id)
@@ -214,32 +228,32 @@ class Loop:
                     "error": f"meta agent {result.why()}: {tail}"}
         return {"status": "ok", "commit": capture.commit, "patch": patch, "seconds": seconds}
 
-    def _evaluate_new(self, node_id: str, parent: str | None, generation: int, commit: str, done: dict) -> Node:
+    def _evaluate_new(self, node_id: str, parent: str | None, generation: int, commit: str, done: dict,
+                      prepared: NodeSandbox | None = None) -> Node:
         node = Node(node_id, parent, generation, commit=commit, patch=done.get("patch", {}),
                     seconds={"meta": done.get("seconds", 0.0)})
-        worktree = self.repo.worktree(commit, self.run_dir / "worktrees" / node_id)
         try:
-            try:
-                results = self.evaluator.evaluate(self.domains, worktree, node_id, self.repo.task_agent_hash(commit),
-                                                  self.archive.node_dir(node_id), self.entry_points(), node.seconds)
-            except LoadFailed as e:
-                node.status, node.error = "load_failed", str(e)[:500]
-                return node
-            except BudgetStop as e:
-                node.status, node.error = "budget_stopped", str(e)
-                return node
-            except Exception as e:  # one node's evaluation never ends the run
-                node.status, node.error = "eval_failed", f"{type(e).__name__}: {e}"[:500]
-                return node
-            for name, result in results.items():
-                node.scores[name] = {s: r.score for s, r in result.splits.items()}
-                node.samples[name] = {s: r.rows for s, r in result.splits.items()}
-                node.eval_keys[name] = {s: r.key for s, r in result.splits.items()}
-                node.full_eval[name] = result.full
-            self._publish_feedback(node)
+            with contextlib.ExitStack() as stack:
+                box = prepared or stack.enter_context(
+                    self.evaluator.node_sandbox(node_id, self.archive.node_dir(node_id), self.entry_points()))
+                box.fill(self.repo, commit)
+                results = self.evaluator.evaluate(self.domains, box, self.repo.task_agent_hash(commit), node.seconds)
+        except LoadFailed as e:
+            node.status, node.error = "load_failed", str(e)[:500]
             return node
-        finally:
-            self.repo.remove_worktree(worktree)
+        except BudgetStop as e:
+            node.status, node.error = "budget_stopped", str(e)
+            return node
+        except Exception as e:  # one node's evaluation never ends the run
+            node.status, node.error = "eval_failed", f"{type(e).__name__}: {e}"[:500]
+            return node
+        for name, result in results.items():
+            node.scores[name] = {s: r.score for s, r in result.splits.items()}
+            node.samples[name] = {s: r.rows for s, r in result.splits.items()}
+            node.eval_keys[name] = {s: r.key for s, r in result.splits.items()}
+            node.full_eval[name] = result.full
+        self._publish_feedback(node)
+        return node
 
     def entry_points(self) -> list[str]:
         """What must import, besides TaskAgent, for a node to count (checked in the sandbox)."""
@@ -281,16 +295,35 @@ class Loop:
             path.write_text("\n".join(lines) + "\n")
 
     def _publish_feedback(self, node: Node) -> None:
-        """Copy the node's train results (never val/test) where later meta agents can read them."""
-        for domain, keys in node.eval_keys.items():
-            if "train" not in keys:
+        """Copy the node's train results (never val/test) where later meta agents can read them.
+
+        Columns the domain hides from agents are dropped (the meta agent is agent code too),
+        except the label, which it has for train rows anyway; for graded domains each row
+        gets the grader's verdict as `grade`.
+        """
+        import pandas as pd
+
+        from optimizer.fsutil import atomic_write_csv
+
+        for domain in self.domains:
+            key = node.eval_keys.get(domain.name, {}).get("train")
+            if key is None:
                 continue
-            src = self.run_dir / "evals" / keys["train"]
-            dst = self.run_dir / "feedback" / node.node_id / domain
+            src = self.run_dir / "evals" / key
+            dst = self.run_dir / "feedback" / node.node_id / domain.name
             dst.mkdir(parents=True, exist_ok=True)
-            for name in ("predictions.csv", "report.json"):
-                if (src / name).exists():
-                    shutil.copy2(src / name, dst / name)
+            if (src / "report.json").exists():
+                shutil.copy2(src / "report.json", dst / "report.json")
+            if not (src / "predictions.csv").exists():
+                continue
+            df = pd.read_csv(src / "predictions.csv", dtype=str, keep_default_na=False)
+            df = df.drop(columns=[c for c in domain.hidden_columns if c != domain.label_column and c in df.columns])
+            graded = src / "gradings" / "predictions.csv"
+            if graded.exists():
+                grades = pd.read_csv(graded, dtype=str, keep_default_na=False)
+                verdict = dict(zip(grades[domain.question_id], grades["prediction"]))
+                df["grade"] = [verdict.get(q, "") for q in df[domain.question_id]]
+            atomic_write_csv(dst / "predictions.csv", df)
 
     def _book_costs(self, node: Node) -> None:
         for role in ("meta", "task", "grader"):

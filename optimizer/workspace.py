@@ -9,8 +9,10 @@ copies these paths from the project.
 from __future__ import annotations
 
 import hashlib
+import io
 import shutil
 import subprocess
+import tarfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -74,10 +76,15 @@ class RunRepo:
                               text=True).stdout
 
     @classmethod
-    def create(cls, path: str | Path, source_root: str | Path) -> "RunRepo":
-        """A new repository whose first commit is the evolvable code under `source_root`."""
+    def create(cls, path: str | Path, source_root: str | Path, initial_agent=None) -> "RunRepo":
+        """A new repository whose first commit is the evolvable code under `source_root`,
+        with `initial_agent` (an InitialAgent) as the task agent's entry point if given."""
+        from optimizer.initial_agents import select_initial_agent
+
         repo = cls(path)
         copy_evolvable(source_root, repo.path)
+        if initial_agent is not None and initial_agent.name != "default":
+            select_initial_agent(repo.path, initial_agent)
         (repo.path / ".gitignore").write_text(_GITIGNORE)
         repo.git("init", "-q")
         repo.git("add", "-A")
@@ -93,6 +100,13 @@ class RunRepo:
         self.remove_worktree(dest)
         self.git("worktree", "add", "-q", "--detach", str(dest), commit)
         return dest
+
+    def export(self, commit: str, dest: Path) -> None:
+        """The files of `commit` into the existing folder `dest`, without git metadata."""
+        tar = subprocess.run(["git", "archive", "--format=tar", commit], cwd=self.path, capture_output=True,
+                             check=True).stdout
+        with tarfile.open(fileobj=io.BytesIO(tar)) as archive:
+            archive.extractall(dest, filter="data")
 
     def remove_worktree(self, dest: Path) -> None:
         if dest.exists():

@@ -109,6 +109,11 @@ class Sandbox:
     def __exit__(self, *exc) -> None:
         self.close()
 
+    def adopt(self, tree: Path) -> None:
+        """Files the host put into the writable `tree` after open: let commands inside write them.
+
+        Nothing to do where the sandbox's user maps to ours (bwrap, none)."""
+
     # -- paths and addresses ----------------------------------------------------------------
     @property
     def workdir(self) -> str:

@@ -180,6 +180,9 @@ class DockerSandbox(Sandbox):
             self._handed_over.append(tree)
             _chown_tree(tree, SANDBOX_UID, SANDBOX_UID)
 
+    def adopt(self, tree: Path) -> None:
+        self._hand_over([Path(tree)])
+
     def _give_back(self) -> None:
         """Everything in the writable trees back to us, including what the sandbox created."""
         while self._handed_over:
