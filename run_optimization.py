@@ -22,6 +22,7 @@ from pathlib import Path
 from optimizer.config import BASELINES, PROJECT_ROOT, SANDBOX_BACKENDS, Config, _merge, load_config
 from optimizer.errors import UserError, exit_on_user_error
 from optimizer.fsutil import atomic_write_json
+from optimizer.initial_agents import INITIAL_AGENTS
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -47,12 +48,14 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--budget_usd", type=float, default=None, help="stop the run once this much is spent")
     ap.add_argument("--meta_model", default=None, help="the meta agent's model (litellm string)")
     ap.add_argument("--task_model", default=None, help="the task agent's model (litellm string)")
+    ap.add_argument("--initial_agent", choices=sorted(INITIAL_AGENTS), default=None,
+                    help="the task agent the run starts from (default: default)")
     ap.add_argument("--sandbox", choices=SANDBOX_BACKENDS, default=None, help="where agent code runs (auto)")
     return ap
 
 
 LOOP_FLAGS = ("max_generation", "eval_samples", "parent_selection", "seed", "skip_staged_eval", "eval_test",
-              "edit_select_parent", "run_baseline")
+              "edit_select_parent", "run_baseline", "initial_agent")
 
 
 def apply_flags(config: Config, args) -> Config:
@@ -77,7 +80,8 @@ def plan_lines(run_dir: Path, domains, config: Config, backend: str, resumed: bo
         staged = "" if config.loop.skip_staged_eval else f"staged {d.staged_eval_samples} train rows, then "
         lines.append(f"domain   {d.name}: {staged}{' + '.join(full)} (score: {d.score_key})")
     loop = config.loop
-    lines += [f"models   task {config.resolve_model('task')}, meta {config.resolve_model('meta')}",
+    lines += [f"agent    initial task agent {loop.initial_agent}",
+              f"models   task {config.resolve_model('task')}, meta {config.resolve_model('meta')}",
               f"sandbox  {backend}",
               f"budget   " + (f"${config.gateway.budget_usd:g}" if config.gateway.budget_usd is not None else "none"),
               f"loop     {loop.max_generation} generations, parent selection {loop.parent_selection}"
@@ -103,6 +107,7 @@ def summary_lines(loop) -> list[str]:
 def main(argv=None) -> None:
     from domains.registry import get_domain
     from optimizer.gateway import open_gateway
+    from optimizer.initial_agents import get_initial_agent
     from optimizer.loop import Loop
     from optimizer.providers import check_credentials, load_dotenv_file
     from optimizer.sandbox import choose_backend
@@ -130,6 +135,7 @@ def main(argv=None) -> None:
     for d in domains:
         if "train" not in d.splits:
             raise UserError(f"domain {d.name} has no train split and cannot be optimized")
+    initial_agent = get_initial_agent(config.loop.initial_agent, domain_names)
     load_dotenv_file()
     models = {config.resolve_model("task"), config.resolve_model("meta")}
     models |= {config.resolve_model(get_domain(d.graded_by).model_role) for d in domains if d.graded_by}
@@ -141,7 +147,7 @@ def main(argv=None) -> None:
 
     if not resumed:
         run_dir.mkdir(parents=True, exist_ok=True)
-        RunRepo.create(run_dir / "repo", PROJECT_ROOT)
+        RunRepo.create(run_dir / "repo", PROJECT_ROOT, initial_agent)
     atomic_write_json(run_dir / "run.json", {"domains": domain_names, "config": dataclasses.asdict(config),
                                              "sandbox": backend, "updated_at": datetime.now().isoformat()})
     gateway = open_gateway(config, run_dir, run_id=run_dir.name)

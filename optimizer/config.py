@@ -72,6 +72,7 @@ class LoopConfig:
     eval_test: bool = False  # also evaluate the test split (reported, never used for selection)
     edit_select_parent: bool = False  # the workspace's select_next_parent.py chooses parents
     run_baseline: str | None = None  # no_selfimprove (meta agent frozen) | no_archive (always the latest node)
+    initial_agent: str = "default"  # the task agent of node `initial` (optimizer/initial_agents.py)
     meta_timeout_s: float = 3600.0  # wall clock of one meta agent run
     meta_max_calls: int = 40  # model calls (one tool call each) of one meta agent run, enforced by the gateway
     selector_timeout_s: float = 120.0  # one run of the agent's own select_next_parent.py

@@ -1,0 +1,199 @@
+"""setup_proofgrader_repo: the package it builds, installed on its own, and the node it picks."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import textwrap
+from pathlib import Path
+
+from conftest import REPO_ROOT, cli_env
+from setup_proofgrader_repo import Candidate, choose_grader, namespace_imports
+
+GRADING_INPUTS = {"problem": "Show that 1 + 1 = 2.", "solution": "By definition.",
+                  "grading_guidelines": "Full marks for citing the definition.", "student_answer": "It is so."}
+
+
+def test_imports_move_under_the_proofgrader_namespace():
+    source = textwrap.dedent("""\
+        from agent.llm import get_response
+        from task_agent.baselines.proofautograder import TaskAgent
+        import agent.extract
+        import task_agent.task_agent as ta
+        from agentic import x
+        import agents
+        def f():
+            from agent import base_agent
+    """)
+    assert namespace_imports(source) == textwrap.dedent("""\
+        from proofgrader.agent.llm import get_response
+        from proofgrader.task_agent.baselines.proofautograder import TaskAgent
+        import proofgrader.agent.extract; from proofgrader import agent
+        import proofgrader.task_agent.task_agent as ta
+        from agentic import x
+        import agents
+        def f():
+            from proofgrader.agent import base_agent
+    """)
+
+
+def setup_repo(*args, cwd: Path):
+    return subprocess.run([sys.executable, "-m", "setup_proofgrader_repo", *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=300, env={**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"})
+
+
+def fresh_venv(path: Path) -> Path:
+    """A virtual environment that sees the installed third-party packages (litellm, setuptools)
+    through a plain path entry, which does not run their .pth files: the project's editable
+    install, a .pth file, stays out, as if the project were uninstalled."""
+    subprocess.run([sys.executable, "-m", "venv", str(path)], check=True, timeout=300)
+    site = next((path / "lib").glob("python3*/site-packages"))
+    (site / "third_party.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    return path / "bin" / "python"
+
+
+def test_proofautograder_package_installs_and_grades_on_its_own(tmp_path, fake_openai):
+    r = setup_repo("--proofautograder", "--model", "openai/fake-grader", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    package = tmp_path / "proofgrader_repo"
+    assert "ProofAutoGrader" in (package / "README.md").read_text()
+    assert not list(package.rglob("__pycache__"))
+    python = fresh_venv(tmp_path / "venv")
+    install = subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+                              "--no-index", str(package)], capture_output=True, text=True, timeout=300)
+    assert install.returncode == 0, install.stderr
+    shutil.rmtree(package)  # a real install, not a link back: the built folder can go
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env = cli_env(fake_openai)
+    env.pop("PYTHONPATH", None)
+    project_gone = subprocess.run([str(python), "-c", "import agent"], cwd=elsewhere, env=env,
+                                  capture_output=True, text=True)
+    assert project_gone.returncode != 0  # the project's own agent code is out of reach
+
+    fake_openai.set_replies(["Step 1 is fine, step 2 has a gap.\n<points>6 out of 7</points>"])
+    script = ("import json, proofgrader\n"
+              "from proofgrader import grade\n"
+              f"print(json.dumps([grade(**{GRADING_INPUTS!r}), proofgrader.DEFAULT_MODEL, proofgrader.__file__]))")
+    r = subprocess.run([str(python), "-c", script], cwd=elsewhere, env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    label, default_model, location = json.loads(r.stdout.strip().splitlines()[-1])
+    assert label == "almost" and default_model == "openai/fake-grader"
+    assert str(tmp_path / "venv") in location
+    sent = fake_openai.requests[-1]["json"]
+    assert sent["model"] == "fake-grader"  # the recorded default, called directly (no gateway)
+    prompt = sent["messages"][-1]["content"]
+    assert all(v in prompt for v in GRADING_INPUTS.values())
+
+
+def test_an_existing_destination_is_kept_unless_forced(tmp_path):
+    (tmp_path / "proofgrader_repo").mkdir()
+    (tmp_path / "proofgrader_repo" / "mine.txt").write_text("keep")
+    r = setup_repo("--proofautograder", cwd=tmp_path)
+    assert r.returncode == 2 and "--force" in r.stderr and "Traceback" not in r.stderr
+    assert (tmp_path / "proofgrader_repo" / "mine.txt").read_text() == "keep"
+    r = setup_repo("--proofautograder", "--force", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert not (tmp_path / "proofgrader_repo" / "mine.txt").exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["proofgrader_repo"]  # no staging folder left
+
+
+# -- choosing the node of a run -------------------------------------------------------------
+def candidate(node_id, mae, acc, generation=1):
+    report = {"normalized_mean_absolute_error": mae, "overall_accuracy": acc}
+    return Candidate(node_id, generation, "0" * 40, {"val": report})
+
+
+def test_lowest_val_mae_wins_and_ties_go_to_higher_accuracy_then_the_earlier_node():
+    assert choose_grader([candidate("a", 0.30, 0.5), candidate("b", 0.20, 0.4)]).node_id == "b"
+    assert choose_grader([candidate("a", 0.20, 0.4), candidate("b", 0.20, 0.6)]).node_id == "b"
+    assert choose_grader([candidate("b", 0.20, 0.6, 3), candidate("a", 0.20, 0.6, 2)]).node_id == "a"
+
+
+class SyntheticRun:
+    """A run folder as the loop leaves it: run.json, the git repository, node records, eval reports."""
+
+    def __init__(self, root: Path, model: str = "openai/fake-task"):
+        from archive.store import Archive
+        from optimizer.workspace import RunRepo
+
+        self.dir = root / "run"
+        self.dir.mkdir(parents=True)
+        (self.dir / "run.json").write_text(json.dumps({"domains": ["imo_grading"],
+                                                       "config": {"models": {"task": model}}}))
+        self.repo = RunRepo.create(self.dir / "repo", REPO_ROOT)
+        self.archive = Archive(self.dir)
+
+    def node(self, node_id: str, val: tuple | None, full: bool = True, status: str = "ok", code: str = "",
+             test: tuple | None = None):
+        """A node whose task_agent/task_agent.py ends with `# node <id>` (plus `code`)."""
+        from archive.store import Node
+
+        worktree = self.repo.worktree(self.repo.node_commit("initial"), self.dir / "worktrees" / node_id)
+        target = worktree / "task_agent" / "task_agent.py"
+        target.write_text(target.read_text() + f"\n# node {node_id}\n{code}")
+        commit = self.repo.capture(worktree, self.repo.node_commit("initial"), node_id).commit
+        self.repo.remove_worktree(worktree)
+        keys = {}
+        for split, scores in (("train", val), ("val", val), ("test", test)):
+            if scores is None or (split != "train" and not full):
+                continue
+            key = f"{node_id}-{split}"
+            keys[split] = key
+            (self.dir / "evals" / key).mkdir(parents=True)
+            (self.dir / "evals" / key / "report.json").write_text(json.dumps(
+                {"overall_accuracy": scores[1], "normalized_mean_absolute_error": scores[0]}))
+        self.archive.record(Node(node_id, "initial", len(self.archive.nodes), commit=commit, status=status,
+                                 full_eval={"imo_grading": full}, eval_keys={"imo_grading": keys}))
+
+
+def test_generate_dir_packages_the_chosen_nodes_code(tmp_path):
+    run = SyntheticRun(tmp_path)
+    run.node("1", (0.30, 0.70))
+    run.node("2", (0.10, 0.50), test=(0.12, 0.48))  # lowest MAE
+    run.node("3", (0.10, 0.40))  # same MAE, lower accuracy
+    run.node("4", (0.01, 0.99), full=False)  # only staged: not a candidate
+    run.node("5", (0.00, 1.00), status="eval_failed")
+    r = setup_repo("--generate_dir", str(run.dir), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    top_mae = r.stdout.split("top")[1].splitlines()[1:4]
+    assert [line.split()[1] for line in top_mae] == ["2", "3", "1"]
+    top_acc = r.stdout.split("top")[2].splitlines()[1:4]
+    assert [line.split()[1] for line in top_acc] == ["1", "2", "3"]
+    package = tmp_path / "proofgrader_repo" / "proofgrader"
+    assert "# node 2" in (package / "task_agent" / "task_agent.py").read_text()
+    provenance = json.loads((package / "provenance.json").read_text())
+    assert provenance["node_id"] == "2" and provenance["model"] == "openai/fake-task"
+    assert provenance["scores"]["test"]["normalized_mean_absolute_error"] == 0.12
+    readme = (tmp_path / "proofgrader_repo" / "README.md").read_text()
+    assert "| val | 0.500 | 0.100 |" in readme and "| test | 0.480 | 0.120 |" in readme
+    assert not (package.parent / "meta_agent").exists() and not list(package.rglob("*.csv"))
+
+
+def test_generate_dir_refuses_a_run_without_a_fully_evaluated_node(tmp_path):
+    run = SyntheticRun(tmp_path)
+    run.node("1", (0.1, 0.9), full=False)
+    r = setup_repo("--generate_dir", str(run.dir), cwd=tmp_path)
+    assert r.returncode == 2 and "no node finished the full imo_grading evaluation" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and not (tmp_path / "proofgrader_repo").exists()
+    r = setup_repo("--generate_dir", str(tmp_path), cwd=tmp_path)
+    assert r.returncode == 2 and "not a run folder" in r.stderr
+
+
+def test_a_grader_that_carries_grading_data_or_reaches_outside_is_refused(tmp_path):
+    from domains.registry import get_domain
+
+    answer = str(get_domain("imo_grading").load("train")["Response"].iloc[0])
+    run = SyntheticRun(tmp_path)
+    run.node("1", (0.1, 0.9), code=f"FEW_SHOT = {answer!r}\n")
+    r = setup_repo("--generate_dir", str(run.dir), cwd=tmp_path)
+    assert r.returncode == 2 and "contains the answer of imo_grading row" in r.stderr
+
+    run = SyntheticRun(tmp_path / "second")
+    run.node("1", (0.1, 0.9), code="import importlib\nimportlib.import_module('agent.llm')\n")
+    r = setup_repo("--generate_dir", str(run.dir), cwd=tmp_path)
+    assert r.returncode == 2 and "does not import on its own: ImportError: it imports agent," in r.stderr
+    assert not (tmp_path / "proofgrader_repo").exists()
