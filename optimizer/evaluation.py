@@ -177,6 +177,7 @@ class NodeSandbox:
         self.node_id = node_id
         self.node_dir = node_dir
         self.check_imports = check_imports
+        self.transcripts = node_dir / "agent_evals"
         self._stack = contextlib.ExitStack()
         self.box = self.worker = None
 
@@ -189,13 +190,12 @@ class NodeSandbox:
         self.workspace.mkdir(parents=True)
         self._stack.callback(shutil.rmtree, self.workspace, ignore_errors=True)
         try:
-            transcripts = self.node_dir / "agent_evals"
-            transcripts.mkdir(parents=True, exist_ok=True)
+            self.transcripts.mkdir(parents=True, exist_ok=True)
             self.box = self._stack.enter_context(open_sandbox(ev.config.sandbox, self.workspace,
-                                                              worker_mounts(transcripts), ev.gateway.unix_socket,
+                                                              worker_mounts(self.transcripts), ev.gateway.unix_socket,
                                                               ev.backend))
             self.worker = AgentWorker(self.box, "task_agent", ev.task_model, ev.config, ev.gateway, self.node_id,
-                                      "task", transcripts, self.node_dir / "worker.log",
+                                      "task", self.transcripts, self.node_dir / "worker.log",
                                       also_import=self.check_imports)
             self._stack.callback(self.worker.stop)
             self.worker.prestart()
@@ -208,6 +208,8 @@ class NodeSandbox:
         self._stack.close()
 
     def fill(self, repo, commit: str) -> None:
-        """The files of `commit` into the (empty) workspace, owned as the sandbox needs."""
+        """The files of `commit` into the (empty) workspace, and the folders the worker writes
+        owned as the sandbox needs (the meta agent's sandbox, closing, took back the node's folder)."""
         repo.export(commit, self.workspace)
         self.box.adopt(self.workspace)
+        self.box.adopt(self.transcripts)

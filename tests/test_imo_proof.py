@@ -168,3 +168,33 @@ def test_an_initial_agent_that_cannot_do_the_domain_is_refused(tmp_path, fake_op
     assert r.returncode == 2 and r.stderr.strip().splitlines() == [
         "error: initial agent proofautograder does not do imo_proof (it does imo_grading, imo_proof_grading)"]
     assert not (tmp_path / "out").exists()
+
+
+def test_one_run_optimizes_grading_and_proofs_together(tmp_path, fake_openai, proofgrader_dir, config):
+    from test_loop import IMPROVE, responder
+
+    grading = responder({1: [IMPROVE]}, [])
+
+    def respond_both(request: dict) -> str:
+        user = str(request["messages"][-1]["content"])
+        opening = " ".join(str(m["content"]) for m in request["messages"][:2])
+        if GRADER_PROMPT in user or ("/workspace" not in opening and "## Student's answer" not in user):
+            return respond(request)  # the proofgrader, or the task agent writing a proof
+        return grading(request)  # the meta agent's script, or the task agent grading
+
+    fake_openai.set_responder(respond_both)
+    with open(config, "a") as f:
+        f.write("loop:\n  eval_samples: 3\n  meta_timeout_s: 120\n  skip_staged_eval: true\n")
+    r = run_cli("run_optimization", "--domain", "imo_grading", "imo_proof", "--output_dir", str(tmp_path / "out"),
+                "--run_id", "run", "--task_model", "openai/fake", "--meta_model", "openai/fake-meta",
+                "--max_generation", "1", "--parent_selection", "best", "--config", config,
+                env=cli_env(fake_openai, PYTHONPATH=str(proofgrader_dir)), timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    run_dir = tmp_path / "out" / "run"
+    nodes = {p.parent.name: json.loads(p.read_text()) for p in (run_dir / "nodes").glob("*/node.json")}
+    for node in nodes.values():
+        assert node["full_eval"] == {"imo_grading": True, "imo_proof": True}
+        assert node["scores"]["imo_proof"]["train"] == pytest.approx(13 / 21)
+    assert nodes["1"]["scores"]["imo_grading"]["val"] == 1.0 > nodes["initial"]["scores"]["imo_grading"]["val"]
+    assert "best node 1" in r.stdout
+    assert {p.name for p in (run_dir / "feedback" / "1").iterdir()} == {"imo_grading", "imo_proof"}

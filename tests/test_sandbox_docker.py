@@ -83,6 +83,40 @@ def test_workspace_is_shared_and_given_back(workspace):
         assert (path.stat().st_uid, path.stat().st_gid) == (os.getuid(), os.getgid())
 
 
+def test_files_the_host_adds_after_open_become_writable_inside(workspace):
+    with DockerSandbox(workspace, CONFIG) as sb:
+        (workspace / "pkg").mkdir()
+        (workspace / "pkg" / "late.txt").write_text("written by the host after the container started")
+        sb.adopt(workspace)
+        r = sb.run(["sh", "-c", "echo edited >> pkg/late.txt && touch pkg/new.txt"], {"PATH": "/usr/bin"})
+        assert r.ok, r
+    assert (workspace / "pkg" / "late.txt").read_text().endswith("edited\n")
+    for path in (workspace / "pkg", workspace / "pkg" / "late.txt", workspace / "pkg" / "new.txt"):
+        assert path.stat().st_uid == os.getuid()
+
+
+def test_a_loop_generation_runs_in_docker(tmp_path):
+    """The loop with the docker backend: meta agent, then the prestarted evaluation worker."""
+    from conftest import FAST_CONFIG, cli_env, run_cli
+    from fake_openai import FakeOpenAI
+    from test_loop import IMPROVE, responder
+
+    config = tmp_path / "docker.yaml"
+    config.write_text(FAST_CONFIG.replace("backend: bwrap", "backend: docker")
+                      + "loop:\n  eval_samples: 5\n  meta_timeout_s: 120\n  skip_staged_eval: true\n")
+    with FakeOpenAI() as fake:
+        fake.set_responder(responder({1: [IMPROVE]}, []))
+        r = run_cli("run_optimization", "--domain", "imo_grading", "--output_dir", str(tmp_path / "out"),
+                    "--run_id", "run", "--task_model", "openai/fake", "--meta_model", "openai/fake-meta",
+                    "--max_generation", "1", "--config", str(config), env=cli_env(fake), timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "sandbox  docker" in r.stdout
+    node = json.loads((tmp_path / "out" / "run" / "nodes" / "1" / "node.json").read_text())
+    assert node["status"] == "ok" and node["scores"]["imo_grading"]["val"] == 1.0
+    leftovers = [p for p in (tmp_path / "out").rglob("*") if p.stat().st_uid != os.getuid()]
+    assert leftovers == []
+
+
 def test_env_is_exactly_what_was_passed(sandbox, monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-host-secret")
     r = sandbox.run(["/usr/bin/env"], {"ONLY": "this", "TWO": "lines\nhere"})  # env prints its environ as is
