@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib.util
 import json
 from collections import Counter
 from datetime import datetime
@@ -71,6 +72,7 @@ def apply_flags(config: Config, args) -> Config:
 
 
 def plan_lines(run_dir: Path, domains, config: Config, backend: str, resumed: bool) -> list[str]:
+    from domains.registry import get_domain
     from optimizer.evaluation import split_rows
 
     lines = [f"run      {run_dir} ({'resumed' if resumed else 'new'})"]
@@ -79,6 +81,11 @@ def plan_lines(run_dir: Path, domains, config: Config, backend: str, resumed: bo
                 for s in ("train", "val", "test") if s in d.splits and (s != "test" or config.loop.eval_test)]
         staged = "" if config.loop.skip_staged_eval else f"staged {d.staged_eval_samples} train rows, then "
         lines.append(f"domain   {d.name}: {staged}{' + '.join(full)} (score: {d.score_key})")
+    for d in domains:
+        if d.grader_agent:
+            where = importlib.util.find_spec(d.grader_agent.split(".")[0]).origin
+            lines.append(f"grader   {d.name}: {d.grader_agent} ({where}), "
+                         f"model {config.resolve_model(get_domain(d.graded_by).model_role)}")
     loop = config.loop
     lines += [f"agent    initial task agent {loop.initial_agent}",
               f"models   task {config.resolve_model('task')}, meta {config.resolve_model('meta')}",
@@ -106,6 +113,7 @@ def summary_lines(loop) -> list[str]:
 
 def main(argv=None) -> None:
     from domains.registry import get_domain
+    from domains.report import require_grader
     from optimizer.gateway import open_gateway
     from optimizer.initial_agents import get_initial_agent
     from optimizer.loop import Loop
@@ -135,6 +143,8 @@ def main(argv=None) -> None:
     for d in domains:
         if "train" not in d.splits:
             raise UserError(f"domain {d.name} has no train split and cannot be optimized")
+        if d.grader_agent:
+            require_grader(d)
     initial_agent = get_initial_agent(config.loop.initial_agent, domain_names)
     load_dotenv_file()
     models = {config.resolve_model("task"), config.resolve_model("meta")}

@@ -31,16 +31,21 @@ def score_predictions(domain: Domain, predictions_csv: Path) -> dict:
         raise UserError(f"cannot score {predictions_csv}: {e}") from None
 
 
+def require_grader(domain: Domain) -> None:
+    """UserError with the install commands when the package that grades `domain` is missing."""
+    package = domain.grader_agent.split(".")[0]
+    if importlib.util.find_spec(package) is None:
+        raise UserError(
+            f"{domain.name} is graded by the {package} package, which is not installed: "
+            "build it with `setup_proofgrader_repo --proofautograder`, then `pip install -e ./proofgrader_repo`"
+        )
+
+
 def grade(domain: Domain, dname: Path, config: Config, model: str | None = None) -> Path:
     """Run the grader over a run's predictions; returns the grading run's folder."""
     from domains.harness import harness
 
-    module = domain.grader_agent
-    if importlib.util.find_spec(module.split(".")[0]) is None:
-        raise UserError(
-            f"{domain.name} is graded by the {module.split('.')[0]} package, which is not installed: "
-            "build it with `setup_proofgrader_repo --proofautograder`, then `pip install -e ./proofgrader_repo`"
-        )
+    require_grader(domain)
     folder = dname / "gradings"
     resume = str(folder) if (folder / "predictions.jsonl").exists() else None
     return harness(domain=domain.graded_by, agent_path=module, output_dir=str(dname), run_id="gradings",

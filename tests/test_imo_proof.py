@@ -90,6 +90,11 @@ def test_report_without_a_proofgrader_says_how_to_install_one(tmp_path, fake_ope
                 env=cli_env(fake_openai))
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert "setup_proofgrader_repo --proofautograder" in r.stderr and "pip install -e ./proofgrader_repo" in r.stderr
+    # The loop says so before it starts, not once per node.
+    r = run_cli("run_optimization", "--domain", "imo_proof", "--output_dir", str(tmp_path / "runs"),
+                "--task_model", "openai/fake", "--meta_model", "openai/fake", env=cli_env(fake_openai))
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
+    assert "pip install -e ./proofgrader_repo" in r.stderr and not (tmp_path / "runs").exists()
 
 
 VENDOR = {"tool_name": "bash", "tool_input": {"command": (
@@ -152,6 +157,7 @@ def test_a_run_can_start_from_the_proof_solver_baseline(tmp_path, fake_openai, p
                 env=cli_env(fake_openai, PYTHONPATH=str(proofgrader_dir)), timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "initial task agent proof_solver" in r.stdout
+    assert f"grader   imo_proof: proofgrader.task_agent ({proofgrader_dir}" in r.stdout
     run_dir = tmp_path / "out" / "run"
     db = sqlite3.connect(run_dir / "ledger.sqlite")
     # Two problems, each proved once and verified once (the verification passed).
