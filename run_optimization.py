@@ -16,6 +16,7 @@ import argparse
 import dataclasses
 import importlib.util
 import json
+import shutil
 from collections import Counter
 from datetime import datetime
 from pathlib import Path
@@ -32,6 +33,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m run_optimization", description=__doc__.split("\n\n")[0])
     ap.add_argument("--domain", nargs="+", default=None, help="one or more domains (imo_grading, imo_proof, ...)")
     ap.add_argument("--config", default=None, help="YAML config overriding configs/default.yaml")
+    ap.add_argument("--preset", default=None, help="a config of configs/presets/ applied before --config, "
+                    "e.g. quick: 2 small generations")
     ap.add_argument("--run_id", default=None, help="run folder name (default: a timestamp)")
     ap.add_argument("--output_dir", default="./outputs", help="parent folder of runs")
     ap.add_argument("--resume_from", default=None, help="a run folder to continue")
@@ -71,7 +74,8 @@ def apply_flags(config: Config, args) -> Config:
     return config
 
 
-def plan_lines(run_dir: Path, domains, config: Config, backend: str, resumed: bool) -> list[str]:
+def plan_lines(run_dir: Path, domains, config: Config, backend: str, resumed: bool,
+               why_models: str | None = None, why_backend: str | None = None) -> list[str]:
     from domains.registry import get_domain
     from optimizer.evaluation import split_rows
 
@@ -88,8 +92,10 @@ def plan_lines(run_dir: Path, domains, config: Config, backend: str, resumed: bo
                          f"model {config.resolve_model(get_domain(d.graded_by).model_role)}")
     loop = config.loop
     lines += [f"agent    initial task agent {loop.initial_agent}",
-              f"models   task {config.resolve_model('task')}, meta {config.resolve_model('meta')}",
-              f"sandbox  {backend}",
+              f"models   task {config.resolve_model('task')}, meta {config.resolve_model('meta')}"
+              + (f"\n         chosen because {why_models}; override with --task_model/--meta_model"
+                 if why_models else ""),
+              f"sandbox  {backend}" + (f" ({why_backend})" if why_backend else ""),
               f"budget   " + (f"${config.gateway.budget_usd:g}" if config.gateway.budget_usd is not None else "none"),
               f"loop     {loop.max_generation} generations, parent selection {loop.parent_selection}"
               + (f", seed {loop.seed}" if loop.seed is not None else "")
@@ -114,11 +120,13 @@ def summary_lines(loop) -> list[str]:
 def main(argv=None) -> None:
     from domains.registry import get_domain
     from domains.report import require_grader
+    from optimizer.estimate import estimate
+    from optimizer.evaluation import split_rows
     from optimizer.gateway import open_gateway
     from optimizer.initial_agents import get_initial_agent
     from optimizer.loop import Loop
-    from optimizer.providers import check_credentials, load_dotenv_file
-    from optimizer.sandbox import choose_backend
+    from optimizer.providers import check_credentials, choose_models, load_dotenv_file
+    from optimizer.sandbox import choose_backend_why
     from optimizer.workspace import RunRepo
 
     args = build_parser().parse_args(argv)
@@ -133,36 +141,53 @@ def main(argv=None) -> None:
     else:
         if not args.domain:
             raise UserError("pass --domain (e.g. --domain imo_grading), or --resume_from RUN_DIR")
-        config = load_config(args.config)
+        config = load_config(args.config, args.preset)
         domain_names = [n for arg in args.domain for n in arg.split(",") if n]
         run_dir = (Path(args.output_dir) / (args.run_id or datetime.now().strftime("%Y%m%d_%H%M%S"))).resolve()
         if (run_dir / "run.json").exists():
             raise UserError(f"{run_dir} already holds a run: pass --resume_from {run_dir}, or another --run_id")
     config = apply_flags(config, args)
+    load_dotenv_file()
+    why_models = choose_models(config.models)
     domains = [get_domain(n) for n in domain_names]
+    initial_agent = get_initial_agent(config.loop.initial_agent, domain_names)
     for d in domains:
         if "train" not in d.splits:
             raise UserError(f"domain {d.name} has no train split and cannot be optimized")
         if d.grader_agent:
             require_grader(d)
-    initial_agent = get_initial_agent(config.loop.initial_agent, domain_names)
-    load_dotenv_file()
     models = {config.resolve_model("task"), config.resolve_model("meta")}
     models |= {config.resolve_model(get_domain(d.graded_by).model_role) for d in domains if d.graded_by}
     for model in sorted(models):
         check_credentials(model)
-    backend = choose_backend(config.sandbox)
+    backend, why_backend = choose_backend_why(config.sandbox)
     resumed = (run_dir / "run.json").exists()
-    print("\n".join(plan_lines(run_dir, domains, config, backend, resumed)), flush=True)
+    costs = estimate(domains, config, lambda d, split: split_rows(d, split, config.loop.eval_samples))
+    print("\n".join(plan_lines(run_dir, domains, config, backend, resumed, why_models, why_backend)
+                    + [costs.line()]), flush=True)
+    first = costs.initial_usd + costs.generation_usd
+    if config.gateway.budget_usd is not None and not resumed and config.gateway.budget_usd < first:
+        print(f"warning: the budget of ${config.gateway.budget_usd:g} is below the estimate for the initial "
+              f"evaluation and one generation (~${first:.2f}): the run will likely stop before its first child "
+              "is scored; raise --budget_usd or lower --eval_samples", flush=True)
 
-    if not resumed:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        RunRepo.create(run_dir / "repo", PROJECT_ROOT, initial_agent)
-    atomic_write_json(run_dir / "run.json", {"domains": domain_names, "config": dataclasses.asdict(config),
-                                             "sandbox": backend, "updated_at": datetime.now().isoformat()})
+    created = not run_dir.exists()
+    run_dir.mkdir(parents=True, exist_ok=True)
     gateway = open_gateway(config, run_dir, run_id=run_dir.name)
     gateway.allow_models(*models)
     try:
+        try:
+            gateway.preflight(sorted(models))
+        except UserError:
+            if created:  # nothing was made yet: leave no run folder behind
+                gateway.stop()
+                gateway.ledger.close()
+                shutil.rmtree(run_dir, ignore_errors=True)
+            raise
+        if not resumed:
+            RunRepo.create(run_dir / "repo", PROJECT_ROOT, initial_agent)
+        atomic_write_json(run_dir / "run.json", {"domains": domain_names, "config": dataclasses.asdict(config),
+                                                 "sandbox": backend, "updated_at": datetime.now().isoformat()})
         loop = Loop(run_dir, config, domains, gateway, backend)
         loop.run()
         print("\n".join(summary_lines(loop)))
@@ -172,7 +197,6 @@ def main(argv=None) -> None:
     finally:
         gateway.stop()
         gateway.ledger.close()
-
 
 if __name__ == "__main__":
     exit_on_user_error(main)

@@ -28,6 +28,7 @@ from string import Template
 
 from optimizer.config import PROJECT_ROOT, Config, _merge, load_config
 from optimizer.errors import UserError, exit_on_user_error
+from optimizer.providers import choose_models, load_dotenv_file
 
 TEMPLATE = PROJECT_ROOT / "proofgrader_template"
 PACKAGED = ("agent", "task_agent")  # the grader's code; the meta agent and the rest stay behind
@@ -175,7 +176,11 @@ def proofautograder(model: str | None, scratch: Path) -> Grader:
 
     copy_evolvable(PROJECT_ROOT, scratch)
     select_initial_agent(scratch, INITIAL_AGENTS["proofautograder"])
-    model = model or load_config().resolve_model("grader")
+    if not model:
+        config = load_config()
+        load_dotenv_file()
+        choose_models(config.models)
+        model = config.resolve_model("grader")
     origin = f"the ProofAutoGrader baseline of IMO-Bench, as written in hyperagents-imo {_framework_version()}"
     return Grader(scratch, "ProofAutoGrader baseline", origin, model, {}, {"source": "proofautograder"})
 

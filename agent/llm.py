@@ -50,18 +50,32 @@ def _route(model: str) -> dict:
     return {"model": f"openai/{model}", "api_base": url, "api_key": os.environ.get("AGENT_GATEWAY_KEY", "")}
 
 
+def needs_constrained_decoding(model: str) -> bool:
+    """Whether `model` only answers in a usable shape when decoding follows a schema.
+
+    The run says so in AGENT_STRUCTURED_MODELS (its small local models); other models
+    answer freely, since forcing the shape of a strong model's answer cuts its reasoning.
+    """
+    return model in os.environ.get("AGENT_STRUCTURED_MODELS", "").split(",")
+
+
 def get_response(
     messages: list[dict],
     model: str,
     temperature: float | None = None,
     max_tokens: int | None = None,
+    schema: dict | None = None,
     **params,
 ) -> LLMReply:
     """One completion of `messages`; retries once when the model answers with nothing.
 
+    `schema` is the JSON schema of the answer, enforced only where the model needs it
+    (see `needs_constrained_decoding`); then the answer is a bare JSON object.
     `params` go to litellm as they are, e.g. `tools=[{"type": "function", ...}]` for native tool calls.
     """
     extra = dict(params)
+    if schema is not None and needs_constrained_decoding(model):
+        extra["response_format"] = {"type": "json_object", "schema": schema}
     if temperature is not None:
         extra["temperature"] = temperature
     if max_tokens is not None:

@@ -42,6 +42,15 @@ without a tool call: that reply ends the conversation.
 {specs}"""
 
 
+def _call_schema(tools: list) -> dict:
+    """A tool call, or {"done": ...} to finish: the reply's shape for models that need it enforced."""
+    calls = [{"type": "object", "required": ["tool_name", "tool_input"],
+              "properties": {"tool_name": {"type": "string", "enum": [t.TOOL["name"]]},
+                             "tool_input": t.TOOL["input_schema"]}} for t in tools]
+    done = {"type": "object", "required": ["done"], "properties": {"done": {"type": "string"}}}
+    return {"anyOf": [*calls, done]}
+
+
 def _native_note(max_tool_calls: int) -> str:
     return (f"Call one tool at a time. You can make at most {max_tool_calls} tool calls in total. "
             "When you are done, reply without a tool call: that reply ends the conversation.")
@@ -133,6 +142,7 @@ def chat_with_tools(
         messages = _with_instructions(messages, _native_note(max_tool_calls))
     else:
         messages = _with_instructions(messages, _protocol(tools, max_tool_calls))
+        params["schema"] = _call_schema(tools)
     for message in messages:
         _log_message(log, message)
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from optimizer.config import PROJECT_ROOT, SANDBOX_BACKENDS, Config, load_config
+from optimizer.config import PROJECT_ROOT, ROLE_ALIASES, SANDBOX_BACKENDS, Config, load_config
 from optimizer.errors import UserError, exit_on_user_error
 from optimizer.fsutil import atomic_write_csv, atomic_write_json
 from optimizer.sandbox import Mount, choose_backend, open_sandbox
@@ -167,9 +167,16 @@ def load_rows(domain, subset: str | None, proofs_dname: str | None, num_samples:
     return dataset if num_samples is None or num_samples < 0 else dataset.head(num_samples)
 
 
-def worker_env(sandbox, gateway_url: str, gateway_key: str) -> dict:
-    """The worker's whole environment: no provider key, only the gateway's address and key."""
+def worker_env(sandbox, gateway_url: str, gateway_key: str, models: tuple[str, ...] = ()) -> dict:
+    """The worker's whole environment: no provider key, only the gateway's address and key.
+
+    `models` are the models agent code there calls; those that answer usably only under
+    constrained decoding (local ones) are named in AGENT_STRUCTURED_MODELS for agent/llm.py.
+    """
+    from optimizer.local_model import is_local
+
     env = sandbox.base_env()
+    env["AGENT_STRUCTURED_MODELS"] = ",".join(m for m in models if is_local(m))
     env.update(
         LITELLM_LOCAL_MODEL_COST_MAP="True",
         AGENT_GATEWAY_URL=gateway_url,
@@ -297,7 +304,7 @@ class AgentWorker:
                "--transcripts", box.inside(self.transcripts)]
         cmd += [arg for entry in self.also_import for arg in ("--also_import", entry)]
         cmd += ["--wait_for_go"] if wait_for_go else []
-        env = worker_env(box, box.gateway_url or self.gateway.url, self.key)
+        env = worker_env(box, box.gateway_url or self.gateway.url, self.key, (self.model,))
         if self.pythonpath:
             env["PYTHONPATH"] = ":".join(self.pythonpath)
         log_cap = int(self.config.sandbox.output_cap_mb * 2**20)
@@ -475,7 +482,7 @@ def harness(
     """
     from domains.registry import get_domain
     from optimizer.gateway import open_gateway
-    from optimizer.providers import check_credentials, load_dotenv_file
+    from optimizer.providers import check_credentials, choose_models, load_dotenv_file
 
     config = config or load_config()
     if sandbox is not None:
@@ -486,7 +493,12 @@ def harness(
         config.harness.num_workers = max(1, num_workers)
     dom = get_domain(domain)
     dataset = load_rows(dom, subset, proofs_dname, num_samples)
-    model = config.resolve_model(model or dom.model_role)
+    load_dotenv_file()
+    why_models = choose_models(config.models)
+    requested = model or dom.model_role
+    model = config.resolve_model(requested)
+    if why_models and show_progress and requested in ROLE_ALIASES:
+        print(f"model {model}, chosen because {why_models}; override with --model", flush=True)
 
     if resume_from:
         folder = Path(resume_from).resolve()
@@ -501,7 +513,6 @@ def harness(
 
     own_gateway = gateway is None
     if own_gateway:
-        load_dotenv_file()
         check_credentials(model)
     backend = choose_backend(config.sandbox)
     folder.mkdir(parents=True, exist_ok=True)

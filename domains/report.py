@@ -48,7 +48,7 @@ def grade(domain: Domain, dname: Path, config: Config, model: str | None = None)
     require_grader(domain)
     folder = dname / "gradings"
     resume = str(folder) if (folder / "predictions.jsonl").exists() else None
-    return harness(domain=domain.graded_by, agent_path=module, output_dir=str(dname), run_id="gradings",
+    return harness(domain=domain.graded_by, agent_path=domain.grader_agent, output_dir=str(dname), run_id="gradings",
                    resume_from=resume, proofs_dname=str(dname), model=model, config=config)
 
 

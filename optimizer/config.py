@@ -16,14 +16,16 @@ from optimizer.errors import UserError
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG = PROJECT_ROOT / "configs" / "default.yaml"
+PRESETS_DIR = PROJECT_ROOT / "configs" / "presets"
 
 
 @dataclass
 class ModelsConfig:
-    task: str = "openai/o4-mini"  # model of the task agent; role alias "task"
-    meta: str = "anthropic/claude-sonnet-4-5"  # model of the meta agent; role alias "meta"
-    grader: str = "openai/o4-mini"  # model of the proof grader; role alias "grader"
-    judge: str = "openai/o4-mini"  # model of LLM judges in answer domains; role alias "judge"
+    # "auto": the first provider whose key is set, else the local model (optimizer/providers.py)
+    task: str = "auto"  # model of the task agent; role alias "task"
+    meta: str = "auto"  # model of the meta agent; role alias "meta"
+    grader: str = "auto"  # model of the proof grader; role alias "grader"
+    judge: str = "auto"  # model of LLM judges in answer domains; role alias "judge"
 
 
 @dataclass
@@ -37,6 +39,8 @@ class GatewayConfig:
     cache: str = "temperature0"  # temperature0 | all | off: which identical requests are replayed
     budget_usd: float | None = None  # stop new calls once this much is spent (None = no limit)
     budget_tokens: int | None = None  # stop new calls once this many tokens are spent
+    local_context: int = 2048  # tokens of context a local model is served with; prompt runs at ~300 tokens/s on 2 cores
+    local_threads: int = 0  # CPU threads of the local model server (0 = half the cores)
     prices: dict = field(default_factory=dict)  # model -> [usd per 1M input, per 1M output] for models litellm has no price for
 
 
@@ -123,10 +127,19 @@ def _read_yaml(path: Path) -> dict:
     return data or {}
 
 
-def load_config(path: str | Path | None = None) -> Config:
+def preset_names() -> list[str]:
+    return sorted(p.stem for p in PRESETS_DIR.glob("*.yaml"))
+
+
+def load_config(path: str | Path | None = None, preset: str | None = None) -> Config:
+    """configs/default.yaml, then the preset's file (configs/presets/NAME.yaml), then `path`."""
     config = Config()
     if DEFAULT_CONFIG.is_file():  # absent in a non-editable install: the dataclass defaults apply
         config = _merge(config, _read_yaml(DEFAULT_CONFIG), "")
+    if preset:
+        if preset not in preset_names():
+            raise UserError(f"unknown preset {preset!r} (known: {', '.join(preset_names()) or 'none'})")
+        config = _merge(config, _read_yaml(PRESETS_DIR / f"{preset}.yaml"), "")
     if path:
         config = _merge(config, _read_yaml(Path(path)), "")
     if config.gateway.cache not in ("temperature0", "all", "off"):

@@ -30,7 +30,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from optimizer.config import Config
+from optimizer.errors import UserError
 from optimizer.ledger import Call, Ledger, Totals
+from optimizer.local_model import DEFAULT_MAX_TOKENS, LocalServer, fit_messages, is_local
 from optimizer.providers import _litellm, provider_of, redact
 
 SOCKET_DIR_PREFIX = "hyperagents-gw-"  # under the temp folder: a short path, as sun_path holds 108 bytes
@@ -63,6 +65,23 @@ def _error(status: int, message: str, kind: str) -> Reply:
     return Reply(status, {"error": {"message": message, "type": kind, "code": status}}, {})
 
 
+def _preflight_problem(exc: Exception, model: str) -> str | None:
+    """What a failed first call says about the set-up; None when the provider answered at all
+    (a refusal of this tiny request, or a rate limit, still proves it is reachable)."""
+    lit = _litellm()
+    detail = redact(str(exc)).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
+    # litellm reports a refused connection to an OpenAI-compatible server as a 500 "Connection error."
+    unreachable = any(m in str(exc).lower() for m in ("connection error", "connection refused",
+                                                       "name or service not known", "timed out"))
+    if isinstance(exc, (lit.APIConnectionError, lit.Timeout)) or unreachable:
+        return f"cannot reach the provider of {model}: {detail} (check the network, or the *_API_BASE variable)"
+    if isinstance(exc, (lit.AuthenticationError, lit.PermissionDeniedError)):
+        return f"the provider refused the key for {model}: {detail}"
+    if isinstance(exc, lit.NotFoundError):
+        return f"the provider does not know the model {model}: {detail}"
+    return None
+
+
 def _is_transient(exc: Exception) -> bool:
     lit = _litellm()
     transient = (
@@ -92,6 +111,7 @@ class Gateway:
         self._server: ThreadingHTTPServer | None = None
         self._unix_server: _UnixServer | None = None
         self._socket_dir: Path | None = None
+        self._local: dict[str, LocalServer] = {}  # local model -> its server, started on first use
 
     # -- lifecycle -------------------------------------------------------------------------
     def start(self) -> "Gateway":
@@ -118,6 +138,8 @@ class Gateway:
                 server.shutdown()
                 server.server_close()
         self._server = self._unix_server = None
+        for server in self._local.values():
+            server.stop()
         if self._socket_dir:
             shutil.rmtree(self._socket_dir, ignore_errors=True)
             self._socket_dir = None
@@ -143,7 +165,8 @@ class Gateway:
         """Add models (aliases or provider strings) that callers may request in this run."""
         resolved = {self.config.resolve_model(m) for m in models}
         for model in resolved - self._allowed:
-            register_price(model, self.gw.prices.get(model))
+            if not is_local(model):  # free, and not a name litellm knows
+                register_price(model, self.gw.prices.get(model))
         with self._lock:
             self._allowed.update(resolved)
 
@@ -167,6 +190,32 @@ class Gateway:
         if self.gw.budget_tokens is not None and spent.tokens >= self.gw.budget_tokens:
             return f"token budget exhausted: spent {spent.tokens} of {self.gw.budget_tokens} tokens"
         return None
+
+    def preflight(self, models: list[str]) -> None:
+        """One tiny call to each provider model, so that a wrong key, an unknown model name or an
+        unreachable provider stops the run at once with one line, not as an error on every row.
+        Local models are checked when their server starts instead."""
+        lit = _litellm()
+        for model in sorted({self.config.resolve_model(m) for m in models}):
+            if is_local(model):
+                continue
+            started = time.monotonic()
+            call = Call(self.run_id, "preflight", "preflight", model)
+            try:
+                response = lit.completion(model=model, messages=[{"role": "user", "content": "Reply with OK."}],
+                                          max_tokens=16, num_retries=0, timeout=60, drop_params=True)
+                usage = response.model_dump(mode="json").get("usage") or {}
+                call.prompt_tokens = int(usage.get("prompt_tokens") or 0)
+                call.completion_tokens = int(usage.get("completion_tokens") or 0)
+                call.cost_usd = float((getattr(response, "_hidden_params", None) or {}).get("response_cost") or 0)
+            except Exception as e:
+                call.error = redact(f"{type(e).__name__}: {e}")[:2000]
+                problem = _preflight_problem(e, model)
+                if problem:
+                    raise UserError(problem) from None
+            finally:
+                call.latency_s = time.monotonic() - started
+                self._book(call)
 
     # -- one request -----------------------------------------------------------------------
     def handle_chat(self, api_key: str, body: dict) -> Reply:
@@ -224,6 +273,9 @@ class Gateway:
 
     def _forward(self, model: str, messages: list, params: dict):
         lit = _litellm()
+        route = {"model": model}
+        if is_local(model):
+            route, messages, params = self._local_route(model, messages, params)
         attempt = 0
         while True:
             attempt += 1
@@ -233,7 +285,7 @@ class Gateway:
                     # optional `mcp` package) to inspect them. It is not sent to the provider.
                     params = {**params, "_skip_mcp_handler": True}
                 response = lit.completion(
-                    model=model,
+                    **route,
                     messages=messages,
                     num_retries=0,
                     timeout=self.gw.request_timeout_s,
@@ -246,6 +298,23 @@ class Gateway:
                     raise
                 delay = min(self.gw.backoff_max_s, self.gw.backoff_base_s * 2 ** (attempt - 1))
                 time.sleep(random.uniform(0, delay))
+
+    def _local_route(self, model: str, messages: list, params: dict) -> tuple[dict, list, dict]:
+        """Where a local model's call goes (its server, started on first use), with the prompt
+        cut to fit its context and a bound on the reply."""
+        with self._lock:
+            server = self._local.get(model)
+            if server is None:
+                server = self._local[model] = LocalServer(model, self.gw.local_context, self.gw.local_threads,
+                                                          self.ledger.path.parent / "local_model.log")
+        server.ensure_started()
+        n_ctx = server.n_ctx
+        max_tokens = params.get("max_tokens") or params.get("max_completion_tokens") or DEFAULT_MAX_TOKENS
+        params = {k: v for k, v in params.items() if k not in ("max_completion_tokens", "tools", "tool_choice",
+                                                                "_skip_mcp_handler")}
+        params["max_tokens"] = min(int(max_tokens), n_ctx // 2)
+        route = {"model": f"openai/{server.alias}", "api_base": server.api_base, "api_key": "local"}
+        return route, fit_messages(messages, n_ctx, params["max_tokens"]), params
 
     def _cache_key(self, model: str, body: dict) -> str | None:
         mode = self.gw.cache

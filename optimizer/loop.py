@@ -275,7 +275,7 @@ class Loop:
 
         meta_key = self.gateway.new_session(node_id, "meta", max_calls=self.config.loop.meta_max_calls)
         try_key = self.gateway.new_session(node_id, "task")
-        env = worker_env(box, box.gateway_url or self.gateway.url, meta_key)
+        env = worker_env(box, box.gateway_url or self.gateway.url, meta_key, (self.meta_model, self.task_model))
         env.update(TRY_GATEWAY_KEY=try_key, TRY_MODEL=self.task_model, WORKSPACE=box.workdir,
                    PYTHONPATH=box.workdir)
         return env

@@ -13,6 +13,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from optimizer.errors import UserError
+from optimizer.local_model import is_local, weights_path
 
 _SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD)", re.I)
 
@@ -55,6 +56,8 @@ def _litellm():
 
 def provider_of(model: str) -> str:
     """The litellm provider of `model`; UserError when litellm does not know the model."""
+    if is_local(model):
+        return "local"
     try:
         return _litellm().get_llm_provider(model)[1]
     except Exception:
@@ -70,6 +73,9 @@ def check_credentials(model: str) -> None:
     A provider whose base URL is set (a local or self-hosted OpenAI-compatible server)
     is allowed without a key, since such servers often need none.
     """
+    if is_local(model):
+        weights_path(model)
+        return
     provider = provider_of(model)
     status = _litellm().validate_environment(model)
     if status.get("keys_in_environment"):
@@ -78,3 +84,34 @@ def check_credentials(model: str) -> None:
         return
     missing = " or ".join(status.get("missing_keys") or [f"{provider.upper()}_API_KEY"])
     raise UserError(f"missing API key for model {model}: set {missing} in the environment or in .env")
+
+
+LOCAL_DEFAULT = "local/smollm2-135m"
+# What `auto` models mean: the first row whose keys are all set wins; none set -> LOCAL_DEFAULT.
+AUTO_MODELS = (
+    (("OPENAI_API_KEY", "ANTHROPIC_API_KEY"), "the HyperAgents paper's setup",
+     {"task": "openai/o4-mini", "meta": "anthropic/claude-sonnet-4-5", "grader": "openai/o4-mini",
+      "judge": "openai/o4-mini"}),
+    (("OPENAI_API_KEY",), "OpenAI only", dict.fromkeys(("task", "meta", "grader", "judge"), "openai/o4-mini")),
+    (("ANTHROPIC_API_KEY",), "Anthropic only",
+     dict.fromkeys(("task", "meta", "grader", "judge"), "anthropic/claude-sonnet-4-5")),
+    (("GEMINI_API_KEY",), "Gemini only", dict.fromkeys(("task", "meta", "grader", "judge"), "gemini/gemini-2.5-pro")),
+)
+
+
+def choose_models(models) -> str | None:
+    """Fill every role of `models` (a ModelsConfig) set to "auto"; returns why those models
+    (one sentence), or None when every role was configured."""
+    auto = [role for role, value in vars(models).items() if value == "auto"]
+    if not auto:
+        return None
+    for keys, setup, table in AUTO_MODELS:
+        if all(os.environ.get(k) for k in keys):
+            for role in auto:
+                setattr(models, role, table[role])
+            return f"{' and '.join(keys)} {'is' if len(keys) == 1 else 'are'} set: {setup}"
+    for role in auto:
+        setattr(models, role, LOCAL_DEFAULT)
+    names = ", ".join(sorted({k for keys, _, _ in AUTO_MODELS for k in keys}))
+    return (f"no provider key is set ({names}): the bundled local model runs on this CPU with no key; "
+            "its answers are near chance, so use it to try the tool, not for results")

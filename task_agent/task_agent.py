@@ -71,6 +71,12 @@ Task input:
 """ + _ANSWER_FORMAT.format(schema="...")
 
 
+def answer_schema(values: list[str] | None = None) -> dict:
+    """The JSON shape of an answer, {"response": ...}, for models that need it enforced."""
+    response = {"type": "string", "enum": values} if values else {"type": "string"}
+    return {"type": "object", "properties": {"response": response}, "required": ["response"]}
+
+
 INSTRUCTIONS = {
     "imo_grading": grading_instruction,
     "imo_proof_grading": grading_instruction,
@@ -84,7 +90,8 @@ class TaskAgent(AgentSystem):
         domain = inputs.get("domain", "")
         instruction = INSTRUCTIONS.get(domain, generic_instruction)(inputs)
         messages = [{"role": "user", "content": instruction}]
-        reply = get_response(messages, model=self.model)
+        schema = answer_schema(LABELS.get(domain)) if domain in INSTRUCTIONS else None
+        reply = get_response(messages, model=self.model, schema=schema)
         history = messages + [{"role": "assistant", "content": reply.text}]
         self.log_messages(history)
 

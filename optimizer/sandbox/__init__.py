@@ -24,23 +24,29 @@ NONE_WARNING = ("warning: --sandbox none: agent code runs as a plain subprocess 
 
 def choose_backend(config: SandboxConfig) -> str:
     """The backend to use: the configured one after checking it works here; `auto` resolved."""
+    return choose_backend_why(config)[0]
+
+
+def choose_backend_why(config: SandboxConfig) -> tuple[str, str | None]:
+    """`choose_backend`, and why `auto` did not take docker (None when it did, or was not asked)."""
     from optimizer.sandbox.bwrap import bwrap_unavailable
 
     wanted = config.backend
     if wanted == "none":
-        return "none"
+        return "none", None
+    docker_problem = None
     if wanted in ("docker", "auto"):
         from optimizer.sandbox.docker_backend import engine_available
 
         docker_problem = engine_available(config)
         if docker_problem is None:
             ensure_docker_image(config)
-            return "docker"
+            return "docker", None
         if wanted == "docker":
             raise UserError(f"sandbox docker: {docker_problem}")
     bwrap_problem = bwrap_unavailable()
     if bwrap_problem is None:
-        return "bwrap"
+        return "bwrap", docker_problem and f"auto chose bwrap because docker is not usable: {docker_problem}"
     if wanted == "bwrap":
         raise UserError(f"sandbox bwrap: {bwrap_problem}")
     raise UserError(f"no sandbox works here: docker: {docker_problem}; bwrap: {bwrap_problem}. "

@@ -1,0 +1,87 @@
+"""What a run will cost, roughly, before it starts: shown in the plan, and checked against the budget.
+
+Tokens are estimated from the data (characters / 4 for the prompt of a row) and fixed
+allowances for what models write; prices come from litellm's table (or the config's
+`gateway.prices`), 0 for local and unknown models. An estimate, not a quote: it is
+there to catch a budget that cannot pay for even one generation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+CHARS_PER_TOKEN = 4
+INSTRUCTION_TOKENS = 600  # the agent's own prompt around a row's inputs
+COMPLETION_TOKENS = 1500  # a reply, reasoning included (o-series models think before answering)
+META_PROMPT_TOKENS = 12000  # one meta agent call, averaged over a conversation whose history grows
+META_COMPLETION_TOKENS = 800
+
+
+@dataclass
+class Estimate:
+    initial_usd: float  # the initial node's evaluation
+    meta_usd: float  # one meta agent run, all its calls used
+    evaluation_usd: float  # one child's staged and full evaluation
+    generations: int
+
+    @property
+    def generation_usd(self) -> float:
+        return self.meta_usd + self.evaluation_usd
+
+    @property
+    def run_usd(self) -> float:
+        return self.initial_usd + self.generations * self.generation_usd
+
+    def line(self) -> str:
+        return (f"estimate ~${self.run_usd:.2f} for the run: initial evaluation ~${self.initial_usd:.2f}, "
+                f"each generation up to ~${self.generation_usd:.2f} (meta agent ~${self.meta_usd:.2f}, "
+                f"evaluation ~${self.evaluation_usd:.2f})")
+
+
+def price(model: str, prices: dict) -> tuple[float, float]:
+    """USD per input and per output token of `model`."""
+    if model in prices:
+        per_million_in, per_million_out = prices[model]
+        return per_million_in / 1e6, per_million_out / 1e6
+    from optimizer.local_model import is_local
+    from optimizer.providers import _litellm
+
+    if is_local(model):
+        return 0.0, 0.0
+    info = _litellm().model_cost.get(model) or _litellm().model_cost.get(model.split("/", 1)[-1]) or {}
+    return float(info.get("input_cost_per_token") or 0.0), float(info.get("output_cost_per_token") or 0.0)
+
+
+def call_usd(model: str, prices: dict, prompt_tokens: float, completion_tokens: float) -> float:
+    per_in, per_out = price(model, prices)
+    return prompt_tokens * per_in + completion_tokens * per_out
+
+
+def evaluation_usd(domains: list, config, rows_of) -> float:
+    """One node's evaluation, staged and full, assuming it passes the first stage.
+
+    `rows_of(domain, split)` is how many rows the full evaluation runs on that split.
+    """
+    from domains.registry import get_domain
+
+    total = 0.0
+    for d in domains:
+        df = d.load("train")
+        row_tokens = INSTRUCTION_TOKENS + sum(df[c].astype(str).str.len().mean() for c in d.inputs.values()) \
+            / CHARS_PER_TOKEN
+        splits = [s for s in ("train", "val", "test") if s in d.splits
+                  and (s != "test" or config.loop.eval_test)]
+        rows = sum(rows_of(d, s) for s in splits)  # the staged rows are the first train rows: reused
+        total += rows * call_usd(config.resolve_model("task"), config.gateway.prices, row_tokens, COMPLETION_TOKENS)
+        if d.graded_by:  # the grader reads the problem, reference, guidelines and the proof
+            grader = config.resolve_model(get_domain(d.graded_by).model_role)
+            total += rows * call_usd(grader, config.gateway.prices, 3 * row_tokens + COMPLETION_TOKENS,
+                                     COMPLETION_TOKENS)
+    return total
+
+
+def estimate(domains: list, config, rows_of) -> Estimate:
+    evaluation = evaluation_usd(domains, config, rows_of)
+    meta = config.loop.meta_max_calls * call_usd(config.resolve_model("meta"), config.gateway.prices,
+                                                 META_PROMPT_TOKENS, META_COMPLETION_TOKENS)
+    return Estimate(evaluation, meta, evaluation, config.loop.max_generation)

@@ -1,0 +1,163 @@
+"""Running with no API key: model choice, the embedded local model, and first-run messages.
+
+The local model tests run the real SmolLM2-135M through llama-cpp-python's server,
+started by the gateway: they are the slowest of the suite (a few seconds a call).
+"""
+
+import json
+import os
+import socket
+import sqlite3
+
+import pytest
+
+from conftest import FAST_CONFIG, cli_env, run_cli
+from optimizer.config import ModelsConfig
+from optimizer.local_model import fit_messages
+from optimizer.providers import LOCAL_DEFAULT, choose_models
+
+LABELS = ["incorrect", "partial", "almost", "correct"]
+
+
+def no_keys_env(**extra) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.endswith(("_API_KEY", "_API_BASE", "_BASE_URL"))}
+    return {**env, "LITELLM_LOCAL_MODEL_COST_MAP": "True", **extra}
+
+
+# -- choosing models ---------------------------------------------------------------------------
+@pytest.mark.parametrize("keys, task, meta", [
+    (("OPENAI_API_KEY", "ANTHROPIC_API_KEY"), "openai/o4-mini", "anthropic/claude-sonnet-4-5"),
+    (("OPENAI_API_KEY",), "openai/o4-mini", "openai/o4-mini"),
+    (("ANTHROPIC_API_KEY",), "anthropic/claude-sonnet-4-5", "anthropic/claude-sonnet-4-5"),
+    ((), LOCAL_DEFAULT, LOCAL_DEFAULT),
+])
+def test_auto_models_follow_the_keys_that_are_set(monkeypatch, keys, task, meta):
+    for name in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GEMINI_API_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    for name in keys:
+        monkeypatch.setenv(name, "sk-test-0123456789")
+    models = ModelsConfig()
+    why = choose_models(models)
+    assert (models.task, models.meta) == (task, meta)
+    assert all(k in why for k in keys) if keys else "no provider key is set" in why and "near chance" in why
+
+
+def test_configured_models_are_kept(monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-0123456789")
+    models = ModelsConfig(task="hosted_vllm/my-model", meta="openai/gpt-4.1", grader="openai/x", judge="openai/y")
+    assert choose_models(models) is None and models.task == "hosted_vllm/my-model"
+    models = ModelsConfig(task="hosted_vllm/my-model")
+    assert "OPENAI_API_KEY" in choose_models(models)
+    assert (models.task, models.meta) == ("hosted_vllm/my-model", "openai/o4-mini")
+
+
+# -- fitting prompts to a small context ----------------------------------------------------------
+def test_prompts_that_fit_are_left_alone():
+    messages = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "x" * 1000}]
+    assert fit_messages(messages, n_ctx=2048, max_tokens=512) == messages
+
+
+def test_the_middle_of_the_longest_message_is_cut_until_all_fit():
+    long = "BEGIN " + "a" * 20000 + " END"
+    messages = [{"role": "system", "content": "rules " * 200}, {"role": "user", "content": long}]
+    fitted = fit_messages(messages, n_ctx=2048, max_tokens=512)
+    budget = int((2048 - 512) * 2.5)
+    assert sum(len(m["content"]) for m in fitted) <= budget
+    assert fitted[0] == messages[0]  # the shorter message is untouched
+    user = fitted[1]["content"]
+    assert user.startswith("BEGIN ") and user.endswith(" END") and "characters cut" in user
+    assert messages[1]["content"] == long  # the caller's messages are not changed
+
+
+# -- the local model, for real -------------------------------------------------------------------
+def test_a_constrained_completion_with_the_local_model_through_the_gateway_gives_a_label(tmp_path, monkeypatch):
+    from optimizer.config import Config
+    from optimizer.gateway import open_gateway
+
+    config = Config()
+    gateway = open_gateway(config, tmp_path, "local")
+    try:
+        gateway.allow_models(LOCAL_DEFAULT)
+        monkeypatch.setenv("AGENT_GATEWAY_URL", gateway.url)
+        monkeypatch.setenv("AGENT_GATEWAY_KEY", gateway.new_session("n", "task"))
+        monkeypatch.setenv("AGENT_STRUCTURED_MODELS", LOCAL_DEFAULT)
+        from task_agent.task_agent import TaskAgent
+
+        inputs = {"domain": "imo_grading", "problem": "Prove that 1 + 1 = 2.",
+                  "solution": "By the definition of 2 as the successor of 1.",
+                  "grading_guidelines": "Full marks for using the definition.",
+                  "student_answer": "Since 2 is defined as 1 + 1, the claim holds."}
+        prediction, history = TaskAgent(LOCAL_DEFAULT, str(tmp_path / "t.md")).forward(inputs)
+        assert prediction in LABELS, history[-1]["content"]
+        [row] = gateway.ledger.calls()
+        assert row["model"] == LOCAL_DEFAULT and row["error"] is None and row["cost_usd"] == 0.0
+        assert row["completion_tokens"] > 0
+    finally:
+        gateway.stop()
+        gateway.ledger.close()
+    assert "POST /v1/chat/completions" in (tmp_path / "local_model.log").read_text()
+
+
+def test_a_quick_run_with_no_key_uses_the_local_model_end_to_end(tmp_path):
+    config = tmp_path / "quick.yaml"
+    config.write_text(FAST_CONFIG + "loop:\n  max_generation: 1\n  eval_samples: 3\n  skip_staged_eval: true\n"
+                                    "  meta_max_calls: 2\n")
+    r = run_cli("run_optimization", "--domain", "imo_grading", "--preset", "quick", "--config", str(config),
+                "--output_dir", str(tmp_path / "out"), "--run_id", "quick", env=no_keys_env(), cwd=tmp_path,
+                timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "task local/smollm2-135m, meta local/smollm2-135m" in r.stdout and "near chance" in r.stdout
+    run_dir = tmp_path / "out" / "quick"
+    initial = json.loads((run_dir / "nodes" / "initial" / "node.json").read_text())
+    assert initial["status"] == "ok" and set(initial["scores"]["imo_grading"]) == {"train", "val"}
+    predictions = (run_dir / "evals" / initial["eval_keys"]["imo_grading"]["val"] / "predictions.csv").read_text()
+    assert sum(predictions.count(f",{label},") for label in LABELS) == 3  # every answer is a label
+    assert json.loads((run_dir / "nodes" / "1" / "node.json").read_text())["status"] in ("ok", "no_change",
+                                                                                       "load_failed")
+    assert (run_dir / "report.html").is_file() and (run_dir / "archive_tree.png").is_file()
+    roles = {role for (role,) in sqlite3.connect(run_dir / "ledger.sqlite").execute("SELECT role FROM calls")}
+    assert {"task", "meta"} <= roles
+
+
+# -- first-run messages ---------------------------------------------------------------------------
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_an_unreachable_provider_stops_the_run_at_once_and_leaves_nothing(tmp_path):
+    config = tmp_path / "c.yaml"
+    config.write_text("sandbox:\n  backend: auto\n  docker_host: unix:///nonexistent/docker.sock\n")
+    env = no_keys_env(OPENAI_API_KEY="sk-test-0123456789",
+                      OPENAI_API_BASE=f"http://127.0.0.1:{closed_port()}/v1")
+    r = run_cli("run_optimization", "--domain", "imo_grading", "--task_model", "openai/some-model", "--meta_model",
+                "openai/some-model", "--config", str(config), "--output_dir", str(tmp_path / "out"), env=env,
+                cwd=tmp_path, timeout=300)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "cannot reach the provider of openai/some-model" in r.stderr
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+    # The plan said what the sandbox is and why docker was not taken.
+    assert "sandbox  bwrap (auto chose bwrap because docker is not usable" in r.stdout
+
+
+def test_a_model_litellm_does_not_know_is_named(tmp_path, fake_openai):
+    r = run_cli("run_optimization", "--domain", "imo_grading", "--task_model", "notaprovider-model-xyz",
+                "--output_dir", str(tmp_path / "out"), env=cli_env(fake_openai), cwd=tmp_path)
+    assert r.returncode == 2 and "notaprovider-model-xyz" in r.stderr and "unknown to litellm" in r.stderr
+
+
+def test_a_budget_below_one_generation_is_said_before_starting(tmp_path, fake_openai):
+    config = tmp_path / "c.yaml"
+    config.write_text(FAST_CONFIG.replace("gateway:\n", "gateway:\n  prices: {openai/fake: [1000.0, 1000.0]}\n")
+                      + "loop:\n  max_generation: 0\n  eval_samples: 2\n  skip_staged_eval: true\n")
+    fake_openai.set_replies(['<json>{"response": "correct"}</json>'])
+    r = run_cli("run_optimization", "--domain", "imo_grading", "--task_model", "openai/fake", "--meta_model",
+                "openai/fake", "--budget_usd", "0.01", "--config", str(config), "--output_dir",
+                str(tmp_path / "out"), env=cli_env(fake_openai), cwd=tmp_path, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    estimate = next(line for line in r.stdout.splitlines() if line.startswith("estimate "))
+    assert "initial evaluation ~$" in estimate
+    warning = next(line for line in r.stdout.splitlines() if line.startswith("warning: the budget of $0.01"))
+    assert "below the estimate for the initial evaluation and one generation" in warning
+    assert "stopped: budget exhausted" in r.stdout
