@@ -312,7 +312,7 @@ class AgentWorker:
         self._parked = wait_for_go
 
     def ensure_started(self) -> None:
-        if self.proc is None or not self.proc.alive():
+        if self.proc is None or not self.proc.alive() or self._parked:
             self.start()
 
     def stop(self) -> None:

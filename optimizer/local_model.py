@@ -29,6 +29,7 @@ from pathlib import Path
 from optimizer.errors import UserError
 
 PREFIX = "local/"
+SERVE = Path(__file__).with_name("local_serve.py")  # llama_cpp.server that exits with its parent
 INSTALL = 'pip install -e ".[local]"'
 
 
@@ -124,7 +125,7 @@ class LocalServer:
                 return self
             weights = weights_path(self.model)
             self.port = _free_port()
-            cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(weights), "--model_alias", self.alias,
+            cmd = [sys.executable, str(SERVE), "--model", str(weights), "--model_alias", self.alias,
                    "--host", "127.0.0.1", "--port", str(self.port), "--n_ctx", str(self.n_ctx),
                    "--n_threads", str(self.threads),
                    # Without this the server keeps logits for every prompt token: several GB.

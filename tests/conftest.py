@@ -25,6 +25,16 @@ def fake_openai_session():
 
 
 @pytest.fixture
+def provider(fake_openai, monkeypatch):
+    """agent.llm calling the fake server directly, as it does outside a run."""
+    monkeypatch.delenv("AGENT_GATEWAY_URL", raising=False)
+    monkeypatch.delenv("AGENT_GATEWAY_KEY", raising=False)
+    monkeypatch.setenv("OPENAI_API_BASE", fake_openai.base_url)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    return fake_openai
+
+
+@pytest.fixture
 def fake_openai(fake_openai_session):
     """The shared server, reset to default replies, no faults and no latency."""
     fake_openai_session.reset()

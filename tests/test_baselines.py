@@ -12,16 +12,6 @@ GRADING_INPUTS = {"domain": "imo_grading", "problem": "PROBLEM-TEXT", "solution"
 PROOF_INPUTS = {"domain": "imo_proof", "problem": "Prove that 1 + 1 = 2."}
 
 
-@pytest.fixture
-def provider(fake_openai, monkeypatch):
-    """agent.llm calling the fake server directly, as it does outside a run."""
-    monkeypatch.delenv("AGENT_GATEWAY_URL", raising=False)
-    monkeypatch.delenv("AGENT_GATEWAY_KEY", raising=False)
-    monkeypatch.setenv("OPENAI_API_BASE", fake_openai.base_url)
-    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
-    return fake_openai
-
-
 def prompts(fake) -> list[str]:
     return [r["json"]["messages"][0]["content"] for r in fake.requests if r["json"]]
 

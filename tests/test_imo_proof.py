@@ -131,7 +131,7 @@ def test_the_loop_on_imo_proof_grades_with_the_installed_grader_not_a_vendored_c
     assert nodes["initial"]["scores"]["imo_proof"]["train"] == pytest.approx(13 / 21)
     assert nodes["1"]["scores"]["imo_proof"]["train"] == pytest.approx(13 / 21)
     roles = {role for (role,) in sqlite3.connect(run_dir / "ledger.sqlite").execute("SELECT role FROM calls")}
-    assert roles == {"task", "grader", "meta"}
+    assert roles == {"task", "grader", "meta", "preflight"}
     # The meta agent's feedback: the grader's verdict per proof, never the reference solutions.
     feedback = pd.read_csv(run_dir / "feedback" / "initial" / "imo_proof" / "predictions.csv", dtype=str,
                            keep_default_na=False)

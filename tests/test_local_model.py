@@ -6,8 +6,12 @@ started by the gateway: they are the slowest of the suite (a few seconds a call)
 
 import json
 import os
+import signal
 import socket
 import sqlite3
+import subprocess
+import sys
+import time
 
 import pytest
 
@@ -161,3 +165,27 @@ def test_a_budget_below_one_generation_is_said_before_starting(tmp_path, fake_op
     warning = next(line for line in r.stdout.splitlines() if line.startswith("warning: the budget of $0.01"))
     assert "below the estimate for the initial evaluation and one generation" in warning
     assert "stopped: budget exhausted" in r.stdout
+
+
+def test_the_model_server_ends_when_the_run_is_killed():
+
+    from conftest import REPO_ROOT
+
+    script = (f"import sys, time; sys.path.insert(0, {str(REPO_ROOT)!r})\n"
+              "from optimizer.local_model import LocalServer\n"
+              f"print(LocalServer({LOCAL_DEFAULT!r}).ensure_started().proc.pid, flush=True)\n"
+              "time.sleep(600)\n")
+    run = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    server_pid = int(run.stdout.readline())
+    os.kill(server_pid, 0)  # it is serving
+    run.send_signal(signal.SIGKILL)
+    run.wait()
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        try:
+            os.kill(server_pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.2)
+    os.kill(server_pid, signal.SIGKILL)
+    pytest.fail("the model server outlived the killed run")

@@ -25,16 +25,6 @@ def fresh_tools():
     editor.reset()
 
 
-@pytest.fixture
-def provider(fake_openai, monkeypatch):
-    """agent.llm calling the fake server directly, as it does outside a run."""
-    monkeypatch.delenv("AGENT_GATEWAY_URL", raising=False)
-    monkeypatch.delenv("AGENT_GATEWAY_KEY", raising=False)
-    monkeypatch.setenv("OPENAI_API_BASE", fake_openai.base_url)
-    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
-    return fake_openai
-
-
 def call(tool_name: str, **tool_input) -> str:
     return f"Let me do this.\n<json>\n{json.dumps({'tool_name': tool_name, 'tool_input': tool_input})}\n</json>"
 
