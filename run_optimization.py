@@ -21,7 +21,7 @@ from collections import Counter
 from datetime import datetime
 from pathlib import Path
 
-from optimizer.config import BASELINES, PROJECT_ROOT, SANDBOX_BACKENDS, Config, _merge, load_config
+from optimizer.config import BASELINES, PROJECT_ROOT, SANDBOX_BACKENDS, Config, _merge, load_config, parse_data_flags
 from optimizer.errors import UserError, exit_on_user_error
 from optimizer.fsutil import atomic_write_json
 from optimizer.initial_agents import INITIAL_AGENTS
@@ -52,6 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--budget_usd", type=float, default=None, help="stop the run once this much is spent")
     ap.add_argument("--meta_model", default=None, help="the meta agent's model (litellm string)")
     ap.add_argument("--task_model", default=None, help="the task agent's model (litellm string)")
+    ap.add_argument("--data", action="append", default=None, metavar="DOMAIN=PATH",
+                    help="the data file of a domain that is not bundled, e.g. amo_bench=AMO-Bench.jsonl")
     ap.add_argument("--initial_agent", choices=sorted(INITIAL_AGENTS), default=None,
                     help="the task agent the run starts from (default: default)")
     ap.add_argument("--sandbox", choices=SANDBOX_BACKENDS, default=None, help="where agent code runs (auto)")
@@ -63,6 +65,7 @@ LOOP_FLAGS = ("max_generation", "eval_samples", "parent_selection", "seed", "ski
 
 
 def apply_flags(config: Config, args) -> Config:
+    config.harness.data_files.update(parse_data_flags(args.data))
     for name in LOOP_FLAGS:
         if getattr(args, name) is not None:
             setattr(config.loop, name, getattr(args, name))
@@ -85,6 +88,8 @@ def plan_lines(run_dir: Path, domains, config: Config, backend: str, resumed: bo
                 for s in ("train", "val", "test") if s in d.splits and (s != "test" or config.loop.eval_test)]
         staged = "" if config.loop.skip_staged_eval else f"staged {d.staged_eval_samples} train rows, then "
         lines.append(f"domain   {d.name}: {staged}{' + '.join(full)} (score: {d.score_key})")
+        if d.score_note:
+            lines.append(f"         {d.score_key} is {d.score_note}")
     for d in domains:
         if d.grader_agent:
             where = importlib.util.find_spec(d.grader_agent.split(".")[0]).origin
@@ -118,7 +123,7 @@ def summary_lines(loop) -> list[str]:
 
 
 def main(argv=None) -> None:
-    from domains.registry import get_domain
+    from domains.registry import get_domain, use_data_files
     from domains.report import require_grader
     from optimizer.estimate import estimate
     from optimizer.evaluation import split_rows
@@ -147,6 +152,7 @@ def main(argv=None) -> None:
         if (run_dir / "run.json").exists():
             raise UserError(f"{run_dir} already holds a run: pass --resume_from {run_dir}, or another --run_id")
     config = apply_flags(config, args)
+    use_data_files(config.harness.data_files)
     load_dotenv_file()
     why_models = choose_models(config.models)
     domains = [get_domain(n) for n in domain_names]
@@ -158,6 +164,7 @@ def main(argv=None) -> None:
             require_grader(d)
     models = {config.resolve_model("task"), config.resolve_model("meta")}
     models |= {config.resolve_model(get_domain(d.graded_by).model_role) for d in domains if d.graded_by}
+    models |= {config.resolve_model("judge") for d in domains if d.uses_judge}
     for model in sorted(models):
         check_credentials(model)
     backend, why_backend = choose_backend_why(config.sandbox)

@@ -15,6 +15,7 @@ tried too, since models often answer "x = 5" for "5".
 
 from __future__ import annotations
 
+import importlib.util
 import random
 import re
 from pathlib import Path
@@ -56,6 +57,8 @@ def load(path: str | None) -> pd.DataFrame:
 def _read(path: Path) -> pd.DataFrame:
     if not path.is_file():
         raise UserError(f"--data {path}: no such file")
+    if path.suffix == ".parquet" and importlib.util.find_spec("pyarrow") is None:
+        raise UserError(f"--data {path}: reading parquet needs pyarrow (pip install pyarrow), or give the JSONL")
     try:
         df = pd.read_parquet(path) if path.suffix == ".parquet" else pd.read_json(path, lines=path.suffix == ".jsonl")
     except Exception as e:

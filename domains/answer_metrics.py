@@ -1,7 +1,8 @@
 """Scores of final-answer domains (imo_answer, aime2025, amo_bench): pure functions, no I/O.
 
-A domain gives its checks as {score name: check(output, row) -> bool}; the first one is
-its `accuracy`. Each row's output is the agent's prediction, the row has the reference.
+A domain gives its checks as {score name: check(output, row, judge) -> bool}; the first
+one is its `accuracy`. Each row's output is the agent's prediction, the row has the
+reference; `judge` is an LLM judge (prompt -> reply) for answers no rule can check, or None.
 """
 
 from __future__ import annotations
@@ -12,11 +13,11 @@ import pandas as pd
 
 from domains.answers import final_answer
 
-Check = Callable[[str, dict], bool]
+Check = Callable[[str, dict, Callable | None], bool]
 
 
 def answer_metrics(df: pd.DataFrame, checks: dict[str, Check], qid_col: str, pred_col: str = "prediction",
-                   group_cols: tuple[str, ...] = ()) -> dict:
+                   group_cols: tuple[str, ...] = (), judge: Callable | None = None) -> dict:
     """Accuracy under each check, the main one per group, and which questions passed."""
     missing = [c for c in (qid_col, pred_col) if c not in df.columns]
     if missing:
@@ -25,7 +26,8 @@ def answer_metrics(df: pd.DataFrame, checks: dict[str, Check], qid_col: str, pre
         raise ValueError("no rows to score")
     rows = df.to_dict("records")
     outputs = ["" if _missing(r.get(pred_col)) else str(r[pred_col]) for r in rows]
-    results = {name: [bool(check(out, row)) for out, row in zip(outputs, rows)] for name, check in checks.items()}
+    results = {name: [bool(check(out, row, judge)) for out, row in zip(outputs, rows)]
+               for name, check in checks.items()}
     main = results[next(iter(checks))]
     ids = [str(r[qid_col]) for r in rows]
     report = {

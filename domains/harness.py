@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from optimizer.config import PROJECT_ROOT, ROLE_ALIASES, SANDBOX_BACKENDS, Config, load_config
+from optimizer.config import PROJECT_ROOT, ROLE_ALIASES, SANDBOX_BACKENDS, Config, load_config, parse_data_flags
 from optimizer.errors import UserError, exit_on_user_error
 from optimizer.fsutil import atomic_write_csv, atomic_write_json
 from optimizer.sandbox import Mount, choose_backend, open_sandbox
@@ -149,7 +149,7 @@ def load_rows(domain, subset: str | None, proofs_dname: str | None, num_samples:
     """The data set to evaluate, cut to `num_samples` rows (-1 = all), as the seed does."""
     from domains.imo.data import load_csv
 
-    if domain.data_dir is None:
+    if domain.data_dir is None and domain.loader is None:
         if not proofs_dname:
             raise UserError(f"domain {domain.name} grades another run's proofs: pass --proofs_dname RUN_DIR")
         source = Path(proofs_dname) / "predictions.csv"
@@ -480,7 +480,7 @@ def harness(
     output folder; the loop passes its run-wide gateway instead, and an `agent_worker`
     already running in its sandbox (then `agent_path` and `workspace` are its own).
     """
-    from domains.registry import get_domain
+    from domains.registry import get_domain, use_data_files
     from optimizer.gateway import open_gateway
     from optimizer.providers import check_credentials, choose_models, load_dotenv_file
 
@@ -491,6 +491,7 @@ def harness(
         config.harness.save_interval = max(1, save_interval)
     if num_workers is not None:
         config.harness.num_workers = max(1, num_workers)
+    use_data_files(config.harness.data_files)
     dom = get_domain(domain)
     dataset = load_rows(dom, subset, proofs_dname, num_samples)
     load_dotenv_file()
@@ -575,7 +576,10 @@ def harness(
 
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m domains.harness", description="Evaluate a task agent on a domain.")
-    ap.add_argument("--domain", required=True, help="imo_grading, imo_proof or imo_proof_grading")
+    ap.add_argument("--domain", required=True,
+                    help="imo_grading, imo_proof, imo_proof_grading, imo_answer, aime2025 or amo_bench")
+    ap.add_argument("--data", action="append", default=None, metavar="DOMAIN=PATH",
+                    help="the data file of a domain that is not bundled, e.g. amo_bench=AMO-Bench.jsonl")
     ap.add_argument("--agent_path", default="task_agent", help="a .py file or a module path with a TaskAgent")
     ap.add_argument("--output_dir", default="./outputs", help="parent folder of run folders")
     ap.add_argument("--run_id", default=None, help="run folder name (default: a timestamp)")
@@ -597,6 +601,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> None:
     args = build_parser().parse_args(argv)
     config = load_config(args.config)
+    config.harness.data_files.update(parse_data_flags(args.data))
     if args.budget_usd is not None:
         config.gateway.budget_usd = args.budget_usd
     if args.budget_tokens is not None:

@@ -123,7 +123,12 @@ def format_report(report: dict) -> str:
         return _format_grading(report)
     if "points_percentage" in report:
         return _format_proof(report)
-    raise ValueError("not a grading or proof report: expected 'overall_accuracy' or 'points_percentage'")
+    if "accuracy" in report:
+        from domains.answer_metrics import format_answers
+
+        return format_answers(report)
+    raise ValueError("not a grading, proof or answer report: expected 'overall_accuracy', 'points_percentage' "
+                     "or 'accuracy'")
 
 
 def _require_rows(df: pd.DataFrame, columns) -> None:

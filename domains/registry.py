@@ -29,6 +29,9 @@ class Domain:
     graded_by: str | None = None  # domain whose agent scores this one's predictions (proofs -> grader)
     grader_agent: str | None = None  # importable agent that does that grading, outside the workspace
     default_subset: str = ""
+    loader: Callable | None = None  # subset suffix -> DataFrame, for data that is not one CSV per subset
+    score_note: str = ""  # why the score is what it is, when that is a choice (shown in the run's plan)
+    uses_judge: bool = False  # some answers are checked by LLM judges (role judge): metrics take judge=
 
     def subset_suffix(self, subset: str | None) -> str:
         """Accept the seed's suffix (`_filtered_100_train`) or a split name (`train`)."""
@@ -40,6 +43,8 @@ class Domain:
         return suffix
 
     def dataset_path(self, subset: str | None = None) -> Path:
+        if self.loader is not None:
+            raise UserError(f"domain {self.name} has no single data file per subset")
         if self.data_dir is None:
             raise UserError(f"domain {self.name} has no bundled data set")
         return self.data_dir / self.subsets[self.subset_suffix(subset)]
@@ -51,6 +56,8 @@ class Domain:
     def load(self, subset: str | None = None):
         from domains.imo.data import load_csv
 
+        if self.loader is not None:
+            return self.loader(self.subset_suffix(subset))
         return load_csv(self.dataset_path(subset), self.required_columns())
 
     def format_inputs(self, row: dict) -> dict:
@@ -81,6 +88,15 @@ def domain_names() -> list[str]:
     return sorted(DOMAINS)
 
 
+# Data files the user gives for domains that are not bundled (`--data`), by domain name.
+DATA_FILES: dict[str, str] = {}
+
+
+def use_data_files(files: dict[str, str]) -> None:
+    DATA_FILES.update(files)
+
+
 def _load_builtin_domains() -> None:
-    import domains.imo.domains  # noqa: F401  (registers on import)
+    import domains.answer_domains  # noqa: F401  (registers on import)
+    import domains.imo.domains  # noqa: F401
 

@@ -14,19 +14,21 @@ import argparse
 import importlib.util
 from pathlib import Path
 
+from domains.judge import GatewayJudge
 from domains.registry import Domain, get_domain
 from optimizer.config import Config, load_config
 from optimizer.errors import UserError, exit_on_user_error
 from optimizer.fsutil import atomic_write_json
 
 
-def score_predictions(domain: Domain, predictions_csv: Path) -> dict:
-    """The domain's metrics for one predictions.csv (a pure read; nothing is written)."""
+def score_predictions(domain: Domain, predictions_csv: Path, judge=None) -> dict:
+    """The domain's metrics for one predictions.csv (nothing is written; `judge` is the LLM
+    judge of domains that use one, see domains/judge.py)."""
     from domains.imo.data import load_csv
 
     df = load_csv(predictions_csv, [domain.question_id, "prediction"])
     try:
-        return domain.metrics(df)
+        return domain.metrics(df, judge=judge) if domain.uses_judge else domain.metrics(df)
     except ValueError as e:
         raise UserError(f"cannot score {predictions_csv}: {e}") from None
 
@@ -63,7 +65,12 @@ def report(dname: str | Path, domain: str, config: Config | None = None, model: 
     else:
         if dom.metrics is None:
             raise UserError(f"domain {domain} has no metrics to report")
-        result = score_predictions(dom, dname / "predictions.csv")
+        judge = GatewayJudge(config or load_config(), folder=dname / "judgements") if dom.uses_judge else None
+        try:
+            result = score_predictions(dom, dname / "predictions.csv", judge)
+        finally:
+            if judge:
+                judge.close()
     result = {"domain": dom.name, **result}
     atomic_write_json(dname / "report.json", result)
     return result

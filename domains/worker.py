@@ -16,6 +16,7 @@ corrupt the protocol: file descriptor 1 is pointed at stderr before the agent lo
 from __future__ import annotations
 
 import argparse
+import contextvars
 import importlib
 import importlib.util
 import json
@@ -28,15 +29,16 @@ import traceback
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-_local = threading.local()
+# A row's usage; a context variable, so threads the agent starts with copy_context() add to it too.
+_usage: contextvars.ContextVar = contextvars.ContextVar("usage", default=None)
 
 
 def _count_usage(completion):
-    """Wrap litellm.completion so each row's calls, tokens and gateway cost add up per thread."""
+    """Wrap litellm.completion so each row's calls, tokens and gateway cost add up per row."""
 
     def counted(*args, **kwargs):
         response = completion(*args, **kwargs)
-        usage = getattr(_local, "usage", None)
+        usage = _usage.get()
         if usage is not None:
             u = getattr(response, "usage", None)
             usage["calls"] += 1
@@ -142,7 +144,8 @@ def main() -> None:
     def run(row: dict) -> None:
         qid = row["id"]
         send({"started": qid})  # the harness times the row from here, not from when it was queued
-        _local.usage = {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0, "cost_usd": 0.0}
+        usage = {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0, "cost_usd": 0.0}
+        _usage.set(usage)
         started = time.monotonic()
         prediction, error = None, None
         try:
@@ -160,7 +163,7 @@ def main() -> None:
                 "id": qid,
                 "prediction": prediction,
                 "error": error,
-                "usage": _local.usage,
+                "usage": usage,
                 "seconds": round(time.monotonic() - started, 3),
             }
         )

@@ -50,6 +50,7 @@ class HarnessConfig:
     save_interval: int = 100  # rewrite predictions.csv every N finished rows (the journal is written at once)
     row_timeout_s: float = 1800.0  # a row still running after this is recorded as an error
     start_timeout_s: float = 300.0  # a worker that has not loaded the agent by then is killed
+    data_files: dict = field(default_factory=dict)  # domain -> data file, for domains not bundled (amo_bench)
 
 
 @dataclass
@@ -154,3 +155,14 @@ def load_config(path: str | Path | None = None, preset: str | None = None) -> Co
     if config.sandbox.backend not in SANDBOX_BACKENDS:
         raise UserError(f"sandbox.backend must be one of {', '.join(SANDBOX_BACKENDS)}, got {config.sandbox.backend!r}")
     return config
+
+
+def parse_data_flags(values: list[str] | None) -> dict[str, str]:
+    """`--data DOMAIN=PATH` flags as {domain: absolute path}."""
+    files = {}
+    for value in values or []:
+        domain, sep, path = value.partition("=")
+        if not sep or not domain or not path:
+            raise UserError(f"--data {value}: expected DOMAIN=PATH, e.g. --data amo_bench=AMO-Bench.jsonl")
+        files[domain] = str(Path(path).expanduser().resolve())
+    return files

@@ -151,7 +151,10 @@ class Evaluator:
         from domains.report import score_predictions
 
         if not domain.graded_by:
-            return score_predictions(domain, folder / "predictions.csv")
+            from domains.judge import GatewayJudge
+
+            judge = GatewayJudge(self.config, gateway=self.gateway, node=node_id) if domain.uses_judge else None
+            return score_predictions(domain, folder / "predictions.csv", judge)
         graded = get_domain(domain.graded_by)
         gradings = folder / "gradings"
         harness(domain=graded.name, agent_path=domain.grader_agent, proofs_dname=str(folder), output_dir=str(folder),

@@ -30,6 +30,8 @@ INITIAL_AGENTS = {
                      "IMO-Bench's ProofAutoGrader: rubric, reference, guidelines, <points>N out of 7</points>"),
         InitialAgent("proof_solver", "task_agent.baselines.proof_solver", ("imo_proof",),
                      "writes a proof, checks it as a strict grader, refines it within a call budget"),
+        InitialAgent("sc_tir", "task_agent.baselines.sc_tir", ("imo_answer", "aime2025", "amo_bench"),
+                     "self-consistency with tool-integrated reasoning: 8 candidates that run Python, majority vote"),
     )
 }
 

@@ -60,6 +60,17 @@ Put the whole proof, as it should be graded, in the "response" field.
 """ + _ANSWER_FORMAT.format(schema='"your complete proof"')
 
 
+def answer_instruction(inputs: dict) -> str:
+    return f"""You are a world-class competition mathematician. Solve the problem below.
+Reason step by step and check your work. The problem has a short final answer (a number, a set, an expression or a short statement).
+
+## Problem
+{inputs.get("problem", "")}
+
+Put only the final answer, in LaTeX, in the "response" field.
+""" + _ANSWER_FORMAT.format(schema='"your final answer"')
+
+
 def generic_instruction(inputs: dict) -> str:
     return f"""You are an agent.
 
@@ -81,6 +92,9 @@ INSTRUCTIONS = {
     "imo_grading": grading_instruction,
     "imo_proof_grading": grading_instruction,
     "imo_proof": proof_instruction,
+    "imo_answer": answer_instruction,
+    "aime2025": answer_instruction,
+    "amo_bench": answer_instruction,
 }
 LABELS = {"imo_grading": GRADES, "imo_proof_grading": GRADES}
 

@@ -187,9 +187,13 @@ You can run Python to compute, enumerate cases, test small instances or check al
 ```python
 ...
 ```
-and stop right after it. The block runs in a new Python process, and what it prints comes back to you in an ```output block. Nothing is kept between blocks, so each block must define everything it uses and print what you want to see. A run is stopped after {CODE_TIMEOUT_S:g} seconds. The standard library and numpy are available; sympy may not be. You can run code at most {MAX_DEPTH} times.
+and stop right after it. The block runs in a new Python process, and what it prints comes back to you
+in an ```output block. Nothing is kept between blocks, so each block must define everything it uses and print
+what you want to see. A run is stopped after {CODE_TIMEOUT_S:g} seconds. The standard library, numpy and sympy are
+available. You can run code at most {MAX_DEPTH} times.
 
-Think between runs: use the output to check or correct your reasoning, and do not trust a number you cannot explain. When you are sure, write the final answer, and only the answer, as \\boxed{{...}}.
+Think between runs: use the output to check or correct your reasoning, and do not trust a number you cannot explain.
+When you are sure, write the final answer, and only the answer, as \\boxed{{...}}.
 
 # Problem
 {problem}

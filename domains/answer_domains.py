@@ -1,0 +1,110 @@
+"""The final-answer domains: IMO-AnswerBench, AIME 2025 and AMO-Bench.
+
+The agent sees the problem only; its prediction is checked against the reference
+answer by `domains.answers` (math-verify). Each is a `Domain` like the IMO ones: the
+loop and the harness know nothing special about them.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import partial
+
+import pandas as pd
+
+from domains import amo_bench
+from domains.answer_metrics import answer_metrics
+from domains.answers import aime_any_number, aime_strict, check_output
+from domains.imo.data import DATA_DIR, load_csv, verify_file
+from domains.registry import DATA_FILES, Domain, register
+from optimizer.errors import UserError
+
+AIME_FILE = DATA_DIR.parent.parent / "aime2025" / "data" / "aime2025.jsonl"
+AIME_SUBSETS = {"": None, "_I": "AIME2025-I", "_II": "AIME2025-II"}
+
+
+def load_answerbench(suffix: str) -> pd.DataFrame:
+    from domains.imo.answerbench_split import SOURCE, load_split
+
+    df = load_csv(SOURCE, ["Problem ID", "Problem", "Short Answer", "Category"])
+    ids = load_split()[suffix.lstrip("_")]
+    return df.set_index("Problem ID").loc[ids].reset_index()
+
+
+def load_aime(suffix: str) -> pd.DataFrame:
+    """AIME 2025 (checksum verified); suffix _I or _II keeps one exam."""
+    if not AIME_FILE.is_file():
+        raise UserError(f"data file not found: {AIME_FILE}")
+    verify_file(AIME_FILE)
+    df = pd.DataFrame([json.loads(line) for line in AIME_FILE.read_text().splitlines() if line.strip()])
+    df = df.astype(str)
+    exam = AIME_SUBSETS[suffix]
+    return df[df["subset"] == exam].reset_index(drop=True) if exam else df
+
+
+def aime_tasks(subset: str | None = None, problem_numbers: list[int] | None = None) -> pd.DataFrame:
+    """The benchmark's selection helpers: one exam (I or II) and/or some problem numbers."""
+    df = load_aime(f"_{subset}" if subset else "")
+    if problem_numbers:
+        df = df[df["problem_number"].astype(int).isin(problem_numbers)].reset_index(drop=True)
+    return df
+
+
+def load_amo(suffix: str) -> pd.DataFrame:
+    return amo_bench.load(DATA_FILES.get("amo_bench"))
+
+
+def _answer(column: str, check):
+    """A check(output, row, judge) of `output` against the row's reference in `column`, by rule."""
+    return lambda output, row, judge: check(output, str(row[column]))
+
+
+register(Domain(
+    name="imo_answer",
+    question_id="Problem ID",
+    inputs={"problem": "Problem"},
+    label_column="Short Answer",
+    hidden_columns=("Short Answer",),
+    subsets={f"_{s}": "answerbench_v2.csv" for s in ("train", "val", "test")},
+    splits={s: f"_{s}" for s in ("train", "val", "test")},
+    score_key="accuracy",
+    data_dir=DATA_DIR,
+    metrics=partial(answer_metrics, checks={"accuracy": _answer("Short Answer", check_output)},
+                    qid_col="Problem ID", group_cols=("Category",)),
+    default_subset="train",
+    loader=load_answerbench,
+))
+
+register(Domain(
+    name="aime2025",
+    question_id="task_id",
+    inputs={"problem": "question"},
+    label_column="ground_truth",
+    hidden_columns=("ground_truth",),
+    subsets={s: AIME_FILE.name for s in AIME_SUBSETS},
+    splits={"train": ""},
+    score_key="accuracy",
+    data_dir=AIME_FILE.parent,
+    metrics=partial(answer_metrics, checks={"accuracy": _answer("ground_truth", aime_strict),
+                                            "accuracy_any_number": _answer("ground_truth", aime_any_number)},
+                    qid_col="task_id", group_cols=("subset",)),
+    loader=load_aime,
+    score_note="strict: only the final \\boxed{} answer counts; the benchmark's own rule (any number in the "
+               "output) is reported as accuracy_any_number, and an evolving agent learns to list many numbers "
+               "when any match counts",
+))
+
+register(Domain(
+    name="amo_bench",
+    question_id="question_id",
+    inputs={"problem": "prompt"},
+    label_column="answer",
+    hidden_columns=("answer", "solution"),
+    subsets={"": "--data"},
+    splits={"train": ""},
+    score_key="accuracy",
+    metrics=partial(answer_metrics, checks={"accuracy": amo_bench.check}, qid_col="question_id",
+                    group_cols=("answer_type",)),
+    loader=load_amo,
+    uses_judge=True,
+))

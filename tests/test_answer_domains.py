@@ -1,0 +1,230 @@
+"""Final-answer domains: answer checking, AIME's two rules, AMO-Bench grading, the AnswerBench split,
+and a harness run and a loop run on them like on any other domain."""
+
+import json
+import re
+import sqlite3
+
+import pandas as pd
+import pytest
+
+from conftest import FAST_CONFIG, cli_env, run_cli
+from domains import amo_bench
+from domains.answers import aime_any_number, aime_strict, as_integer, check_output, extract_boxed, final_answer, \
+    math_equal
+
+
+# -- answers ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("prediction, truth", [
+    (r"\frac{1}{2}", "0.5"),
+    (r"\{2, 1\}", r"\{1, 2\}"),
+    (r"(0, 1]", r"(0,1]"),
+    (r"1 + n^2", r"n^2+1"),
+    (r"2\sqrt{2}", r"\sqrt{8}"),
+    ("42", "42"),
+    (r"\dfrac{3}{4}", r"\frac{3}{4}"),
+])
+def test_equivalent_forms_match(prediction, truth):
+    assert math_equal(prediction, truth)
+
+
+@pytest.mark.parametrize("prediction, truth", [
+    ("3", "4"),
+    (r"[0, 1]", r"(0, 1]"),
+    (r"\{1, 2\}", r"\{1, 2, 3\}"),
+    (r"n^2 - 1", r"n^2 + 1"),
+    ("", "4"),
+    (None, "4"),
+    ("I could not solve it", "4"),
+    (r"\frac{1}{", "0.5"),
+])
+def test_near_misses_and_malformed_answers_do_not_match(prediction, truth):
+    assert not math_equal(prediction, truth)
+
+
+def test_the_final_answer_of_an_output():
+    assert extract_boxed(r"first \boxed{1}, then \boxed{\frac{a}{\{b\}}}") == r"\frac{a}{\{b\}}"
+    assert extract_boxed(r"\boxed{unclosed") is None
+    assert final_answer("Long reasoning...\nSo the final answer is 17.") == "17"
+    assert final_answer("17") == "17" and final_answer("line one\nline two") is None
+    assert check_output(r"We get $x = \frac{6}{8}$, so the answer is $\boxed{\frac{3}{4}}$.", "0.75")
+
+
+@pytest.mark.parametrize("text, value", [("42", 42), ("42.0", 42), ("84/2", 42), ("042", 42), ("1,000", 1000),
+                                         ("$70$", 70), ("4.5", None), ("x", None), ("1/0", None)])
+def test_aime_integers_are_normalised(text, value):
+    assert as_integer(text) == value
+
+
+def test_the_aime_rule_counts_any_number_but_strict_only_the_final_answer():
+    hedging = r"It could be 12, or maybe 84/2, or 7. I will go with \boxed{12}."
+    assert aime_any_number(hedging, "42") and not aime_strict(hedging, "42")
+    assert aime_strict(r"\boxed{42}", "42") and aime_strict("The answer is 42.0", "42")
+    assert not aime_any_number("no numbers here", "42")
+
+
+# -- AMO-Bench ----------------------------------------------------------------------------------
+AMO_ROWS = [
+    {"question_id": "1", "prompt": "Compute pi to 4 places.", "answer": r"\boxed{3.1416}", "answer_type": "number"},
+    {"question_id": "2", "prompt": "Which n work?", "answer": r"\boxed{\{1, 3, 5\}}", "answer_type": "set"},
+    {"question_id": "3", "prompt": "Find f(x).", "answer": r"\boxed{x^2 + 2x + 1}", "answer_type": "variable"},
+    {"question_id": "4", "prompt": "Describe the winner.", "answer": r"\boxed{\text{Bob wins when n is odd}}",
+     "answer_type": "description"},
+]
+
+
+@pytest.fixture
+def amo_file(tmp_path):
+    path = tmp_path / "amo.jsonl"
+    path.write_text("".join(json.dumps({**row, "solution": "..."}) + "\n" for row in AMO_ROWS))
+    return path
+
+
+def scripted_judge(yes_votes: int):
+    votes = iter(["correct"] * yes_votes + ["incorrect"] * (5 - yes_votes))
+    prompts = []
+
+    def judge(prompt: str) -> str:
+        prompts.append(prompt)
+        return next(votes)
+
+    judge.prompts = prompts
+    return judge
+
+
+def test_amo_bench_graders_by_answer_type(amo_file):
+    rows = amo_bench.load(str(amo_file)).to_dict("records")
+    number, numbers, variable, description = rows
+    assert amo_bench.check(r"\boxed{3.14159}", number)  # rounded to 4 decimals
+    assert not amo_bench.check(r"\boxed{3.15}", number)
+    assert amo_bench.check(r"\boxed{\{5, 3, 1\}}", numbers) and not amo_bench.check(r"\boxed{\{1, 3\}}", numbers)
+    assert amo_bench.check(r"\boxed{(x+1)^2}", variable)  # equal at random points
+    assert amo_bench.check(r"\boxed{f(x) = (x+1)^2}", variable)  # the final expression is tried too
+    assert not amo_bench.check(r"\boxed{(x-1)^2}", variable)
+    judge = scripted_judge(3)
+    assert amo_bench.check(r"\boxed{Bob, for odd n}", description, judge)
+    assert len(judge.prompts) == 5 and "Bob wins when n is odd" in judge.prompts[0]
+    assert not amo_bench.check(r"\boxed{Alice}", description, scripted_judge(2))
+    with pytest.raises(ValueError, match="judges"):
+        amo_bench.check(r"\boxed{Bob}", description)
+
+
+def test_amo_bench_data_problems_are_one_clear_line(tmp_path, monkeypatch):
+    from optimizer.errors import UserError
+
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"question_id": "1", "prompt": "p"}) + "\n")
+    with pytest.raises(UserError, match="lacks column"):
+        amo_bench.load(str(bad))
+    with pytest.raises(UserError, match="no such file"):
+        amo_bench.load(str(tmp_path / "missing.jsonl"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(UserError, match="--data PATH"):
+        amo_bench.load(None)
+
+
+def test_amo_bench_report_with_judges(tmp_path, amo_file):
+    from domains.registry import get_domain, use_data_files
+
+    use_data_files({"amo_bench": str(amo_file)})
+    domain = get_domain("amo_bench")
+    df = domain.load("train")
+    df["prediction"] = [r"\boxed{3.1416}", r"\boxed{\{1,3\}}", r"\boxed{x^2+2x+1}", r"\boxed{Bob, odd n}"]
+    report = domain.metrics(df, judge=scripted_judge(5))
+    assert report["accuracy"] == 3 / 4 and report["question_ids_failed"] == ["2"]
+    assert report["per_answer_type"]["set"]["accuracy"] == 0.0
+
+
+# -- IMO-AnswerBench split -------------------------------------------------------------------------
+def test_the_answerbench_split_is_the_recorded_one_and_stratified():
+    from domains.imo.answerbench_split import load_split, make_split
+    from domains.registry import get_domain
+
+    split = load_split()
+    assert split == make_split()
+    assert {k: len(v) for k, v in split.items()} == {"train": 100, "val": 100, "test": 200}
+    assert not set(split["train"]) & set(split["val"]) and not set(split["val"]) & set(split["test"])
+    train = get_domain("imo_answer").load("train")
+    assert train["Category"].value_counts().to_dict() == {c: 25 for c in
+                                                        ("Algebra", "Combinatorics", "Geometry", "Number theory")}
+
+
+# -- like any other domain -------------------------------------------------------------------------
+def answer_from_truth(truths: dict[str, str], wrong: set[str]):
+    """A fake model that answers every problem right, except those whose text is in `wrong`."""
+    def respond(request: dict) -> str:
+        user = str(request["messages"][-1]["content"])
+        for problem, truth in truths.items():
+            if problem in user:
+                answer = "0" if problem in wrong else truth
+                return f'<json>{{"response": "{answer}"}}</json>'
+        return "I do not know."
+    return respond
+
+
+def test_harness_and_report_on_aime(tmp_path, fake_openai):
+    from domains.answer_domains import aime_tasks
+
+    tasks = aime_tasks("I", [1, 2, 3])
+    truths = dict(zip(tasks["question"], tasks["ground_truth"]))
+    fake_openai.set_responder(answer_from_truth(truths, wrong={tasks["question"][2]}))
+    config = tmp_path / "fast.yaml"
+    config.write_text(FAST_CONFIG)
+    env = cli_env(fake_openai)
+    r = run_cli("domains.harness", "--domain", "aime2025", "--subset", "_I", "--num_samples", "3", "--model",
+                "openai/fake", "--output_dir", str(tmp_path / "out"), "--run_id", "a", "--config", str(config),
+                env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    r = run_cli("domains.report", "--domain", "aime2025", "--dname", str(tmp_path / "out" / "a"), env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    report = json.loads((tmp_path / "out" / "a" / "report.json").read_text())
+    assert report["accuracy"] == pytest.approx(2 / 3) and report["question_ids_failed"] == ["aime2025_i_3"]
+    assert report["per_subset"] == {"AIME2025-I": {"accuracy": pytest.approx(2 / 3), "correct": 2, "total": 3}}
+    assert "accuracy_any_number" in report and "accuracy" in r.stdout
+    sent = " ".join(str(q["json"]["messages"]) for q in fake_openai.requests)
+    assert all(f'"{t}"' not in sent for t in truths.values() if len(t) > 2)  # no reference answer was sent
+
+
+def test_the_loop_runs_on_imo_answer(tmp_path, fake_openai):
+    from domains.registry import get_domain
+
+    val = get_domain("imo_answer").load("val").head(3)
+    train = get_domain("imo_answer").load("train").head(3)
+    rows = pd.concat([train, val])
+    fake_openai.set_responder(answer_from_truth(dict(zip(rows["Problem"], rows["Short Answer"])), wrong=set()))
+    config = tmp_path / "loop.yaml"
+    config.write_text(FAST_CONFIG + "loop:\n  eval_samples: 3\n  skip_staged_eval: true\n")
+    r = run_cli("run_optimization", "--domain", "imo_answer", "--output_dir", str(tmp_path / "out"), "--run_id",
+                "run", "--task_model", "openai/fake", "--meta_model", "openai/fake-meta", "--max_generation", "0",
+                "--config", str(config), env=cli_env(fake_openai), timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    node = json.loads((tmp_path / "out" / "run" / "nodes" / "initial" / "node.json").read_text())
+    assert node["scores"]["imo_answer"] == {"train": 1.0, "val": 1.0}
+
+
+def test_a_run_starts_from_sc_tir_and_its_code_runs_in_the_sandbox(tmp_path, fake_openai):
+    """Every candidate runs one block that prints its user id, then boxes what it printed:
+    the vote is the id code had when it ran, the sandbox's 65534 rather than ours."""
+    def respond(request: dict) -> str:
+        printed = re.search(r"```output\n(.*?)\n", str(request["messages"][-1]["content"]))
+        if printed:
+            return f"So the answer is \\boxed{{{printed.group(1)}}}."
+        return "Let me check.\n```python\nimport os\nprint(os.getuid())\n```"
+
+    fake_openai.set_responder(respond)
+    config = tmp_path / "loop.yaml"
+    config.write_text(FAST_CONFIG + "loop:\n  eval_samples: 1\n  skip_staged_eval: true\n")
+    r = run_cli("run_optimization", "--domain", "aime2025", "--initial_agent", "sc_tir", "--output_dir",
+                str(tmp_path / "out"), "--run_id", "run", "--task_model", "openai/fake", "--meta_model",
+                "openai/fake-meta", "--max_generation", "0", "--config", str(config), env=cli_env(fake_openai),
+                timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "initial task agent sc_tir" in r.stdout
+    run_dir = tmp_path / "out" / "run"
+    node = json.loads((run_dir / "nodes" / "initial" / "node.json").read_text())
+    predictions = pd.read_csv(run_dir / "evals" / node["eval_keys"]["aime2025"]["train"] / "predictions.csv")
+    assert list(predictions["prediction"].astype(str)) == ["65534"]
+    # 8 candidates, 2 calls each, all counted for the row although they ran on the agent's own threads.
+    calls = sqlite3.connect(run_dir / "ledger.sqlite").execute(
+        "SELECT COUNT(*), SUM(prompt_tokens) FROM calls WHERE role = 'task'").fetchone()
+    assert calls[0] == 16 and predictions["prompt_tokens"][0] == calls[1]
