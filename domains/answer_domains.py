@@ -73,6 +73,7 @@ register(Domain(
                     qid_col="Problem ID", group_cols=("Category",)),
     default_subset="train",
     loader=load_answerbench,
+    try_match="math",
 ))
 
 register(Domain(
@@ -89,6 +90,7 @@ register(Domain(
                                             "accuracy_any_number": _answer("ground_truth", aime_any_number)},
                     qid_col="task_id", group_cols=("subset",)),
     loader=load_aime,
+    try_match="math",
     score_note="strict: only the final \\boxed{} answer counts; the benchmark's own rule (any number in the "
                "output) is reported as accuracy_any_number, and an evolving agent learns to list many numbers "
                "when any match counts",
@@ -107,4 +109,5 @@ register(Domain(
                     group_cols=("answer_type",)),
     loader=load_amo,
     uses_judge=True,
+    try_match="math",
 ))

@@ -32,6 +32,7 @@ class Domain:
     loader: Callable | None = None  # subset suffix -> DataFrame, for data that is not one CSV per subset
     score_note: str = ""  # why the score is what it is, when that is a choice (shown in the run's plan)
     uses_judge: bool = False  # some answers are checked by LLM judges (role judge): metrics take judge=
+    try_match: str = "label"  # how the meta agent's try command compares: label (equal text) | math (math-verify)
 
     def subset_suffix(self, subset: str | None) -> str:
         """Accept the seed's suffix (`_filtered_100_train`) or a split name (`train`)."""

@@ -266,6 +266,7 @@ class Loop:
         feedback.mkdir(exist_ok=True)
         return [Mount(INSIDE / "run_meta.py", f"{TRUSTED_DIR}/run_meta.py"),
                 Mount(INSIDE / "try_agent.py", f"{TRUSTED_DIR}/try_agent.py"),
+                Mount(PROJECT_ROOT / "domains" / "answers.py", f"{TRUSTED_DIR}/answers.py"),
                 Mount(self.run_dir / "train_data", DATA),
                 Mount(feedback, FEEDBACK),
                 Mount(out, NODE_OUT, writable=True)]
@@ -290,7 +291,8 @@ class Loop:
                 continue
             df = d.load("train")
             lines = [json.dumps({"id": str(r[d.question_id]), "inputs": d.format_inputs(r),
-                                 "label": r[d.label_column] if d.label_column else None}, default=str)
+                                 "label": r[d.label_column] if d.label_column else None, "match": d.try_match},
+                                default=str)
                      for r in df.to_dict("records")]
             path.write_text("\n".join(lines) + "\n")
 

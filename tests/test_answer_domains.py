@@ -228,3 +228,33 @@ def test_a_run_starts_from_sc_tir_and_its_code_runs_in_the_sandbox(tmp_path, fak
     calls = sqlite3.connect(run_dir / "ledger.sqlite").execute(
         "SELECT COUNT(*), SUM(prompt_tokens) FROM calls WHERE role = 'task'").fetchone()
     assert calls[0] == 16 and predictions["prompt_tokens"][0] == calls[1]
+
+
+def test_the_meta_agents_try_command_checks_answers_as_mathematics(tmp_path, fake_openai):
+    """The try command inside the meta agent's sandbox counts "0.5" right for the answer 1/2."""
+    from domains.registry import get_domain
+
+    train = get_domain("imo_answer").load("train").head(2)
+    try_call = {"tool_name": "bash", "tool_input": {"command": "python /opt/hyperagents/try_agent.py --rows 2"}}
+
+    def respond(request: dict) -> str:
+        messages = request["messages"]
+        if "/workspace" in " ".join(str(m["content"]) for m in messages[:2]):
+            if sum(1 for m in messages if m["role"] == "assistant") == 0:
+                return f"<json>{json.dumps(try_call)}</json>"
+            return "Done."
+        user = str(messages[-1]["content"])
+        row = next((r for r in train.to_dict("records") if r["Problem"] in user), None)
+        if row is None:
+            return "OK"  # the run's first check of each model
+        return '<json>{"response": "\\\\left(' + row["Short Answer"].replace("\\", "\\\\") + '\\\\right)"}</json>'
+
+    fake_openai.set_responder(respond)
+    config = tmp_path / "loop.yaml"
+    config.write_text(FAST_CONFIG + "loop:\n  eval_samples: 2\n  skip_staged_eval: true\n  meta_timeout_s: 120\n")
+    r = run_cli("run_optimization", "--domain", "imo_answer", "--output_dir", str(tmp_path / "out"), "--run_id",
+                "run", "--task_model", "openai/fake", "--meta_model", "openai/fake-meta", "--max_generation", "1",
+                "--config", str(config), env=cli_env(fake_openai), timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    transcript = (tmp_path / "out" / "run" / "nodes" / "1" / "meta_chat_history.md").read_text()
+    assert "accuracy 2/2 = 1.000" in transcript, transcript[-2000:]

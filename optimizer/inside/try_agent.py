@@ -14,7 +14,17 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+# domains/answers.py, mounted beside this file; imported before the workspace is on the path.
+from answers import check_output
+
 DATA = Path("/data")
+
+
+def matches(prediction: str, label: str, how: str | None) -> bool:
+    """Labels compare as text; final answers as mathematics (math-verify, as the evaluation does)."""
+    if how == "math":
+        return check_output(prediction, label)
+    return prediction.strip().lower() == label.strip().lower()
 
 
 def main() -> int:
@@ -50,7 +60,7 @@ def main() -> int:
     right = 0
     for row, (prediction, error) in zip(rows, results):
         label = row.get("label")
-        ok = label is not None and prediction is not None and prediction.strip().lower() == str(label).strip().lower()
+        ok = label is not None and prediction is not None and matches(prediction, str(label), row.get("match"))
         right += ok
         shown = (error or prediction or "")[:300].replace("\n", " ")
         print(f"{row['id']}\tlabel={label}\t{'OK ' if ok else 'BAD'}\t{shown}")
