@@ -205,5 +205,6 @@ def main(argv=None) -> None:
         gateway.stop()
         gateway.ledger.close()
 
+
 if __name__ == "__main__":
     exit_on_user_error(main)
