@@ -132,12 +132,15 @@ def main(argv=None) -> int:
     for r in results:
         print(f"threads {r['threads']}: prompt {r['prompt_tps']:.0f} tokens/s, generation {r['gen_tps']:.1f} tokens/s, "
               f"server peak RSS {r['server_peak_mb']:.0f} MB")
-    print(f"speed-up of {cores} threads over 1 (side by side): prompt {results[1]['prompt_tps'] / results[0]['prompt_tps']:.2f}x, "
-          f"generation {results[1]['gen_tps'] / results[0]['gen_tps']:.2f}x")
+    one, all_cores = results
+    print(f"speed-up of {cores} threads over 1 (side by side): "
+          f"prompt {all_cores['prompt_tps'] / one['prompt_tps']:.2f}x, "
+          f"generation {all_cores['gen_tps'] / one['gen_tps']:.2f}x")
     print(f"grading samples through the gateway (the default, {LocalServer(MODEL).threads} threads):")
     times = grading_seconds(args.samples, args.context)
     if times:
-        print(f"seconds per grading sample: mean {sum(times) / len(times):.2f} (min {min(times):.2f}, max {max(times):.2f})")
+        print(f"seconds per grading sample: mean {sum(times) / len(times):.2f} "
+              f"(min {min(times):.2f}, max {max(times):.2f})")
     print(f"peak RSS of this process {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB, "
           f"of the model servers {max(r['server_peak_mb'] for r in results):.0f} MB")
     return 0

@@ -127,7 +127,8 @@ def judge_prompt(problem: str, truth: str, answer: str) -> str:
 # Candidate's final answer
 {answer}
 
-Does the candidate's answer say the same as the reference answer (same objects, same values, nothing missing or extra)? Reply with one word: "correct" or "incorrect"."""
+Does the candidate's answer say the same as the reference answer (same objects, same values, nothing
+missing or extra)? Reply with one word: "correct" or "incorrect"."""
 
 
 def judged_correct(judge: Judge, problem: str, truth: str, answer: str) -> bool:
