@@ -45,9 +45,11 @@ def _route(model: str) -> dict:
     url = os.environ.get("AGENT_GATEWAY_URL")
     if not url:
         return {"model": model}
-    # litellm's "openai/" prefix means "an OpenAI-compatible server at api_base"; the
-    # gateway receives the rest of the string as the model name and resolves it.
-    return {"model": f"openai/{model}", "api_base": url, "api_key": os.environ.get("AGENT_GATEWAY_KEY", "")}
+    # The gateway is an OpenAI-compatible server: litellm's provider for those (named for
+    # vLLM) sends the rest of the string as the model name, which the gateway resolves. It
+    # takes every OpenAI parameter and, unlike "openai/", skips the openai SDK's request
+    # and response models: about a millisecond less CPU a call, on every row.
+    return {"model": f"hosted_vllm/{model}", "api_base": url, "api_key": os.environ.get("AGENT_GATEWAY_KEY", "")}
 
 
 def needs_constrained_decoding(model: str) -> bool:
