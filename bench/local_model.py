@@ -28,19 +28,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
+from harness_throughput import _status_kb  # noqa: E402
 from optimizer.local_model import LocalServer  # noqa: E402
 
 MODEL = "local/smollm2-135m"
-
-
-def vm_hwm_kb(pid: int) -> int:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
 
 
 def post(server: LocalServer, body: dict) -> tuple[float, dict]:
@@ -68,7 +59,7 @@ def speeds(threads: int, context: int) -> dict:
 
     def watch():
         while not stop.is_set():
-            peak[0] = max(peak[0], vm_hwm_kb(server.proc.pid))
+            peak[0] = max(peak[0], _status_kb(server.proc.pid, "VmHWM") or 0)
             time.sleep(0.05)
 
     watcher = threading.Thread(target=watch, daemon=True)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import importlib.util
 import random
 import re
+from functools import lru_cache
 from pathlib import Path
 from typing import Callable
 
@@ -37,7 +38,15 @@ Judge = Callable[[str], str]  # prompt -> the judge's reply
 
 
 def load(path: str | None) -> pd.DataFrame:
-    """The problems from `path`, else from Hugging Face; UserError saying how to get them."""
+    """The problems from `path`, else from Hugging Face; UserError saying how to get them.
+
+    A run loads a domain's data many times (split sizes, estimate, each evaluation): the
+    file is read, or Hugging Face asked, once per process."""
+    return _load_once(path).copy()
+
+
+@lru_cache(maxsize=None)
+def _load_once(path: str | None) -> pd.DataFrame:
     if path:
         return _read(Path(path))
     try:

@@ -65,6 +65,16 @@ def _error(status: int, message: str, kind: str) -> Reply:
     return Reply(status, {"error": {"message": message, "type": kind, "code": status}}, {})
 
 
+def _account(call: Call, response) -> dict:
+    """Put a provider response's tokens and cost (litellm's price table) on `call`; returns its JSON."""
+    payload = response.model_dump(mode="json")
+    usage = payload.get("usage") or {}
+    call.prompt_tokens = int(usage.get("prompt_tokens") or 0)
+    call.completion_tokens = int(usage.get("completion_tokens") or 0)
+    call.cost_usd = float((getattr(response, "_hidden_params", None) or {}).get("response_cost") or 0.0)
+    return payload
+
+
 def _preflight_problem(exc: Exception, model: str) -> str | None:
     """What a failed first call says about the set-up; None when the provider answered at all
     (a refusal of this tiny request, or a rate limit, still proves it is reachable)."""
@@ -204,10 +214,7 @@ class Gateway:
             try:
                 response = lit.completion(model=model, messages=[{"role": "user", "content": "Reply with OK."}],
                                           max_tokens=16, num_retries=0, timeout=60, drop_params=True)
-                usage = response.model_dump(mode="json").get("usage") or {}
-                call.prompt_tokens = int(usage.get("prompt_tokens") or 0)
-                call.completion_tokens = int(usage.get("completion_tokens") or 0)
-                call.cost_usd = float((getattr(response, "_hidden_params", None) or {}).get("response_cost") or 0)
+                _account(call, response)
             except Exception as e:
                 call.error = redact(f"{type(e).__name__}: {e}")[:2000]
                 problem = _preflight_problem(e, model)
@@ -261,11 +268,7 @@ class Gateway:
             status = status if isinstance(status, int) and 400 <= status < 600 else 502
             return _error(status, f"provider call for {model} failed: {call.error}", "provider_error")
         call.latency_s = time.monotonic() - started
-        payload = response.model_dump(mode="json")
-        usage = payload.get("usage") or {}
-        call.prompt_tokens = int(usage.get("prompt_tokens") or 0)
-        call.completion_tokens = int(usage.get("completion_tokens") or 0)
-        call.cost_usd = float((getattr(response, "_hidden_params", None) or {}).get("response_cost") or 0.0)
+        payload = _account(call, response)
         self._book(call)
         if key:
             self.ledger.cache_put(key, json.dumps(payload), call.cost_usd)
