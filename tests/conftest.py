@@ -85,6 +85,13 @@ def run_cli(*args, env=None, cwd=REPO_ROOT, timeout=180):
                           timeout=timeout)
 
 
+def run_loop(tmp_path, fake, *args, config, domains=("imo_grading",), env=None, timeout=600):
+    """`python -m run_optimization` into tmp_path/out/run, the task and meta models on the fake provider."""
+    return run_cli("run_optimization", "--domain", *domains, "--output_dir", str(tmp_path / "out"),
+                   "--run_id", "run", "--task_model", "openai/fake", "--meta_model", "openai/fake-meta",
+                   "--config", str(config), *args, env=env or cli_env(fake), timeout=timeout)
+
+
 FAST_CONFIG = """
 gateway:
   backoff_base_s: 0.01

@@ -8,7 +8,7 @@ import sqlite3
 import pandas as pd
 import pytest
 
-from conftest import FAST_CONFIG, cli_env, run_cli
+from conftest import FAST_CONFIG, cli_env, run_cli, run_loop
 from domains import amo_bench
 from domains.answers import aime_any_number, aime_strict, as_integer, check_output, extract_boxed, final_answer, \
     math_equal
@@ -194,9 +194,7 @@ def test_the_loop_runs_on_imo_answer(tmp_path, fake_openai):
     fake_openai.set_responder(answer_from_truth(dict(zip(rows["Problem"], rows["Short Answer"])), wrong=set()))
     config = tmp_path / "loop.yaml"
     config.write_text(FAST_CONFIG + "loop:\n  eval_samples: 3\n  skip_staged_eval: true\n")
-    r = run_cli("run_optimization", "--domain", "imo_answer", "--output_dir", str(tmp_path / "out"), "--run_id",
-                "run", "--task_model", "openai/fake", "--meta_model", "openai/fake-meta", "--max_generation", "0",
-                "--config", str(config), env=cli_env(fake_openai), timeout=600)
+    r = run_loop(tmp_path, fake_openai, "--max_generation", "0", config=config, domains=["imo_answer"])
     assert r.returncode == 0, r.stderr[-3000:]
     node = json.loads((tmp_path / "out" / "run" / "nodes" / "initial" / "node.json").read_text())
     assert node["scores"]["imo_answer"] == {"train": 1.0, "val": 1.0}
@@ -214,10 +212,8 @@ def test_a_run_starts_from_sc_tir_and_its_code_runs_in_the_sandbox(tmp_path, fak
     fake_openai.set_responder(respond)
     config = tmp_path / "loop.yaml"
     config.write_text(FAST_CONFIG + "loop:\n  eval_samples: 1\n  skip_staged_eval: true\n")
-    r = run_cli("run_optimization", "--domain", "aime2025", "--initial_agent", "sc_tir", "--output_dir",
-                str(tmp_path / "out"), "--run_id", "run", "--task_model", "openai/fake", "--meta_model",
-                "openai/fake-meta", "--max_generation", "0", "--config", str(config), env=cli_env(fake_openai),
-                timeout=600)
+    r = run_loop(tmp_path, fake_openai, "--initial_agent", "sc_tir", "--max_generation", "0", config=config,
+                 domains=["aime2025"])
     assert r.returncode == 0, r.stderr[-3000:]
     assert "initial task agent sc_tir" in r.stdout
     run_dir = tmp_path / "out" / "run"
@@ -252,9 +248,7 @@ def test_the_meta_agents_try_command_checks_answers_as_mathematics(tmp_path, fak
     fake_openai.set_responder(respond)
     config = tmp_path / "loop.yaml"
     config.write_text(FAST_CONFIG + "loop:\n  eval_samples: 2\n  skip_staged_eval: true\n  meta_timeout_s: 120\n")
-    r = run_cli("run_optimization", "--domain", "imo_answer", "--output_dir", str(tmp_path / "out"), "--run_id",
-                "run", "--task_model", "openai/fake", "--meta_model", "openai/fake-meta", "--max_generation", "1",
-                "--config", str(config), env=cli_env(fake_openai), timeout=600)
+    r = run_loop(tmp_path, fake_openai, "--max_generation", "1", config=config, domains=["imo_answer"])
     assert r.returncode == 0, r.stderr[-3000:]
     transcript = (tmp_path / "out" / "run" / "nodes" / "1" / "meta_chat_history.md").read_text()
     assert "accuracy 2/2 = 1.000" in transcript, transcript[-2000:]

@@ -14,7 +14,7 @@ import sys
 import pandas as pd
 import pytest
 
-from conftest import FAST_CONFIG, cli_env, run_cli
+from conftest import FAST_CONFIG, cli_env, run_cli, run_loop
 from optimizer.config import PROJECT_ROOT
 
 PROOFBENCH = pd.read_csv(PROJECT_ROOT / "domains" / "imo" / "data" / "proofbench.csv")
@@ -120,9 +120,8 @@ def test_the_loop_on_imo_proof_grades_with_the_installed_grader_not_a_vendored_c
     fake_openai.set_responder(respond_with_meta)
     with open(config, "a") as f:
         f.write("loop:\n  eval_samples: 3\n  meta_timeout_s: 120\n  skip_staged_eval: true\n")
-    r = run_cli("run_optimization", "--domain", "imo_proof", "--output_dir", str(tmp_path / "out"), "--run_id",
-                "run", "--task_model", "openai/fake", "--meta_model", "openai/fake-meta", "--max_generation", "1",
-                "--config", config, env=cli_env(fake_openai, PYTHONPATH=str(proofgrader_dir)), timeout=600)
+    r = run_loop(tmp_path, fake_openai, "--max_generation", "1", config=config, domains=["imo_proof"],
+                 env=cli_env(fake_openai, PYTHONPATH=str(proofgrader_dir)))
     assert r.returncode == 0, r.stderr[-3000:]
     run_dir = tmp_path / "out" / "run"
     nodes = {p.parent.name: json.loads(p.read_text()) for p in (run_dir / "nodes").glob("*/node.json")}
@@ -151,10 +150,8 @@ def test_a_run_can_start_from_the_proof_solver_baseline(tmp_path, fake_openai, p
     fake_openai.set_responder(respond_as_solver)
     with open(config, "a") as f:
         f.write("loop:\n  eval_samples: 2\n  skip_staged_eval: true\n")
-    r = run_cli("run_optimization", "--domain", "imo_proof", "--initial_agent", "proof_solver", "--output_dir",
-                str(tmp_path / "out"), "--run_id", "run", "--task_model", "openai/fake", "--meta_model",
-                "openai/fake-meta", "--max_generation", "0", "--config", config,
-                env=cli_env(fake_openai, PYTHONPATH=str(proofgrader_dir)), timeout=600)
+    r = run_loop(tmp_path, fake_openai, "--initial_agent", "proof_solver", "--max_generation", "0", config=config,
+                 domains=["imo_proof"], env=cli_env(fake_openai, PYTHONPATH=str(proofgrader_dir)))
     assert r.returncode == 0, r.stderr[-3000:]
     assert "initial task agent proof_solver" in r.stdout
     assert f"grader   imo_proof: proofgrader.task_agent ({proofgrader_dir}" in r.stdout
@@ -191,10 +188,8 @@ def test_one_run_optimizes_grading_and_proofs_together(tmp_path, fake_openai, pr
     fake_openai.set_responder(respond_both)
     with open(config, "a") as f:
         f.write("loop:\n  eval_samples: 3\n  meta_timeout_s: 120\n  skip_staged_eval: true\n")
-    r = run_cli("run_optimization", "--domain", "imo_grading", "imo_proof", "--output_dir", str(tmp_path / "out"),
-                "--run_id", "run", "--task_model", "openai/fake", "--meta_model", "openai/fake-meta",
-                "--max_generation", "1", "--parent_selection", "best", "--config", config,
-                env=cli_env(fake_openai, PYTHONPATH=str(proofgrader_dir)), timeout=600)
+    r = run_loop(tmp_path, fake_openai, "--max_generation", "1", "--parent_selection", "best", config=config,
+                 domains=["imo_grading", "imo_proof"], env=cli_env(fake_openai, PYTHONPATH=str(proofgrader_dir)))
     assert r.returncode == 0, r.stderr[-3000:]
     run_dir = tmp_path / "out" / "run"
     nodes = {p.parent.name: json.loads(p.read_text()) for p in (run_dir / "nodes").glob("*/node.json")}

@@ -17,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from conftest import FAST_CONFIG, REPO_ROOT, cli_env, run_cli
+from conftest import FAST_CONFIG, REPO_ROOT, cli_env, run_cli, run_loop
 from optimizer.config import PROJECT_ROOT
 
 DATA = PROJECT_ROOT / "domains" / "imo" / "data"
@@ -74,12 +74,6 @@ def loop_config(tmp_path, gateway: str = "") -> str:
     path = tmp_path / "loop.yaml"
     path.write_text(text)
     return str(path)
-
-
-def run_loop(tmp_path, fake, *args, config, timeout=600):
-    return run_cli("run_optimization", "--domain", "imo_grading", "--output_dir", str(tmp_path / "out"),
-                   "--run_id", "run", "--task_model", "openai/fake", "--meta_model", "openai/fake-meta",
-                   "--config", config, *args, env=cli_env(fake), timeout=timeout)
 
 
 def nodes(run_dir: Path) -> dict:

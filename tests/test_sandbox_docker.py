@@ -97,7 +97,7 @@ def test_files_the_host_adds_after_open_become_writable_inside(workspace):
 
 def test_a_loop_generation_runs_in_docker(tmp_path):
     """The loop with the docker backend: meta agent, then the prestarted evaluation worker."""
-    from conftest import FAST_CONFIG, cli_env, run_cli
+    from conftest import FAST_CONFIG, run_loop
     from fake_openai import FakeOpenAI
     from test_loop import IMPROVE, responder
 
@@ -106,9 +106,7 @@ def test_a_loop_generation_runs_in_docker(tmp_path):
                       + "loop:\n  eval_samples: 5\n  meta_timeout_s: 120\n  skip_staged_eval: true\n")
     with FakeOpenAI() as fake:
         fake.set_responder(responder({1: [IMPROVE]}, []))
-        r = run_cli("run_optimization", "--domain", "imo_grading", "--output_dir", str(tmp_path / "out"),
-                    "--run_id", "run", "--task_model", "openai/fake", "--meta_model", "openai/fake-meta",
-                    "--max_generation", "1", "--config", str(config), env=cli_env(fake), timeout=600)
+        r = run_loop(tmp_path, fake, "--max_generation", "1", config=config)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "sandbox  docker" in r.stdout
     node = json.loads((tmp_path / "out" / "run" / "nodes" / "1" / "node.json").read_text())
