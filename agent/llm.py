@@ -9,6 +9,7 @@ the provider with litellm, using the provider's own environment variables.
 from __future__ import annotations
 
 import os
+import threading
 from dataclasses import dataclass, field
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -49,7 +50,29 @@ def _route(model: str) -> dict:
     # vLLM) sends the rest of the string as the model name, which the gateway resolves. It
     # takes every OpenAI parameter and, unlike "openai/", skips the openai SDK's request
     # and response models: about a millisecond less CPU a call, on every row.
-    return {"model": f"hosted_vllm/{model}", "api_base": url, "api_key": os.environ.get("AGENT_GATEWAY_KEY", "")}
+    route = f"hosted_vllm/{model}"
+    _price_at_zero(route)
+    return {"model": route, "api_base": url, "api_key": os.environ.get("AGENT_GATEWAY_KEY", "")}
+
+
+_priced: set[str] = set()
+_priced_lock = threading.Lock()
+
+
+def _price_at_zero(route: str) -> None:
+    """Give litellm a zero price for a gateway route, once per process.
+
+    The gateway prices every call (its cost comes back in a header). Without a price here,
+    litellm looks the gateway's model name up after every call, fails, and formats a
+    traceback: about a millisecond of CPU a call, spent on a number nobody reads.
+    """
+    with _priced_lock:
+        if route in _priced:
+            return
+        free = dict.fromkeys(("input_cost_per_token", "output_cost_per_token", "cache_creation_input_token_cost",
+                              "cache_read_input_token_cost"), 0.0)
+        litellm.register_model({route: {**free, "litellm_provider": "hosted_vllm", "mode": "chat"}})
+        _priced.add(route)
 
 
 def needs_constrained_decoding(model: str) -> bool:

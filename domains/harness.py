@@ -36,6 +36,7 @@ from optimizer.sandbox.base import TRUSTED_DIR
 from optimizer.workspace import EVOLVABLE_PATHS, copy_evolvable
 
 WORKER = Path(__file__).with_name("worker.py")
+WARM_UP = Path(__file__).with_name("warm_up.py")  # imported by the worker
 AGENT_PACKAGES = "/opt/agent_packages"  # where installed agent packages are mounted inside
 RESULT_COLUMNS = ["prediction", "error", "seconds", "prompt_tokens", "completion_tokens", "cost_usd"]
 MAX_ROW_ATTEMPTS = 2  # a row in flight when the worker died is sent once more
@@ -192,8 +193,10 @@ def worker_env(sandbox, gateway_url: str, gateway_key: str, models: tuple[str, .
 
 
 def worker_mounts(transcripts: Path) -> list:
-    """What every sandboxed worker needs: the worker script, and its transcripts folder writable."""
-    return [Mount(WORKER, f"{TRUSTED_DIR}/worker.py"), Mount(transcripts, "/out/agent_evals", writable=True)]
+    """What every sandboxed worker needs: the worker script and what it imports beside it, and its
+    transcripts folder writable."""
+    return [Mount(WORKER, f"{TRUSTED_DIR}/worker.py"), Mount(WARM_UP, f"{TRUSTED_DIR}/warm_up.py"),
+            Mount(transcripts, "/out/agent_evals", writable=True)]
 
 
 def is_project_agent(agent_path: str) -> bool:

@@ -54,13 +54,9 @@ def _count_usage(completion):
     return counted
 
 
-def _warm_up(litellm) -> None:
-    """Pay litellm's first-call set-up before the first row: a call to a closed loopback port."""
-    try:
-        litellm.completion(model="openai/warm-up", api_base="http://127.0.0.1:9/v1", api_key="-",
-                           messages=[{"role": "user", "content": "-"}], num_retries=0, timeout=2)
-    except Exception:
-        pass
+# litellm's providers for an OpenAI-compatible gateway: `agent/llm.py` routes through the
+# first; agents that evolved their own client may use the second.
+WARM_UP_PROVIDERS = ("hosted_vllm", "openai")
 
 
 def is_file_path(agent_path: str) -> bool:
@@ -119,7 +115,9 @@ def main() -> None:
         import litellm
 
         litellm.suppress_debug_info = True
-        _warm_up(litellm)
+        from warm_up import warm_up  # mounted beside this file
+
+        warm_up(litellm, WARM_UP_PROVIDERS)
         litellm.completion = _count_usage(litellm.completion)
     except BaseException as e:
         send({"fatal": f"cannot import litellm: {type(e).__name__}: {e}"})

@@ -13,9 +13,9 @@ provider key.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
-import logging
 import os
 import random
 import secrets
@@ -29,6 +29,7 @@ from functools import lru_cache
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+from domains.warm_up import warm_up
 from optimizer.config import Config
 from optimizer.errors import UserError
 from optimizer.ledger import Call, Ledger, Totals
@@ -116,6 +117,7 @@ class Gateway:
         self.run_id = run_id
         self._sessions: dict[str, Session] = {}
         self._allowed: set[str] = set()
+        self._warmed: set[str] = set()  # litellm providers whose first-call set-up is paid (domains/warm_up.py)
         self._lock = threading.Lock()
         self._spent = ledger.totals(run_id=run_id)
         self._server: ThreadingHTTPServer | None = None
@@ -139,7 +141,6 @@ class Gateway:
         for name, server in (("gateway", self._server), ("gateway-unix", self._unix_server)):
             threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, name=name,
                              daemon=True).start()
-        threading.Thread(target=warm_up_litellm, name="gateway-warm-up", daemon=True).start()
         return self
 
     def stop(self) -> None:
@@ -174,11 +175,21 @@ class Gateway:
     def allow_models(self, *models: str) -> None:
         """Add models (aliases or provider strings) that callers may request in this run."""
         resolved = {self.config.resolve_model(m) for m in models}
+        providers = set()
         for model in resolved - self._allowed:
-            if not is_local(model):  # free, and not a name litellm knows
-                register_price(model, self.gw.prices.get(model))
+            if is_local(model):  # free, not a name litellm knows, and reached as an OpenAI server
+                providers.add("openai")
+                continue
+            register_price(model, self.gw.prices.get(model))
+            with contextlib.suppress(UserError):
+                providers.add(provider_of(model))
         with self._lock:
             self._allowed.update(resolved)
+            providers -= self._warmed
+            self._warmed |= providers
+        if providers:
+            threading.Thread(target=warm_up, args=(_litellm(), sorted(providers)), name="gateway-warm-up",
+                             daemon=True).start()
 
     def new_session(self, node: str, role: str, max_calls: int | None = None) -> str:
         """A key that books calls to (run, node, role), answering at most `max_calls`
@@ -386,31 +397,15 @@ def register_price(model: str, price: list[float] | None) -> None:
     and then gives up. A registered price (0 where unknown: tokens are still counted)
     makes that a dictionary lookup and lets a configured price take effect.
     """
-    if price is None:
-        if _litellm_prices(model):
-            return
-        price = [0.0, 0.0]
+    known = _litellm_prices(model)
+    if price is None and known:
+        return
+    price = price or [0.0, 0.0]
     entry = {"input_cost_per_token": price[0] / 1e6, "output_cost_per_token": price[1] / 1e6,
              "litellm_provider": provider_of(model), "mode": "chat"}
-    quiet = logging.getLogger("LiteLLM")
-    level = quiet.level
-    quiet.setLevel(logging.ERROR)  # it warns that an unknown model has no cache-token prices
-    try:
-        _litellm().register_model({model: entry})
-    finally:
-        quiet.setLevel(level)
-
-
-def warm_up_litellm() -> None:
-    """Pay litellm's first-call set-up (lazy imports, clients) now, not on the first real request.
-
-    A call to a closed loopback port takes the whole client path and fails at once.
-    """
-    try:
-        _litellm().completion(model="openai/warm-up", api_base="http://127.0.0.1:9/v1", api_key="-",
-                              messages=[{"role": "user", "content": "-"}], num_retries=0, timeout=2)
-    except Exception:
-        pass
+    if not known:  # cached tokens cost 0 either way; saying so keeps litellm from warning about it
+        entry.update(cache_creation_input_token_cost=0.0, cache_read_input_token_cost=0.0)
+    _litellm().register_model({model: entry})
 
 
 class _Server(ThreadingHTTPServer):

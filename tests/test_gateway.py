@@ -189,6 +189,25 @@ def test_agent_client_uses_the_gateway_from_the_environment(gateway_factory, fak
     assert reply.usage.calls == 2 and gw.spent().calls == 2
 
 
+def test_agent_client_and_gateway_price_unknown_models_without_a_warning(gateway_factory, fake_openai, monkeypatch,
+                                                                        capfd):
+    gw = gateway_factory()
+    gw.allow_models("openai/fake-unpriced")  # a name no earlier test registered, on either side
+    monkeypatch.setenv("AGENT_GATEWAY_URL", gw.url)
+    monkeypatch.setenv("AGENT_GATEWAY_KEY", gw.new_session("n", "task"))
+    assert get_response([{"role": "user", "content": "hi"}], model="openai/fake-unpriced").text
+    assert gw.ledger.calls()[-1]["cost_usd"] == 0
+    assert "register_model" not in capfd.readouterr().err
+
+
+def test_warm_up_answers_through_each_provider_and_leaves_no_server_behind():
+    from domains.warm_up import STUB_THREAD, warm_up
+
+    assert warm_up(litellm, ["hosted_vllm", "openai"]) == ["hosted_vllm", "openai"]
+    assert warm_up(litellm, ["no_such_provider"]) == []  # a failing provider is skipped, not raised
+    assert not [t for t in threading.enumerate() if t.name.startswith(STUB_THREAD)]
+
+
 def test_socket_folders_of_dead_gateways_are_removed_and_live_ones_kept(gateway_factory, tmp_path):
     import socket
     import tempfile
