@@ -7,6 +7,10 @@ timed on the server's side, from the first chat request it receives to the last 
 it answers, so interpreter start-up, data loading and the worker's imports are not
 counted; the whole command's wall time is printed beside it.
 
+Side by side, the same requests are then sent by bare litellm (threads of one process,
+the agent client's route, no harness, worker, sandbox or gateway) to a fresh fake
+server: litellm's own floor, printed as a ratio to the ideal and to the harness.
+
 Peak memory is VmHWM from /proc/<pid>/status of the harness and of every descendant,
 polled while the harness runs. The 400 MB target is the harness process's (it holds the
 gateway); the agent's worker is another process, in the sandbox, and is printed beside
@@ -116,6 +120,9 @@ class Measurement:
     memory: MemoryPeaks
     listen_overflows: int | None  # system-wide TCP backlog drops during the run
     log_tail: str
+    messages: list  # each chat request's messages, as the provider received them
+    bare_s: float | None = None  # the same requests from bare litellm (`measure_bare`)
+    bare_peak_kb: int = 0
 
 
 def _status_kb(pid: int, key: str) -> int | None:
@@ -188,7 +195,7 @@ def watch_memory(proc: subprocess.Popen, peaks: MemoryPeaks) -> None:
         for pid in [proc.pid, *_descendants(proc.pid)]:
             peaks.see(pid, _cmdline(pid), pid == proc.pid)
             hwm = _status_kb(pid, "VmHWM")
-            if hwm is not None:
+            if hwm is not None and pid in peaks.cmd:  # not a process seen only while it exited
                 peaks.peak_kb[pid] = max(hwm, peaks.peak_kb.get(pid, 0))
         time.sleep(POLL_S)
 
@@ -245,7 +252,8 @@ def measure(samples: int, workers: int, latency: float, nagle: bool = False) -> 
             watcher.join()
         total_s = time.monotonic() - started
         overflows_after = listen_overflows()
-        arrivals = [r["time"] for r in server.requests if r["path"] in CHAT_PATHS]
+        chats = [r for r in server.requests if r["path"] in CHAT_PATHS]
+        arrivals = [r["time"] for r in chats]
         run_json = Path(tmp) / RUN_ID / "run.json"
         return Measurement(
             samples=samples, workers=workers, latency=latency, returncode=returncode,
@@ -256,7 +264,47 @@ def measure(samples: int, workers: int, latency: float, nagle: bool = False) -> 
             listen_overflows=None if None in (overflows_before, overflows_after)
             else overflows_after - overflows_before,
             log_tail=log_path.read_text(errors="replace")[-3000:],
+            messages=[(r["json"] or {}).get("messages") for r in chats],
         )
+
+
+# Run in a fresh interpreter by `measure_bare`: the bare client, warmed up as the worker is.
+BARE_CLIENT = """
+import json, os, sys
+from concurrent.futures import ThreadPoolExecutor
+os.environ["AGENT_GATEWAY_URL"] = sys.argv[2]
+sys.path.insert(0, os.getcwd())
+import litellm
+from agent.llm import _route
+from domains.warm_up import warm_up
+litellm.suppress_debug_info = True
+warm_up(litellm, ["hosted_vllm"])
+route = _route("fake")
+with open(sys.argv[1]) as f:
+    messages = json.load(f)
+with ThreadPoolExecutor(int(sys.argv[3])) as pool:
+    list(pool.map(lambda m: litellm.completion(messages=m, num_retries=0, **route), messages))
+import resource
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)  # kB: its peak RSS
+"""
+
+
+def measure_bare(messages: list, workers: int, latency: float) -> tuple[float, int] | None:
+    """Sampling wall time of the same requests sent by `workers` threads of one process with
+    litellm.completion, the way agent/llm.py sends them, straight to a fake provider: no
+    harness, worker, sandbox or gateway. With the client's peak RSS (kB); None when a request failed."""
+    with tempfile.TemporaryDirectory(prefix="harness_throughput_bare_") as tmp, \
+            TimedFakeOpenAI(latency=latency) as server:
+        server.set_replies([REPLY])
+        path = Path(tmp) / "messages.json"
+        path.write_text(json.dumps(messages))
+        done = subprocess.run([sys.executable, "-c", BARE_CLIENT, str(path), server.base_url, str(workers)],
+                              env=harness_env(server.base_url), cwd=ROOT, capture_output=True)
+        arrivals = [r["time"] for r in server.requests if r["path"] in CHAT_PATHS]
+        if done.returncode != 0 or server.count != len(messages):
+            print(f"bare litellm run failed: {done.stderr.decode(errors='replace')[-500:]}", file=sys.stderr)
+            return None
+        return max(server.answered_at) - min(arrivals), int(done.stdout.split()[-1])
 
 
 def rows_run(m: Measurement) -> int:
@@ -296,6 +344,12 @@ def report(m: Measurement) -> list[str]:
             f"sampling wall time      {sampling:.3f} s  (first request received -> last answered)",
             f"ratio                   {ratio:.3f}  target <= {RATIO_TARGET}: {verdict}",
         ]
+        if m.bare_s:
+            lines += [
+                f"bare litellm            {m.bare_s:.3f} s  ratio {m.bare_s / ideal:.3f}  (the same requests, "
+                f"{m.workers} threads of one process, no harness: litellm's own floor)",
+                f"harness / bare litellm  {sampling / m.bare_s:.3f}",
+            ]
     else:
         lines.append("sampling wall time      n/a (no request answered)")
     lines.append(f"total command wall time {m.total_s:.3f} s")
@@ -310,6 +364,8 @@ def report(m: Measurement) -> list[str]:
         note = "  not summed: a fork, on its parent's pages" if pid in m.memory.forks else ""
         lines.append(f"peak RSS {label:<14} {mb[pid]:.1f} MB  (VmHWM, pid {pid}){note}")
     lines.append(f"peak RSS, all processes {combined:.1f} MB  (sum of each process's own peak)")
+    if m.bare_peak_kb:
+        lines.append(f"peak RSS bare client    {m.bare_peak_kb / 1024:.1f} MB  (getrusage, its own)")
     return lines
 
 
@@ -320,8 +376,12 @@ def main(argv=None) -> int:
     ap.add_argument("--latency", type=float, default=0.2, help="seconds the fake provider takes per call")
     ap.add_argument("--fake_nagle", action="store_true",
                     help="leave Nagle on in the fake server, as tests/fake_openai.py ships")
+    ap.add_argument("--no_bare", action="store_true",
+                    help="skip the side-by-side run of the same requests from bare litellm")
     args = ap.parse_args(argv)
     m = measure(args.samples, args.workers, args.latency, nagle=args.fake_nagle)
+    if m.answered and not args.no_bare:
+        m.bare_s, m.bare_peak_kb = measure_bare(m.messages, args.workers, args.latency) or (None, 0)
     print("\n".join(report(m)), flush=True)
     failure = harness_failure(m)
     if failure:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 _SCHEMA = """
@@ -51,6 +51,11 @@ class Call:
     error: str | None = None
 
 
+_CALL_FIELDS = [f.name for f in fields(Call)]
+_INSERT_CALL = (f"INSERT INTO calls (ts, {', '.join(_CALL_FIELDS)}) "
+                f"VALUES ({', '.join('?' * (len(_CALL_FIELDS) + 1))})")
+
+
 @dataclass
 class Totals:
     calls: int = 0
@@ -76,12 +81,9 @@ class Ledger:
         self._db.executescript(_SCHEMA)
 
     def record(self, call: Call) -> None:
-        row = asdict(call)
-        row["cache_hit"] = int(call.cache_hit)
-        columns = ", ".join(["ts", *row])
-        marks = ", ".join("?" * (len(row) + 1))
+        values = [time.time(), *(getattr(call, name) for name in _CALL_FIELDS)]  # flat: asdict would deep-copy
         with self._lock:
-            self._db.execute(f"INSERT INTO calls ({columns}) VALUES ({marks})", [time.time(), *row.values()])
+            self._db.execute(_INSERT_CALL, values)
 
     def totals(self, **where: str) -> Totals:
         """Sums over calls matching column=value filters, e.g. totals(run_id=..., node=...)."""
