@@ -35,6 +35,13 @@ def prompts(fake) -> list[str]:
     ("<points>5.5 out of 7</points>", None),
     ("<points>5 out of 10</points>", None),
     ("<points>5 out of 7", None),
+    ('{"points": 6}', 6),  # constrained decoding's shape (small local models)
+    ('{"points": 0}', 0),
+    ('{"points": 8}', None),
+    ('{"points": "6"}', None),
+    ('{"points": true}', None),
+    ('{"score": 6}', None),
+    ('[6]', None),
 ])
 def test_parse_points(text, expected):
     assert parse_points(text) == expected
@@ -80,6 +87,21 @@ def test_autograder_prompt_carries_all_inputs_and_the_precedence_rule(provider):
     assert "Where they differ from the general rubric, follow the grading guidelines." in prompt
     assert "<points>N out of 7</points>" in prompt
     assert prompt.index("REFERENCE-TEXT") < prompt.index("GUIDELINES-TEXT") < prompt.index("STUDENT-TEXT")
+
+
+def test_autograder_asks_small_models_for_points_as_json(provider, monkeypatch):
+    provider.set_replies(['{"points": 6}'])
+    monkeypatch.setenv("AGENT_STRUCTURED_MODELS", MODEL)  # what a run sets for its local models
+    prediction, _ = proofautograder.TaskAgent(model=MODEL).forward(GRADING_INPUTS)
+    assert prediction == "almost"
+    sent = provider.requests[-1]["json"]["response_format"]
+    assert sent["schema"]["properties"]["points"] == {"type": "integer", "minimum": 0, "maximum": 7}
+
+
+def test_autograder_lets_strong_models_reason_to_the_tag(provider):
+    provider.set_replies(["<points>1 out of 7</points>"])
+    proofautograder.TaskAgent(model=MODEL).forward(GRADING_INPUTS)
+    assert "response_format" not in provider.requests[-1]["json"]
 
 
 def test_autograder_rejects_other_domains(provider):

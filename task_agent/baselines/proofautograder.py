@@ -15,10 +15,12 @@ The grading domains score four labels, not points, so the points are bucketed:
 The rubric only names 7, 6, 1 and 0, but models do answer with the other values; each
 is put in the label whose rubric description it is closest to, rather than dropped.
 A reply without a well-formed points tag is an invalid prediction ("None"), not a guess.
+Small local models, which answer under constrained decoding, reply `{"points": N}` instead.
 """
 
 from __future__ import annotations
 
+import json
 import re
 
 from agent.base_agent import AgentSystem
@@ -31,13 +33,25 @@ DOMAINS = ("imo_grading", "imo_proof_grading")
 _POINTS = re.compile(r"<points>\s*([+-]?\d+)\s+out\s+of\s+7\s*</points>", re.I)
 
 
+# The answer's shape for models that only answer well under constrained decoding (small local
+# ones, see agent/llm.py): they reply with this JSON object instead of reasoning to a tag.
+POINTS_SCHEMA = {"type": "object", "properties": {"points": {"type": "integer", "minimum": 0, "maximum": 7}},
+                 "required": ["points"]}
+
+
 def parse_points(text: str) -> int | None:
-    """Points in the last well-formed `<points>N out of 7</points>` tag; None if absent or not in 0..7."""
+    """Points in the last well-formed `<points>N out of 7</points>` tag, or in a bare
+    `{"points": N}` reply (constrained decoding); None if absent or not in 0..7."""
     found = _POINTS.findall(text or "")
-    if not found:
-        return None
-    points = int(found[-1])
-    return points if 0 <= points <= 7 else None
+    if found:
+        points = int(found[-1])
+    else:
+        try:
+            reply = json.loads(text or "")
+            points = reply["points"] if isinstance(reply, dict) and type(reply.get("points")) is int else None
+        except ValueError:
+            points = None
+    return points if points is not None and 0 <= points <= 7 else None
 
 
 def points_to_label(points: int | None) -> str | None:
@@ -91,7 +105,7 @@ class TaskAgent(AgentSystem):
             # Grading another domain's inputs would only produce garbage labels; fail loudly.
             raise ValueError(f"proofautograder grades {', '.join(DOMAINS)}, not domain {domain!r}")
         messages = [{"role": "user", "content": grading_prompt(inputs)}]
-        reply = get_response(messages, model=self.model)
+        reply = get_response(messages, model=self.model, schema=POINTS_SCHEMA)
         history = messages + [{"role": "assistant", "content": reply.text}]
         self.log_messages(history)
 
