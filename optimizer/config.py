@@ -39,6 +39,8 @@ class GatewayConfig:
     cache: str = "temperature0"  # temperature0 | all | off: which identical requests are replayed
     budget_usd: float | None = None  # stop new calls once this much is spent (None = no limit)
     budget_tokens: int | None = None  # stop new calls once this many tokens are spent
+    max_concurrent_calls: int | None = None  # provider calls in flight at once, over all models (None = no limit)
+    requests_per_minute: int | None = None  # provider calls started per minute and model, retries too (None = no limit)
     local_context: int = 2048  # tokens of context a local model is served with; prompt runs at ~300 tokens/s on 2 cores
     local_threads: int = 0  # CPU threads of the local model server (0 = half the cores)
     prices: dict = field(default_factory=dict)  # model -> [usd per 1M input, per 1M output] for models litellm has no price for
@@ -145,6 +147,10 @@ def load_config(path: str | Path | None = None, preset: str | None = None) -> Co
         config = _merge(config, _read_yaml(Path(path)), "")
     if config.gateway.cache not in ("temperature0", "all", "off"):
         raise UserError(f"gateway.cache must be temperature0, all or off, got {config.gateway.cache!r}")
+    for key in ("max_concurrent_calls", "requests_per_minute"):
+        value = getattr(config.gateway, key)
+        if value is not None and (type(value) is not int or value < 1):
+            raise UserError(f"gateway.{key} must be a positive integer or null, got {value!r}")
     from archive.selection import STRATEGIES
 
     if config.loop.parent_selection not in STRATEGIES:

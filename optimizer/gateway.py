@@ -35,6 +35,7 @@ from optimizer.errors import UserError
 from optimizer.ledger import Call, Ledger, Totals
 from optimizer.local_model import DEFAULT_MAX_TOKENS, LocalServer, fit_messages, is_local
 from optimizer.providers import _litellm, provider_of, redact
+from optimizer.rate_limit import CallLimits
 
 SOCKET_DIR_PREFIX = "hyperagents-gw-"  # under the temp folder: a short path, as sun_path holds 108 bytes
 # Parameters that change what the model answers; anything else in a request
@@ -117,6 +118,7 @@ class Gateway:
         self.run_id = run_id
         self._sessions: dict[str, Session] = {}
         self._allowed: set[str] = set()
+        self._limits = CallLimits(self.gw.max_concurrent_calls, self.gw.requests_per_minute)
         self._warmed: set[str] = set()  # litellm providers whose first-call set-up is paid (domains/warm_up.py)
         self._lock = threading.Lock()
         self._spent = ledger.totals(run_id=run_id)
@@ -298,14 +300,15 @@ class Gateway:
                     # Plain function tools: without this litellm imports its MCP support (the
                     # optional `mcp` package) to inspect them. It is not sent to the provider.
                     params = {**params, "_skip_mcp_handler": True}
-                response = lit.completion(
-                    **route,
-                    messages=messages,
-                    num_retries=0,
-                    timeout=self.gw.request_timeout_s,
-                    drop_params=True,
-                    **params,
-                )
+                with self._limits.slot(model):  # its wait counts in the call's latency, as retries do
+                    response = lit.completion(
+                        **route,
+                        messages=messages,
+                        num_retries=0,
+                        timeout=self.gw.request_timeout_s,
+                        drop_params=True,
+                        **params,
+                    )
                 return response, attempt
             except Exception as e:
                 if attempt > self.gw.max_retries or not _is_transient(e):

@@ -2,6 +2,7 @@
 
 import os
 import threading
+import time
 
 import litellm
 import pytest
@@ -177,6 +178,39 @@ def test_concurrent_calls_are_all_booked(gateway_factory, fake_openai):
     for t in threads:
         t.join()
     assert gw.spent().calls == 8 == len(gw.ledger.calls()) == fake_openai.count
+
+
+def test_calls_over_the_concurrency_limit_wait_for_a_slot(gateway_factory, fake_openai):
+    fake_openai.latency = 0.3
+    gw = gateway_factory(max_concurrent_calls=2)
+    key = gw.new_session("n", "task")
+    threads = [threading.Thread(target=call, args=(gw, key, f"q{i}")) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    arrivals = sorted(r["time"] for r in fake_openai.requests)
+    # With two in flight, each arrival has at most one other within the 0.3 s before it.
+    assert max(sum(1 for a in arrivals if t - 0.25 <= a <= t) for t in arrivals) == 2
+    assert arrivals[-1] - arrivals[0] >= 0.55  # three waves, 0.3 s apart
+    assert gw.spent().calls == 6 and not any(r["error"] for r in gw.ledger.calls())
+
+
+def test_requests_per_minute_are_counted_per_model():
+    from optimizer.rate_limit import CallLimits
+
+    limits = CallLimits(max_concurrent=None, per_minute=2, window_s=0.5)
+    starts = {}
+
+    def take(name, model):
+        with limits.slot(model):
+            starts[name] = time.monotonic()
+
+    began = time.monotonic()
+    for name, model in (("a1", "a"), ("a2", "a"), ("b1", "b"), ("a3", "a")):
+        take(name, model)
+    assert max(starts["a1"], starts["a2"], starts["b1"]) - began < 0.2  # within both models' limits
+    assert starts["a3"] - starts["a1"] >= 0.45  # model a's third waits for its window to slide
 
 
 def test_agent_client_uses_the_gateway_from_the_environment(gateway_factory, fake_openai, monkeypatch):

@@ -312,6 +312,9 @@ def test_bad_yaml_config(tmp_path, fake_openai):
     one_line_error(harness(tmp_path, fake_openai, "--domain", "imo_grading", config=str(bad)), "not valid YAML")
     bad.write_text("gatway:\n  max_retries: 1\n")
     one_line_error(harness(tmp_path, fake_openai, "--domain", "imo_grading", config=str(bad)), "unknown config key gatway")
+    bad.write_text("gateway:\n  requests_per_minute: 0\n")
+    one_line_error(harness(tmp_path, fake_openai, "--domain", "imo_grading", config=str(bad)),
+                   "gateway.requests_per_minute must be a positive integer")
 
 
 def test_missing_api_key_names_the_variable(tmp_path):
