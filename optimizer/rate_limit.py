@@ -49,8 +49,7 @@ class CallLimits:
 
     @contextlib.contextmanager
     def slot(self, model: str):
-        """Hold a provider call's slot for `model`; yields the seconds spent waiting for it."""
-        started = time.monotonic()
+        """Hold a provider call's slot for `model`, waiting for one first."""
         if self._in_flight:
             self._in_flight.acquire()
         try:
@@ -58,7 +57,7 @@ class CallLimits:
                 with self._lock:
                     window = self._windows.setdefault(model, Window(self._per_minute, self._window_s))
                 window.acquire()
-            yield time.monotonic() - started
+            yield
         finally:
             if self._in_flight:
                 self._in_flight.release()

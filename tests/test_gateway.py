@@ -168,15 +168,20 @@ def test_provider_key_never_reaches_the_ledger_or_the_caller(gateway_factory, fa
         assert secret.encode() not in path.read_bytes(), path
 
 
-def test_concurrent_calls_are_all_booked(gateway_factory, fake_openai):
-    fake_openai.latency = 0.2
-    gw = gateway_factory()
-    key = gw.new_session("n", "task")
-    threads = [threading.Thread(target=call, args=(gw, key, f"q{i}")) for i in range(8)]
+def call_at_once(gw, key, n: int) -> None:
+    """`n` calls from `n` threads started together; returns when all are answered."""
+    threads = [threading.Thread(target=call, args=(gw, key, f"q{i}")) for i in range(n)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
+
+
+def test_concurrent_calls_are_all_booked(gateway_factory, fake_openai):
+    fake_openai.latency = 0.2
+    gw = gateway_factory()
+    key = gw.new_session("n", "task")
+    call_at_once(gw, key, 8)
     assert gw.spent().calls == 8 == len(gw.ledger.calls()) == fake_openai.count
 
 
@@ -184,11 +189,7 @@ def test_calls_over_the_concurrency_limit_wait_for_a_slot(gateway_factory, fake_
     fake_openai.latency = 0.3
     gw = gateway_factory(max_concurrent_calls=2)
     key = gw.new_session("n", "task")
-    threads = [threading.Thread(target=call, args=(gw, key, f"q{i}")) for i in range(6)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    call_at_once(gw, key, 6)
     arrivals = sorted(r["time"] for r in fake_openai.requests)
     # With two in flight, each arrival has at most one other within the 0.3 s before it.
     assert max(sum(1 for a in arrivals if t - 0.25 <= a <= t) for t in arrivals) == 2
