@@ -6,7 +6,7 @@
 
 The package holds the grader's code only, `agent/` and `task_agent/` moved under the
 `proofgrader.` namespace, and the packaging files of `proofgrader_template/`. Before it
-is put in place, two checks run on the built copy: it imports with the project's own
+is put in place, two checks run on the built copy: it imports, in a sandbox, with the project's own
 `agent`/`task_agent` out of reach, and no row of the IMO grading data (whose labels the
 meta agent saw) is copied into it.
 """
@@ -17,8 +17,6 @@ import argparse
 import json
 import re
 import shutil
-import subprocess
-import sys
 import tempfile
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -236,12 +234,15 @@ def _write_package(grader: Grader, out: Path) -> None:
 
 
 def _check_imports(out: Path) -> None:
-    result = subprocess.run([sys.executable, "-I", "-B", "-c", _IMPORT_CHECK, str(out)], cwd=out,
-                            capture_output=True, text=True, timeout=300,
-                            env={"LITELLM_LOCAL_MODEL_COST_MAP": "True", "PATH": "/usr/bin:/bin"})
-    if result.returncode != 0:
-        last = (result.stderr.strip().splitlines() or ["no output"])[-1]
-        raise UserError(f"the built package does not import on its own: {last}")
+    """Import the built package in a sandbox: it is evolved code, never run by a host interpreter."""
+    from optimizer.sandbox import open_sandbox
+
+    with open_sandbox(load_config().sandbox, out) as box:
+        result = box.run([box.python, "-I", "-B", "-c", _IMPORT_CHECK, box.workdir],
+                         {**box.base_env(), "LITELLM_LOCAL_MODEL_COST_MAP": "True"}, timeout=300)
+    if not result.ok:
+        last = (result.stderr.strip().splitlines() or [result.why()])[-1]
+        raise UserError(f"the built package does not import on its own: {last[:300]}")
 
 
 def _check_no_data(out: Path) -> None:

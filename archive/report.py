@@ -25,10 +25,11 @@ def write_report(archive: Archive, domains: list, full_sizes: dict[str, int], be
             rows_scored = node.samples.get(d, {}).get(s)
             cells.append(f"<td>{'' if value is None else f'{value:.3f}'}"
                          f"{f' <small>({rows_scored})</small>' if rows_scored else ''}</td>")
-        links = [f'<a href="nodes/{node.node_id}/{name}">{label}</a>'
-                 for name, label in (("patch.diff", "patch"), ("meta_chat_history.md", "transcript"),
-                                     ("node.json", "record"))
-                 if (archive.nodes_dir / node.node_id / name).exists()]
+        links = [f'<a href="{path}">{label}</a>'
+                 for path, label in ((f"nodes/{node.node_id}/patch.diff", "patch"),
+                                     (f"untrusted/{node.node_id}/meta/meta_chat_history.md", "transcript"),
+                                     (f"nodes/{node.node_id}/node.json", "record"))
+                 if _regular_file(archive.run_dir / path)]
         star = " &#9733;" if node.node_id == best_id else ""
         rows.append(f"<tr><td>{html.escape(node.node_id)}{star}</td><td>{html.escape(str(node.parent))}</td>"
                     f"<td>{node.status}</td>{''.join(cells)}<td>${sum(node.cost_usd.values()):.4f}</td>"
@@ -50,3 +51,8 @@ number of rows scored is in brackets (10 = staged evaluation only).</p>
 """
     atomic_write_text(out, page)
     return out
+
+
+def _regular_file(path: Path) -> bool:
+    """A file to link to: not a link (an agent may have planted one in its own folder)."""
+    return path.is_file() and not path.is_symlink()

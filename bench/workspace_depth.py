@@ -2,9 +2,9 @@
 
 Builds a run repository (the project's evolvable code), then a chain of `--depth`
 nodes, each a small patch of its parent (as a meta agent's edit would be), and times
-checking out a worktree of the node at depth 1 and at the deepest node, `--repeat`
+checking out (a plain folder of) the node at depth 1 and at the deepest node, `--repeat`
 times each, interleaved. The reference re-applies every ancestor patch, so its cost
-grows with depth; a git worktree's does not.
+grows with depth; a checkout of one commit does not.
 
     python bench/workspace_depth.py --depth 100 --repeat 20
 """
@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from optimizer.config import PROJECT_ROOT  # noqa: E402
-from optimizer.workspace import RunRepo  # noqa: E402
+from optimizer.workspace import RunRepo, discard  # noqa: E402
 
 TARGET = 1.2
 
@@ -31,20 +31,20 @@ TARGET = 1.2
 def build_chain(repo: RunRepo, depth: int, scratch: Path) -> list[str]:
     commits = [repo.node_commit("initial")]
     for i in range(1, depth + 1):
-        ws = repo.worktree(commits[-1], scratch / "edit")
+        ws = repo.checkout(commits[-1], scratch / "edit")
         target = ws / "task_agent" / "task_agent.py"
         target.write_text(target.read_text() + f"\n# generation {i}: a small edit\n")
         (ws / "agent" / "helper.py").write_text(f"VALUE = {i}\n")  # same files: only depth differs
         commits.append(repo.capture(ws, commits[-1], str(i)).commit)
-        repo.remove_worktree(ws)
+        discard(ws)
     return commits
 
 
 def time_checkout(repo: RunRepo, commit: str, dest: Path) -> float:
     started = time.perf_counter()
-    repo.worktree(commit, dest)
+    repo.checkout(commit, dest)
     elapsed = time.perf_counter() - started
-    repo.remove_worktree(dest)
+    discard(dest)
     return elapsed
 
 

@@ -1,12 +1,17 @@
 """Typed configuration loaded from YAML: every field has a default and a one-line reason.
 
 `load_config(path)` starts from `configs/default.yaml`, then applies the user's file;
-command-line flags override the result field by field.
+command-line flags override the result field by field. `validate(config)` checks every
+field against its annotation and `_rules()`; each way a config is made ends with it.
 """
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
+import math
+import types
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -41,6 +46,9 @@ class GatewayConfig:
     budget_tokens: int | None = None  # stop new calls once this many tokens are spent
     max_concurrent_calls: int | None = None  # provider calls in flight at once, over all models (None = no limit)
     requests_per_minute: int | None = None  # provider calls started per minute and model, retries too (None = no limit)
+    max_output_tokens: int = 32768  # cap of a request's max_tokens, and what a request without one gets (bounds its cost)
+    max_n: int = 4  # most choices (`n`) one request may ask for
+    max_request_mb: int = 16  # largest request body; a larger one is refused unread
     local_context: int = 2048  # tokens of context a local model is served with; prompt runs at ~300 tokens/s on 2 cores
     local_threads: int = 0  # CPU threads of the local model server (0 = half the cores)
     prices: dict = field(default_factory=dict)  # model -> [usd per 1M input, per 1M output] for models litellm has no price for
@@ -52,6 +60,7 @@ class HarnessConfig:
     save_interval: int = 100  # rewrite predictions.csv every N finished rows (the journal is written at once)
     row_timeout_s: float = 1800.0  # a row still running after this is recorded as an error
     start_timeout_s: float = 300.0  # a worker that has not loaded the agent by then is killed
+    max_prediction_bytes: int = 1_000_000  # a row's answer longer than this (UTF-8) is recorded as an error
     data_files: dict = field(default_factory=dict)  # domain -> data file, for domains not bundled (amo_bench)
 
 
@@ -83,6 +92,9 @@ class LoopConfig:
     meta_timeout_s: float = 3600.0  # wall clock of one meta agent run
     meta_max_calls: int = 40  # model calls (one tool call each) of one meta agent run, enforced by the gateway
     selector_timeout_s: float = 120.0  # one run of the agent's own select_next_parent.py
+    try_max_calls: int = 200  # model calls of the meta agent's try command in one meta run, enforced by the gateway
+    workspace_file_mb: float = 5  # largest file of a workspace taken into a node's commit; larger ones are dropped
+    workspace_total_mb: float = 50  # all files of a workspace taken into a node's commit; past this, files are dropped
 
 
 @dataclass
@@ -96,6 +108,11 @@ class Config:
     def resolve_model(self, name: str) -> str:
         """A role alias (task, meta, grader, judge) to its model string; anything else unchanged."""
         return getattr(self.models, name) if name in ROLE_ALIASES else name
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Config:
+        """A validated config from a saved dict (run.json's "config"); fields it lacks keep their defaults."""
+        return validate(_merge(cls(), data, ""))
 
 
 SANDBOX_BACKENDS = ("auto", "docker", "bwrap", "none")
@@ -112,10 +129,126 @@ def _merge(obj, data: dict, where: str):
             raise UserError(f"unknown config key {where + '.' if where else ''}{key} (known: {', '.join(known)})")
         current = getattr(obj, key)
         if dataclasses.is_dataclass(current):
-            _merge(current, value or {}, f"{where + '.' if where else ''}{key}")
+            _merge(current, {} if value is None else value, f"{where + '.' if where else ''}{key}")
         else:
             setattr(obj, key, value)
     return obj
+
+
+def conforms(value, hint) -> bool:
+    """Whether a value read from YAML or JSON has the annotated type: int, float (ints too, never bools),
+    bool, str, X | None, dict / list with or without item types."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        return any(conforms(value, arg) for arg in args)
+    if hint is type(None):
+        return value is None
+    if hint in (bool, int, str):
+        return type(value) is hint  # type, not isinstance: True is an int to Python, not to a config
+    if hint is float:
+        return type(value) in (int, float)
+    if (origin or hint) is dict:
+        return isinstance(value, dict) and all(conforms(k, args[0]) and conforms(v, args[1])
+                                               for k, v in value.items() if args)
+    if (origin or hint) is list:
+        return isinstance(value, list) and all(conforms(v, args[0]) for v in value if args)
+    return isinstance(value, origin or hint)
+
+
+def describe(hint) -> str:
+    """An annotation in words, for error messages."""
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        return " or ".join(describe(arg) for arg in typing.get_args(hint))
+    words = {type(None): "null", bool: "true or false", int: "an integer", float: "a number", str: "a string",
+             dict: "a mapping", list: "a list"}
+    return words.get(hint) or f"of the form {hint}"
+
+
+def show(value) -> str:
+    """A value as the one line of an error message: its repr, cut short."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _at_least(low):
+    return (lambda v: v >= low), f"{low} or more"
+
+
+def _above(low):
+    return (lambda v: v > low), f"greater than {low}"
+
+
+def _one_of(*choices):
+    return (lambda v: v in choices), "one of " + ", ".join(map(str, choices))
+
+
+def _rules() -> dict:
+    """Value rules beyond the type, by dotted key: (test, what is expected). A null where allowed passes."""
+    from archive.selection import STRATEGIES  # imported here: the archive's modules import this one
+
+    return {
+        "gateway.port": (lambda v: 0 <= v <= 65535, "a port number from 0 to 65535"),
+        "gateway.max_retries": _at_least(0),
+        "gateway.backoff_base_s": _at_least(0),
+        "gateway.backoff_max_s": _at_least(0),
+        "gateway.request_timeout_s": _above(0),
+        "gateway.cache": _one_of("temperature0", "all", "off"),
+        "gateway.budget_usd": _at_least(0),
+        "gateway.budget_tokens": _at_least(0),
+        "gateway.max_concurrent_calls": _at_least(1),
+        "gateway.requests_per_minute": _at_least(1),
+        "gateway.max_output_tokens": _at_least(1),
+        "gateway.max_n": _at_least(1),
+        "gateway.max_request_mb": _at_least(1),
+        "gateway.local_context": _above(0),
+        "gateway.local_threads": _at_least(0),
+        "gateway.prices": (lambda v: all(isinstance(k, str) and conforms(p, list[float]) and len(p) == 2
+                                         and min(p) >= 0 for k, p in v.items()),
+                           "model -> [usd per 1M input, usd per 1M output], both 0 or more"),
+        "harness.num_workers": _at_least(1),
+        "harness.save_interval": _at_least(1),
+        "harness.row_timeout_s": _above(0),
+        "harness.start_timeout_s": _above(0),
+        "harness.max_prediction_bytes": _above(0),
+        "harness.data_files": (lambda v: conforms(v, dict[str, str]), "domain -> data file path"),
+        "sandbox.backend": _one_of(*SANDBOX_BACKENDS),
+        "sandbox.memory_mb": _above(0),
+        "sandbox.pids": _above(0),
+        "sandbox.cpus": _above(0),
+        "sandbox.cpu_seconds": _above(0),
+        "sandbox.file_size_mb": _above(0),
+        "sandbox.tmp_mb": _above(0),
+        "sandbox.output_cap_mb": _above(0),
+        "loop.max_generation": _at_least(0),
+        "loop.parent_selection": _one_of(*STRATEGIES),
+        "loop.eval_samples": (lambda v: v == -1 or v >= 1, "-1 (all rows) or 1 or more"),
+        "loop.run_baseline": _one_of(*BASELINES),
+        "loop.meta_timeout_s": _above(0),
+        "loop.meta_max_calls": _at_least(1),
+        "loop.selector_timeout_s": _above(0),
+        "loop.try_max_calls": _at_least(0),
+        "loop.workspace_file_mb": _above(0),
+        "loop.workspace_total_mb": _above(0),
+    }
+
+
+def validate(config: Config) -> Config:
+    """Check every field of every section against its annotation and `_rules()`; a UserError names
+    the first bad one by its dotted key, with its value and what is expected."""
+    rules = _rules()
+    for section in dataclasses.fields(config):
+        part = getattr(config, section.name)
+        hints = typing.get_type_hints(type(part))
+        for f in dataclasses.fields(part):
+            key, value = f"{section.name}.{f.name}", getattr(part, f.name)
+            if not conforms(value, hints[f.name]):
+                raise UserError(f"{key} must be {describe(hints[f.name])}, got {show(value)}")
+            if type(value) is float and not math.isfinite(value):  # YAML's .inf and .nan: no timeout or size
+                raise UserError(f"{key} must be a finite number, got {show(value)}")
+            test, expected = rules.get(key, (None, None))
+            if test and value is not None and not test(value):
+                raise UserError(f"{key} must be {expected}, got {show(value)}")
+    return config
 
 
 def _read_yaml(path: Path) -> dict:
@@ -138,29 +271,23 @@ def load_config(path: str | Path | None = None, preset: str | None = None) -> Co
     """configs/default.yaml, then the preset's file (configs/presets/NAME.yaml), then `path`."""
     config = Config()
     if DEFAULT_CONFIG.is_file():  # absent in a non-editable install: the dataclass defaults apply
-        config = _merge(config, _read_yaml(DEFAULT_CONFIG), "")
+        _apply_file(config, DEFAULT_CONFIG)
     if preset:
         if preset not in preset_names():
             raise UserError(f"unknown preset {preset!r} (known: {', '.join(preset_names()) or 'none'})")
-        config = _merge(config, _read_yaml(PRESETS_DIR / f"{preset}.yaml"), "")
+        _apply_file(config, PRESETS_DIR / f"{preset}.yaml")
     if path:
-        config = _merge(config, _read_yaml(Path(path)), "")
-    if config.gateway.cache not in ("temperature0", "all", "off"):
-        raise UserError(f"gateway.cache must be temperature0, all or off, got {config.gateway.cache!r}")
-    for key in ("max_concurrent_calls", "requests_per_minute"):
-        value = getattr(config.gateway, key)
-        if value is not None and (type(value) is not int or value < 1):
-            raise UserError(f"gateway.{key} must be a positive integer or null, got {value!r}")
-    from archive.selection import STRATEGIES
+        _apply_file(config, Path(path))
+    return validate(config)
 
-    if config.loop.parent_selection not in STRATEGIES:
-        raise UserError(f"loop.parent_selection must be one of {', '.join(STRATEGIES)}, "
-                        f"got {config.loop.parent_selection!r}")
-    if config.loop.run_baseline not in (None, *BASELINES):
-        raise UserError(f"loop.run_baseline must be one of {', '.join(BASELINES)}, got {config.loop.run_baseline!r}")
-    if config.sandbox.backend not in SANDBOX_BACKENDS:
-        raise UserError(f"sandbox.backend must be one of {', '.join(SANDBOX_BACKENDS)}, got {config.sandbox.backend!r}")
-    return config
+
+def _apply_file(config: Config, path: Path) -> None:
+    """Merge one YAML file into `config` and validate it at once, so an error names the file it came from."""
+    data = _read_yaml(path)
+    try:
+        validate(_merge(config, data, ""))
+    except UserError as e:
+        raise UserError(f"config {path}: {e}") from None
 
 
 def parse_data_flags(values: list[str] | None) -> dict[str, str]:
@@ -172,3 +299,30 @@ def parse_data_flags(values: list[str] | None) -> dict[str, str]:
             raise UserError(f"--data {value}: expected DOMAIN=PATH, e.g. --data amo_bench=AMO-Bench.jsonl")
         files[domain] = str(Path(path).expanduser().resolve())
     return files
+
+
+def int_flag(low: int, also: int | None = None):
+    """An argparse `type=`: an integer of at least `low`, or `also` (e.g. -1 = all); else usage and exit 2."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < low and value != also:
+            either = "" if also is None else f"{also} or "
+            raise argparse.ArgumentTypeError(f"must be {either}{low} or more, got {value}")
+        return value
+    return parse
+
+
+def number_flag(low: float):
+    """An argparse `type=`: a finite number of at least `low`; else usage and exit 2."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        if not math.isfinite(value) or value < low:
+            raise argparse.ArgumentTypeError(f"must be a number, {low:g} or more, got {text}")
+        return value
+    return parse

@@ -68,10 +68,12 @@ class Evaluator:
         wanted = ["train", "val"] + (["test"] if self.config.loop.eval_test else [])
         return [s for s in wanted if s in domain.splits]
 
-    def node_sandbox(self, node_id: str, node_dir: Path, check_imports: list[str] = ()) -> "NodeSandbox":
-        """A node's evaluation sandbox, to open before its files exist (see NodeSandbox)."""
-        workspace = self.run_dir / "worktrees" / f"{node_id}-eval"
-        return NodeSandbox(self, workspace, node_id, node_dir, list(check_imports))
+    def node_sandbox(self, node_id: str, node_dir: Path, transcripts: Path,
+                     check_imports: list[str] = ()) -> "NodeSandbox":
+        """A node's evaluation sandbox, to open before its files exist (see NodeSandbox); its worker
+        writes transcripts to `transcripts` and nothing else, its log goes to `node_dir`."""
+        workspace = self.run_dir / "workspaces" / f"{node_id}-eval"
+        return NodeSandbox(self, workspace, node_id, node_dir, transcripts, list(check_imports))
 
     def evaluate(self, domains: list, node: "NodeSandbox", agent_hash: str,
                  timings: dict | None = None) -> dict[str, DomainResult]:
@@ -173,14 +175,14 @@ class NodeSandbox:
     The workspace holds the files only, without git metadata, and is removed on exit.
     """
 
-    def __init__(self, evaluator: Evaluator, workspace: Path, node_id: str, node_dir: Path,
+    def __init__(self, evaluator: Evaluator, workspace: Path, node_id: str, node_dir: Path, transcripts: Path,
                  check_imports: list[str]):
         self.evaluator = evaluator
         self.workspace = workspace
         self.node_id = node_id
         self.node_dir = node_dir
         self.check_imports = check_imports
-        self.transcripts = node_dir / "agent_evals"
+        self.transcripts = transcripts
         self._stack = contextlib.ExitStack()
         self.box = self.worker = None
 
@@ -188,8 +190,10 @@ class NodeSandbox:
         from domains.harness import AgentWorker, worker_mounts
         from optimizer.sandbox import open_sandbox
 
+        from optimizer.workspace import discard
+
         ev = self.evaluator
-        shutil.rmtree(self.workspace, ignore_errors=True)  # left by a killed run
+        discard(self.workspace)  # left by a killed run
         self.workspace.mkdir(parents=True)
         self._stack.callback(shutil.rmtree, self.workspace, ignore_errors=True)
         try:
@@ -211,8 +215,6 @@ class NodeSandbox:
         self._stack.close()
 
     def fill(self, repo, commit: str) -> None:
-        """The files of `commit` into the (empty) workspace, and the folders the worker writes
-        owned as the sandbox needs (the meta agent's sandbox, closing, took back the node's folder)."""
+        """The files of `commit` into the (empty) workspace, owned as the sandbox needs."""
         repo.export(commit, self.workspace)
         self.box.adopt(self.workspace)
-        self.box.adopt(self.transcripts)

@@ -4,13 +4,18 @@ One generation, as DESIGN.md describes it:
 
 1. select a parent among the archive's valid, scored nodes (a named strategy, or the
    workspace's own `select_next_parent.py` with --edit_select_parent);
-2. check out the parent's commit as a git worktree;
+2. check out the parent's commit into a plain folder (no git metadata);
 3. run the meta agent in a sandbox on it, through the gateway, with the train split
    and earlier train results read-only and a command to try the task agent;
-4. commit the change (protected paths dropped); an empty diff is a `no_change` node;
+4. read the folder back as data (regular files of the evolvable paths, within a quota)
+   and commit it; an empty diff is a `no_change` node;
 5. import the new TaskAgent and MetaAgent in the sandbox;
 6. staged, then full evaluation (optimizer.evaluation);
 7. record the node atomically.
+
+What a sandbox may write goes to `untrusted/<node>/`; the node's records (node.json,
+patch.diff, logs) are written by the core alone, in `nodes/<node>/`, where no sandbox
+can write.
 
 Every step leaves a trace in `archive.jsonl` before the next starts, so a run killed
 anywhere resumes with `--resume_from`: finished nodes stay, the meta agent's committed
@@ -33,12 +38,13 @@ from optimizer.errors import UserError
 from optimizer.evaluation import BudgetStop, Evaluator, LoadFailed, NodeSandbox, split_rows
 from optimizer.sandbox import Mount, open_sandbox
 from optimizer.sandbox.base import TRUSTED_DIR
-from optimizer.workspace import RunRepo
+from optimizer.fsutil import atomic_write_text
+from optimizer.workspace import Quota, RunRepo, discard
 
 INSIDE = PROJECT_ROOT / "optimizer" / "inside"
 FEEDBACK = "/feedback"  # earlier generations' train results, read-only inside
 DATA = "/data"  # train rows with labels, read-only inside
-NODE_OUT = "/out/node"  # the node's folder (transcript), writable inside
+NODE_OUT = "/out/node"  # the node's sandbox output folder (transcript), writable inside
 FROZEN_META = "/opt/frozen_meta"  # baseline no_selfimprove: the initial agent code the meta agent runs from
 
 
@@ -51,6 +57,9 @@ class Loop:
         self.backend = backend
         self.archive = Archive(run_dir)
         self.repo = RunRepo(run_dir / "repo")
+        self.workspaces = run_dir / "workspaces"  # plain folders of agent code, one per sandbox
+        loop = config.loop
+        self.quota = Quota(int(loop.workspace_file_mb * 2**20), int(loop.workspace_total_mb * 2**20))
         self.task_model = config.resolve_model("task")
         self.meta_model = config.resolve_model("meta")
         self.evaluator = Evaluator(run_dir, config, gateway, backend, self.task_model)
@@ -62,6 +71,8 @@ class Loop:
 
     # -- the run --------------------------------------------------------------------------
     def run(self) -> None:
+        for leftover in (self.workspaces, self.run_dir / "worktrees"):  # of a killed run (or an older layout)
+            discard(leftover)
         self.archive.reopen_budget_stopped()
         if "initial" not in self.archive.nodes:
             self.archive.log("gen_start", node_id="initial", parent=None, generation=0)
@@ -131,13 +142,13 @@ class Loop:
                  "scores": self.archive.nodes[c.node_id].scores} for c in candidates]
         code = ("import json, sys\nfrom select_next_parent import select_next_parent\n"
                 "print(json.dumps(select_next_parent(json.load(sys.stdin))))")
-        worktree = self.repo.worktree(latest.commit, self.run_dir / "worktrees" / "select")
+        workspace = self.repo.checkout(latest.commit, self.workspaces / "select")
         try:
-            with open_sandbox(self.config.sandbox, worktree, [], None, self.backend) as box:
+            with open_sandbox(self.config.sandbox, workspace, [], None, self.backend) as box:
                 result = box.run([box.python, "-c", code], {**box.base_env(), "PYTHONPATH": box.workdir},
                                  timeout=self.config.loop.selector_timeout_s, input=json.dumps(rows))
         finally:
-            self.repo.remove_worktree(worktree)
+            discard(workspace)
         if not result.ok:
             return None, f"{result.why()}: " + " | ".join(result.stderr.strip().splitlines()[-2:])[:300]
         try:
@@ -183,20 +194,30 @@ class Loop:
 
         If it cannot open, None: the evaluation opens its own and records why it failed."""
         try:
-            return stack.enter_context(self.evaluator.node_sandbox(node_id, self.archive.node_dir(node_id),
-                                                                   self.entry_points()))
+            return stack.enter_context(self.node_sandbox(node_id))
         except Exception:
             return None
 
+    def sandbox_out(self, node_id: str, part: str) -> Path:
+        """A folder a sandbox of the node may write (transcripts): untrusted data, apart from
+        the node's records, which live in `nodes/<id>/` where no sandbox can write."""
+        folder = self.run_dir / "untrusted" / node_id / part
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder
+
+    def node_sandbox(self, node_id: str):
+        return self.evaluator.node_sandbox(node_id, self.archive.node_dir(node_id),
+                                           self.sandbox_out(node_id, "agent_evals"), self.entry_points())
+
     def run_meta_agent(self, node_id: str, parent_commit: str, generation: int) -> dict:
-        out = self.archive.node_dir(node_id)
-        worktree = self.repo.worktree(parent_commit, self.run_dir / "worktrees" / node_id)
-        mounts = self._meta_mounts(out)
+        records = self.archive.node_dir(node_id)
+        workspace = self.repo.checkout(parent_commit, self.workspaces / node_id)
+        mounts = self._meta_mounts(self.sandbox_out(node_id, "meta"))
         frozen = None
         if self.config.loop.run_baseline == "no_selfimprove":
             # The meta agent (its code and the shared agent/ it imports) stays the initial one;
             # it still edits the whole workspace.
-            frozen = self.repo.worktree(self.repo.node_commit("initial"), self.run_dir / "worktrees" / "frozen_meta")
+            frozen = self.repo.checkout(self.repo.node_commit("initial"), self.workspaces / "frozen_meta")
             mounts.append(Mount(frozen, FROZEN_META))
         iterations_left = self.config.loop.max_generation - generation
         try_command = f"python {TRUSTED_DIR}/try_agent.py --rows 5"
@@ -207,20 +228,22 @@ class Loop:
         argv += ["--agent_root", FROZEN_META] if frozen else []
         started = time.monotonic()
         try:
-            with open_sandbox(self.config.sandbox, worktree, mounts, self.gateway.unix_socket, self.backend) as box:
+            with open_sandbox(self.config.sandbox, workspace, mounts, self.gateway.unix_socket, self.backend) as box:
                 argv[0] = box.python
                 env = self._agent_env(box, node_id)
                 result = box.run(argv, env, timeout=self.config.loop.meta_timeout_s)
         finally:
             if frozen:
-                self.repo.remove_worktree(frozen)
-        (out / "meta_stdout.log").write_text(result.stdout + "\n--- stderr ---\n" + result.stderr)
+                discard(frozen)
+        atomic_write_text(records / "meta_stdout.log", result.stdout + "\n--- stderr ---\n" + result.stderr)
         seconds = round(time.monotonic() - started, 3)
-        capture = self.repo.capture(worktree, parent_commit, node_id)
-        (out / "patch.diff").write_text(capture.patch)
-        self.repo.remove_worktree(worktree)
+        try:
+            capture = self.repo.capture(workspace, parent_commit, node_id, self.quota)
+        finally:
+            discard(workspace)
+        atomic_write_text(records / "patch.diff", capture.patch)
         patch = {"files": capture.files, "insertions": capture.insertions, "deletions": capture.deletions,
-                 "dropped": capture.dropped}
+                 "dropped": capture.dropped, "dropped_why": capture.dropped_why}
         if not result.ok:
             # The child is marked, never the parent; its change is kept in patch.diff to read.
             tail = (result.stderr.strip().splitlines() or [""])[-1][:300]
@@ -234,8 +257,7 @@ class Loop:
                     seconds={"meta": done.get("seconds", 0.0)})
         try:
             with contextlib.ExitStack() as stack:
-                box = prepared or stack.enter_context(
-                    self.evaluator.node_sandbox(node_id, self.archive.node_dir(node_id), self.entry_points()))
+                box = prepared or stack.enter_context(self.node_sandbox(node_id))
                 box.fill(self.repo, commit)
                 results = self.evaluator.evaluate(self.domains, box, self.repo.task_agent_hash(commit), node.seconds)
         except LoadFailed as e:
@@ -275,7 +297,8 @@ class Loop:
         from domains.harness import worker_env
 
         meta_key = self.gateway.new_session(node_id, "meta", max_calls=self.config.loop.meta_max_calls)
-        try_key = self.gateway.new_session(node_id, "task")
+        # The try command's calls are the task agent's, made for the meta agent: booked apart, capped.
+        try_key = self.gateway.new_session(node_id, "try", max_calls=self.config.loop.try_max_calls)
         env = worker_env(box, box.gateway_url or self.gateway.url, meta_key, (self.meta_model, self.task_model))
         env.update(TRY_GATEWAY_KEY=try_key, TRY_MODEL=self.task_model, WORKSPACE=box.workdir,
                    PYTHONPATH=box.workdir)
@@ -328,7 +351,7 @@ class Loop:
             atomic_write_csv(dst / "predictions.csv", df)
 
     def _book_costs(self, node: Node) -> None:
-        for role in ("meta", "task", "grader"):
+        for role in ("meta", "try", "task", "grader", "judge"):
             spent = self.gateway.ledger.totals(run_id=self.gateway.run_id, node=node.node_id, role=role)
             if spent.calls:
                 node.cost_usd[role] = round(spent.cost_usd, 6)

@@ -1,28 +1,82 @@
-"""What agent code is, as files: the evolvable paths a workspace holds.
+"""What agent code is, as files, and the run's git repository of its versions.
 
-A workspace is the folder a sandbox sees: the agent's code and nothing of the
-trusted core (no data sets, no labels, no gateway). The loop makes one per node
-as a git worktree of the run's repository (`RunRepo`); a standalone harness run
-copies these paths from the project.
+A workspace is the folder a sandbox sees: the agent's code and nothing of the trusted
+core (no data sets, no labels, no gateway). The loop makes one per node from the
+run's repository (`RunRepo.checkout`); a standalone harness run copies the evolvable
+paths from the project.
+
+A workspace the meta agent wrote is hostile input. Git is never run on it: no `.git`
+entry, config, hook, attribute, filter or index of it is ever read. `read_workspace`
+takes its regular files as bytes (links, devices, fifos, git metadata, caches and
+anything outside the evolvable paths are left out and reported), within a quota, and
+`RunRepo.commit_files` writes them as a commit with `git fast-import`, a plumbing
+command that reads no work tree, from the run's own repository, with every
+configurable hook, filter and attribute source switched off.
 """
 
 from __future__ import annotations
 
 import hashlib
-import io
+import os
 import shutil
+import stat
 import subprocess
-import tarfile
+import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 # Everything the meta agent may edit; the rest of the project is trusted core.
 EVOLVABLE_PATHS = ("agent", "task_agent", "meta_agent", "select_next_parent.py", "ensemble.py")
-_NOT_CODE = shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache")
+# Code that is not the task agent: a change only there leaves task-agent results valid.
+NOT_TASK_AGENT = ("meta_agent", "select_next_parent.py")
+_CACHES = ("__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache")
+_NOT_CODE = shutil.ignore_patterns(*_CACHES, "*.pyc")
+_MAX_DEPTH = 24  # folders deeper than this are not agent code
+
+# Git reads configuration, hooks and attributes from several places besides the
+# repository's own config; each is closed here, so only the run's repository (written
+# by the core alone) decides what git does.
+_GIT_ENV = {"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull, "GIT_ATTR_NOSYSTEM": "1",
+            "GIT_NO_REPLACE_OBJECTS": "1", "GIT_TERMINAL_PROMPT": "0", "GIT_OPTIONAL_LOCKS": "0",
+            "GIT_AUTHOR_NAME": "hyperagents", "GIT_AUTHOR_EMAIL": "hyperagents@localhost",
+            "GIT_COMMITTER_NAME": "hyperagents", "GIT_COMMITTER_EMAIL": "hyperagents@localhost",
+            "HOME": os.devnull, "XDG_CONFIG_HOME": os.devnull, "LC_ALL": "C"}
+_GIT_OPTIONS = ["-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false", "-c", "core.attributesFile=/dev/null",
+                "-c", "core.autocrlf=false", "-c", "commit.gpgsign=false", "-c", "diff.external=",
+                "-c", "core.pager=cat", "-c", "protocol.allow=never"]
+
+
+@dataclass(frozen=True)
+class Quota:
+    """How much of a workspace is taken as agent code."""
+
+    file_bytes: int = 5 * 2**20  # one file
+    total_bytes: int = 50 * 2**20  # all files
+    files: int = 5000  # number of files
+
+
+@dataclass
+class Snapshot:
+    """A workspace read as data: the files kept, and what was left out and why."""
+
+    files: dict[str, tuple[bool, bytes]] = field(default_factory=dict)  # path -> (executable, content)
+    dropped: dict[str, str] = field(default_factory=dict)  # path -> reason
+
+
+@dataclass
+class Capture:
+    commit: str | None  # None: nothing changed
+    patch: str  # `git diff` of parent -> commit ("" when nothing changed)
+    files: int = 0
+    insertions: int = 0
+    deletions: int = 0
+    dropped: list[str] = field(default_factory=list)  # what the workspace held that was not kept
+    dropped_why: dict[str, str] = field(default_factory=dict)  # path -> reason
 
 
 def copy_evolvable(src_root: str | Path, dst: str | Path) -> Path:
-    """Copy the evolvable paths that exist under `src_root` into `dst` (created)."""
+    """Copy the evolvable paths that exist under `src_root` (trusted: the project) into `dst`."""
     src_root, dst = Path(src_root), Path(dst)
     dst.mkdir(parents=True, exist_ok=True)
     for name in EVOLVABLE_PATHS:
@@ -34,46 +88,108 @@ def copy_evolvable(src_root: str | Path, dst: str | Path) -> Path:
     return dst
 
 
-# Names of the trusted core (and Python start-up hooks): a change the meta agent makes
-# under one of these is dropped from its diff, so nothing it writes changes how it is run
-# or scored.
-PROTECTED_PATHS = ("domains", "optimizer", "archive", "configs", "tests", "bench", "proofgrader_template",
-                   "run_optimization.py", "setup_proofgrader_repo.py", "pyproject.toml", "setup.py", "setup.cfg",
-                   "conftest.py", "sitecustomize.py", "usercustomize.py", ".gitignore", ".gitattributes")
-# Code that is not the task agent: a change only there leaves task-agent results valid.
-NOT_TASK_AGENT = ("meta_agent", "select_next_parent.py")
-_GITIGNORE = "__pycache__/\n*.pyc\n.pytest_cache/\n"
-_IDENTITY = ["-c", "user.name=hyperagents", "-c", "user.email=hyperagents@localhost", "-c", "commit.gpgsign=false"]
+def _unsafe_name(name: str) -> str | None:
+    """Why a file or folder name is not taken, or None."""
+    if name.startswith(".git"):
+        return "git metadata"
+    if name.endswith(".pth"):
+        return "a Python start-up hook"
+    if not name.isprintable() or any(ch in name for ch in '\\"'):
+        return "an unprintable name"
+    return None
 
 
-@dataclass
-class Capture:
-    commit: str | None  # None: nothing changed
-    patch: str  # `git diff` of parent -> commit ("" when nothing changed)
-    files: int = 0
-    insertions: int = 0
-    deletions: int = 0
-    dropped: list[str] = field(default_factory=list)  # protected paths the change touched, not kept
+def read_workspace(root: str | Path, quota: Quota = Quota()) -> Snapshot:
+    """The regular files of the evolvable paths under `root`, read without following any link.
+
+    Every folder is opened relative to its parent with O_NOFOLLOW and every file with
+    O_NOFOLLOW | O_NONBLOCK, then checked with fstat: a link, fifo, device or socket is
+    reported, never opened or followed.
+    """
+    snap = Snapshot()
+    total = 0
+
+    def take(dir_fd: int, rel: str, depth: int) -> None:
+        nonlocal total
+        with os.scandir(dir_fd) as entries:
+            names = sorted(e.name for e in entries)
+        for name in names:
+            path = f"{rel}/{name}" if rel else name
+            if name in _CACHES or name.endswith(".pyc"):
+                continue
+            why = _unsafe_name(name) or (None if rel or name in EVOLVABLE_PATHS else "outside the evolvable paths")
+            if why:
+                snap.dropped[path] = why
+                continue
+            try:
+                kind = stat.S_IFMT(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
+                if kind not in (stat.S_IFDIR, stat.S_IFREG):
+                    snap.dropped[path] = "a link" if kind == stat.S_IFLNK else "not a regular file"
+                    continue
+                fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
+            except OSError as e:  # replaced since it was listed: a link now, or gone
+                snap.dropped[path] = f"unreadable ({os.strerror(e.errno)})"
+                continue
+            try:
+                info = os.fstat(fd)
+                if stat.S_ISDIR(info.st_mode):
+                    if depth >= _MAX_DEPTH:
+                        snap.dropped[path] = "nested too deep"
+                    else:
+                        take(fd, path, depth + 1)
+                elif not stat.S_ISREG(info.st_mode):
+                    snap.dropped[path] = "not a regular file"
+                elif info.st_size > quota.file_bytes:
+                    snap.dropped[path] = f"{info.st_size} bytes, over the quota of {quota.file_bytes} for one file"
+                elif total + info.st_size > quota.total_bytes or len(snap.files) >= quota.files:
+                    snap.dropped[path] = "over the workspace quota"
+                else:
+                    data = _read_at_most(fd, quota.file_bytes + 1)
+                    if len(data) > quota.file_bytes:  # grew since fstat
+                        snap.dropped[path] = f"over the quota of {quota.file_bytes} bytes for one file"
+                    else:
+                        total += len(data)
+                        snap.files[path] = (bool(info.st_mode & 0o100), data)
+            finally:
+                os.close(fd)
+
+    top = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        take(top, "", 0)
+    finally:
+        os.close(top)
+    return snap
 
 
-def _protected(path: str) -> bool:
-    top = path.split("/", 1)[0]
-    return top in PROTECTED_PATHS or path.endswith(".pth")
+def _read_at_most(fd: int, limit: int) -> bytes:
+    parts, size = [], 0
+    while size < limit and (chunk := os.read(fd, min(1 << 20, limit - size))):
+        parts.append(chunk)
+        size += len(chunk)
+    return b"".join(parts)
 
 
 class RunRepo:
-    """The run's own git repository: one commit per node, agent code only.
+    """The run's own git repository: one commit per node (`refs/nodes/<id>`), agent code only.
 
-    A workspace is a `git worktree` at a node's commit, so making one costs the same
-    at any lineage depth (no replay of ancestor patches).
+    Bare, written only by the core, and never given a work tree: workspaces are plain
+    folders filled from a commit (`checkout`), so making one costs the same at any lineage
+    depth and leaves nothing registered in the repository. Runs made before this layout
+    have the repository in `repo/.git`; both are read the same way.
     """
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
+        dot_git = self.path / ".git"
+        self.git_dir = dot_git if dot_git.is_dir() and not dot_git.is_symlink() else self.path
 
-    def git(self, *args: str, cwd: Path | None = None) -> str:
-        return subprocess.run(["git", *_IDENTITY, *args], cwd=cwd or self.path, check=True, capture_output=True,
-                              text=True).stdout
+    def git(self, *args: str, input: bytes | None = None) -> str:
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **_GIT_ENV, "GIT_DIR": str(self.git_dir)}
+        result = subprocess.run(["git", *_GIT_OPTIONS, *args], cwd=self.git_dir, env=env, input=input,
+                                capture_output=True, check=False)
+        if result.returncode != 0:
+            raise subprocess.CalledProcessError(result.returncode, ["git", *args], result.stdout, result.stderr)
+        return result.stdout.decode("utf-8", errors="replace")
 
     @classmethod
     def create(cls, path: str | Path, source_root: str | Path, initial_agent=None) -> "RunRepo":
@@ -81,60 +197,124 @@ class RunRepo:
         with `initial_agent` (an InitialAgent) as the task agent's entry point if given."""
         from optimizer.initial_agents import select_initial_agent
 
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["git", "init", "-q", "--bare", str(path)], env={**os.environ, **_GIT_ENV}, check=True,
+                       capture_output=True)
         repo = cls(path)
-        copy_evolvable(source_root, repo.path)
-        if initial_agent is not None and initial_agent.name != "default":
-            select_initial_agent(repo.path, initial_agent)
-        (repo.path / ".gitignore").write_text(_GITIGNORE)
-        repo.git("init", "-q")
-        repo.git("add", "-A")
-        repo.git("commit", "-q", "-m", "initial agent")
-        repo.git("update-ref", "refs/nodes/initial", "HEAD")
+        with tempfile.TemporaryDirectory(prefix="hyperagents-initial-") as scratch:
+            copy_evolvable(source_root, scratch)
+            if initial_agent is not None and initial_agent.name != "default":
+                select_initial_agent(Path(scratch), initial_agent)
+            repo.commit_files(read_workspace(scratch).files, None, "initial", "initial agent")
         return repo
 
     def node_commit(self, node_id: str) -> str:
-        return self.git("rev-parse", f"refs/nodes/{node_id}").strip()
+        return self.git("rev-parse", "--verify", "--end-of-options", f"refs/nodes/{node_id}^{{commit}}").strip()
 
-    def worktree(self, commit: str, dest: Path) -> Path:
-        """A fresh checkout of `commit` at `dest` (an old one there is removed first)."""
-        self.remove_worktree(dest)
-        self.git("worktree", "add", "-q", "--detach", str(dest), commit)
+    # -- from commits to folders ------------------------------------------------------------
+    def checkout(self, commit: str, dest: Path) -> Path:
+        """A fresh folder `dest` holding the files of `commit` (an old one there is removed first)."""
+        discard(dest)
+        dest.mkdir(parents=True)
+        self.export(commit, dest)
         return dest
 
     def export(self, commit: str, dest: Path) -> None:
-        """The files of `commit` into the existing folder `dest`, without git metadata."""
-        tar = subprocess.run(["git", "archive", "--format=tar", commit], cwd=self.path, capture_output=True,
+        """The files of `commit` into the existing folder `dest`, without git metadata.
+
+        Blobs are read with `cat-file`, not `git archive`, so no attribute of the tree
+        (export-subst, export-ignore) applies."""
+        entries = []
+        for record in self.git("ls-tree", "-r", "-z", "--full-tree", commit).split("\0"):
+            if not record:
+                continue
+            meta, path = record.split("\t", 1)
+            mode, kind, sha = meta.split()
+            if kind == "blob" and mode in ("100644", "100755") and _safe_relative(path):
+                entries.append((mode, sha, path))
+        blobs = self._blobs([sha for _, sha, _ in entries])
+        for mode, sha, path in entries:
+            target = dest / path
+            target.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                         0o755 if mode == "100755" else 0o644)
+            with os.fdopen(fd, "wb") as f:
+                f.write(blobs[sha])
+
+    def _blobs(self, shas: list[str]) -> dict[str, bytes]:
+        """The contents of blobs, read in one `git cat-file --batch`."""
+        if not shas:
+            return {}
+        out = subprocess.run(["git", *_GIT_OPTIONS, "cat-file", "--batch"], cwd=self.git_dir,
+                             env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **_GIT_ENV,
+                                  "GIT_DIR": str(self.git_dir)},
+                             input="".join(f"{s}\n" for s in dict.fromkeys(shas)).encode(), capture_output=True,
                              check=True).stdout
-        with tarfile.open(fileobj=io.BytesIO(tar)) as archive:
-            archive.extractall(dest, filter="data")
+        blobs, pos = {}, 0
+        while pos < len(out):
+            header_end = out.index(b"\n", pos)
+            sha, _, size = out[pos:header_end].decode().split()
+            start = header_end + 1
+            blobs[sha] = out[start:start + int(size)]
+            pos = start + int(size) + 1
+        return blobs
 
-    def remove_worktree(self, dest: Path) -> None:
-        if dest.exists():
-            subprocess.run(["git", "worktree", "remove", "--force", str(dest)], cwd=self.path, capture_output=True)
-            shutil.rmtree(dest, ignore_errors=True)
-        self.git("worktree", "prune")
-
-    def capture(self, worktree: Path, parent_commit: str, node_id: str) -> Capture:
-        """Commit what changed in `worktree` since `parent_commit` as node `node_id`, minus
-        protected paths and caches; `Capture.commit` is None when nothing is left."""
-        self.git("add", "-A", cwd=worktree)
-        touched = self.git("diff", "--cached", "--name-only", parent_commit, cwd=worktree).split("\n")
-        dropped = sorted(p for p in touched if p and _protected(p))
-        if dropped:
-            self.git("reset", "-q", parent_commit, "--", *dropped, cwd=worktree)
-        stat = self.git("diff", "--cached", "--numstat", parent_commit, cwd=worktree).strip()
-        if not stat:
-            return Capture(None, "", dropped=dropped)
-        self.git("commit", "-q", "--no-verify", "-m", f"node {node_id}", cwd=worktree)
-        commit = self.git("rev-parse", "HEAD", cwd=worktree).strip()
-        self.git("update-ref", f"refs/nodes/{node_id}", commit)
-        rows = [line.split("\t") for line in stat.splitlines()]
-        return Capture(commit, self.git("diff", parent_commit, commit), files=len(rows),
+    # -- from folders to commits ------------------------------------------------------------
+    def capture(self, workspace: Path, parent_commit: str, node_id: str, quota: Quota = Quota()) -> Capture:
+        """Commit what `workspace` holds as node `node_id`, a child of `parent_commit`; only
+        its regular files under the evolvable paths, read as data (see `read_workspace`).
+        `Capture.commit` is None when that equals the parent."""
+        snap = read_workspace(workspace, quota)
+        dropped = sorted(snap.dropped)
+        commit = self.commit_files(snap.files, parent_commit, node_id, f"node {node_id}")
+        if self.git("rev-parse", f"{commit}^{{tree}}") == self.git("rev-parse", f"{parent_commit}^{{tree}}"):
+            self.git("update-ref", "-d", f"refs/nodes/{node_id}")
+            return Capture(None, "", dropped=dropped, dropped_why=snap.dropped)
+        stat_lines = self._diff("--numstat", parent_commit, commit).strip().splitlines()
+        rows = [line.split("\t") for line in stat_lines]
+        return Capture(commit, self._diff(parent_commit, commit), files=len(rows),
                        insertions=sum(int(r[0]) for r in rows if r[0].isdigit()),
-                       deletions=sum(int(r[1]) for r in rows if r[1].isdigit()), dropped=dropped)
+                       deletions=sum(int(r[1]) for r in rows if r[1].isdigit()), dropped=dropped,
+                       dropped_why=snap.dropped)
+
+    def _diff(self, *args: str) -> str:
+        return self.git("diff", "--no-ext-diff", "--no-textconv", "--no-color", *args)
+
+    def commit_files(self, files: dict[str, tuple[bool, bytes]], parent: str | None, node_id: str,
+                     message: str) -> str:
+        """Write `files` as the whole tree of a new commit `refs/nodes/<node_id>` (replacing an
+        earlier one of that name, from a generation redone after a kill); returns its id."""
+        ref = f"refs/nodes/{node_id}"
+        self.git("check-ref-format", ref)
+        text = message.encode()
+        stream = [f"commit {ref}\ncommitter hyperagents <hyperagents@localhost> {int(time.time())} +0000\n"
+                  f"data {len(text)}\n".encode() + text + b"\n"]
+        if parent:
+            stream.append(f"from {parent}\n".encode())
+        stream.append(b"deleteall\n")
+        for path, (executable, data) in sorted(files.items()):
+            stream.append(f"M {'100755' if executable else '100644'} inline {path}\ndata {len(data)}\n".encode())
+            stream += [data, b"\n"]
+        stream.append(b"done\n")
+        self.git("fast-import", "--quiet", "--done", "--force", input=b"".join(stream))
+        return self.node_commit(node_id)
 
     def task_agent_hash(self, commit: str) -> str:
         """A content hash of everything at `commit` the task agent can run, not the meta agent."""
         listing = [line for line in self.git("ls-tree", "-r", commit).splitlines()
                    if line.split("\t", 1)[1].split("/", 1)[0] not in NOT_TASK_AGENT]
         return hashlib.sha256("\n".join(listing).encode()).hexdigest()
+
+
+def _safe_relative(path: str) -> bool:
+    parts = path.split("/")
+    return bool(path) and not path.startswith("/") and all(p not in ("", ".", "..") for p in parts)
+
+
+def discard(folder: Path) -> None:
+    """Remove a workspace folder; links in it are removed, never followed."""
+    if folder.is_symlink() or folder.is_file():
+        folder.unlink()
+    elif folder.exists():
+        shutil.rmtree(folder)

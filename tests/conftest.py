@@ -16,6 +16,18 @@ import pytest  # noqa: E402
 
 from fake_openai import FakeOpenAI  # noqa: E402
 
+ATTACKS = pytest.StashKey[dict]()  # description -> node ids of the attack tests collected
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """Remember the attacks collected (tests marked `attack`), for the check of SECURITY.md."""
+    found: dict[str, list[str]] = {}
+    for item in items:
+        mark = item.get_closest_marker("attack")
+        if mark and mark.args:
+            found.setdefault(mark.args[0], []).append(item.nodeid)
+    config.stash[ATTACKS] = found
+
 
 @pytest.fixture(scope="session")
 def fake_openai_session():

@@ -250,5 +250,5 @@ def test_the_meta_agents_try_command_checks_answers_as_mathematics(tmp_path, fak
     config.write_text(FAST_CONFIG + "loop:\n  eval_samples: 2\n  skip_staged_eval: true\n  meta_timeout_s: 120\n")
     r = run_loop(tmp_path, fake_openai, "--max_generation", "1", config=config, domains=["imo_answer"])
     assert r.returncode == 0, r.stderr[-3000:]
-    transcript = (tmp_path / "out" / "run" / "nodes" / "1" / "meta_chat_history.md").read_text()
+    transcript = (tmp_path / "out" / "run" / "untrusted" / "1" / "meta" / "meta_chat_history.md").read_text()
     assert "accuracy 2/2 = 1.000" in transcript, transcript[-2000:]

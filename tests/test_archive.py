@@ -2,6 +2,7 @@
 
 import math
 import random
+import subprocess
 from collections import Counter
 
 import pytest
@@ -9,7 +10,7 @@ import pytest
 from archive.selection import Candidate, select_parent
 from archive.store import Archive, Node, selection_score
 from domains.registry import get_domain
-from optimizer.workspace import RunRepo
+from optimizer.workspace import RunRepo, discard
 
 
 def cands(*scores_children):
@@ -87,9 +88,10 @@ def test_run_repo_commits_changes_drops_protected_paths_and_hashes_the_task_agen
 
     repo = RunRepo.create(tmp_path / "repo", PROJECT_ROOT)
     base = repo.node_commit("initial")
-    assert (tmp_path / "repo" / "task_agent" / "task_agent.py").exists()
-    assert not (tmp_path / "repo" / "domains").exists()
-    ws = repo.worktree(base, tmp_path / "ws")
+    assert "task_agent/task_agent.py" in repo.git("ls-tree", "-r", "--name-only", base).split()
+    assert not any(p.startswith("domains") for p in repo.git("ls-tree", "-r", "--name-only", base).split())
+    ws = repo.checkout(base, tmp_path / "ws")
+    assert not (ws / ".git").exists()  # a plain folder: nothing of the repository is in reach
     (ws / "task_agent" / "task_agent.py").write_text("# better\n")
     (ws / "task_agent" / "helper.py").write_text("X = 1\n")  # a new file counts too
     (ws / "domains").mkdir()
@@ -97,21 +99,36 @@ def test_run_repo_commits_changes_drops_protected_paths_and_hashes_the_task_agen
     (ws / "task_agent" / "__pycache__").mkdir(exist_ok=True)
     (ws / "task_agent" / "__pycache__" / "x.pyc").write_bytes(b"\0")
     cap = repo.capture(ws, base, "1")
-    assert cap.commit and cap.files == 2 and cap.dropped == ["domains/metrics.py"]
+    assert cap.commit and cap.files == 2 and cap.dropped == ["domains"]
+    assert cap.dropped_why == {"domains": "outside the evolvable paths"}
     assert "helper.py" in cap.patch and "cheat" not in cap.patch and ".pyc" not in cap.patch
     assert repo.node_commit("1") == cap.commit
     assert repo.task_agent_hash(cap.commit) != repo.task_agent_hash(base)
-    repo.remove_worktree(ws)
+    discard(ws)
 
-    ws = repo.worktree(cap.commit, tmp_path / "ws")
+    ws = repo.checkout(cap.commit, tmp_path / "ws")
+    assert (ws / "task_agent" / "helper.py").read_text() == "X = 1\n"
     (ws / "meta_agent").mkdir(exist_ok=True)
     (ws / "meta_agent" / "notes.md").write_text("only the meta agent changed\n")
     meta_only = repo.capture(ws, cap.commit, "2")
     assert repo.task_agent_hash(meta_only.commit) == repo.task_agent_hash(cap.commit)
-    repo.remove_worktree(ws)
 
-    ws = repo.worktree(meta_only.commit, tmp_path / "ws")
+    ws = repo.checkout(meta_only.commit, tmp_path / "ws")
     (ws / "domains").mkdir()
     (ws / "domains" / "x.py").write_text("y = 2\n")
     nothing = repo.capture(ws, meta_only.commit, "3")
-    assert nothing.commit is None and nothing.dropped == ["domains/x.py"]
+    assert nothing.commit is None and nothing.dropped == ["domains"]
+    with pytest.raises(subprocess.CalledProcessError):
+        repo.node_commit("3")  # no ref is left for a node that changed nothing
+
+
+def test_checkout_keeps_the_executable_bit_and_costs_the_same_at_any_depth(tmp_path):
+    from optimizer.config import PROJECT_ROOT
+
+    repo = RunRepo.create(tmp_path / "repo", PROJECT_ROOT)
+    ws = repo.checkout(repo.node_commit("initial"), tmp_path / "ws")
+    (ws / "agent" / "run.sh").write_text("#!/bin/sh\n")
+    (ws / "agent" / "run.sh").chmod(0o755)
+    commit = repo.capture(ws, repo.node_commit("initial"), "1").commit
+    again = repo.checkout(commit, tmp_path / "again")
+    assert (again / "agent" / "run.sh").stat().st_mode & 0o111

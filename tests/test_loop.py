@@ -110,7 +110,7 @@ def test_an_improving_edit_is_found_fully_evaluated_and_selected(tmp_path, fake_
     # Only train results are there for later meta agents, never val.
     assert (run_dir / "feedback" / "1" / "imo_grading" / "predictions.csv").exists()
     assert not any("val" in str(p) for p in (run_dir / "feedback").rglob("*"))
-    assert (run_dir / "nodes" / "1" / "meta_chat_history.md").exists()
+    assert (run_dir / "untrusted" / "1" / "meta" / "meta_chat_history.md").exists()
     assert improved["cost_usd"].keys() >= {"meta", "task"}
 
 
@@ -120,7 +120,7 @@ def test_protected_edits_are_dropped_broken_imports_and_no_ops_are_marked(tmp_pa
                  config=loop_config(tmp_path))
     assert r.returncode == 0, r.stderr[-3000:]
     found = nodes(tmp_path / "out" / "run")
-    assert found["1"]["status"] == "no_change" and found["1"]["patch"]["dropped"] == ["domains/metrics.py"]
+    assert found["1"]["status"] == "no_change" and found["1"]["patch"]["dropped"] == ["domains"]
     assert found["2"]["status"] == "load_failed" and "SyntaxError" in found["2"]["error"]
     assert found["3"]["status"] == "no_change"
     # A failed child never takes a parent's place: generation 3 started from a valid node.

@@ -131,12 +131,13 @@ class SyntheticRun:
              test: tuple | None = None):
         """A node whose task_agent/task_agent.py ends with `# node <id>` (plus `code`)."""
         from archive.store import Node
+        from optimizer.workspace import discard
 
-        worktree = self.repo.worktree(self.repo.node_commit("initial"), self.dir / "worktrees" / node_id)
-        target = worktree / "task_agent" / "task_agent.py"
+        workspace = self.repo.checkout(self.repo.node_commit("initial"), self.dir / "workspaces" / node_id)
+        target = workspace / "task_agent" / "task_agent.py"
         target.write_text(target.read_text() + f"\n# node {node_id}\n{code}")
-        commit = self.repo.capture(worktree, self.repo.node_commit("initial"), node_id).commit
-        self.repo.remove_worktree(worktree)
+        commit = self.repo.capture(workspace, self.repo.node_commit("initial"), node_id).commit
+        discard(workspace)
         keys = {}
         for split, scores in (("train", val), ("val", val), ("test", test)):
             if scores is None or (split != "train" and not full):

@@ -1,4 +1,5 @@
-"""Sandbox tools: `python -m optimizer.sandbox build-image [--full] [--tag T]`."""
+"""Sandbox tools: `python -m optimizer.sandbox check` (which backend works here) and
+`python -m optimizer.sandbox build-image [--full] [--tag T]`."""
 
 from __future__ import annotations
 
@@ -28,16 +29,28 @@ def build_image(full: bool, tag: str) -> None:
     print(f"built {tag} ({image_id}) in {time.monotonic() - started:.2f} s")
 
 
+def check() -> None:
+    """Say which backend `auto` takes on this machine, or why none works (then exit 2)."""
+    from optimizer.sandbox import choose_backend_why
+
+    backend, why = choose_backend_why(SandboxConfig())
+    print(f"sandbox {backend}: works here" + (f" ({why})" if why else ""))
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m optimizer.sandbox", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("check", help="which sandbox backend works on this machine")
     build = commands.add_parser("build-image", help="build the docker backend's image")
     build.add_argument("--full", action="store_true",
                        help="a self-contained image from the Dockerfile (needs a registry); "
                             "default: an almost empty image that borrows the host's /usr and Python")
     build.add_argument("--tag", default=SandboxConfig().docker_image, help="image name (default: %(default)s)")
     args = parser.parse_args(argv)
-    build_image(args.full, args.tag)
+    if args.command == "check":
+        check()
+    else:
+        build_image(args.full, args.tag)
 
 
 if __name__ == "__main__":

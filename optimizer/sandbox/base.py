@@ -38,6 +38,31 @@ def python_paths() -> list[str]:
     return [p for p in paths if not any(p != q and p.startswith(q + "/") for q in paths)]
 
 
+# The trusted core's own packages and scripts; where the project is installed (not editable)
+# they sit in site-packages, which sandboxes see, with the data sets and their labels.
+CORE_MODULES = ("domains", "optimizer", "archive", "run_optimization", "setup_proofgrader_repo")
+
+
+def hidden_core_paths() -> list[str]:
+    """Installed copies of the trusted core that lie inside the interpreter's paths: each
+    sandbox covers them with an empty folder (or file), so no label is in reach."""
+    import importlib.util
+
+    bound = python_paths()
+    hidden = []
+    for name in CORE_MODULES:
+        try:
+            spec = importlib.util.find_spec(name)  # finds, never imports
+        except (ImportError, ValueError):
+            continue
+        if spec is None or not spec.origin:
+            continue
+        path = str(Path(spec.origin).parent if spec.submodule_search_locations else Path(spec.origin))
+        if any(path == b or path.startswith(b + "/") for b in bound):
+            hidden.append(path)
+    return hidden
+
+
 @dataclass(frozen=True)
 class Mount:
     source: Path  # host path (file or directory)
@@ -150,8 +175,8 @@ class Sandbox:
     def all_mounts(self) -> list[Mount]:
         """The caller's mounts plus the relay and the gateway socket folder."""
         extra = [Mount(RELAY, f"{TRUSTED_DIR}/relay.py")]
-        if self.gateway_socket:
-            extra.append(Mount(self.gateway_socket.parent, GATEWAY_DIR, writable=True))
+        if self.gateway_socket:  # read-only: code inside connects to the socket, never removes or replaces it
+            extra.append(Mount(self.gateway_socket.parent, GATEWAY_DIR))
         return [*self.mounts, *extra]
 
     # -- commands ---------------------------------------------------------------------------

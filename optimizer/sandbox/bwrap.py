@@ -20,9 +20,10 @@ import uuid
 from functools import lru_cache
 from pathlib import Path
 
-from optimizer.sandbox.base import WORKSPACE, GroupPopen, Sandbox, python_paths
+from optimizer.sandbox.base import WORKSPACE, GroupPopen, Sandbox, hidden_core_paths, python_paths
 
 SANDBOX_UID = 65534  # nobody
+CGROUP_PREFIX = "hyperagents-"  # then the pid of the process that made it
 # Host paths a dynamically linked Python needs; nothing else of the host is visible.
 SYSTEM_PATHS = ("/usr", "/etc/alternatives", "/etc/ld.so.cache", "/etc/ssl", "/etc/passwd", "/etc/group",
                 "/etc/hosts", "/etc/localtime")
@@ -36,7 +37,8 @@ class PidsCgroup:
         root = _pids_cgroup_root() if os.geteuid() == 0 else None
         if root is None:
             return
-        path = root / f"hyperagents-{uuid.uuid4().hex[:12]}"
+        remove_dead_cgroups(root)
+        path = root / f"{CGROUP_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:12]}"
         try:
             path.mkdir()
             (path / "pids.max").write_text(str(limit))
@@ -59,6 +61,17 @@ class PidsCgroup:
             path.rmdir()
         except OSError:
             pass  # absent, or a process still dying: the kernel frees it once empty
+
+
+def remove_dead_cgroups(root: Path) -> None:
+    """Remove the pids cgroups that processes which died without cleaning up (a SIGKILLed run)
+    left behind: those named after a process that is gone. The kernel refuses to remove one
+    that still holds a process."""
+    for path in root.glob(f"{CGROUP_PREFIX}*"):
+        owner = path.name[len(CGROUP_PREFIX):].split("-", 1)[0]
+        if not owner.isdigit() or Path(f"/proc/{owner}").exists():
+            continue
+        PidsCgroup.remove_dir(path)
 
 
 def _pids_cgroup_root() -> Path | None:
@@ -98,11 +111,14 @@ class BwrapSandbox(Sandbox):
         for link in ("bin", "lib", "lib64", "sbin"):
             if os.path.islink(f"/{link}"):
                 cmd += ["--symlink", os.readlink(f"/{link}"), f"/{link}"]
+        # The private /tmp comes before the interpreter: a Python installed under /tmp (a
+        # virtualenv made there) is then bound on top of it instead of hidden by it.
+        cmd += ["--dev", "/dev", "--proc", "/proc", "--size", str(self.config.tmp_mb * 2**20), "--tmpfs", "/tmp"]
         for path in python_paths():
             cmd += ["--ro-bind", path, path]
-        cmd += ["--dev", "/dev", "--proc", "/proc",
-                "--size", str(self.config.tmp_mb * 2**20), "--tmpfs", "/tmp",
-                "--bind", str(self.workspace), WORKSPACE]
+        for path in _hidden():
+            cmd += ["--tmpfs", path] if os.path.isdir(path) else ["--ro-bind", "/dev/null", path]
+        cmd += ["--bind", str(self.workspace), WORKSPACE]
         for m in self.all_mounts():
             cmd += ["--bind" if m.writable else "--ro-bind", str(m.source), m.target]
         # The sandbox's own root (where mount points were made) becomes read-only: it is a
@@ -123,6 +139,11 @@ class BwrapSandbox(Sandbox):
                 resource.setrlimit(kind, (value, value))
 
         return GroupPopen(self._argv(argv, env, cwd), env={}, preexec_fn=limit_child)
+
+
+@lru_cache(maxsize=1)
+def _hidden() -> tuple[str, ...]:
+    return tuple(hidden_core_paths())
 
 
 @lru_cache(maxsize=1)

@@ -39,7 +39,8 @@ from docker.types import Ulimit
 
 from optimizer.config import SandboxConfig
 from optimizer.errors import UserError
-from optimizer.sandbox.base import GATEWAY_DIR, RELAY_PORT, TRUSTED_DIR, WORKSPACE, Sandbox, python_paths
+from optimizer.sandbox.base import (GATEWAY_DIR, RELAY_PORT, TRUSTED_DIR, WORKSPACE, Sandbox,
+                                    hidden_core_paths, python_paths)
 from optimizer.sandbox.image import PYTHON_LABEL
 
 LABEL = "hyperagents.sandbox"  # on every container we create, to find leftovers
@@ -96,6 +97,8 @@ class DockerSandbox(Sandbox):
         mounts += [_bind(m.source, m.target, m.writable) for m in self.all_mounts()]
         if image.labels[PYTHON_LABEL] == "host":
             mounts += [_bind(Path(path), path, writable=False) for path in [*HOST_PATHS, *python_paths()]]
+            mounts += [DockerMount(path, None, type="tmpfs") if os.path.isdir(path) else
+                       _bind(Path(os.devnull), path, writable=False) for path in hidden_core_paths()]
         else:
             self._python = image.labels[PYTHON_LABEL]
         self._hand_over([self.workspace, *(m.source for m in self.mounts if m.writable)])

@@ -1,0 +1,93 @@
+"""The sandbox on a newcomer's machine, and what a killed run leaves behind."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO_ROOT
+from optimizer.config import SandboxConfig
+from optimizer.sandbox.bwrap import CGROUP_PREFIX, BwrapSandbox, _pids_cgroup_root
+from test_sandbox import BACKENDS
+
+
+def test_a_python_installed_under_tmp_runs_sandboxed_code(tmp_path_factory):
+    """A virtualenv made under /tmp: bwrap's private /tmp used to hide its interpreter."""
+    venv = Path("/tmp") / f"venv-{os.getpid()}-{time.monotonic_ns()}"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", str(venv)], check=True)
+    try:
+        code = textwrap.dedent(f"""
+            import sys, tempfile
+            sys.path.insert(0, {str(REPO_ROOT)!r})
+            from pathlib import Path
+            from optimizer.sandbox.bwrap import BwrapSandbox
+            with tempfile.TemporaryDirectory() as ws, BwrapSandbox(Path(ws)) as box:
+                r = box.run([box.python, "-c", "import sys; print(sys.prefix)"], box.base_env(), timeout=60)
+            print(r.stdout.strip(), r.stderr.strip()[-300:])
+        """)
+        out = subprocess.run([str(venv / "bin" / "python"), "-c", code], capture_output=True, text=True, timeout=120)
+        assert out.stdout.split()[:1] == [str(venv)], out.stdout + out.stderr
+    finally:
+        subprocess.run(["rm", "-rf", str(venv)], check=True)
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or _pids_cgroup_root() is None, reason="pids cgroups are made only as root")
+def test_the_pids_cgroup_of_a_killed_run_is_removed_by_the_next_one(tmp_path):
+    code = textwrap.dedent(f"""
+        import os, signal, sys
+        sys.path.insert(0, {str(REPO_ROOT)!r})
+        from pathlib import Path
+        from optimizer.sandbox.bwrap import BwrapSandbox
+        box = BwrapSandbox(Path({str(tmp_path)!r})).open()
+        print(box._cgroup.path, flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == -signal.SIGKILL
+    left = Path(out.stdout.strip())
+    assert left.name.startswith(CGROUP_PREFIX) and left.is_dir()
+    with BwrapSandbox(tmp_path, SandboxConfig()) as box:
+        assert box._cgroup.path != left
+    assert not left.exists()
+
+
+@pytest.fixture(scope="module")
+def installed_copy():
+    """The framework installed the ordinary way (not editable) in a virtualenv: its data sets,
+    labels included, are then package data in site-packages, which sandboxes see."""
+    venv = Path("/tmp") / f"venv-installed-{os.getpid()}"
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
+    try:
+        subprocess.run([str(venv / "bin" / "pip"), "install", "-q", "--no-deps", "--no-build-isolation",
+                        str(REPO_ROOT)], check=True, capture_output=True, timeout=300)
+        yield venv
+    finally:
+        subprocess.run(["rm", "-rf", str(venv)], check=True)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.attack("task agent: reads the labels of an installed (not editable) copy of the framework in "
+                    "site-packages")
+def test_an_installed_copy_of_the_core_is_hidden_in_the_sandbox(installed_copy, backend, tmp_path):
+    code = textwrap.dedent(f"""
+        import glob, site, tempfile
+        from pathlib import Path
+        from optimizer.config import SandboxConfig
+        from optimizer.sandbox import open_sandbox
+        site_packages = site.getsitepackages()[0]
+        assert site_packages.startswith({str(installed_copy)!r})
+        look = f"import glob; print(len(glob.glob({{site_packages!r}} + '/domains/**/*.csv', recursive=True)))"
+        with open_sandbox(SandboxConfig(backend={backend!r}), Path({str(tmp_path)!r})) as box:
+            r = box.run([box.python, "-c", look], box.base_env(), timeout=60)
+        print(len(glob.glob(site_packages + "/domains/**/*.csv", recursive=True)), r.stdout.strip() or r.stderr)
+    """)
+    out = subprocess.run([str(installed_copy / "bin" / "python"), "-c", code], capture_output=True, text=True,
+                         timeout=120, cwd="/")
+    on_host, inside = out.stdout.split(maxsplit=1) if out.stdout else ("", out.stderr)
+    assert int(on_host) >= 6, out.stdout + out.stderr  # the labels are there on the host...
+    assert inside.strip() == "0"  # ...and not in the sandbox
