@@ -72,6 +72,7 @@ class SandboxConfig:
     cpus: float = 2.0  # CPU cores a docker container may use
     cpu_seconds: int = 7200  # CPU time of one sandboxed process before the kernel kills it
     file_size_mb: int = 1024  # largest file agent code may write
+    disk_mb: float = 2048  # what commands may write in all to the workspace and writable folders; past it they are killed
     tmp_mb: int = 512  # size of the private /tmp
     output_cap_mb: float = 16  # stdout+stderr kept from one command; a command printing more is killed
     docker_image: str = "hyperagents-sandbox:latest"  # built by `python -m optimizer.sandbox build-image`

@@ -29,6 +29,8 @@ TRUSTED_DIR = "/opt/hyperagents"  # read-only home of trusted scripts (relay, wo
 GATEWAY_DIR = "/run/gateway"  # the gateway's socket folder inside
 RELAY_PORT = 18080  # the relay's port on the sandbox's own loopback
 RELAY = Path(__file__).with_name("relay.py")
+DISK_CHECK_S = 1.0  # how often the folders a sandbox may write are measured
+MAX_ENTRIES = 100_000  # files and folders a sandbox may make there
 
 
 def python_paths() -> list[str]:
@@ -78,10 +80,11 @@ class RunResult:
     seconds: float
     timed_out: bool = False
     output_capped: bool = False  # printed more than the cap; killed and cut
+    disk_capped: str | None = None  # why the sandbox was killed for what it wrote to its folders
 
     @property
     def ok(self) -> bool:
-        return self.returncode == 0 and not self.timed_out and not self.output_capped
+        return self.returncode == 0 and not self.timed_out and not self.output_capped and not self.disk_capped
 
     def why(self) -> str:
         """One line on how the command ended, for records and error messages."""
@@ -89,6 +92,8 @@ class RunResult:
             return f"killed after the {self.seconds:.0f} s wall-clock limit"
         if self.output_capped:
             return "killed for printing more than the output cap"
+        if self.disk_capped:
+            return f"killed for {self.disk_capped}"
         if self.returncode and self.returncode < 0:
             return f"killed by signal {signal.Signals(-self.returncode).name}"
         return f"exit code {self.returncode}"
@@ -111,6 +116,8 @@ class Sandbox:
         self.mounts = [Mount(Path(m.source).resolve(), m.target, m.writable) for m in self.mounts]
         self._procs: list = []
         self._closed = False
+        self.disk_capped: str | None = None  # set when the watch below killed everything inside
+        self._stop_watch = threading.Event()
 
     # -- lifecycle: backends extend these ---------------------------------------------------
     def open(self) -> "Sandbox":
@@ -121,15 +128,30 @@ class Sandbox:
         if self._closed:
             return
         self._closed = True
+        self._stop_watch.set()
         for proc in self._procs:
             _kill(proc)
 
     def __enter__(self) -> "Sandbox":
         try:
-            return self.open()
+            self.open()
         except BaseException:
             self.close()
             raise
+        threading.Thread(target=self._watch_disk, name=f"sandbox-disk-{self.workspace.name}", daemon=True).start()
+        return self
+
+    def _watch_disk(self) -> None:
+        """Kill everything inside once the folders it may write hold more than `config.disk_mb`
+        (or MAX_ENTRIES files): the file size limit bounds one file, this bounds them all."""
+        limit = int(self.config.disk_mb * 2**20)
+        trees = [self.workspace, *(m.source for m in self.mounts if m.writable)]
+        while not self._stop_watch.wait(DISK_CHECK_S):
+            over = disk_over(trees, limit)
+            if over:
+                self.disk_capped = over
+                for proc in list(self._procs):
+                    _kill(proc)
 
     def __exit__(self, *exc) -> None:
         self.close()
@@ -228,8 +250,9 @@ class Sandbox:
         code = proc.wait()
         for reader in (out, err):
             reader.join(2.0)
-        return RunResult(None if (timed_out or over.is_set()) else code, out.text(), err.text(),
-                         time.monotonic() - started, timed_out, over.is_set())
+        capped = self.disk_capped
+        return RunResult(None if (timed_out or over.is_set() or capped) else code, out.text(), err.text(),
+                         time.monotonic() - started, timed_out, over.is_set(), capped)
 
 
 class _CappedReader(threading.Thread):
@@ -254,6 +277,28 @@ class _CappedReader(threading.Thread):
 
     def text(self) -> str:
         return "".join(self.parts)
+
+
+def disk_over(trees: list[Path], limit: int) -> str | None:
+    """Why `trees` hold too much (bytes on disk, or entries), or None. Links are not followed."""
+    used, entries = 0, 0
+    stack = [str(t) for t in trees]
+    while stack:
+        try:
+            with os.scandir(stack.pop()) as it:
+                for entry in it:
+                    entries += 1
+                    if entries > MAX_ENTRIES:
+                        return f"making more than {MAX_ENTRIES} files in its folders"
+                    info = entry.stat(follow_symlinks=False)
+                    used += info.st_blocks * 512
+                    if used > limit:
+                        return f"writing more than {limit // 2**20} MB to its folders"
+                    if entry.is_dir(follow_symlinks=False):
+                        stack.append(entry.path)
+        except OSError:
+            continue  # removed while we looked
+    return None
 
 
 def _kill(proc) -> None:

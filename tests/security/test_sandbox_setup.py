@@ -91,3 +91,26 @@ def test_an_installed_copy_of_the_core_is_hidden_in_the_sandbox(installed_copy, 
     on_host, inside = out.stdout.split(maxsplit=1) if out.stdout else ("", out.stderr)
     assert int(on_host) >= 6, out.stdout + out.stderr  # the labels are there on the host...
     assert inside.strip() == "0"  # ...and not in the sandbox
+
+
+FILL = {"bytes": "for i in range(100):\n    open(f'/workspace/f{i}', 'wb').write(b'x' * 2**20)",
+        "files": "import os\nos.makedirs('/workspace/d')\nfor i in range(5000):\n    open(f'/workspace/d/{i}', 'w').close()"}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("fill", sorted(FILL))
+@pytest.mark.attack("agent code: fills the host's disk through its writable folders (many files, or many bytes "
+                    "in files under the size limit)")
+def test_writing_too_much_to_the_sandbox_folders_kills_the_command(backend, fill, tmp_path, monkeypatch):
+    import optimizer.sandbox.base as base
+    from optimizer.sandbox import open_sandbox
+
+    monkeypatch.setattr(base, "MAX_ENTRIES", 1000)
+    monkeypatch.setattr(base, "DISK_CHECK_S", 0.2)
+    config = SandboxConfig(backend=backend, disk_mb=20)
+    with open_sandbox(config, tmp_path) as box:
+        code = FILL[fill] + "\nimport time\ntime.sleep(60)"
+        result = box.run([box.python, "-c", code], box.base_env(), timeout=50)
+    assert not result.ok and result.seconds < 40
+    assert result.why() == ("killed for writing more than 20 MB to its folders" if fill == "bytes"
+                            else "killed for making more than 1000 files in its folders")
