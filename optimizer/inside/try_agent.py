@@ -8,6 +8,7 @@ the sandbox. Model calls go through the gateway under the try key, booked to the
 """
 
 import argparse
+import gc
 import json
 import os
 import sys
@@ -42,6 +43,9 @@ def main() -> int:
         rows = [r for r in rows if str(r["id"]) in wanted]
     else:
         rows = rows[: args.rows]
+    import litellm  # noqa: F401 (what the task agent will import anyway)
+
+    gc.freeze()  # never garbage: the command then exits about 0.7 s sooner (see run_meta.py)
     os.environ.update(AGENT_GATEWAY_KEY=os.environ["TRY_GATEWAY_KEY"], OPENAI_API_KEY=os.environ["TRY_GATEWAY_KEY"])
     sys.path.insert(0, os.environ.get("WORKSPACE", "/workspace"))
     from task_agent import TaskAgent
