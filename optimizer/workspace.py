@@ -234,13 +234,12 @@ class RunRepo:
             if kind == "blob" and mode in ("100644", "100755") and _safe_relative(path):
                 entries.append((mode, sha, path))
         blobs = self._blobs([sha for _, sha, _ in entries])
-        for mode, sha, path in entries:
-            target = dest / path
-            target.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                         0o755 if mode == "100755" else 0o644)
-            with os.fdopen(fd, "wb") as f:
-                f.write(blobs[sha])
+        root = os.open(dest, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            for mode, sha, path in entries:
+                _write_below(root, path, blobs[sha], 0o755 if mode == "100755" else 0o644)
+        finally:
+            os.close(root)
 
     def _blobs(self, shas: list[str]) -> dict[str, bytes]:
         """The contents of blobs, read in one `git cat-file --batch`."""
@@ -305,6 +304,27 @@ class RunRepo:
         listing = [line for line in self.git("ls-tree", "-r", commit).splitlines()
                    if line.split("\t", 1)[1].split("/", 1)[0] not in NOT_TASK_AGENT]
         return hashlib.sha256("\n".join(listing).encode()).hexdigest()
+
+
+def _write_below(root: int, path: str, data: bytes, mode: int) -> None:
+    """Create the file `path` under the folder `root` (a descriptor), making its folders; no
+    link on the way is followed, so a sandbox that shares the folder cannot redirect the write."""
+    *folders, name = path.split("/")
+    fd = os.dup(root)
+    try:
+        for folder in folders:
+            try:
+                os.mkdir(folder, 0o755, dir_fd=fd)
+            except FileExistsError:
+                pass
+            inner = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+        out = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=fd)
+        with os.fdopen(out, "wb") as f:
+            f.write(data)
+    finally:
+        os.close(fd)
 
 
 def _safe_relative(path: str) -> bool:

@@ -242,3 +242,16 @@ def test_capture_of_a_hostile_workspace_never_starts_git_in_it(repo, tmp_path, m
     monkeypatch.setattr(subprocess, "run", spy)
     repo.capture(ws, repo.node_commit("initial"), "spy")
     assert seen and all(Path(cwd) == repo.git_dir and Path(git_dir) == repo.git_dir for cwd, git_dir in seen)
+
+
+@pytest.mark.attack("a link planted in a folder the host later fills with a node's files (the evaluation "
+                    "workspace)")
+def test_export_never_writes_through_a_planted_link(repo, tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    dest = tmp_path / "eval_ws"
+    dest.mkdir()
+    (dest / "agent").symlink_to(outside)
+    with pytest.raises(OSError):
+        repo.export(repo.node_commit("initial"), dest)
+    assert list(outside.iterdir()) == []
