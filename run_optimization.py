@@ -16,12 +16,14 @@ import argparse
 import dataclasses
 import importlib.util
 import json
+import os
 import shutil
 from collections import Counter
 from datetime import datetime
 from pathlib import Path
 
-from optimizer.config import BASELINES, PROJECT_ROOT, SANDBOX_BACKENDS, Config, _merge, load_config, parse_data_flags
+from optimizer.config import (BASELINES, PROJECT_ROOT, SANDBOX_BACKENDS, Config, int_flag, load_config, number_flag,
+                              parse_data_flags, validate)
 from optimizer.errors import UserError, exit_on_user_error
 from optimizer.fsutil import atomic_write_json
 from optimizer.initial_agents import INITIAL_AGENTS
@@ -38,9 +40,11 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--run_id", default=None, help="run folder name (default: a timestamp)")
     ap.add_argument("--output_dir", default="./outputs", help="parent folder of runs")
     ap.add_argument("--resume_from", default=None, help="a run folder to continue")
-    ap.add_argument("--max_generation", type=int, default=None, help="generations after the initial node (10)")
-    ap.add_argument("--eval_samples", type=int, default=None, help="rows per full evaluation split (-1 = all)")
-    ap.add_argument("--eval_workers", type=int, default=None, help="rows evaluated in parallel")
+    ap.add_argument("--max_generation", type=int_flag(0), default=None,
+                    help="generations after the initial node (10)")
+    ap.add_argument("--eval_samples", type=int_flag(1, also=-1), default=None,
+                    help="rows per full evaluation split (-1 = all)")
+    ap.add_argument("--eval_workers", type=int_flag(1), default=None, help="rows evaluated in parallel")
     ap.add_argument("--parent_selection", choices=sorted(STRATEGIES), default=None,
                     help="how the next parent is chosen (score_child_prop)")
     ap.add_argument("--seed", type=int, default=None, help="seed of parent selection, to replay a run")
@@ -49,7 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--edit_select_parent", action="store_true", default=None,
                     help="the workspace's select_next_parent.py chooses parents")
     ap.add_argument("--run_baseline", choices=BASELINES, default=None, help="a baseline of the paper")
-    ap.add_argument("--budget_usd", type=float, default=None, help="stop the run once this much is spent")
+    ap.add_argument("--budget_usd", type=number_flag(0), default=None, help="stop the run once this much is spent")
     ap.add_argument("--meta_model", default=None, help="the meta agent's model (litellm string)")
     ap.add_argument("--task_model", default=None, help="the task agent's model (litellm string)")
     ap.add_argument("--data", action="append", default=None, metavar="DOMAIN=PATH",
@@ -74,7 +78,51 @@ def apply_flags(config: Config, args) -> Config:
                                   "sandbox": ("sandbox", "backend")}.items():
         if getattr(args, flag) is not None:
             setattr(getattr(config, section), name, getattr(args, flag))
-    return config
+    return validate(config)
+
+
+def check_writable(path: Path, flag: str) -> None:
+    """Refuse, before anything is created, a folder that cannot be made or written: the nearest
+    existing ancestor of `path` (or `path` itself) must be a writable folder."""
+    existing = path
+    while not os.path.lexists(existing):  # lexists: a dangling link is in the way too
+        existing = existing.parent
+    if not existing.is_dir():
+        raise UserError(f"{flag}: {existing} is not a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise UserError(f"{flag}: {existing} is not writable")
+
+
+def load_run(resume_from: str) -> tuple[Path, list[str], Config]:
+    """The folder, domain names and config of a run to resume, each checked before anything starts."""
+    from archive.store import Archive
+
+    run_dir, where = Path(resume_from).resolve(), f"--resume_from {resume_from}"
+    saved = run_dir / "run.json"
+    if not run_dir.is_dir():
+        raise UserError(f"{where}: no such folder")
+    if (run_dir / "predictions.jsonl").exists() or (run_dir / "predictions.csv").exists():
+        raise UserError(f"{where} is an evaluation folder of domains.harness, not a run of run_optimization "
+                        f"(continue it with python -m domains.harness --resume_from {resume_from})")
+    try:
+        state = json.loads(saved.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UserError(f"{where}: not a run folder (no run.json)") from None
+    except OSError as e:
+        raise UserError(f"{where}: cannot read {saved}: {e.strerror}") from None
+    except ValueError as e:
+        raise UserError(f"{where}: not a run folder ({saved} is not valid JSON: {e})") from None
+    domains = state.get("domains") if isinstance(state, dict) else None
+    if not (isinstance(domains, list) and domains and all(isinstance(d, str) for d in domains)
+            and isinstance(state.get("config"), dict)):
+        raise UserError(f"{where}: not a run folder ({saved} has no list of domains and config mapping)")
+    try:
+        config = Config.from_dict(state["config"])
+    except UserError as e:
+        raise UserError(f"{saved}: {e}") from None
+    Archive(run_dir)  # reads every node record: a garbled one stops the resume before the gateway starts
+    check_writable(run_dir, where)
+    return run_dir, domains, config
 
 
 def plan_lines(run_dir: Path, domains, config: Config, backend: str, resumed: bool,
@@ -136,19 +184,14 @@ def main(argv=None) -> None:
 
     args = build_parser().parse_args(argv)
     if args.resume_from:
-        run_dir = Path(args.resume_from).resolve()
-        saved = run_dir / "run.json"
-        if not saved.is_file():
-            raise UserError(f"--resume_from {args.resume_from}: no run.json there (not a run folder)")
-        state = json.loads(saved.read_text())
-        config = _merge(Config(), state["config"], "")
-        domain_names = state["domains"]
+        run_dir, domain_names, config = load_run(args.resume_from)
     else:
         if not args.domain:
             raise UserError("pass --domain (e.g. --domain imo_grading), or --resume_from RUN_DIR")
         config = load_config(args.config, args.preset)
         domain_names = [n for arg in args.domain for n in arg.split(",") if n]
         run_dir = (Path(args.output_dir) / (args.run_id or datetime.now().strftime("%Y%m%d_%H%M%S"))).resolve()
+        check_writable(run_dir, f"--output_dir {args.output_dir}")
         if (run_dir / "run.json").exists():
             raise UserError(f"{run_dir} already holds a run: pass --resume_from {run_dir}, or another --run_id")
     config = apply_flags(config, args)

@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass, field
+import typing
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from datetime import datetime
 from pathlib import Path
 
 from archive.selection import Candidate
+from optimizer.config import conforms, describe, show
+from optimizer.errors import UserError
 from optimizer.fsutil import atomic_write_json
 
 STATUSES = ("ok", "no_change", "meta_failed", "load_failed", "eval_failed", "budget_stopped")
@@ -28,16 +31,41 @@ class Node:
     generation: int
     commit: str | None = None
     status: str = "ok"
-    scores: dict = field(default_factory=dict)  # domain -> split -> score (the domain's score key)
-    samples: dict = field(default_factory=dict)  # domain -> split -> rows scored
-    full_eval: dict = field(default_factory=dict)  # domain -> whether the full evaluation ran
-    eval_keys: dict = field(default_factory=dict)  # domain -> split -> content address under evals/
-    cost_usd: dict = field(default_factory=dict)  # role -> dollars spent for this node
-    tokens: dict = field(default_factory=dict)  # role -> tokens
-    seconds: dict = field(default_factory=dict)  # phase (meta, check, eval, total) -> wall seconds
+    scores: dict[str, dict[str, float | None]] = field(default_factory=dict)  # domain -> split -> score (score key)
+    samples: dict[str, dict[str, int]] = field(default_factory=dict)  # domain -> split -> rows scored
+    full_eval: dict[str, bool] = field(default_factory=dict)  # domain -> whether the full evaluation ran
+    eval_keys: dict[str, dict[str, str]] = field(default_factory=dict)  # domain -> split -> address under evals/
+    cost_usd: dict[str, float] = field(default_factory=dict)  # role -> dollars spent for this node
+    tokens: dict[str, int] = field(default_factory=dict)  # role -> tokens
+    seconds: dict[str, float] = field(default_factory=dict)  # phase (meta, check, eval, total) -> wall seconds
     patch: dict = field(default_factory=dict)  # files, insertions, deletions, dropped (protected paths)
     error: str | None = None
     created_at: str = field(default_factory=lambda: datetime.now().isoformat(timespec="seconds"))
+
+    @classmethod
+    def from_dict(cls, data, folder: str) -> Node:
+        """The record of `nodes/<folder>/node.json`, trusted only in the shape the core writes (known keys,
+        typed fields, the folder's own id, a known status); else ValueError naming what is wrong."""
+        if not isinstance(data, dict):
+            raise ValueError(f"expected a JSON object, got {type(data).__name__}")
+        hints = typing.get_type_hints(cls)
+        unknown = sorted(set(data) - set(hints))
+        if unknown:
+            raise ValueError(f"unknown keys {', '.join(map(str, unknown))}")
+        missing = [f.name for f in fields(cls)
+                   if f.name not in data and f.default is MISSING and f.default_factory is MISSING]
+        if missing:
+            raise ValueError(f"missing keys {', '.join(missing)}")
+        for key, value in data.items():
+            if not conforms(value, hints[key]):
+                raise ValueError(f"{key} must be {describe(hints[key])}, got {show(value)}")
+        if data["node_id"] != folder:
+            raise ValueError(f"node_id {data['node_id']!r} is not its folder's name {folder!r}")
+        if data["generation"] < 0:
+            raise ValueError(f"generation must be 0 or more, got {data['generation']}")
+        if data.get("status", "ok") not in STATUSES:
+            raise ValueError(f"status must be one of {', '.join(STATUSES)}, got {show(data['status'])}")
+        return cls(**data)
 
     @property
     def valid_parent(self) -> bool:
@@ -74,8 +102,16 @@ class Archive:
         self.log_path = self.run_dir / "archive.jsonl"
         self.nodes: dict[str, Node] = {}
         for path in sorted(self.nodes_dir.glob("*/node.json")):
-            node = Node(**json.loads(path.read_text()))
+            node = self._read_node(path)
             self.nodes[node.node_id] = node
+
+    @staticmethod
+    def _read_node(path: Path) -> Node:
+        """One node record; a garbled or wrongly shaped one is a UserError naming the file, not a traceback."""
+        try:
+            return Node.from_dict(json.loads(path.read_text(encoding="utf-8")), path.parent.name)
+        except (OSError, ValueError) as e:  # ValueError: also bad JSON and bad UTF-8
+            raise UserError(f"{path}: not a node record the run wrote ({e})") from None
 
     # -- events ---------------------------------------------------------------------------
     def log(self, event: str, **fields) -> None:

@@ -578,6 +578,8 @@ def harness(
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from optimizer.config import int_flag, number_flag
+
     ap = argparse.ArgumentParser(prog="python -m domains.harness", description="Evaluate a task agent on a domain.")
     ap.add_argument("--domain", required=True,
                     help="imo_grading, imo_proof, imo_proof_grading, imo_answer, aime2025 or amo_bench")
@@ -586,22 +588,25 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--agent_path", default="task_agent", help="a .py file or a module path with a TaskAgent")
     ap.add_argument("--output_dir", default="./outputs", help="parent folder of run folders")
     ap.add_argument("--run_id", default=None, help="run folder name (default: a timestamp)")
-    ap.add_argument("--num_samples", type=int, default=-1, help="first N rows only; -1 = all")
-    ap.add_argument("--save_interval", type=int, default=None, help="rewrite predictions.csv every N rows")
-    ap.add_argument("--num_workers", type=int, default=None, help="rows evaluated in parallel")
+    ap.add_argument("--num_samples", type=int_flag(-1), default=-1, help="first N rows only; -1 = all")
+    ap.add_argument("--save_interval", type=int_flag(1), default=None, help="rewrite predictions.csv every N rows")
+    ap.add_argument("--num_workers", type=int_flag(1), default=None, help="rows evaluated in parallel")
     ap.add_argument("--resume_from", default=None, help="an earlier output folder to complete")
     ap.add_argument("--subset", default="", help="split (train/val/test) or the seed's suffix, e.g. _filtered_100_train")
     ap.add_argument("--proofs_dname", default=None, help="imo_proof_grading: a run folder whose proofs to grade")
     ap.add_argument("--model", default=None, help="litellm model string or a role alias from the config")
     ap.add_argument("--config", default=None, help="YAML config overriding configs/default.yaml")
-    ap.add_argument("--budget_usd", type=float, default=None, help="stop new LLM calls after this many dollars")
-    ap.add_argument("--budget_tokens", type=int, default=None, help="stop new LLM calls after this many tokens")
+    ap.add_argument("--budget_usd", type=number_flag(0), default=None,
+                    help="stop new LLM calls after this many dollars")
+    ap.add_argument("--budget_tokens", type=int_flag(0), default=None, help="stop new LLM calls after this many tokens")
     ap.add_argument("--sandbox", choices=SANDBOX_BACKENDS, default=None,
                     help="where agent code runs (default: the config's sandbox.backend, auto)")
     return ap
 
 
 def main(argv=None) -> None:
+    from optimizer.config import validate
+
     args = build_parser().parse_args(argv)
     config = load_config(args.config)
     config.harness.data_files.update(parse_data_flags(args.data))
@@ -609,6 +614,7 @@ def main(argv=None) -> None:
         config.gateway.budget_usd = args.budget_usd
     if args.budget_tokens is not None:
         config.gateway.budget_tokens = args.budget_tokens
+    validate(config)
     harness(domain=args.domain, agent_path=args.agent_path, output_dir=args.output_dir, run_id=args.run_id,
             num_samples=args.num_samples, save_interval=args.save_interval, num_workers=args.num_workers,
             resume_from=args.resume_from, subset=args.subset, proofs_dname=args.proofs_dname, model=args.model,

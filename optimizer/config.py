@@ -179,6 +179,9 @@ def _above(low):
     return (lambda v: v > low), f"greater than {low}"
 
 
+POSITIVE_INT = (lambda v: v >= 1), "a positive integer"
+
+
 def _one_of(*choices):
     return (lambda v: v in choices), "one of " + ", ".join(map(str, choices))
 
@@ -196,18 +199,18 @@ def _rules() -> dict:
         "gateway.cache": _one_of("temperature0", "all", "off"),
         "gateway.budget_usd": _at_least(0),
         "gateway.budget_tokens": _at_least(0),
-        "gateway.max_concurrent_calls": _at_least(1),
-        "gateway.requests_per_minute": _at_least(1),
-        "gateway.max_output_tokens": _at_least(1),
-        "gateway.max_n": _at_least(1),
-        "gateway.max_request_mb": _at_least(1),
+        "gateway.max_concurrent_calls": POSITIVE_INT,
+        "gateway.requests_per_minute": POSITIVE_INT,
+        "gateway.max_output_tokens": POSITIVE_INT,
+        "gateway.max_n": POSITIVE_INT,
+        "gateway.max_request_mb": POSITIVE_INT,
         "gateway.local_context": _above(0),
         "gateway.local_threads": _at_least(0),
         "gateway.prices": (lambda v: all(isinstance(k, str) and conforms(p, list[float]) and len(p) == 2
                                          and min(p) >= 0 for k, p in v.items()),
                            "model -> [usd per 1M input, usd per 1M output], both 0 or more"),
-        "harness.num_workers": _at_least(1),
-        "harness.save_interval": _at_least(1),
+        "harness.num_workers": POSITIVE_INT,
+        "harness.save_interval": POSITIVE_INT,
         "harness.row_timeout_s": _above(0),
         "harness.start_timeout_s": _above(0),
         "harness.max_prediction_bytes": _above(0),
@@ -220,12 +223,13 @@ def _rules() -> dict:
         "sandbox.file_size_mb": _above(0),
         "sandbox.tmp_mb": _above(0),
         "sandbox.output_cap_mb": _above(0),
+        "sandbox.disk_mb": _above(0),
         "loop.max_generation": _at_least(0),
         "loop.parent_selection": _one_of(*STRATEGIES),
         "loop.eval_samples": (lambda v: v == -1 or v >= 1, "-1 (all rows) or 1 or more"),
         "loop.run_baseline": _one_of(*BASELINES),
         "loop.meta_timeout_s": _above(0),
-        "loop.meta_max_calls": _at_least(1),
+        "loop.meta_max_calls": POSITIVE_INT,
         "loop.selector_timeout_s": _above(0),
         "loop.try_max_calls": _at_least(0),
         "loop.workspace_file_mb": _above(0),
