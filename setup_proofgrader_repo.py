@@ -24,7 +24,7 @@ from importlib import metadata
 from pathlib import Path
 from string import Template
 
-from optimizer.config import PROJECT_ROOT, Config, _merge, load_config
+from optimizer.config import PROJECT_ROOT, Config, load_config
 from optimizer.errors import UserError, exit_on_user_error
 from optimizer.providers import choose_models, load_dotenv_file
 
@@ -158,7 +158,7 @@ def from_run(run_dir: Path, scratch: Path) -> Grader:
     print("\n".join(ranking_lines(candidates)))
     best = choose_grader(candidates)
     RunRepo(run_dir / "repo").export(best.commit, scratch)
-    config = _merge(Config(), state.get("config", {}), "")
+    config = Config.from_dict(state.get("config", {}))
     model = config.resolve_model("task")
     keep = ("overall_accuracy", "normalized_mean_absolute_error")
     scores = {split: {k: report[k] for k in keep if k in report} for split, report in best.scores.items()}

@@ -19,7 +19,7 @@ from pathlib import Path
 from archive.selection import Candidate
 from optimizer.config import conforms, describe, show
 from optimizer.errors import UserError
-from optimizer.fsutil import atomic_write_json
+from optimizer.fsutil import atomic_write_json, read_bounded
 
 STATUSES = ("ok", "no_change", "meta_failed", "load_failed", "eval_failed", "budget_stopped")
 
@@ -109,7 +109,7 @@ class Archive:
     def _read_node(path: Path) -> Node:
         """One node record; a garbled or wrongly shaped one is a UserError naming the file, not a traceback."""
         try:
-            return Node.from_dict(json.loads(path.read_text(encoding="utf-8")), path.parent.name)
+            return Node.from_dict(json.loads(read_bounded(path).decode("utf-8")), path.parent.name)
         except (OSError, ValueError) as e:  # ValueError: also bad JSON and bad UTF-8
             raise UserError(f"{path}: not a node record the run wrote ({e})") from None
 

@@ -1,7 +1,9 @@
-"""Atomic file writes: a reader sees the old file or the new one, never half of one."""
+"""Atomic file writes (a reader sees the old file or the new one, never half of one), and
+bounded reads that follow no link."""
 
 import json
 import os
+import stat
 import tempfile
 from pathlib import Path
 
@@ -31,3 +33,17 @@ def atomic_write_json(path, obj) -> None:
 
 def atomic_write_csv(path, df) -> None:
     atomic_write_text(path, df.to_csv(index=False))
+
+
+def read_bounded(path, limit: int = 64 * 2**20) -> bytes:
+    """The bytes of the regular file `path`, refusing a link, anything else that is not a
+    regular file, and a file over `limit` bytes (OSError saying which)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as f:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise OSError(f"{path} is not a regular file")
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise OSError(f"{path} is over {limit} bytes")
+    return data

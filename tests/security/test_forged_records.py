@@ -62,3 +62,17 @@ def test_a_resumed_run_trusts_only_records_the_core_wrote(tmp_path, fake_openai)
     assert r.returncode == 0, r.stderr[-2000:]
     provenance = json.loads((tmp_path / "pg" / "proofgrader" / "provenance.json").read_text())
     assert provenance["scores"]["val"]["overall_accuracy"] < 1.0
+
+
+def test_a_node_record_that_is_a_link_is_refused(tmp_path):
+    """Records are read without following links (node folders are the core's, but a record is
+    trusted only as a regular file it wrote)."""
+    from archive.store import Archive
+    from optimizer.errors import UserError
+
+    elsewhere = tmp_path / "elsewhere.json"
+    elsewhere.write_text(json.dumps({**FORGED, "commit": "0" * 40}))
+    (tmp_path / "nodes" / "1").mkdir(parents=True)
+    (tmp_path / "nodes" / "1" / "node.json").symlink_to(elsewhere)
+    with pytest.raises(UserError, match="node.json: not a node record"):
+        Archive(tmp_path)
