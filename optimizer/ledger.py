@@ -51,6 +51,10 @@ class Call:
     error: str | None = None
 
 
+# How the error of a request the gateway refused (bad key, field, model, budget) starts: such a
+# row is no model call, costs nothing, and is counted apart from the provider's errors.
+REFUSED = "refused:"
+
 _CALL_FIELDS = [f.name for f in fields(Call)]
 _INSERT_CALL = (f"INSERT INTO calls (ts, {', '.join(_CALL_FIELDS)}) "
                 f"VALUES ({', '.join('?' * (len(_CALL_FIELDS) + 1))})")
@@ -58,12 +62,13 @@ _INSERT_CALL = (f"INSERT INTO calls (ts, {', '.join(_CALL_FIELDS)}) "
 
 @dataclass
 class Totals:
-    calls: int = 0
+    calls: int = 0  # model calls, cache hits included; refused requests are not calls
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cost_usd: float = 0.0
     cache_hits: int = 0
-    errors: int = 0
+    errors: int = 0  # calls that failed at the provider
+    refused: int = 0  # requests the gateway refused without calling a provider
 
     @property
     def tokens(self) -> int:
@@ -91,11 +96,12 @@ class Ledger:
         with self._lock:
             row = self._db.execute(
                 "SELECT COUNT(*), COALESCE(SUM(prompt_tokens),0), COALESCE(SUM(completion_tokens),0),"
-                " COALESCE(SUM(cost_usd),0), COALESCE(SUM(cache_hit),0),"
-                f" COALESCE(SUM(error IS NOT NULL),0) FROM calls WHERE {clause}",
+                " COALESCE(SUM(cost_usd),0), COALESCE(SUM(cache_hit),0), COALESCE(SUM(error IS NOT NULL),0),"
+                f" COALESCE(SUM(error GLOB '{REFUSED}*'),0) FROM calls WHERE {clause}",
                 list(where.values()),
             ).fetchone()
-        return Totals(*row)
+        rows, prompt, completion, cost, hits, failed, refused = row
+        return Totals(rows - refused, prompt, completion, cost, hits, failed - refused, refused)
 
     def calls(self, **where: str) -> list[dict]:
         clause = " AND ".join(f"{k} = ?" for k in where) or "1"

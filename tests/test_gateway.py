@@ -25,6 +25,7 @@ def test_forwards_and_books_every_call(gateway_factory, fake_openai):
     sent = fake_openai.requests[-1]
     assert sent["json"]["model"] == "fake"
     assert sent["headers"]["authorization"] == "Bearer sk-provider-secret-0123456789"
+    assert sent["json"]["max_tokens"] == 32768  # none asked: gateway.max_output_tokens bounds the reply
     [row] = gw.ledger.calls()
     assert (row["node"], row["role"], row["model"], row["cache_hit"], row["error"]) == ("n1", "task", "openai/fake", 0, None)
     assert row["prompt_tokens"] == len("what is 6 x 7?") // 4 and row["completion_tokens"] == len("forty-two") // 4
@@ -83,19 +84,32 @@ def test_cache_survives_a_restart_of_the_run(gateway_factory, fake_openai, tmp_p
     assert reply.choices[0].message.content == "paid once" and fake_openai.count == 1
 
 
-def test_usd_budget_stops_new_calls(gateway_factory, fake_openai):
-    # 1M tokens cost $1 each way: a call with 100 prompt tokens costs about $0.0001.
-    gw = gateway_factory(budget_usd=0.00025, prices={"openai/fake": [1.0, 1.0]})
+def test_usd_budget_holds_each_calls_worst_case(gateway_factory, fake_openai):
+    # 1M tokens cost $1 each way. A call with 100 prompt tokens (400 characters) costs about $0.0001,
+    # but its worst case is ~$0.0005: a token per byte of its ~490-byte request, and max_tokens=20.
+    gw = gateway_factory(budget_usd=0.00075, prices={"openai/fake": [1.0, 1.0]})
     key = gw.new_session("n", "task")
-    content = "x" * 400  # 100 prompt tokens
+    content = "x" * 400
     paid = 0
     with pytest.raises(litellm.exceptions.APIError) as err:
         for _ in range(10):
-            call(gw, key, content)
+            call(gw, key, content, max_tokens=20)
             paid += 1
+    # The 4th call's worst case, on top of ~$0.0003 spent, could pass $0.00075: it never starts.
     assert paid == 3 and fake_openai.count == 3
-    assert "budget exhausted" in str(err.value)
+    assert err.value.status_code == 402 and "gateway.budget_usd" in str(err.value)
     assert gw.spent().cost_usd == pytest.approx(3 * (100 + len(fake_openai.responder({})) // 4) / 1e6)
+    assert gw.budget_left_message()  # the refusal tells the loop to start no more rows
+
+
+def test_an_exhausted_budget_refuses_every_call(gateway_factory, fake_openai, tmp_path):
+    first = gateway_factory(folder=tmp_path / "run")
+    call(first, first.new_session("n", "task"), "x" * 400)
+    first.stop()
+    resumed = gateway_factory(folder=tmp_path / "run", budget_tokens=50)  # already spent more than that
+    with pytest.raises(litellm.exceptions.APIError, match="token budget exhausted"):
+        call(resumed, resumed.new_session("n", "task"), "x", max_tokens=1)
+    assert fake_openai.count == 1
 
 
 def test_cost_comes_from_litellms_price_table_and_unknown_models_cost_zero(gateway_factory, fake_openai):
@@ -104,6 +118,7 @@ def test_cost_comes_from_litellms_price_table_and_unknown_models_cost_zero(gatew
     key = gw.new_session("n", "task")
     reply = call(gw, key, "x" * 400, model="openai/gpt-4o-mini")
     info = litellm.get_model_info("openai/gpt-4o-mini")
+    assert fake_openai.requests[-1]["json"]["max_tokens"] == info["max_output_tokens"] < 32768
     expected = (reply.usage.prompt_tokens * info["input_cost_per_token"]
                 + reply.usage.completion_tokens * info["output_cost_per_token"])
     assert expected > 0 and gw.spent().cost_usd == pytest.approx(expected)
@@ -111,14 +126,14 @@ def test_cost_comes_from_litellms_price_table_and_unknown_models_cost_zero(gatew
     assert gw.spent().cost_usd == pytest.approx(expected) and gw.spent().prompt_tokens >= 200
 
 
-def test_token_budget_stops_new_calls(gateway_factory, fake_openai):
-    gw = gateway_factory(budget_tokens=150)
+def test_token_budget_holds_each_calls_worst_case(gateway_factory, fake_openai):
+    gw = gateway_factory(budget_tokens=750)
     key = gw.new_session("n", "task")
-    call(gw, key, "x" * 400)  # ~105 tokens
-    call(gw, key, "x" * 400)  # reaches 150+
-    with pytest.raises(litellm.exceptions.APIError, match="token budget exhausted"):
-        call(gw, key, "x")
-    assert fake_openai.count == 2
+    for _ in range(3):
+        call(gw, key, "x" * 400, max_tokens=20)  # ~105 tokens, ~510 at worst
+    with pytest.raises(litellm.exceptions.APIError, match="token budget exhausted: 315 spent.*budget_tokens 750"):
+        call(gw, key, "x" * 400, max_tokens=20)
+    assert fake_openai.count == 3 and gw.spent().tokens <= 750
 
 
 def test_unknown_key_and_disallowed_model_are_refused(gateway_factory, fake_openai):

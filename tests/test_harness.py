@@ -233,9 +233,10 @@ def sandbox_leftovers(backend: str, folder) -> list:
 def test_budget_stop_is_clear_and_resumable(tmp_path, fake_openai):
     fake_openai.set_replies([LABEL_REPLY])
     cfg = tmp_path / "priced.yaml"
-    # $1000 per 1M tokens: each ~1,000-token row costs about $1.
-    cfg.write_text("gateway:\n  prices: {openai/fake: [1000.0, 1000.0]}\nharness:\n  num_workers: 1\n")
-    r = harness(tmp_path, fake_openai, "--domain", "imo_grading", "--num_samples", "8", "--budget_usd", "10",
+    # $1000 per 1M prompt tokens: a row of 2,000-4,000 tokens costs $2-4, and while it runs the gateway
+    # holds a token per byte of its request ($8-17): $20 pays for a few rows, never all 8.
+    cfg.write_text("gateway:\n  prices: {openai/fake: [1000.0, 0.0]}\nharness:\n  num_workers: 1\n")
+    r = harness(tmp_path, fake_openai, "--domain", "imo_grading", "--num_samples", "8", "--budget_usd", "20",
                 config=str(cfg))
     assert r.returncode == 2
     last = r.stderr.strip().splitlines()[-1]  # the lines before it are the progress bar

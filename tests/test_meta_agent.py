@@ -215,7 +215,9 @@ def test_rate_limit_ends_the_loop_cleanly(provider, tmp_path):
 
 def test_budget_refusal_from_the_gateway_ends_the_loop_cleanly(gateway_factory, fake_openai, monkeypatch):
     fake_openai.set_replies([call("bash", command="echo paid"), "never seen"])
-    gw = gateway_factory(budget_tokens=1)  # the first call is allowed, then the budget is spent
+    # Output costs $1 per 1M tokens and a call may write 1000: the budget holds the first call's worst
+    # case ($0.001) and no more once that call has cost anything.
+    gw = gateway_factory(budget_usd=0.0010005, max_output_tokens=1000, prices={MODEL: [0.0, 1.0]})
     monkeypatch.setenv("AGENT_GATEWAY_URL", gw.url)
     monkeypatch.setenv("AGENT_GATEWAY_KEY", gw.new_session("n", "meta"))
     logged = []
