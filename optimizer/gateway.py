@@ -266,6 +266,10 @@ _ROLES = ("system", "user", "assistant", "tool", "developer")
 _MESSAGE = {"role": str, "content": object, "name": str, "tool_calls": list, "tool_call_id": str}
 _TEXT_PART = {"type": str, "text": str}
 _TOOL_CALL = {"id": str, "type": str, "function": dict}
+# Fields of a response's message (and its tool calls) that agents send back when they append
+# `message.model_dump()` to their history: dropped, never forwarded, and not an error.
+_ECHOED = frozenset(("provider_specific_fields", "refusal", "annotations", "audio", "function_call",
+                     "reasoning_content", "thinking_blocks", "index"))
 _CALLED = {"name": str, "arguments": str}
 
 
@@ -282,13 +286,23 @@ def _content(name: str, value) -> None:
             raise _invalid(f"{name}[{i}].type", "must be 'text'")
 
 
+def _without_echoes(value):
+    """A message or tool call without the response-only fields of `_ECHOED`."""
+    if isinstance(value, dict) and not _ECHOED.isdisjoint(value):
+        return {k: v for k, v in value.items() if k not in _ECHOED}
+    return value
+
+
 def _messages(value: list) -> list:
-    """A check of the messages: known roles, text content, and the assistant's tool calls."""
+    """The messages, checked: known roles, text content, and the assistant's tool calls."""
     if not value:
         raise _invalid("messages", "must not be empty")
+    value = [_without_echoes(m) for m in value]
     for i, message in enumerate(value):
         where = f"messages[{i}]"
         _shaped(where, message, _MESSAGE, required=("role",))
+        if message.get("tool_calls"):  # a list: `_shaped` checked it
+            message["tool_calls"] = [_without_echoes(call) for call in message["tool_calls"]]
         if message["role"] not in _ROLES:
             raise _invalid(f"{where}.role", "must be one of " + ", ".join(map(repr, _ROLES)))
         _content(f"{where}.content", message.get("content"))

@@ -275,3 +275,20 @@ def test_socket_folders_of_dead_gateways_are_removed_and_live_ones_kept(gateway_
     gateway_factory(run_id="next")
     assert not dead.exists() and live.unix_socket.exists() and starting.exists()
     starting.rmdir()
+
+
+def test_a_history_of_dumped_response_messages_is_accepted_without_their_echoed_fields(gateway_factory, fake_openai):
+    """Agents often append `message.model_dump()` to their history: its response-only fields are
+    dropped, not refused, and never reach the provider."""
+    fake_openai.set_replies(["first", "second"])
+    gw = gateway_factory()
+    key = gw.new_session(node="n", role="task")
+    first = call(gw, key, "hi")
+    history = [{"role": "user", "content": "hi"}, first.choices[0].message.model_dump(),
+               {"role": "user", "content": "and?"}]
+    assert "provider_specific_fields" in history[1]
+    reply = litellm.completion(model="openai/openai/fake", api_base=gw.url, api_key=key, num_retries=0,
+                               messages=history)
+    assert reply.choices[0].message.content == "second"
+    sent = fake_openai.requests[-1]["json"]["messages"][1]
+    assert sent["content"] == "first" and "provider_specific_fields" not in sent and "function_call" not in sent
