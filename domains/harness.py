@@ -17,6 +17,7 @@ import argparse
 import contextlib
 import importlib.util
 import json
+import math
 import os
 import queue
 import shutil
@@ -28,6 +29,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
+from domains.worker import USAGE_KEYS, utf8_text
 from optimizer.config import PROJECT_ROOT, ROLE_ALIASES, SANDBOX_BACKENDS, Config, load_config, parse_data_flags
 from optimizer.errors import UserError, exit_on_user_error
 from optimizer.fsutil import atomic_write_csv, atomic_write_json
@@ -43,6 +45,7 @@ MAX_ROW_ATTEMPTS = 2  # a row in flight when the worker died is sent once more
 # Rows sent ahead of free worker threads, so a thread that finishes finds its next row
 # already queued in the worker instead of waiting a round trip through the harness.
 PREFETCH_ROWS = 2
+MAX_ERROR_CHARS = 4000  # of a row's error as a worker reports it (predictions.csv shows its first line)
 
 
 @dataclass
@@ -84,45 +87,160 @@ class Journal:
             self._file.close()
 
 
+class ProtocolError(Exception):
+    """A message the worker never writes: agent code, which runs in the worker, wrote it."""
+
+
+def _row_id(value) -> str:
+    if type(value) not in (str, int):
+        raise ProtocolError(f"a row id of type {type(value).__name__}")
+    return str(value)
+
+
+def _amount(value) -> bool:
+    """A non-negative finite number as JSON gives it (True is not one)."""
+    return type(value) in (int, float) and 0 <= value < math.inf
+
+
+def _usage(value) -> dict:
+    """The known counts of a usage report; none at all if one is not an amount."""
+    if type(value) is not dict:
+        return {}
+    usage = {k: value[k] for k in USAGE_KEYS if k in value}
+    return usage if all(map(_amount, usage.values())) else {}
+
+
+def _append(log, text: str):
+    """Write to the log; None once that fails (a full disk), so the copy reads on and drops the rest."""
+    if log is not None:
+        try:
+            log.write(text)
+            log.flush()
+        except (OSError, ValueError):
+            with contextlib.suppress(OSError):
+                log.close()
+            return None
+    return log
+
+
 class WorkerProcess:
     """One worker speaking JSON lines inside a sandbox; reader threads feed `results` and the log.
 
     Its stderr (where agent prints land) is copied to `log_path` up to `log_cap` bytes;
     past that the worker is killed, so a flood of output cannot fill the disk.
+    Its stdout is hostile too, since agent code in the worker can write to any descriptor:
+    lines are read with a bound, and a message the worker never writes (not a JSON object,
+    a field of the wrong type, a prediction over the cap, a row not in the state the message
+    implies) kills the worker; `violation` says why, and its rows fail with that after their
+    retries.
     """
 
-    def __init__(self, proc, log_path: Path, log_cap: int, results: queue.Queue):
+    def __init__(self, proc, log_path: Path, log_cap: int, results: queue.Queue, max_prediction_bytes: int):
         self.proc = proc
         self.log_path = log_path
         self.log_cap = log_cap
         self.overflowed = False
         self.results = results
+        self.max_prediction_bytes = max_prediction_bytes
+        self.violation: str | None = None
+        self._ready = False
+        self._waiting: set[str] = set()  # rows sent and not started: only these may start
+        self._running: set[str] = set()  # rows started and not answered: only these may be answered
         threading.Thread(target=self._read, daemon=True).start()
         self._log_thread = threading.Thread(target=self._copy_log, args=(log_path,), daemon=True)
         self._log_thread.start()
 
     def _read(self) -> None:
-        for line in self.proc.stdout:
-            try:
-                self.results.put((self, json.loads(line)))
-            except ValueError:
-                continue
+        # A line holds one capped prediction, each byte of which JSON may spell in up to 6
+        # characters (a control character as \u00XX), and a few short fields.
+        limit = 6 * self.max_prediction_bytes + 65536
+        try:
+            while line := self.proc.stdout.readline(limit):
+                if not line.endswith("\n"):
+                    if len(line) >= limit:
+                        raise ProtocolError(f"a line of more than {limit} characters")
+                    break  # the worker died in the middle of a line
+                self.results.put((self, self._message(line)))
+        except ProtocolError as e:
+            self.violation = str(e)  # before the kill: whoever sees the worker dead reads it
+            self.proc.kill()
+        except (OSError, ValueError):
+            pass  # the pipe was closed under us
         self.results.put((self, {"exited": True}))
 
+    def _message(self, line: str) -> dict:
+        """A line's message with only the fields of its kind, each checked; ProtocolError if the
+        worker never writes it."""
+        try:
+            msg = json.loads(line)
+        except (ValueError, RecursionError):
+            raise ProtocolError("a line that is not JSON") from None
+        if type(msg) is not dict:
+            raise ProtocolError("a line that is not a JSON object")
+        if "id" in msg:
+            return self._answer(msg)
+        if "started" in msg:
+            qid = _row_id(msg["started"])
+            if qid not in self._waiting:
+                raise ProtocolError(f"a start of row {qid[:100]!r}, which is not waiting to start")
+            self._waiting.discard(qid)
+            self._running.add(qid)
+            return {"started": qid}
+        if not self._ready and msg.get("ready") is True:
+            self._ready = True
+            return {"ready": True}
+        if not self._ready and type(msg.get("fatal")) is str:
+            return {"fatal": utf8_text(msg["fatal"][:MAX_ERROR_CHARS])[0]}
+        raise ProtocolError("a message of no known kind")
+
+    def _answer(self, msg: dict) -> dict:
+        qid = _row_id(msg["id"])
+        if qid not in self._running:
+            raise ProtocolError(f"an answer for row {qid[:100]!r}, which is not running")
+        prediction, error, seconds = msg.get("prediction"), msg.get("error"), msg.get("seconds")
+        if prediction is not None:
+            if type(prediction) is not str:
+                raise ProtocolError("a prediction that is not a string")
+            prediction, size = utf8_text(prediction)
+            if size > self.max_prediction_bytes:
+                raise ProtocolError(f"a prediction of {size} bytes, over the cap of {self.max_prediction_bytes}")
+        if error is not None:
+            if type(error) is not str:
+                raise ProtocolError("an error that is not a string")
+            error = utf8_text(error[:MAX_ERROR_CHARS])[0]
+        if seconds is not None and not _amount(seconds):
+            raise ProtocolError("seconds that are not a number")
+        self._running.discard(qid)
+        return {"id": qid, "prediction": prediction, "error": error, "usage": _usage(msg.get("usage")),
+                "seconds": seconds}
+
     def _copy_log(self, log_path: Path) -> None:
+        # Reads stderr to its end whatever the log file does: a worker blocked on a full pipe
+        # would stall its rows until they time out.
+        try:
+            log = open(log_path, "a", encoding="utf-8", errors="backslashreplace")
+        except OSError:
+            log = None
         written = 0
-        with open(log_path, "a", encoding="utf-8") as log:
+        try:
             for chunk in iter(lambda: self.proc.stderr.read(65536), ""):
                 if written < self.log_cap:
-                    log.write(chunk[: self.log_cap - written])
-                    log.flush()
+                    log = _append(log, chunk[: self.log_cap - written])
                 written += len(chunk)
                 if written > self.log_cap and not self.overflowed:
                     self.overflowed = True
-                    log.write(f"\n[harness] output cap of {self.log_cap} bytes exceeded: worker killed\n")
+                    log = _append(log, f"\n[harness] output cap of {self.log_cap} bytes exceeded: worker killed\n")
                     self.proc.kill()
+        except (OSError, ValueError):
+            pass  # the pipe was closed under us
+        finally:
+            if log is not None:
+                with contextlib.suppress(OSError):
+                    log.close()
 
     def death_reason(self) -> str:
+        if self.violation:
+            return f"protocol violation: the worker wrote {self.violation}; it was killed"
         if self.overflowed:
             return f"the worker was killed for printing more than {self.log_cap} bytes (see {self.log_path.name})"
         return f"the worker died while running this row (see {self.log_path.name})"
@@ -133,8 +251,12 @@ class WorkerProcess:
         self.proc.stdin.flush()
 
     def send(self, row: Row) -> None:
-        self.proc.stdin.write(json.dumps({"id": row.qid, "inputs": row.inputs}) + "\n")
-        self.proc.stdin.flush()
+        self._waiting.add(row.qid)  # before the worker can see it, so its start is never early
+        try:
+            self.proc.stdin.write(json.dumps({"id": row.qid, "inputs": row.inputs}) + "\n")
+            self.proc.stdin.flush()
+        except OSError:  # it died, or agent code closed its input: killed, its rows are retried
+            self.proc.kill()
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -235,13 +357,25 @@ def agent_mounts(agent_path: str, workspace: Path) -> tuple[list, Path | None]:
     return [Mount(source, f"{AGENT_PACKAGES}/{source.name}")], None
 
 
-def write_predictions(dataset, qid_col: str, journal: Journal, path: Path) -> None:
+def _prediction_cells(rec: dict, cap: int) -> tuple[str | None, str | None]:
+    """A record's (prediction, error) as predictions.csv shows them: encodable text within the cap."""
+    prediction, error = rec.get("prediction"), rec.get("error")
+    if prediction is None:
+        return None, error
+    text, size = utf8_text(str(prediction))
+    if size > cap:  # a journal resumed under a smaller cap than it was written with
+        return None, error or f"prediction of {size} bytes is over the cap of {cap}"
+    return text, error
+
+
+def write_predictions(dataset, qid_col: str, journal: Journal, path: Path, max_prediction_bytes: int) -> None:
     """The seed's predictions.csv: the data set's columns plus what each row produced."""
     df = dataset.copy()
     recs = [journal.records.get(str(q), {}) for q in df[qid_col]]
     usage = [r.get("usage") or {} for r in recs]
-    df["prediction"] = [r.get("prediction") for r in recs]
-    df["error"] = [(r.get("error") or "").split("\n")[0] or None for r in recs]
+    cells = [_prediction_cells(r, max_prediction_bytes) for r in recs]
+    df["prediction"] = [prediction for prediction, _ in cells]
+    df["error"] = [(error or "").split("\n")[0] or None for _, error in cells]
     df["seconds"] = [r.get("seconds") for r in recs]
     for key in ("prompt_tokens", "completion_tokens", "cost_usd"):
         df[key] = [u.get(key) for u in usage]
@@ -305,13 +439,15 @@ class AgentWorker:
         cmd = [box.python, box.inside(WORKER), "--agent_path", self.agent_path, "--model", self.model,
                "--workers", str(self.config.harness.num_workers), "--root", box.workdir,
                "--transcripts", box.inside(self.transcripts)]
+        cap = self.config.harness.max_prediction_bytes
+        cmd += ["--max_prediction_bytes", str(cap)]
         cmd += [arg for entry in self.also_import for arg in ("--also_import", entry)]
         cmd += ["--wait_for_go"] if wait_for_go else []
         env = worker_env(box, box.gateway_url or self.gateway.url, self.key, (self.model,))
         if self.pythonpath:
             env["PYTHONPATH"] = ":".join(self.pythonpath)
         log_cap = int(self.config.sandbox.output_cap_mb * 2**20)
-        self.proc = WorkerProcess(box.popen(cmd, env), self.log_path, log_cap, self.results)
+        self.proc = WorkerProcess(box.popen(cmd, env), self.log_path, log_cap, self.results, cap)
         self._parked = wait_for_go
 
     def ensure_started(self) -> None:
@@ -366,7 +502,8 @@ class Evaluation:
             bar.update(1)
             bar.set_postfix_str(f"cost ${self.gateway.spent().cost_usd:.4f}, errors {errors}", refresh=False)
             if finished_since_save >= self.config.harness.save_interval:
-                write_predictions(self.dataset, self.domain.question_id, self.journal, self.folder / "predictions.csv")
+                write_predictions(self.dataset, self.domain.question_id, self.journal, self.folder / "predictions.csv",
+                                  self.config.harness.max_prediction_bytes)
                 finished_since_save = 0
 
         try:
@@ -408,7 +545,8 @@ class Evaluation:
             if bar is not None:
                 bar.close()
             self.journal.close()
-            write_predictions(self.dataset, self.domain.question_id, self.journal, self.folder / "predictions.csv")
+            write_predictions(self.dataset, self.domain.question_id, self.journal, self.folder / "predictions.csv",
+                              self.config.harness.max_prediction_bytes)
 
         recs = [self.journal.records.get(str(q)) for q in self.dataset[qid_col]]
         summary = {
@@ -423,12 +561,12 @@ class Evaluation:
     @staticmethod
     def _take(msg: dict, inflight: dict, finish) -> None:
         """Apply one worker message: a row taken up (its clock and attempts start) or finished."""
-        if str(msg.get("started")) in inflight:
-            row = inflight[str(msg["started"])]
+        if msg.get("started") in inflight:  # ids are strs: the worker's reader checked every message
+            row = inflight[msg["started"]]
             row.started = time.monotonic()
             row.attempts += 1
-        elif "id" in msg and str(msg["id"]) in inflight:
-            finish(inflight[str(msg["id"])], msg)
+        elif msg.get("id") in inflight:
+            finish(inflight[msg["id"]], msg)
 
     def _drain(self, inflight: dict, finish, wait_s: float = 2.0) -> None:
         """Apply what a dead worker wrote before it died, up to its end of output."""

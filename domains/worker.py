@@ -11,6 +11,8 @@ nothing from the trusted core: stdlib and litellm only. Protocol, one JSON objec
 
 Rows run concurrently in a thread pool. Agent code that prints to stdout cannot
 corrupt the protocol: file descriptor 1 is pointed at stderr before the agent loads.
+Every row is answered whatever its agent code returns or raises: a prediction is text
+made here (a __str__ that raises cannot stop it), at most --max_prediction_bytes long.
 """
 
 from __future__ import annotations
@@ -80,6 +82,74 @@ def load_task_agent(agent_path: str):
     return module.TaskAgent
 
 
+def type_name(value) -> str:
+    """The name of `value`'s type; a metaclass could make `__name__` anything, so it is checked."""
+    try:
+        return str.__str__(type(value).__name__)  # raises (caught) unless an exact str or a subclass
+    except BaseException:
+        return "?"
+
+
+def as_text(value) -> str:
+    """`value` as an exact str, whatever its __str__ and __repr__ do: str(), else repr(), else its
+    type's name. Exact, so no method of a str subclass runs on it later."""
+    for convert in (str, repr):
+        try:
+            return str.__str__(convert(value))
+        except BaseException:  # agent code may raise anything, SystemExit too
+            pass
+    return f"<unprintable {type_name(value)}>"
+
+
+def utf8_text(text: str) -> tuple[str, int]:
+    """An exact str made encodable (a lone surrogate becomes a visible \\udXXX) and its UTF-8 size."""
+    if text.isascii():  # constant time, and nearly every prediction
+        return text, len(text)
+    try:
+        return text, len(text.encode("utf-8"))
+    except UnicodeEncodeError:
+        data = text.encode("utf-8", "backslashreplace")
+        return data.decode("utf-8"), len(data)
+
+
+def describe(e: BaseException) -> str:
+    """'Type: message' of an exception, cut short; cannot raise."""
+    return f"{type_name(e)}: {as_text(e)[:1000]}"
+
+
+def error_text(e: BaseException) -> str:
+    """What a row's error records: the exception and the end of its traceback; cannot raise.
+    Call it while handling `e`."""
+    try:
+        tb = traceback.format_exc(limit=3)[-2000:]
+    except BaseException:  # it formats agent objects too
+        tb = ""
+    return utf8_text(f"{describe(e)}\n{tb}")[0]
+
+
+def prediction_text(result, cap: int) -> tuple[str | None, str | None]:
+    """forward()'s (prediction, messages) as (the prediction's text, None), or (None, why not)."""
+    if type(result) not in (tuple, list) or len(result) != 2:  # exact types: no agent __len__ runs
+        return None, f"forward returned {type_name(result)}, not a (prediction, messages) pair"
+    if result[0] is None:
+        return None, None
+    text, size = utf8_text(as_text(result[0]))
+    if size > cap:
+        return None, f"prediction of {size} bytes is over the cap of {cap}"
+    return text, None
+
+
+USAGE_KEYS = ("calls", "prompt_tokens", "completion_tokens", "cost_usd")
+
+
+def plain_usage(usage: dict) -> dict:
+    """The row's usage as plain numbers: agent code can reach the dict and put anything in it."""
+    try:
+        return {k: v for k in USAGE_KEYS if type(v := usage.get(k)) in (int, float)}
+    except BaseException:
+        return {}
+
+
 def _safe_name(question_id: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]", "_", str(question_id))
 
@@ -93,19 +163,22 @@ def main() -> None:
     ap.add_argument("--transcripts", default=None, help="folder for chat_history_<id>.md files")
     ap.add_argument("--also_import", action="append", default=[], metavar="MODULE:NAME",
                     help="another entry point of the workspace that must import (the loop's load check)")
+    ap.add_argument("--max_prediction_bytes", type=int, default=1_000_000,
+                    help="a longer prediction (UTF-8) is answered as an error")
     ap.add_argument("--wait_for_go", action="store_true",
                     help="import litellm, then wait for a line on stdin before loading the agent "
                          "(the harness starts the worker before the agent's files are in place)")
     args = ap.parse_args()
 
-    protocol = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")
+    # backslashreplace: a lone surrogate that reached a message still cannot make a write raise.
+    protocol = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8", errors="backslashreplace")
     os.dup2(2, 1)
     sys.stdout = sys.stderr
     write_lock = threading.Lock()
 
     def send(obj: dict) -> None:
         with write_lock:
-            protocol.write(json.dumps(obj, default=str) + "\n")
+            protocol.write(json.dumps(obj, ensure_ascii=False) + "\n")
             protocol.flush()
 
     if args.transcripts:
@@ -120,7 +193,7 @@ def main() -> None:
         warm_up(litellm, WARM_UP_PROVIDERS)
         litellm.completion = _count_usage(litellm.completion)
     except BaseException as e:
-        send({"fatal": f"cannot import litellm: {type(e).__name__}: {e}"})
+        send({"fatal": f"cannot import litellm: {describe(e)}"})
         sys.exit(1)
     if args.wait_for_go and not sys.stdin.readline():
         sys.exit(0)  # the harness went away before the agent was needed
@@ -128,43 +201,45 @@ def main() -> None:
     try:
         TaskAgent = load_task_agent(args.agent_path)
     except BaseException as e:  # anything the agent's import does is the agent's error
-        send({"fatal": f"cannot load TaskAgent from {args.agent_path}: {type(e).__name__}: {e}"})
+        send({"fatal": f"cannot load TaskAgent from {args.agent_path}: {describe(e)}"})
         sys.exit(1)
     for entry in args.also_import:
         module, _, name = entry.partition(":")
         try:
             getattr(importlib.import_module(module), name)
         except BaseException as e:
-            send({"fatal": f"cannot load {name} from {module}: {type(e).__name__}: {e}"})
+            send({"fatal": f"cannot load {name} from {module}: {describe(e)}"})
             sys.exit(1)
     send({"ready": True})
 
-    def run(row: dict) -> None:
-        qid = row["id"]
-        send({"started": qid})  # the harness times the row from here, not from when it was queued
+    def answer(qid, inputs: dict) -> dict:
         usage = {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0, "cost_usd": 0.0}
         _usage.set(usage)
         started = time.monotonic()
-        prediction, error = None, None
         try:
             transcript = (
                 os.path.join(args.transcripts, f"chat_history_{_safe_name(qid)}.md") if args.transcripts else None
             )
             agent = TaskAgent(model=args.model, chat_history_file=transcript)
-            prediction, _ = agent.forward(row["inputs"])
-            prediction = None if prediction is None else str(prediction)
+            prediction, error = prediction_text(agent.forward(inputs), args.max_prediction_bytes)
         except BaseException as e:
-            tb = traceback.format_exc(limit=3)
-            error = f"{type(e).__name__}: {e}"[:1000] + "\n" + tb[-2000:]
-        send(
-            {
-                "id": qid,
-                "prediction": prediction,
-                "error": error,
-                "usage": usage,
-                "seconds": round(time.monotonic() - started, 3),
-            }
-        )
+            prediction, error = None, error_text(e)
+        return {"id": qid, "prediction": prediction, "error": error, "usage": plain_usage(usage),
+                "seconds": round(time.monotonic() - started, 3)}
+
+    def run(row: dict) -> None:
+        # Whatever happens, the row is answered now: a thread that died silently would leave
+        # the harness waiting for the row's timeout.
+        qid = row["id"]
+        try:
+            send({"started": qid})  # the harness times the row from here, not from when it was queued
+            reply = answer(qid, row["inputs"])
+        except BaseException as e:
+            reply = {"id": qid, "prediction": None, "error": error_text(e)}
+        try:
+            send(reply)
+        except BaseException as e:
+            send({"id": qid, "prediction": None, "error": f"cannot send the answer: {describe(e)}"})
 
     with ThreadPoolExecutor(max_workers=max(1, args.workers)) as pool:
         for line in sys.stdin:

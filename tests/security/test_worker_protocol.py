@@ -1,0 +1,206 @@
+"""The worker protocol under attack: a task agent whose answers, exceptions or writes are hostile.
+
+Each attack runs in the harness CLI with a real bwrap sandbox. The run must end fast (the row
+timeout, 600 s, is far beyond the run's allowance of 180 s, which leaves room for a loaded
+machine), exit 0, record the attacking row's outcome with a clear reason, and leave the other
+rows as they would be without it.
+"""
+
+import json
+import sys
+import time
+
+import pandas as pd
+import pytest
+
+from conftest import FAST_CONFIG, REPO_ROOT, cli_env
+
+ROWS = pd.read_csv(REPO_ROOT / "domains/imo/data/gradingbench_filtered_100_train.csv", dtype=str).head(3)
+HOSTILE, OTHER = 1, 2  # the row that attacks, and a row sent to the worker but not running meanwhile
+CAP = 1_000_000  # harness.max_prediction_bytes's default
+
+AGENT = r'''
+import json, os, stat
+from pathlib import Path
+
+HOSTILE_ANSWER = {hostile!r}
+OTHER_ID = {other_id!r}
+
+
+class NoStr:
+    def __str__(self):
+        raise RuntimeError("no str")
+
+    def __repr__(self):
+        return "NoStr()"
+
+
+class NoText:
+    def __str__(self):
+        raise SystemExit("no str")
+
+    def __repr__(self):
+        raise KeyboardInterrupt
+
+
+class NoTextError(BaseException):
+    def __str__(self):
+        raise SystemExit("no str")
+
+    def __repr__(self):
+        raise RuntimeError("no repr")
+
+
+def protocol_fd():
+    """The worker's pipe to the harness: the one pipe that is neither its stdin nor its stderr."""
+    others = {{os.fstat(fd).st_ino for fd in (0, 1, 2)}}
+    for fd in range(3, 256):
+        try:
+            st = os.fstat(fd)
+        except OSError:
+            continue
+        if stat.S_ISFIFO(st.st_mode) and st.st_ino not in others:
+            return fd
+    raise RuntimeError("no protocol pipe")
+
+
+def write(fd, data):
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def line(msg):
+    return json.dumps(msg).encode() + b"\n"
+
+
+def raise_(e):
+    raise e
+
+
+FORGED = {{"id": OTHER_ID, "prediction": "forged", "error": None, "usage": {{}}, "seconds": 0.1}}
+ATTACKS = {{
+    "str_raises": lambda me: (NoStr(), []),
+    "str_and_repr_raise": lambda me: (NoText(), []),
+    "exception_str_raises": lambda me: raise_(NoTextError()),
+    "returns_string": lambda me: "correct",
+    "returns_generator": lambda me: (x for x in ("correct", [])),
+    "returns_none": lambda me: None,
+    "huge_prediction": lambda me: ("x" * (300 * 2**20), []),
+    "surrogate_prediction": lambda me: ("ok \ud800 done", []),
+    "surrogate_error": lambda me: raise_(RuntimeError("bad \udcff text")),
+    "forged_answer": lambda me: (write(protocol_fd(), line(FORGED)), ("correct", []))[1],
+    "forged_start": lambda me: (write(protocol_fd(), line({{"started": me}})), ("correct", []))[1],
+    "long_line": lambda me: write(protocol_fd(), b"x" * (100 * 2**20)),
+    "garbage": lambda me: (write(protocol_fd(), b"\xff\xfe\x00 garbage\n"), ("correct", []))[1],
+    "forged_on_stdout": lambda me: (write(1, line(FORGED)), print(json.dumps(FORGED)), ("correct", []))[2],
+}}
+
+
+class TaskAgent:
+    def __init__(self, model, chat_history_file=None):
+        self.me = Path(chat_history_file).stem.removeprefix("chat_history_")  # this row's id
+
+    def forward(self, inputs):
+        if inputs["student_answer"] == HOSTILE_ANSWER:
+            return ATTACKS[{attack!r}](self.me)
+        return "correct", []
+'''
+
+# Runs the harness CLI and writes the harness process's own peak RSS (KiB) to argv[1] at exit.
+PEAK_RSS_WRAPPER = """
+import atexit, resource, runpy, sys
+out = sys.argv.pop(1)
+atexit.register(lambda: open(out, "w").write(str(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)))
+sys.argv[0] = "domains.harness"
+runpy.run_module("domains.harness", run_name="__main__", alter_sys=True)
+"""
+
+
+def run_attack(tmp_path, fake, attack: str) -> tuple[pd.DataFrame, dict]:
+    """Run the hostile agent over ROWS; the predictions and what the run cost in time and memory."""
+    import subprocess
+
+    agent = tmp_path / "hostile.py"
+    agent.write_text(AGENT.format(hostile=ROWS["Response"][HOSTILE], other_id=ROWS["Grading ID"][OTHER],
+                                  attack=attack))
+    config = tmp_path / "c.yaml"
+    config.write_text(FAST_CONFIG.replace("harness:\n", "harness:\n  row_timeout_s: 600\n  num_workers: 1\n"))
+    peak = tmp_path / "peak_rss_kib"
+    started = time.monotonic()
+    r = subprocess.run([sys.executable, "-c", PEAK_RSS_WRAPPER, str(peak), "--domain", "imo_grading",
+                        "--num_samples", str(len(ROWS)), "--agent_path", str(agent), "--output_dir",
+                        str(tmp_path / "out"), "--run_id", "r", "--model", "openai/fake", "--config", str(config),
+                        "--sandbox", "bwrap"],
+                       env=cli_env(fake), cwd=REPO_ROOT, capture_output=True, text=True, timeout=240)
+    seconds = time.monotonic() - started
+    assert r.returncode == 0, r.stderr
+    assert seconds < 180, f"the run took {seconds:.0f} s: a row waited for its timeout"
+    csv = tmp_path / "out/r/predictions.csv"
+    df = pd.read_csv(csv, dtype=str, keep_default_na=False, encoding="utf-8")
+    for i in set(range(len(ROWS))) - {HOSTILE}:  # the other rows are unaffected
+        assert (df["prediction"][i], df["error"][i]) == ("correct", ""), df.loc[i].to_dict()
+    return df, {"peak_rss_mb": int(peak.read_text()) / 1024, "csv_mb": csv.stat().st_size / 2**20}
+
+
+def attack(name: str, description: str, prediction: str, error: str):
+    """One parametrized case: the attacking row's expected prediction and error (a prefix of it)."""
+    return pytest.param(name, prediction, error, id=name, marks=pytest.mark.attack(description))
+
+
+@pytest.mark.parametrize("name, prediction, error", [
+    attack("str_raises", "a prediction whose __str__ raises", "NoStr()", ""),
+    attack("str_and_repr_raise", "a prediction whose __str__ and __repr__ raise BaseExceptions",
+           "<unprintable NoText>", ""),
+    attack("exception_str_raises", "forward raises a BaseException whose __str__ and __repr__ raise",
+           "", "NoTextError: <unprintable NoTextError>"),
+    attack("returns_string", "forward returns a string, not a pair", "",
+           "forward returned str, not a (prediction, messages) pair"),
+    attack("returns_generator", "forward returns a generator that would unpack as a pair", "",
+           "forward returned generator, not a (prediction, messages) pair"),
+    attack("returns_none", "forward returns None", "",
+           "forward returned NoneType, not a (prediction, messages) pair"),
+    attack("surrogate_prediction", "a prediction with a lone surrogate, which UTF-8 cannot encode",
+           "ok \\ud800 done", ""),
+    attack("surrogate_error", "an exception message with a lone surrogate", "",
+           "RuntimeError: bad \\udcff text"),
+])
+def test_whatever_forward_returns_or_raises_the_row_is_answered(tmp_path, fake_openai, name, prediction, error):
+    df, _ = run_attack(tmp_path, fake_openai, name)
+    assert df["prediction"][HOSTILE] == prediction
+    assert df["error"][HOSTILE].startswith(error) and bool(df["error"][HOSTILE]) == bool(error)
+
+
+@pytest.mark.attack("a prediction of 300 MiB, to bloat the harness's memory and predictions.csv")
+def test_a_huge_prediction_is_an_error_and_never_reaches_the_harness(tmp_path, fake_openai):
+    df, cost = run_attack(tmp_path, fake_openai, "huge_prediction")
+    assert df["prediction"][HOSTILE] == ""
+    assert df["error"][HOSTILE] == f"prediction of {300 * 2**20} bytes is over the cap of {CAP}"
+    assert cost["peak_rss_mb"] < 600, cost
+    assert cost["csv_mb"] < 2, cost
+
+
+@pytest.mark.parametrize("name, violation", [
+    pytest.param("forged_answer", f"an answer for row {ROWS['Grading ID'][OTHER]!r}, which is not running",
+                 id="forged_answer", marks=pytest.mark.attack(
+                     "a forged answer on the protocol pipe for a row that is queued, not running")),
+    pytest.param("forged_start", "a start of row", id="forged_start", marks=pytest.mark.attack(
+        "a second 'started' for its own row, to reset the row's timeout clock")),
+    pytest.param("long_line", f"a line of more than {6 * CAP + 65536} characters", id="long_line",
+                 marks=pytest.mark.attack("100 MB without a newline on the protocol pipe")),
+    pytest.param("garbage", "a line that is not JSON", id="garbage",
+                 marks=pytest.mark.attack("bytes that are not UTF-8 or JSON on the protocol pipe")),
+])
+def test_a_forged_protocol_line_kills_the_worker_and_fails_the_row(tmp_path, fake_openai, name, violation):
+    df, _ = run_attack(tmp_path, fake_openai, name)
+    assert df["prediction"][HOSTILE] == ""
+    assert df["error"][HOSTILE].startswith(f"protocol violation: the worker wrote {violation}")
+
+
+@pytest.mark.attack("a forged answer for another row written to stdout (fd 1)")
+def test_a_forged_answer_on_stdout_lands_in_the_log(tmp_path, fake_openai):
+    df, _ = run_attack(tmp_path, fake_openai, "forged_on_stdout")
+    assert (df["prediction"][HOSTILE], df["error"][HOSTILE]) == ("correct", "")
+    assert '"prediction": "forged"' in (tmp_path / "out/r/worker.log").read_text()
+    records = [json.loads(line) for line in (tmp_path / "out/r/predictions.jsonl").read_text().splitlines()]
+    assert all(rec["prediction"] == "correct" for rec in records)
