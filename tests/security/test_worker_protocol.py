@@ -1,9 +1,9 @@
 """The worker protocol under attack: a task agent whose answers, exceptions or writes are hostile.
 
-Each attack runs in the harness CLI with a real bwrap sandbox. The run must end fast (the row
-timeout, 600 s, is far beyond the run's allowance of 180 s, which leaves room for a loaded
-machine), exit 0, record the attacking row's outcome with a clear reason, and leave the other
-rows as they would be without it.
+One run of the harness CLI in a real bwrap sandbox carries every attack, one train row each
+(a plain row first and last). The run must end fast (the row timeout, 600 s, is far beyond
+the run's allowance of 240 s, which leaves room for a loaded machine), exit 0, record each
+attacking row's outcome with a clear reason, and answer the plain rows as if nothing happened.
 """
 
 import json
@@ -15,16 +15,19 @@ import pytest
 
 from conftest import FAST_CONFIG, REPO_ROOT, cli_env
 
-ROWS = pd.read_csv(REPO_ROOT / "domains/imo/data/gradingbench_filtered_100_train.csv", dtype=str).head(3)
-HOSTILE, OTHER = 1, 2  # the row that attacks, and a row sent to the worker but not running meanwhile
+NAMES = ("str_raises", "str_and_repr_raise", "exception_str_raises", "returns_string", "returns_generator",
+         "returns_none", "huge_prediction", "surrogate_prediction", "surrogate_error", "forged_answer",
+         "forged_start", "long_line", "garbage", "forged_on_stdout")
+ROWS = pd.read_csv(REPO_ROOT / "domains/imo/data/gradingbench_filtered_100_train.csv", dtype=str).head(len(NAMES) + 2)
+ROW_OF = {name: i + 1 for i, name in enumerate(NAMES)}  # rows 0 and len(NAMES) + 1 are plain
 CAP = 1_000_000  # harness.max_prediction_bytes's default
 
 AGENT = r'''
 import json, os, stat
 from pathlib import Path
 
-HOSTILE_ANSWER = {hostile!r}
-OTHER_ID = {other_id!r}
+ATTACK_OF = {attack_of!r}  # a row's student answer -> its attack
+NEXT_ID = {next_id!r}  # a row's id -> the next row's, which is queued in the worker while it runs
 
 
 class NoStr:
@@ -78,7 +81,10 @@ def raise_(e):
     raise e
 
 
-FORGED = {{"id": OTHER_ID, "prediction": "forged", "error": None, "usage": {{}}, "seconds": 0.1}}
+def forged(me):
+    return {{"id": NEXT_ID[me], "prediction": "forged", "error": None, "usage": {{}}, "seconds": 0.1}}
+
+
 ATTACKS = {{
     "str_raises": lambda me: (NoStr(), []),
     "str_and_repr_raise": lambda me: (NoText(), []),
@@ -89,11 +95,12 @@ ATTACKS = {{
     "huge_prediction": lambda me: ("x" * (300 * 2**20), []),
     "surrogate_prediction": lambda me: ("ok \ud800 done", []),
     "surrogate_error": lambda me: raise_(RuntimeError("bad \udcff text")),
-    "forged_answer": lambda me: (write(protocol_fd(), line(FORGED)), ("correct", []))[1],
+    "forged_answer": lambda me: (write(protocol_fd(), line(forged(me))), ("correct", []))[1],
     "forged_start": lambda me: (write(protocol_fd(), line({{"started": me}})), ("correct", []))[1],
     "long_line": lambda me: write(protocol_fd(), b"x" * (100 * 2**20)),
     "garbage": lambda me: (write(protocol_fd(), b"\xff\xfe\x00 garbage\n"), ("correct", []))[1],
-    "forged_on_stdout": lambda me: (write(1, line(FORGED)), print(json.dumps(FORGED)), ("correct", []))[2],
+    "forged_on_stdout": lambda me: (write(1, line(forged(me))), print(json.dumps(forged(me))),
+                                    ("correct", []))[2],
 }}
 
 
@@ -102,9 +109,8 @@ class TaskAgent:
         self.me = Path(chat_history_file).stem.removeprefix("chat_history_")  # this row's id
 
     def forward(self, inputs):
-        if inputs["student_answer"] == HOSTILE_ANSWER:
-            return ATTACKS[{attack!r}](self.me)
-        return "correct", []
+        attack = ATTACK_OF.get(inputs["student_answer"])
+        return ATTACKS[attack](self.me) if attack else ("correct", [])
 '''
 
 # Runs the harness CLI and writes the harness process's own peak RSS (KiB) to argv[1] at exit.
@@ -117,30 +123,44 @@ runpy.run_module("domains.harness", run_name="__main__", alter_sys=True)
 """
 
 
-def run_attack(tmp_path, fake, attack: str) -> tuple[pd.DataFrame, dict]:
-    """Run the hostile agent over ROWS; the predictions and what the run cost in time and memory."""
+@pytest.fixture(scope="module")
+def run(tmp_path_factory, fake_openai_session) -> tuple[pd.DataFrame, dict, object]:
+    """The hostile agent over ROWS: the predictions, what the run cost in time and memory, its folder."""
     import subprocess
 
+    tmp_path = tmp_path_factory.mktemp("worker-protocol")
+    ids = list(ROWS["Grading ID"])
     agent = tmp_path / "hostile.py"
-    agent.write_text(AGENT.format(hostile=ROWS["Response"][HOSTILE], other_id=ROWS["Grading ID"][OTHER],
-                                  attack=attack))
+    agent.write_text(AGENT.format(attack_of={ROWS["Response"][i]: name for name, i in ROW_OF.items()},
+                                  next_id=dict(zip(ids, ids[1:]))))
     config = tmp_path / "c.yaml"
     config.write_text(FAST_CONFIG.replace("harness:\n", "harness:\n  row_timeout_s: 600\n  num_workers: 1\n"))
     peak = tmp_path / "peak_rss_kib"
+    fake_openai_session.reset()
     started = time.monotonic()
-    r = subprocess.run([sys.executable, "-c", PEAK_RSS_WRAPPER, str(peak), "--domain", "imo_grading",
-                        "--num_samples", str(len(ROWS)), "--agent_path", str(agent), "--output_dir",
+    r = subprocess.run([sys.executable, "-c", PEAK_RSS_WRAPPER, str(peak), "--domain", "imo_grading", "--subset",
+                        "train", "--num_samples", str(len(ROWS)), "--agent_path", str(agent), "--output_dir",
                         str(tmp_path / "out"), "--run_id", "r", "--model", "openai/fake", "--config", str(config),
                         "--sandbox", "bwrap"],
-                       env=cli_env(fake), cwd=REPO_ROOT, capture_output=True, text=True, timeout=240)
+                       env=cli_env(fake_openai_session), cwd=REPO_ROOT, capture_output=True, text=True, timeout=400)
     seconds = time.monotonic() - started
     assert r.returncode == 0, r.stderr
-    assert seconds < 180, f"the run took {seconds:.0f} s: a row waited for its timeout"
+    assert seconds < 240, f"the run took {seconds:.0f} s: a row waited for its timeout"
     csv = tmp_path / "out/r/predictions.csv"
     df = pd.read_csv(csv, dtype=str, keep_default_na=False, encoding="utf-8")
-    for i in set(range(len(ROWS))) - {HOSTILE}:  # the other rows are unaffected
+    return df, {"peak_rss_mb": int(peak.read_text()) / 1024, "csv_mb": csv.stat().st_size / 2**20}, tmp_path
+
+
+def outcome(run, name: str) -> tuple[str, str]:
+    """The attacking row's prediction and error."""
+    df = run[0]
+    return df["prediction"][ROW_OF[name]], df["error"][ROW_OF[name]]
+
+
+def test_the_plain_rows_are_answered_as_if_nothing_happened(run):
+    df = run[0]
+    for i in (0, len(ROWS) - 1):
         assert (df["prediction"][i], df["error"][i]) == ("correct", ""), df.loc[i].to_dict()
-    return df, {"peak_rss_mb": int(peak.read_text()) / 1024, "csv_mb": csv.stat().st_size / 2**20}
 
 
 def attack(name: str, description: str, prediction: str, error: str):
@@ -165,23 +185,23 @@ def attack(name: str, description: str, prediction: str, error: str):
     attack("surrogate_error", "an exception message with a lone surrogate", "",
            "RuntimeError: bad \\udcff text"),
 ])
-def test_whatever_forward_returns_or_raises_the_row_is_answered(tmp_path, fake_openai, name, prediction, error):
-    df, _ = run_attack(tmp_path, fake_openai, name)
-    assert df["prediction"][HOSTILE] == prediction
-    assert df["error"][HOSTILE].startswith(error) and bool(df["error"][HOSTILE]) == bool(error)
+def test_whatever_forward_returns_or_raises_the_row_is_answered(run, name, prediction, error):
+    got_prediction, got_error = outcome(run, name)
+    assert got_prediction == prediction
+    assert got_error.startswith(error) and bool(got_error) == bool(error)
 
 
 @pytest.mark.attack("a prediction of 300 MiB, to bloat the harness's memory and predictions.csv")
-def test_a_huge_prediction_is_an_error_and_never_reaches_the_harness(tmp_path, fake_openai):
-    df, cost = run_attack(tmp_path, fake_openai, "huge_prediction")
-    assert df["prediction"][HOSTILE] == ""
-    assert df["error"][HOSTILE] == f"prediction of {300 * 2**20} bytes is over the cap of {CAP}"
+def test_a_huge_prediction_is_an_error_and_never_reaches_the_harness(run):
+    cost = run[1]
+    assert outcome(run, "huge_prediction") == ("", f"prediction of {300 * 2**20} bytes is over the cap of {CAP}")
     assert cost["peak_rss_mb"] < 600, cost
     assert cost["csv_mb"] < 2, cost
 
 
 @pytest.mark.parametrize("name, violation", [
-    pytest.param("forged_answer", f"an answer for row {ROWS['Grading ID'][OTHER]!r}, which is not running",
+    pytest.param("forged_answer", f"an answer for row {ROWS['Grading ID'][ROW_OF['forged_answer'] + 1]!r}, "
+                 "which is not running",
                  id="forged_answer", marks=pytest.mark.attack(
                      "a forged answer on the protocol pipe for a row that is queued, not running")),
     pytest.param("forged_start", "a start of row", id="forged_start", marks=pytest.mark.attack(
@@ -191,16 +211,15 @@ def test_a_huge_prediction_is_an_error_and_never_reaches_the_harness(tmp_path, f
     pytest.param("garbage", "a line that is not JSON", id="garbage",
                  marks=pytest.mark.attack("bytes that are not UTF-8 or JSON on the protocol pipe")),
 ])
-def test_a_forged_protocol_line_kills_the_worker_and_fails_the_row(tmp_path, fake_openai, name, violation):
-    df, _ = run_attack(tmp_path, fake_openai, name)
-    assert df["prediction"][HOSTILE] == ""
-    assert df["error"][HOSTILE].startswith(f"protocol violation: the worker wrote {violation}")
+def test_a_forged_protocol_line_kills_the_worker_and_fails_the_row(run, name, violation):
+    prediction, error = outcome(run, name)
+    assert prediction == "" and error.startswith(f"protocol violation: the worker wrote {violation}"), error
 
 
 @pytest.mark.attack("a forged answer for another row written to stdout (fd 1)")
-def test_a_forged_answer_on_stdout_lands_in_the_log(tmp_path, fake_openai):
-    df, _ = run_attack(tmp_path, fake_openai, "forged_on_stdout")
-    assert (df["prediction"][HOSTILE], df["error"][HOSTILE]) == ("correct", "")
-    assert '"prediction": "forged"' in (tmp_path / "out/r/worker.log").read_text()
-    records = [json.loads(line) for line in (tmp_path / "out/r/predictions.jsonl").read_text().splitlines()]
-    assert all(rec["prediction"] == "correct" for rec in records)
+def test_a_forged_answer_on_stdout_lands_in_the_log(run):
+    folder = run[2] / "out" / "r"
+    assert outcome(run, "forged_on_stdout") == ("correct", "")
+    assert '"prediction": "forged"' in (folder / "worker.log").read_text()
+    records = [json.loads(line) for line in (folder / "predictions.jsonl").read_text().splitlines()]
+    assert not any(rec.get("prediction") == "forged" for rec in records)
