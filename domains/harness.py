@@ -135,8 +135,10 @@ class WorkerProcess:
     retries.
     """
 
-    def __init__(self, proc, log_path: Path, log_cap: int, results: queue.Queue, max_prediction_bytes: int):
+    def __init__(self, proc, log_path: Path, log_cap: int, results: queue.Queue, max_prediction_bytes: int,
+                 sandbox=None):
         self.proc = proc
+        self.sandbox = sandbox  # whose disk watch may have killed it (Sandbox.disk_capped)
         self.log_path = log_path
         self.log_cap = log_cap
         self.overflowed = False
@@ -243,6 +245,8 @@ class WorkerProcess:
             return f"protocol violation: the worker wrote {self.violation}; it was killed"
         if self.overflowed:
             return f"the worker was killed for printing more than {self.log_cap} bytes (see {self.log_path.name})"
+        if getattr(self.sandbox, "disk_capped", None):
+            return f"the worker was killed for {self.sandbox.disk_capped}"
         return f"the worker died while running this row (see {self.log_path.name})"
 
     def go(self) -> None:
@@ -411,6 +415,8 @@ class AgentWorker:
 
     def start(self) -> None:
         """Load the agent in the prestarted worker, or in a fresh one; returns once the agent loaded."""
+        if getattr(self.sandbox, "disk_capped", None):  # its watch kills whatever starts there now
+            raise UserError(f"the agent's sandbox was stopped for {self.sandbox.disk_capped}")
         try:
             if self.proc is None or not self.proc.alive() or not self._parked:
                 raise BrokenPipeError
@@ -432,6 +438,8 @@ class AgentWorker:
             if msg.get("ready"):
                 return
             self.stop()
+            if getattr(self.sandbox, "disk_capped", None):
+                raise UserError(f"the agent's sandbox was stopped for {self.sandbox.disk_capped}")
             raise UserError(msg.get("fatal") or f"the worker exited before loading the agent (see {self.log_path})")
 
     def _launch(self, wait_for_go: bool) -> None:
@@ -447,7 +455,7 @@ class AgentWorker:
         if self.pythonpath:
             env["PYTHONPATH"] = ":".join(self.pythonpath)
         log_cap = int(self.config.sandbox.output_cap_mb * 2**20)
-        self.proc = WorkerProcess(box.popen(cmd, env), self.log_path, log_cap, self.results, cap)
+        self.proc = WorkerProcess(box.popen(cmd, env), self.log_path, log_cap, self.results, cap, box)
         self._parked = wait_for_go
 
     def ensure_started(self) -> None:

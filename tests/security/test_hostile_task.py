@@ -214,3 +214,26 @@ def test_attack(run, attack):
     assert run.result.returncode == 0, run.result.stderr[-2000:]
     row = run.df.iloc[[i for i, a in enumerate(ATTACKS) if a is attack][0] + 1]
     attack.check(row, run)
+
+
+@pytest.mark.attack("task agent: fills the host's disk through its transcripts folder")
+def test_a_task_agent_that_fills_its_folders_is_stopped_with_the_reason(tmp_path, fake_openai):
+    agent = tmp_path / "filler.py"
+    agent.write_text("import os\nclass TaskAgent:\n    def __init__(self, model, chat_history_file=None):\n"
+                     "        self.file = chat_history_file\n"
+                     "    def forward(self, inputs):\n"
+                     "        with open(self.file + '.bin', 'wb') as f:\n"
+                     "            for _ in range(400):\n"
+                     "                f.write(b'x' * 2**20)\n"
+                     "        import time; time.sleep(30)\n")
+    config = tmp_path / "c.yaml"
+    config.write_text(FAST_CONFIG.replace("harness:\n", "harness:\n  num_workers: 1\n")
+                      .replace("sandbox:\n", "sandbox:\n  disk_mb: 50\n"))
+    r = run_cli("domains.harness", "--domain", "imo_grading", "--subset", "train", "--num_samples", "1",
+                "--agent_path", str(agent), "--output_dir", str(tmp_path / "out"), "--run_id", "r",
+                "--model", "openai/fake", "--config", str(config), "--sandbox", "bwrap",
+                env=cli_env(fake_openai), timeout=300)
+    # The evaluation stops with the reason (in a loop: the node is eval_failed with it); nothing is left.
+    assert r.returncode == 2 and r.stderr.strip().splitlines()[-1] == \
+        "error: the agent's sandbox was stopped for writing more than 50 MB to its folders", r.stderr
+    assert not (tmp_path / "out" / "r").exists()
