@@ -30,8 +30,8 @@ class Results:
         self.attacks: dict[str, list[str]] = {}  # description -> node ids
         self.outcomes: dict[str, str] = {}  # node id -> held | FAILED | skipped: why
 
-    def pytest_collection_modifyitems(self, items):
-        for item in items:
+    def pytest_collection_finish(self, session):
+        for item in session.items:  # after -k and -m deselected theirs
             mark = item.get_closest_marker("attack")
             if mark and mark.args:
                 self.attacks.setdefault(mark.args[0], []).append(item.nodeid)
@@ -67,9 +67,9 @@ def table_rows(text: str) -> dict[str, str]:
     """The table's rows in SECURITY.md, by attack description."""
     section = text.split(BEGIN, 1)[1].split(END, 1)[0] if BEGIN in text else ""
     rows = {}
-    for line in section.splitlines()[2:]:
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) == 3:
+    for line in section.splitlines():
+        cells = [c.strip() for c in re.split(r"(?<!\\)\|", line.strip().strip("|"))]
+        if len(cells) == 3 and cells[0] not in ("attack", "---"):
             rows[cells[0].replace("\\|", "|")] = line
     return rows
 

@@ -1,6 +1,7 @@
 """The sandbox on a newcomer's machine, and what a killed run leaves behind."""
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -61,13 +62,16 @@ def installed_copy():
     """The framework installed the ordinary way (not editable) in a virtualenv: its data sets,
     labels included, are then package data in site-packages, which sandboxes see."""
     venv = Path("/tmp") / f"venv-installed-{os.getpid()}"
+    source = Path("/tmp") / f"source-{os.getpid()}"  # a copy: building in the checkout would leave build/ there
+    shutil.copytree(REPO_ROOT, source, ignore=shutil.ignore_patterns(".git", "outputs", "build", "*.egg-info",
+                                                                      "__pycache__", ".pytest_cache"))
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
     try:
         subprocess.run([str(venv / "bin" / "pip"), "install", "-q", "--no-deps", "--no-build-isolation",
-                        str(REPO_ROOT)], check=True, capture_output=True, timeout=300)
+                        str(source)], check=True, capture_output=True, timeout=300)
         yield venv
     finally:
-        subprocess.run(["rm", "-rf", str(venv)], check=True)
+        subprocess.run(["rm", "-rf", str(venv), str(source)], check=True)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
