@@ -24,7 +24,6 @@ class Domain:
     data_dir: Path | None = None  # where subset files live; None: rows come from another run
     metrics: Callable | None = None  # DataFrame with a prediction column -> report dict
     staged_eval_samples: int = 10  # size of the first, cheap evaluation stage
-    can_ensemble: bool = False  # whether per-row predictions of several agents can be combined
     model_role: str = "task"  # gateway role and default model alias of this domain's agent
     graded_by: str | None = None  # domain whose agent scores this one's predictions (proofs -> grader)
     grader_agent: str | None = None  # importable agent that does that grading, outside the workspace
@@ -82,11 +81,6 @@ def get_domain(name: str) -> Domain:
     if name not in DOMAINS:
         raise UserError(f"unknown domain {name!r} (known: {', '.join(sorted(DOMAINS))})")
     return DOMAINS[name]
-
-
-def domain_names() -> list[str]:
-    _load_builtin_domains()
-    return sorted(DOMAINS)
 
 
 # Data files the user gives for domains that are not bundled (`--data`), by domain name.

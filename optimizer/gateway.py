@@ -42,10 +42,6 @@ SOCKET_DIR_PREFIX = "hyperagents-gw-"  # under the temp folder: a short path, as
 _NOT_IN_CACHE_KEY = ("user",)
 
 
-class BudgetExceeded(Exception):
-    pass
-
-
 @dataclass
 class Session:
     run_id: str

@@ -305,19 +305,18 @@ class Loop:
         return env
 
     def _write_train_data(self) -> None:
-        """Train rows with inputs and label, one JSON line each, for the try command."""
+        """Train rows with inputs and label, one JSON line each, for the try command; written whole
+        each time a run starts or resumes, so a file a kill cut short is never what the sandbox reads."""
         folder = self.run_dir / "train_data"
         folder.mkdir(exist_ok=True)
         for d in self.domains:
             path = folder / f"{d.name}_train.jsonl"
-            if path.exists():
-                continue
             df = d.load("train")
             lines = [json.dumps({"id": str(r[d.question_id]), "inputs": d.format_inputs(r),
                                  "label": r[d.label_column] if d.label_column else None, "match": d.try_match},
                                 default=str)
                      for r in df.to_dict("records")]
-            path.write_text("\n".join(lines) + "\n")
+            atomic_write_text(path, "\n".join(lines) + "\n")
 
     def _publish_feedback(self, node: Node) -> None:
         """Copy the node's train results (never val/test) where later meta agents can read them.

@@ -25,7 +25,6 @@ register(
         score_key="overall_accuracy",
         data_dir=DATA_DIR,
         metrics=partial(metrics.grading_metrics, label_col="Reward", qid_col="Grading ID"),
-        can_ensemble=True,
         default_subset="train",
     )
 )
