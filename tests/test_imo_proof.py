@@ -101,13 +101,14 @@ VENDOR = {"tool_name": "bash", "tool_input": {"command": (
     "mkdir -p /workspace/proofgrader/task_agent && "
     "printf 'class TaskAgent:\\n    def __init__(self, model=None, chat_history_file=None): pass\\n"
     "    def forward(self, inputs): return \"correct\", []\\n' > /workspace/proofgrader/task_agent/__init__.py && "
-    "touch /workspace/proofgrader/__init__.py")}}
+    "touch /workspace/proofgrader/__init__.py && echo '# edited' >> /workspace/task_agent/__init__.py")}}
 
 
 def test_the_loop_on_imo_proof_grades_with_the_installed_grader_not_a_vendored_copy(
         tmp_path, fake_openai, proofgrader_dir, config):
     """Generation 1's meta agent plants a proofgrader in the workspace that calls every proof
-    correct; the scores must not move, since grading runs the installed package, outside."""
+    correct (and edits its prover a little); the scores must not move: the planted package is
+    outside the evolvable paths, so never committed, and grading runs the installed package."""
     scripted = []
 
     def respond_with_meta(request: dict) -> str:
@@ -125,7 +126,8 @@ def test_the_loop_on_imo_proof_grades_with_the_installed_grader_not_a_vendored_c
     assert r.returncode == 0, r.stderr[-3000:]
     run_dir = tmp_path / "out" / "run"
     nodes = {p.parent.name: json.loads(p.read_text()) for p in (run_dir / "nodes").glob("*/node.json")}
-    assert scripted and "proofgrader/task_agent/__init__.py" in (run_dir / "nodes" / "1" / "patch.diff").read_text()
+    assert scripted and nodes["1"]["patch"]["dropped_why"] == {"proofgrader": "outside the evolvable paths"}
+    assert "proofgrader" not in (run_dir / "nodes" / "1" / "patch.diff").read_text()
     assert nodes["1"]["status"] == "ok" and nodes["1"]["eval_keys"] != nodes["initial"]["eval_keys"]
     assert nodes["initial"]["scores"]["imo_proof"]["train"] == pytest.approx(13 / 21)
     assert nodes["1"]["scores"]["imo_proof"]["train"] == pytest.approx(13 / 21)
