@@ -21,6 +21,7 @@ from pathlib import Path
 
 from optimizer.errors import UserError
 from optimizer.fsutil import atomic_write_json
+from optimizer.workspace import discard
 
 
 @dataclass
@@ -189,8 +190,6 @@ class NodeSandbox:
     def __enter__(self) -> "NodeSandbox":
         from domains.harness import AgentWorker, worker_mounts
         from optimizer.sandbox import open_sandbox
-
-        from optimizer.workspace import discard
 
         ev = self.evaluator
         discard(self.workspace)  # left by a killed run

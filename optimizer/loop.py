@@ -36,9 +36,9 @@ from archive.store import Archive, Node, mean_score
 from optimizer.config import PROJECT_ROOT, Config
 from optimizer.errors import UserError
 from optimizer.evaluation import BudgetStop, Evaluator, LoadFailed, NodeSandbox, split_rows
+from optimizer.fsutil import atomic_write_text
 from optimizer.sandbox import Mount, open_sandbox
 from optimizer.sandbox.base import TRUSTED_DIR
-from optimizer.fsutil import atomic_write_text
 from optimizer.workspace import Quota, RunRepo, discard
 
 INSIDE = PROJECT_ROOT / "optimizer" / "inside"
