@@ -14,6 +14,7 @@ def atomic_write_bytes(path, data: bytes) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
+            os.fchmod(fd, 0o644)  # mkstemp's 0600 would hide the file from a sandbox's own user (docker)
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
