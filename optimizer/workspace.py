@@ -184,12 +184,16 @@ class RunRepo:
         self.git_dir = dot_git if dot_git.is_dir() and not dot_git.is_symlink() else self.path
 
     def git(self, *args: str, input: bytes | None = None) -> str:
+        return self.git_bytes(*args, input=input).decode("utf-8", errors="replace")
+
+    def git_bytes(self, *args: str, input: bytes | None = None) -> bytes:
+        """One git command on the run's repository, in the hardened environment; its stdout."""
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **_GIT_ENV, "GIT_DIR": str(self.git_dir)}
         result = subprocess.run(["git", *_GIT_OPTIONS, *args], cwd=self.git_dir, env=env, input=input,
                                 capture_output=True, check=False)
         if result.returncode != 0:
             raise subprocess.CalledProcessError(result.returncode, ["git", *args], result.stdout, result.stderr)
-        return result.stdout.decode("utf-8", errors="replace")
+        return result.stdout
 
     @classmethod
     def create(cls, path: str | Path, source_root: str | Path, initial_agent=None) -> "RunRepo":
@@ -245,11 +249,7 @@ class RunRepo:
         """The contents of blobs, read in one `git cat-file --batch`."""
         if not shas:
             return {}
-        out = subprocess.run(["git", *_GIT_OPTIONS, "cat-file", "--batch"], cwd=self.git_dir,
-                             env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **_GIT_ENV,
-                                  "GIT_DIR": str(self.git_dir)},
-                             input="".join(f"{s}\n" for s in dict.fromkeys(shas)).encode(), capture_output=True,
-                             check=True).stdout
+        out = self.git_bytes("cat-file", "--batch", input="".join(f"{s}\n" for s in dict.fromkeys(shas)).encode())
         blobs, pos = {}, 0
         while pos < len(out):
             header_end = out.index(b"\n", pos)
