@@ -22,11 +22,20 @@ from collections import Counter
 from datetime import datetime
 from pathlib import Path
 
-from optimizer.config import (BASELINES, PROJECT_ROOT, SANDBOX_BACKENDS, Config, int_flag, load_config, number_flag,
-                              parse_data_flags, validate)
-from optimizer.errors import UserError, exit_on_user_error
-from optimizer.fsutil import atomic_write_json
 from optimizer.initial_agents import INITIAL_AGENTS
+from services.config import (
+    BASELINES,
+    PROJECT_ROOT,
+    SANDBOX_BACKENDS,
+    Config,
+    int_flag,
+    load_config,
+    number_flag,
+    parse_data_flags,
+    validate,
+)
+from services.errors import UserError, exit_on_user_error
+from services.fsutil import atomic_write_json
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -171,16 +180,17 @@ def summary_lines(loop) -> list[str]:
 
 
 def main(argv=None) -> None:
-    from domains.registry import get_domain, use_data_files
+    from domains.base import use_data_files
+    from domains.registry import get_domain
     from domains.report import require_grader
     from optimizer.estimate import estimate
     from optimizer.evaluation import split_rows
-    from optimizer.gateway import open_gateway
     from optimizer.initial_agents import get_initial_agent
     from optimizer.loop import Loop
-    from optimizer.providers import check_credentials, choose_models, load_dotenv_file
-    from optimizer.sandbox import choose_backend_why
-    from optimizer.workspace import RunRepo
+    from services.gateway import open_gateway
+    from services.providers import check_credentials, choose_models, load_dotenv_file
+    from services.sandbox import choose_backend_why
+    from services.workspace import RunRepo
 
     args = build_parser().parse_args(argv)
     if args.resume_from:
@@ -235,7 +245,7 @@ def main(argv=None) -> None:
                 shutil.rmtree(run_dir, ignore_errors=True)
             raise
         if not resumed:
-            RunRepo.create(run_dir / "repo", PROJECT_ROOT, initial_agent)
+            RunRepo.create(run_dir / "repo", PROJECT_ROOT, initial_agent.apply)
         atomic_write_json(run_dir / "run.json", {"domains": domain_names, "config": dataclasses.asdict(config),
                                                  "sandbox": backend, "updated_at": datetime.now().isoformat()})
         loop = Loop(run_dir, config, domains, gateway, backend)

@@ -24,9 +24,9 @@ from importlib import metadata
 from pathlib import Path
 from string import Template
 
-from optimizer.config import PROJECT_ROOT, Config, load_config
-from optimizer.errors import UserError, exit_on_user_error
-from optimizer.providers import choose_models, load_dotenv_file
+from services.config import PROJECT_ROOT, Config, load_config
+from services.errors import UserError, exit_on_user_error
+from services.providers import choose_models, load_dotenv_file
 
 TEMPLATE = PROJECT_ROOT / "proofgrader_template"
 PACKAGED = ("agent", "task_agent")  # the grader's code; the meta agent and the rest stay behind
@@ -143,7 +143,7 @@ def ranking_lines(candidates: list[Candidate]) -> list[str]:
 
 
 def from_run(run_dir: Path, scratch: Path) -> Grader:
-    from optimizer.workspace import RunRepo
+    from services.workspace import RunRepo
 
     if not (run_dir / "run.json").is_file() or not (run_dir / "repo").is_dir():
         raise UserError(f"--generate_dir {run_dir}: not a run folder (no run.json and repo/ there)")
@@ -169,11 +169,11 @@ def from_run(run_dir: Path, scratch: Path) -> Grader:
 
 
 def proofautograder(model: str | None, scratch: Path) -> Grader:
-    from optimizer.initial_agents import INITIAL_AGENTS, select_initial_agent
-    from optimizer.workspace import copy_evolvable
+    from optimizer.initial_agents import INITIAL_AGENTS
+    from services.workspace import copy_evolvable
 
     copy_evolvable(PROJECT_ROOT, scratch)
-    select_initial_agent(scratch, INITIAL_AGENTS["proofautograder"])
+    INITIAL_AGENTS["proofautograder"].apply(scratch)
     if not model:
         config = load_config()
         load_dotenv_file()
@@ -235,7 +235,7 @@ def _write_package(grader: Grader, out: Path) -> None:
 
 def _check_imports(out: Path) -> None:
     """Import the built package in a sandbox: it is evolved code, never run by a host interpreter."""
-    from optimizer.sandbox import open_sandbox
+    from services.sandbox import open_sandbox
 
     with open_sandbox(load_config().sandbox, out) as box:
         result = box.run([box.python, "-I", "-B", "-c", _IMPORT_CHECK, box.workdir],

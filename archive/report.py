@@ -6,7 +6,7 @@ import html
 from pathlib import Path
 
 from archive.store import Archive, mean_score
-from optimizer.fsutil import atomic_write_text
+from services.fsutil import atomic_write_text
 
 TOP = 15  # nodes in the table
 

@@ -53,6 +53,7 @@ def uniform(candidates: list[Candidate], rng: random.Random) -> Candidate:
     return rng.choice(candidates)
 
 
+# By the names the config accepts (services.config.PARENT_SELECTIONS; tests/test_layers.py checks both agree).
 STRATEGIES: dict[str, Callable[[list[Candidate], random.Random], Candidate]] = {
     "random": uniform,
     "latest": latest,

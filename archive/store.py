@@ -17,9 +17,9 @@ from datetime import datetime
 from pathlib import Path
 
 from archive.selection import Candidate
-from optimizer.config import conforms, describe, show
-from optimizer.errors import UserError
-from optimizer.fsutil import atomic_write_json, read_bounded
+from services.config import conforms, describe, show
+from services.errors import UserError
+from services.fsutil import atomic_write_json, read_bounded
 
 STATUSES = ("ok", "no_change", "meta_failed", "load_failed", "eval_failed", "budget_stopped")
 

@@ -31,7 +31,7 @@ CONTROLLER = """
 import json, random, sys
 from pathlib import Path
 import litellm, pandas  # noqa: F401  what the controller process holds anyway
-from optimizer.gateway import Gateway  # noqa: F401
+from services.gateway import Gateway  # noqa: F401
 from optimizer.loop import Loop  # noqa: F401
 from archive.plots import write_plots
 from archive.report import write_report

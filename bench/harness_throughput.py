@@ -276,7 +276,7 @@ os.environ["AGENT_GATEWAY_URL"] = sys.argv[2]
 sys.path.insert(0, os.getcwd())
 import litellm
 from agent.llm import _route
-from domains.warm_up import warm_up
+from inside.warm_up import warm_up
 litellm.suppress_debug_info = True
 warm_up(litellm, ["hosted_vllm"])
 route = _route("fake")

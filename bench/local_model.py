@@ -1,7 +1,7 @@
 """Local model speed on this machine: prompt and generation tokens per second, seconds per grading sample.
 
 Serves `local/smollm2-135m` the way a run does (llama-cpp-python's server, started by
-optimizer.local_model.LocalServer) once with one thread and once with all cores, side by
+services.local_model.LocalServer) once with one thread and once with all cores, side by
 side, and prints the speed-up. A grading sample goes the whole way a run's does: the
 initial task agent's prompt, cut to the configured context, through the gateway, with
 the label constrained by its JSON schema.
@@ -29,7 +29,8 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 from harness_throughput import _status_kb  # noqa: E402
-from optimizer.local_model import LocalServer  # noqa: E402
+
+from services.local_model import LocalServer  # noqa: E402
 
 MODEL = "local/smollm2-135m"
 
@@ -83,8 +84,8 @@ def speeds(threads: int, context: int) -> dict:
 def grading_seconds(samples: int, context: int) -> list[float]:
     """Seconds per grading sample the way a run grades: task agent -> gateway -> local server."""
     from domains.imo.data import DATA_DIR, load_csv
-    from optimizer.config import Config
-    from optimizer.gateway import open_gateway
+    from services.config import Config
+    from services.gateway import open_gateway
 
     config = Config()
     config.gateway.local_context = context
@@ -138,7 +139,7 @@ def main(argv=None) -> int:
 
 
 def default_context() -> int:
-    from optimizer.config import GatewayConfig
+    from services.config import GatewayConfig
 
     return GatewayConfig().local_context
 

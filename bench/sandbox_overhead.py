@@ -35,10 +35,10 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 from harness_throughput import TimedFakeOpenAI, _descendants, _status_kb  # noqa: E402
 
 from domains.harness import AgentWorker, Row, worker_mounts  # noqa: E402
-from optimizer.config import PROJECT_ROOT, Config  # noqa: E402
-from optimizer.gateway import open_gateway  # noqa: E402
-from optimizer.sandbox import choose_backend, open_sandbox  # noqa: E402
-from optimizer.workspace import copy_evolvable  # noqa: E402
+from services.config import PROJECT_ROOT, Config  # noqa: E402
+from services.gateway import open_gateway  # noqa: E402
+from services.sandbox import choose_backend, open_sandbox  # noqa: E402
+from services.workspace import copy_evolvable  # noqa: E402
 
 START_TARGET_S = {"bwrap": 1.0, "docker": 2.0}
 OVERHEAD_TARGET = 0.05  # of the provider's latency

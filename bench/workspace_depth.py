@@ -22,8 +22,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from optimizer.config import PROJECT_ROOT  # noqa: E402
-from optimizer.workspace import RunRepo, discard  # noqa: E402
+from services.config import PROJECT_ROOT  # noqa: E402
+from services.workspace import RunRepo, discard  # noqa: E402
 
 TARGET = 1.2
 

@@ -24,8 +24,8 @@ from typing import Callable
 
 import pandas as pd
 
-from domains.answers import final_answer, math_equal
-from optimizer.errors import UserError
+from inside.answers import final_answer, math_equal
+from services.errors import UserError
 
 HF_DATASET = "meituan-longcat/AMO-Bench"
 COLUMNS = ("question_id", "prompt", "answer", "answer_type")
@@ -86,7 +86,7 @@ def _read(path: Path) -> pd.DataFrame:
 # -- grading ---------------------------------------------------------------------------------
 def strip_box(answer: str) -> str:
     """A reference written as \\boxed{...} (as the dataset writes it) without the box."""
-    from domains.answers import extract_boxed
+    from inside.answers import extract_boxed
 
     return extract_boxed(answer) or answer.strip()
 

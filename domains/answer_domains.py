@@ -1,7 +1,7 @@
 """The final-answer domains: IMO-AnswerBench, AIME 2025 and AMO-Bench.
 
 The agent sees the problem only; its prediction is checked against the reference
-answer by `domains.answers` (math-verify). Each is a `Domain` like the IMO ones: the
+answer by `inside.answers` (math-verify). Each is a `Domain` like the IMO ones: the
 loop and the harness know nothing special about them.
 """
 
@@ -14,10 +14,10 @@ import pandas as pd
 
 from domains import amo_bench
 from domains.answer_metrics import answer_metrics
-from domains.answers import aime_any_number, aime_strict, check_output
+from domains.base import DATA_FILES, Domain
 from domains.imo.data import DATA_DIR, load_csv, verify_file
-from domains.registry import DATA_FILES, Domain, register
-from optimizer.errors import UserError
+from inside.answers import aime_any_number, aime_strict, check_output
+from services.errors import UserError
 
 AIME_FILE = DATA_DIR.parent.parent / "aime2025" / "data" / "aime2025.jsonl"
 AIME_SUBSETS = {"": None, "_I": "AIME2025-I", "_II": "AIME2025-II"}
@@ -59,55 +59,55 @@ def _answer(column: str, check):
     return lambda output, row, judge: check(output, str(row[column]))
 
 
-register(Domain(
-    name="imo_answer",
-    question_id="Problem ID",
-    inputs={"problem": "Problem"},
-    label_column="Short Answer",
-    hidden_columns=("Short Answer",),
-    subsets={f"_{s}": "answerbench_v2.csv" for s in ("train", "val", "test")},
-    splits={s: f"_{s}" for s in ("train", "val", "test")},
-    score_key="accuracy",
-    data_dir=DATA_DIR,
-    metrics=partial(answer_metrics, checks={"accuracy": _answer("Short Answer", check_output)},
-                    qid_col="Problem ID", group_cols=("Category",)),
-    default_subset="train",
-    loader=load_answerbench,
-    try_match="math",
-))
-
-register(Domain(
-    name="aime2025",
-    question_id="task_id",
-    inputs={"problem": "question"},
-    label_column="ground_truth",
-    hidden_columns=("ground_truth",),
-    subsets={s: AIME_FILE.name for s in AIME_SUBSETS},
-    splits={"train": ""},
-    score_key="accuracy",
-    data_dir=AIME_FILE.parent,
-    metrics=partial(answer_metrics, checks={"accuracy": _answer("ground_truth", aime_strict),
-                                            "accuracy_any_number": _answer("ground_truth", aime_any_number)},
-                    qid_col="task_id", group_cols=("subset",)),
-    loader=load_aime,
-    try_match="math",
-    score_note="strict: only the final \\boxed{} answer counts; the benchmark's own rule (any number in the "
-               "output) is reported as accuracy_any_number, and an evolving agent learns to list many numbers "
-               "when any match counts",
-))
-
-register(Domain(
-    name="amo_bench",
-    question_id="question_id",
-    inputs={"problem": "prompt"},
-    label_column="answer",
-    hidden_columns=("answer", "solution"),
-    subsets={"": "--data"},
-    splits={"train": ""},
-    score_key="accuracy",
-    metrics=partial(answer_metrics, checks={"accuracy": amo_bench.check}, qid_col="question_id",
-                    group_cols=("answer_type",)),
-    loader=load_amo,
-    uses_judge=True,
-    try_match="math",
-))
+DOMAINS = (
+    Domain(
+        name="imo_answer",
+        question_id="Problem ID",
+        inputs={"problem": "Problem"},
+        label_column="Short Answer",
+        hidden_columns=("Short Answer",),
+        subsets={f"_{s}": "answerbench_v2.csv" for s in ("train", "val", "test")},
+        splits={s: f"_{s}" for s in ("train", "val", "test")},
+        score_key="accuracy",
+        data_dir=DATA_DIR,
+        metrics=partial(answer_metrics, checks={"accuracy": _answer("Short Answer", check_output)},
+                        qid_col="Problem ID", group_cols=("Category",)),
+        default_subset="train",
+        loader=load_answerbench,
+        try_match="math",
+    ),
+    Domain(
+        name="aime2025",
+        question_id="task_id",
+        inputs={"problem": "question"},
+        label_column="ground_truth",
+        hidden_columns=("ground_truth",),
+        subsets={s: AIME_FILE.name for s in AIME_SUBSETS},
+        splits={"train": ""},
+        score_key="accuracy",
+        data_dir=AIME_FILE.parent,
+        metrics=partial(answer_metrics, checks={"accuracy": _answer("ground_truth", aime_strict),
+                                                "accuracy_any_number": _answer("ground_truth", aime_any_number)},
+                        qid_col="task_id", group_cols=("subset",)),
+        loader=load_aime,
+        try_match="math",
+        score_note="strict: only the final \\boxed{} answer counts; the benchmark's own rule (any number in the "
+                   "output) is reported as accuracy_any_number, and an evolving agent learns to list many numbers "
+                   "when any match counts",
+    ),
+    Domain(
+        name="amo_bench",
+        question_id="question_id",
+        inputs={"problem": "prompt"},
+        label_column="answer",
+        hidden_columns=("answer", "solution"),
+        subsets={"": "--data"},
+        splits={"train": ""},
+        score_key="accuracy",
+        metrics=partial(answer_metrics, checks={"accuracy": amo_bench.check}, qid_col="question_id",
+                        group_cols=("answer_type",)),
+        loader=load_amo,
+        uses_judge=True,
+        try_match="math",
+    ),
+)

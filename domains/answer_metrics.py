@@ -11,7 +11,7 @@ from typing import Callable
 
 import pandas as pd
 
-from domains.answers import final_answer
+from inside.answers import final_answer
 
 Check = Callable[[str, dict, Callable | None], bool]
 

@@ -29,16 +29,20 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from domains.worker import USAGE_KEYS, utf8_text
-from optimizer.config import PROJECT_ROOT, ROLE_ALIASES, SANDBOX_BACKENDS, Config, load_config, parse_data_flags
-from optimizer.errors import UserError, exit_on_user_error
-from optimizer.fsutil import atomic_write_csv, atomic_write_json
-from optimizer.sandbox import Mount, choose_backend, open_sandbox
-from optimizer.sandbox.base import TRUSTED_DIR
-from optimizer.workspace import EVOLVABLE_PATHS, copy_evolvable
+from inside.worker import USAGE_KEYS, utf8_text
+from services.config import (
+    PROJECT_ROOT,
+    ROLE_ALIASES,
+    SANDBOX_BACKENDS,
+    Config,
+    load_config,
+    parse_data_flags,
+)
+from services.errors import UserError, exit_on_user_error
+from services.fsutil import atomic_write_csv, atomic_write_json
+from services.sandbox import Mount, choose_backend, open_sandbox
+from services.workspace import EVOLVABLE_PATHS, copy_evolvable
 
-WORKER = Path(__file__).with_name("worker.py")
-WARM_UP = Path(__file__).with_name("warm_up.py")  # imported by the worker
 AGENT_PACKAGES = "/opt/agent_packages"  # where installed agent packages are mounted inside
 RESULT_COLUMNS = ["prediction", "error", "seconds", "prompt_tokens", "completion_tokens", "cost_usd"]
 MAX_ROW_ATTEMPTS = 2  # a row in flight when the worker died is sent once more
@@ -300,7 +304,7 @@ def worker_env(sandbox, gateway_url: str, gateway_key: str, models: tuple[str, .
     `models` are the models agent code there calls; those that answer usably only under
     constrained decoding (local ones) are named in AGENT_STRUCTURED_MODELS for agent/llm.py.
     """
-    from optimizer.local_model import is_local
+    from services.local_model import is_local
 
     env = sandbox.base_env()
     env["AGENT_STRUCTURED_MODELS"] = ",".join(m for m in models if is_local(m))
@@ -319,16 +323,15 @@ def worker_env(sandbox, gateway_url: str, gateway_key: str, models: tuple[str, .
 
 
 def worker_mounts(transcripts: Path) -> list:
-    """What every sandboxed worker needs: the worker script and what it imports beside it, and its
-    transcripts folder writable."""
-    return [Mount(WORKER, f"{TRUSTED_DIR}/worker.py"), Mount(WARM_UP, f"{TRUSTED_DIR}/warm_up.py"),
-            Mount(transcripts, "/out/agent_evals", writable=True)]
+    """What a sandboxed worker needs besides the trusted scripts every sandbox has: its transcripts
+    folder, writable."""
+    return [Mount(transcripts, "/out/agent_evals", writable=True)]
 
 
 def is_project_agent(agent_path: str) -> bool:
     """Whether the agent is this project's evolvable code (or a file that may import it)
     rather than an installed package such as `proofgrader`."""
-    from domains.worker import is_file_path
+    from inside.worker import is_file_path
 
     return is_file_path(agent_path) or agent_path.split(".")[0] in EVOLVABLE_PATHS
 
@@ -340,7 +343,7 @@ def agent_mounts(agent_path: str, workspace: Path) -> tuple[list, Path | None]:
     an installed package (e.g. `proofgrader`) has its folder mounted read-only under
     AGENT_PACKAGES, since an editable install points outside anything the sandbox sees.
     """
-    from domains.worker import is_file_path
+    from inside.worker import is_file_path
 
     if is_file_path(agent_path):
         path = Path(agent_path).resolve()
@@ -444,7 +447,7 @@ class AgentWorker:
 
     def _launch(self, wait_for_go: bool) -> None:
         box = self.sandbox
-        cmd = [box.python, box.inside(WORKER), "--agent_path", self.agent_path, "--model", self.model,
+        cmd = [box.python, box.trusted_script("worker.py"), "--agent_path", self.agent_path, "--model", self.model,
                "--workers", str(self.config.harness.num_workers), "--root", box.workdir,
                "--transcripts", box.inside(self.transcripts)]
         cap = self.config.harness.max_prediction_bytes
@@ -629,9 +632,10 @@ def harness(
     output folder; the loop passes its run-wide gateway instead, and an `agent_worker`
     already running in its sandbox (then `agent_path` and `workspace` are its own).
     """
-    from domains.registry import get_domain, use_data_files
-    from optimizer.gateway import open_gateway
-    from optimizer.providers import check_credentials, choose_models, load_dotenv_file
+    from domains.base import use_data_files
+    from domains.registry import get_domain
+    from services.gateway import open_gateway
+    from services.providers import check_credentials, choose_models, load_dotenv_file
 
     config = config or load_config()
     if sandbox is not None:
@@ -724,7 +728,7 @@ def harness(
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from optimizer.config import int_flag, number_flag
+    from services.config import int_flag, number_flag
 
     ap = argparse.ArgumentParser(prog="python -m domains.harness", description="Evaluate a task agent on a domain.")
     ap.add_argument("--domain", required=True,
@@ -751,7 +755,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> None:
-    from optimizer.config import validate
+    from services.config import validate
 
     args = build_parser().parse_args(argv)
     config = load_config(args.config)

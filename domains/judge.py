@@ -33,8 +33,12 @@ class GatewayJudge:
         with self._lock:
             if self._key is None:
                 if self.gateway is None:
-                    from optimizer.gateway import open_gateway
-                    from optimizer.providers import check_credentials, choose_models, load_dotenv_file
+                    from services.gateway import open_gateway
+                    from services.providers import (
+                        check_credentials,
+                        choose_models,
+                        load_dotenv_file,
+                    )
 
                     load_dotenv_file()
                     choose_models(self.config.models)

@@ -1,97 +1,24 @@
-"""Domains as data: one `Domain` object says everything the harness, the report and the
-loop need to know about a task. No `if domain == ...` anywhere else.
-"""
+"""The domains a run can name: the IMO-Bench ones and the final-answer ones, by name."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Callable
-
-from optimizer.errors import UserError
-
-
-@dataclass(frozen=True)
-class Domain:
-    name: str
-    question_id: str  # column that names a row
-    inputs: dict[str, str]  # key the agent sees -> dataset column
-    label_column: str | None  # ground truth the metrics compare with (never sent to the agent)
-    hidden_columns: tuple[str, ...]  # every column that must never reach agent code
-    subsets: dict[str, str]  # --subset suffix (as in the seed) -> file name in data_dir
-    splits: dict[str, str]  # split name -> subset suffix; the loop selects on val, else train
-    score_key: str  # the report key the loop optimizes
-    data_dir: Path | None = None  # where subset files live; None: rows come from another run
-    metrics: Callable | None = None  # DataFrame with a prediction column -> report dict
-    staged_eval_samples: int = 10  # size of the first, cheap evaluation stage
-    model_role: str = "task"  # gateway role and default model alias of this domain's agent
-    graded_by: str | None = None  # domain whose agent scores this one's predictions (proofs -> grader)
-    grader_agent: str | None = None  # importable agent that does that grading, outside the workspace
-    default_subset: str = ""
-    loader: Callable | None = None  # subset suffix -> DataFrame, for data that is not one CSV per subset
-    score_note: str = ""  # why the score is what it is, when that is a choice (shown in the run's plan)
-    uses_judge: bool = False  # some answers are checked by LLM judges (role judge): metrics take judge=
-    try_match: str = "label"  # how the meta agent's try command compares: label (equal text) | math (math-verify)
-
-    def subset_suffix(self, subset: str | None) -> str:
-        """Accept the seed's suffix (`_filtered_100_train`) or a split name (`train`)."""
-        subset = self.default_subset if subset in (None, "") else subset
-        suffix = self.splits.get(subset, subset)
-        if suffix not in self.subsets:
-            names = sorted({*self.subsets, *self.splits} - {""})
-            raise UserError(f"unknown subset {subset!r} for domain {self.name} (known: {', '.join(names) or 'none'})")
-        return suffix
-
-    def dataset_path(self, subset: str | None = None) -> Path:
-        if self.loader is not None:
-            raise UserError(f"domain {self.name} has no single data file per subset")
-        if self.data_dir is None:
-            raise UserError(f"domain {self.name} has no bundled data set")
-        return self.data_dir / self.subsets[self.subset_suffix(subset)]
-
-    def required_columns(self) -> list[str]:
-        cols = [self.question_id, *self.inputs.values()]
-        return cols + ([self.label_column] if self.label_column else [])
-
-    def load(self, subset: str | None = None):
-        from domains.imo.data import load_csv
-
-        if self.loader is not None:
-            return self.loader(self.subset_suffix(subset))
-        return load_csv(self.dataset_path(subset), self.required_columns())
-
-    def format_inputs(self, row: dict) -> dict:
-        """The agent's view of a row: only the declared input columns, never a label."""
-        return {"domain": self.name, **{key: row[col] for key, col in self.inputs.items()}}
+from domains import answer_domains
+from domains.base import Domain
+from domains.imo import domains as imo_domains
+from services.errors import UserError
 
 
-DOMAINS: dict[str, Domain] = {}
-
-
-def register(domain: Domain) -> Domain:
+def _checked(domain: Domain) -> Domain:
     leaked = set(domain.inputs.values()) & set(domain.hidden_columns)
     if leaked:
         raise ValueError(f"domain {domain.name} would send hidden columns {sorted(leaked)} to the agent")
-    DOMAINS[domain.name] = domain
     return domain
 
 
+DOMAINS: dict[str, Domain] = {d.name: _checked(d) for d in (*imo_domains.DOMAINS, *answer_domains.DOMAINS)}
+
+
 def get_domain(name: str) -> Domain:
-    _load_builtin_domains()
     if name not in DOMAINS:
         raise UserError(f"unknown domain {name!r} (known: {', '.join(sorted(DOMAINS))})")
     return DOMAINS[name]
-
-
-# Data files the user gives for domains that are not bundled (`--data`), by domain name.
-DATA_FILES: dict[str, str] = {}
-
-
-def use_data_files(files: dict[str, str]) -> None:
-    DATA_FILES.update(files)
-
-
-def _load_builtin_domains() -> None:
-    import domains.answer_domains  # noqa: F401  (registers on import)
-    import domains.imo.domains  # noqa: F401
-

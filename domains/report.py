@@ -14,11 +14,12 @@ import argparse
 import importlib.util
 from pathlib import Path
 
+from domains.base import Domain
 from domains.judge import GatewayJudge
-from domains.registry import Domain, get_domain
-from optimizer.config import Config, load_config
-from optimizer.errors import UserError, exit_on_user_error
-from optimizer.fsutil import atomic_write_json
+from domains.registry import get_domain
+from services.config import Config, load_config
+from services.errors import UserError, exit_on_user_error
+from services.fsutil import atomic_write_json
 
 
 def score_predictions(domain: Domain, predictions_csv: Path, judge=None) -> dict:

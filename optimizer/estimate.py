@@ -43,8 +43,8 @@ def price(model: str, prices: dict) -> tuple[float, float]:
     if model in prices:
         per_million_in, per_million_out = prices[model]
         return per_million_in / 1e6, per_million_out / 1e6
-    from optimizer.local_model import is_local
-    from optimizer.providers import _litellm
+    from services.local_model import is_local
+    from services.providers import _litellm
 
     if is_local(model):
         return 0.0, 0.0

@@ -19,9 +19,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from optimizer.errors import UserError
-from optimizer.fsutil import atomic_write_json
-from optimizer.workspace import discard
+from services.errors import UserError
+from services.fsutil import atomic_write_json
+from services.workspace import discard
 
 
 @dataclass
@@ -189,7 +189,7 @@ class NodeSandbox:
 
     def __enter__(self) -> "NodeSandbox":
         from domains.harness import AgentWorker, worker_mounts
-        from optimizer.sandbox import open_sandbox
+        from services.sandbox import open_sandbox
 
         ev = self.evaluator
         discard(self.workspace)  # left by a killed run

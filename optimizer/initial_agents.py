@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from optimizer.errors import UserError
+from services.errors import UserError
 
 
 @dataclass(frozen=True)
@@ -19,6 +19,11 @@ class InitialAgent:
     module: str  # where its TaskAgent is defined
     domains: tuple[str, ...] | None  # domains it can do; None: all
     about: str
+
+    def apply(self, workspace: Path) -> None:
+        """Make this agent the entry point of the task agent in `workspace` (the default already is)."""
+        if self.name != "default":
+            (workspace / "task_agent" / "__init__.py").write_text(entry_source(self))
 
 
 INITIAL_AGENTS = {
@@ -55,8 +60,3 @@ def entry_source(agent: InitialAgent) -> str:
             f'(initial agent: {agent.name}, {agent.about})."""\n\n'
             f"from {agent.module} import TaskAgent\n\n"
             f'__all__ = ["TaskAgent"]\n')
-
-
-def select_initial_agent(workspace: Path, agent: InitialAgent) -> None:
-    """Make `agent` the entry point of the task agent in `workspace`."""
-    (workspace / "task_agent" / "__init__.py").write_text(entry_source(agent))

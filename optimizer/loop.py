@@ -33,15 +33,19 @@ from pathlib import Path
 
 from archive.selection import select_parent
 from archive.store import Archive, Node, mean_score
-from optimizer.config import PROJECT_ROOT, Config
-from optimizer.errors import UserError
-from optimizer.evaluation import BudgetStop, Evaluator, LoadFailed, NodeSandbox, split_rows
-from optimizer.fsutil import atomic_write_text
-from optimizer.sandbox import Mount, open_sandbox
-from optimizer.sandbox.base import TRUSTED_DIR
-from optimizer.workspace import Quota, RunRepo, discard
+from optimizer.evaluation import (
+    BudgetStop,
+    Evaluator,
+    LoadFailed,
+    NodeSandbox,
+    split_rows,
+)
+from services.config import PROJECT_ROOT, Config
+from services.errors import UserError
+from services.fsutil import atomic_write_text
+from services.sandbox import Mount, open_sandbox
+from services.workspace import Quota, RunRepo, discard
 
-INSIDE = PROJECT_ROOT / "optimizer" / "inside"
 FEEDBACK = "/feedback"  # earlier generations' train results, read-only inside
 DATA = "/data"  # train rows with labels, read-only inside
 NODE_OUT = "/out/node"  # the node's sandbox output folder (transcript), writable inside
@@ -219,17 +223,10 @@ class Loop:
             # it still edits the whole workspace.
             frozen = self.repo.checkout(self.repo.node_commit("initial"), self.workspaces / "frozen_meta")
             mounts.append(Mount(frozen, FROZEN_META))
-        iterations_left = self.config.loop.max_generation - generation
-        try_command = f"python {TRUSTED_DIR}/try_agent.py --rows 5"
-        argv = [None, f"{TRUSTED_DIR}/run_meta.py", "--repo", "/workspace", "--eval_path", FEEDBACK,
-                "--iterations_left", str(iterations_left), "--model", self.meta_model,
-                "--transcript", f"{NODE_OUT}/meta_chat_history.md", "--try_command", try_command,
-                "--max_tool_calls", str(self.config.loop.meta_max_calls)]
-        argv += ["--agent_root", FROZEN_META] if frozen else []
         started = time.monotonic()
         try:
             with open_sandbox(self.config.sandbox, workspace, mounts, self.gateway.unix_socket, self.backend) as box:
-                argv[0] = box.python
+                argv = self._meta_argv(box, generation, frozen is not None)
                 env = self._agent_env(box, node_id)
                 result = box.run(argv, env, timeout=self.config.loop.meta_timeout_s)
         finally:
@@ -250,6 +247,14 @@ class Loop:
             return {"status": "meta_failed", "commit": capture.commit, "patch": patch, "seconds": seconds,
                     "error": f"meta agent {result.why()}: {tail}"}
         return {"status": "ok", "commit": capture.commit, "patch": patch, "seconds": seconds}
+
+    def _meta_argv(self, box, generation: int, frozen: bool) -> list[str]:
+        try_command = f"python {box.trusted_script('try_agent.py')} --rows 5"
+        argv = [box.python, box.trusted_script("run_meta.py"), "--repo", box.workdir, "--eval_path", FEEDBACK,
+                "--iterations_left", str(self.config.loop.max_generation - generation), "--model", self.meta_model,
+                "--transcript", f"{NODE_OUT}/meta_chat_history.md", "--try_command", try_command,
+                "--max_tool_calls", str(self.config.loop.meta_max_calls)]
+        return argv + (["--agent_root", FROZEN_META] if frozen else [])
 
     def _evaluate_new(self, node_id: str, parent: str | None, generation: int, commit: str, done: dict,
                       prepared: NodeSandbox | None = None) -> Node:
@@ -286,10 +291,7 @@ class Loop:
     def _meta_mounts(self, out: Path) -> list[Mount]:
         feedback = self.run_dir / "feedback"
         feedback.mkdir(exist_ok=True)
-        return [Mount(INSIDE / "run_meta.py", f"{TRUSTED_DIR}/run_meta.py"),
-                Mount(INSIDE / "try_agent.py", f"{TRUSTED_DIR}/try_agent.py"),
-                Mount(PROJECT_ROOT / "domains" / "answers.py", f"{TRUSTED_DIR}/answers.py"),
-                Mount(self.run_dir / "train_data", DATA),
+        return [Mount(self.run_dir / "train_data", DATA),
                 Mount(feedback, FEEDBACK),
                 Mount(out, NODE_OUT, writable=True)]
 
@@ -327,7 +329,7 @@ class Loop:
         """
         import pandas as pd
 
-        from optimizer.fsutil import atomic_write_csv
+        from services.fsutil import atomic_write_csv
 
         for domain in self.domains:
             key = node.eval_keys.get(domain.name, {}).get("train")

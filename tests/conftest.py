@@ -13,7 +13,6 @@ for path in (str(REPO_ROOT), str(TESTS_DIR)):
         sys.path.insert(0, path)
 
 import pytest  # noqa: E402
-
 from fake_openai import FakeOpenAI  # noqa: E402
 
 ATTACKS = pytest.StashKey[dict]()  # description -> node ids of the attack tests collected
@@ -57,8 +56,8 @@ def fake_openai(fake_openai_session):
 @pytest.fixture
 def gateway_factory(tmp_path, fake_openai, monkeypatch):
     """Start in-process gateways that forward to the fake provider; all stopped at teardown."""
-    from optimizer.config import Config
-    from optimizer.gateway import open_gateway
+    from services.config import Config
+    from services.gateway import open_gateway
 
     monkeypatch.setenv("OPENAI_API_BASE", fake_openai.base_url)
     monkeypatch.setenv("OPENAI_API_KEY", "sk-provider-secret-0123456789")

@@ -7,11 +7,18 @@ import sqlite3
 
 import pandas as pd
 import pytest
-
 from conftest import FAST_CONFIG, cli_env, run_cli, run_loop
+
 from domains import amo_bench
-from domains.answers import aime_any_number, aime_strict, as_integer, check_output, extract_boxed, final_answer, \
-    math_equal
+from inside.answers import (
+    aime_any_number,
+    aime_strict,
+    as_integer,
+    check_output,
+    extract_boxed,
+    final_answer,
+    math_equal,
+)
 
 
 # -- answers ----------------------------------------------------------------------------------
@@ -110,7 +117,7 @@ def test_amo_bench_graders_by_answer_type(amo_file):
 
 
 def test_amo_bench_data_problems_are_one_clear_line(tmp_path, monkeypatch):
-    from optimizer.errors import UserError
+    from services.errors import UserError
 
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps({"question_id": "1", "prompt": "p"}) + "\n")
@@ -124,7 +131,8 @@ def test_amo_bench_data_problems_are_one_clear_line(tmp_path, monkeypatch):
 
 
 def test_amo_bench_report_with_judges(tmp_path, amo_file):
-    from domains.registry import get_domain, use_data_files
+    from domains.base import use_data_files
+    from domains.registry import get_domain
 
     use_data_files({"amo_bench": str(amo_file)})
     domain = get_domain("amo_bench")

@@ -10,7 +10,7 @@ import pytest
 from archive.selection import Candidate, select_parent
 from archive.store import Archive, Node, selection_score
 from domains.registry import get_domain
-from optimizer.workspace import RunRepo, discard
+from services.workspace import RunRepo, discard
 
 
 def cands(*scores_children):
@@ -84,7 +84,7 @@ def test_a_cut_log_line_is_skipped_and_the_pending_generation_found(tmp_path):
 
 
 def test_run_repo_commits_changes_drops_protected_paths_and_hashes_the_task_agent(tmp_path):
-    from optimizer.config import PROJECT_ROOT
+    from services.config import PROJECT_ROOT
 
     repo = RunRepo.create(tmp_path / "repo", PROJECT_ROOT)
     base = repo.node_commit("initial")
@@ -123,7 +123,7 @@ def test_run_repo_commits_changes_drops_protected_paths_and_hashes_the_task_agen
 
 
 def test_checkout_keeps_the_executable_bit_and_costs_the_same_at_any_depth(tmp_path):
-    from optimizer.config import PROJECT_ROOT
+    from services.config import PROJECT_ROOT
 
     repo = RunRepo.create(tmp_path / "repo", PROJECT_ROOT)
     ws = repo.checkout(repo.node_commit("initial"), tmp_path / "ws")

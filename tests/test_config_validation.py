@@ -9,9 +9,9 @@ import json
 import os
 
 import pytest
-
 from conftest import FAST_CONFIG, cli_env, run_cli, run_loop
-from optimizer.config import Config, _rules, load_config
+
+from services.config import Config, _rules, load_config
 
 BAD_CONFIGS = {
     "sandbox:\n  memory_mb: lots\n": "sandbox.memory_mb",

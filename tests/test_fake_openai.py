@@ -6,7 +6,6 @@ import urllib.request
 
 import litellm
 import pytest
-
 from fake_openai import DEFAULT_REPLY, FakeOpenAI
 
 litellm.suppress_debug_info = True

@@ -159,7 +159,7 @@ def test_a_session_call_limit_is_enforced_by_the_gateway(gateway_factory, fake_o
 
 
 def test_provider_key_never_reaches_the_ledger_or_the_caller(gateway_factory, fake_openai, tmp_path, monkeypatch):
-    import optimizer.gateway as gateway_module
+    import services.gateway as gateway_module
 
     secret = os.environ["OPENAI_API_KEY"]
 
@@ -213,7 +213,7 @@ def test_calls_over_the_concurrency_limit_wait_for_a_slot(gateway_factory, fake_
 
 
 def test_requests_per_minute_are_counted_per_model():
-    from optimizer.rate_limit import CallLimits
+    from services.rate_limit import CallLimits
 
     limits = CallLimits(max_concurrent=None, per_minute=2, window_s=0.5)
     starts = {}
@@ -251,7 +251,7 @@ def test_agent_client_and_gateway_price_unknown_models_without_a_warning(gateway
 
 
 def test_warm_up_answers_through_each_provider_and_leaves_no_server_behind():
-    from domains.warm_up import STUB_THREAD, warm_up
+    from inside.warm_up import STUB_THREAD, warm_up
 
     assert warm_up(litellm, ["hosted_vllm", "openai"]) == ["hosted_vllm", "openai"]
     assert warm_up(litellm, ["no_such_provider"]) == []  # a failing provider is skipped, not raised
@@ -263,7 +263,7 @@ def test_socket_folders_of_dead_gateways_are_removed_and_live_ones_kept(gateway_
     import tempfile
     from pathlib import Path
 
-    from optimizer.gateway import SOCKET_DIR_PREFIX
+    from services.gateway import SOCKET_DIR_PREFIX
 
     dead = Path(tempfile.mkdtemp(prefix=SOCKET_DIR_PREFIX))
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

@@ -10,7 +10,6 @@ import time
 
 import pandas as pd
 import pytest
-
 from conftest import FAST_CONFIG, REPO_ROOT, cli_env, run_cli
 from test_sandbox import BACKENDS
 
@@ -216,7 +215,7 @@ def sandbox_leftovers(backend: str, folder) -> list:
     if backend == "docker":
         import docker
 
-        from optimizer.sandbox.docker_backend import LABEL
+        from services.sandbox.docker_backend import LABEL
 
         return docker.from_env().containers.list(all=True, filters={"label": LABEL})
     found = []
@@ -357,7 +356,7 @@ def test_checksum_mismatch_stops_before_any_call(tmp_path, fake_openai, monkeypa
     from domains import registry
     from domains.harness import main
     from domains.registry import get_domain
-    from optimizer.errors import exit_on_user_error
+    from services.errors import exit_on_user_error
 
     copy = tmp_path / "data"
     shutil.copytree(data.DATA_DIR, copy)

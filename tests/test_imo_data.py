@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 from domains.imo import curate_subsets, data, setup
-from optimizer.errors import UserError
+from services.errors import UserError
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 GRADING_COLUMNS = [

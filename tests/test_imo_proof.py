@@ -13,9 +13,9 @@ import sys
 
 import pandas as pd
 import pytest
-
 from conftest import FAST_CONFIG, cli_env, run_cli, run_loop
-from optimizer.config import PROJECT_ROOT
+
+from services.config import PROJECT_ROOT
 
 PROOFBENCH = pd.read_csv(PROJECT_ROOT / "domains" / "imo" / "data" / "proofbench.csv")
 # Points the fake grader gives the proof of each of the first problems (PB-Basic-001..003).

@@ -14,11 +14,11 @@ import sys
 import time
 
 import pytest
-
 from conftest import FAST_CONFIG, cli_env, run_cli
-from optimizer.config import ModelsConfig
-from optimizer.local_model import fit_messages
-from optimizer.providers import LOCAL_DEFAULT, choose_models
+
+from services.config import ModelsConfig
+from services.local_model import fit_messages
+from services.providers import LOCAL_DEFAULT, choose_models
 
 LABELS = ["incorrect", "partial", "almost", "correct"]
 
@@ -75,8 +75,8 @@ def test_the_middle_of_the_longest_message_is_cut_until_all_fit():
 
 # -- the local model, for real -------------------------------------------------------------------
 def test_a_constrained_completion_with_the_local_model_through_the_gateway_gives_a_label(tmp_path, monkeypatch):
-    from optimizer.config import Config
-    from optimizer.gateway import open_gateway
+    from services.config import Config
+    from services.gateway import open_gateway
 
     config = Config()
     gateway = open_gateway(config, tmp_path, "local")
@@ -172,7 +172,7 @@ def test_the_model_server_ends_when_the_run_is_killed():
     from conftest import REPO_ROOT
 
     script = (f"import sys, time; sys.path.insert(0, {str(REPO_ROOT)!r})\n"
-              "from optimizer.local_model import LocalServer\n"
+              "from services.local_model import LocalServer\n"
               f"print(LocalServer({LOCAL_DEFAULT!r}).ensure_started().proc.pid, flush=True)\n"
               "time.sleep(600)\n")
     run = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-
 from conftest import FAST_CONFIG, REPO_ROOT, cli_env, run_cli, run_loop
-from optimizer.config import PROJECT_ROOT
+
+from services.config import PROJECT_ROOT
 
 DATA = PROJECT_ROOT / "domains" / "imo" / "data"
 MARKER = "GRADE-CAREFULLY-7"

@@ -6,11 +6,11 @@ import uuid
 from pathlib import Path
 
 import pytest
+from fake_openai import FakeOpenAI
 
 from agent.base_agent import AgentSystem
 from agent.tool_loop import chat_with_tools
 from agent.tools import bash, editor
-from fake_openai import FakeOpenAI
 from meta_agent import MetaAgent
 
 MODEL = "openai/fake"

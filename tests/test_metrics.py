@@ -3,7 +3,12 @@ import json
 import pandas as pd
 import pytest
 
-from domains.metrics import format_report, grading_metrics, normalize_label, proof_metrics
+from domains.metrics import (
+    format_report,
+    grading_metrics,
+    normalize_label,
+    proof_metrics,
+)
 
 NAN = float("nan")
 

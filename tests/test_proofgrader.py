@@ -10,6 +10,7 @@ import textwrap
 from pathlib import Path
 
 from conftest import REPO_ROOT, cli_env
+
 from setup_proofgrader_repo import Candidate, choose_grader, namespace_imports
 
 GRADING_INPUTS = {"problem": "Show that 1 + 1 = 2.", "solution": "By definition.",
@@ -118,7 +119,7 @@ class SyntheticRun:
 
     def __init__(self, root: Path, model: str = "openai/fake-task"):
         from archive.store import Archive
-        from optimizer.workspace import RunRepo
+        from services.workspace import RunRepo
 
         self.dir = root / "run"
         self.dir.mkdir(parents=True)
@@ -131,7 +132,7 @@ class SyntheticRun:
              test: tuple | None = None):
         """A node whose task_agent/task_agent.py ends with `# node <id>` (plus `code`)."""
         from archive.store import Node
-        from optimizer.workspace import discard
+        from services.workspace import discard
 
         workspace = self.repo.checkout(self.repo.node_commit("initial"), self.dir / "workspaces" / node_id)
         target = workspace / "task_agent" / "task_agent.py"

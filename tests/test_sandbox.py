@@ -15,16 +15,16 @@ from pathlib import Path
 import pytest
 from little_servers import GATEWAY_SAYS, HOST_SAYS, host_http_server, unix_http_server
 
-from optimizer.config import PROJECT_ROOT, SandboxConfig
-from optimizer.sandbox import open_sandbox
-from optimizer.sandbox.base import WORKSPACE
+from services.config import PROJECT_ROOT, SandboxConfig
+from services.sandbox import open_sandbox
+from services.sandbox.base import WORKSPACE
 
 VAL_LABELS = PROJECT_ROOT / "domains" / "imo" / "data" / "gradingbench_filtered_100_val.csv"
 
 
 def docker_ready() -> str | None:
     try:
-        from optimizer.sandbox.docker_backend import engine_available
+        from services.sandbox.docker_backend import engine_available
     except ImportError as e:
         return str(e)
     problem = engine_available(SandboxConfig())
@@ -231,9 +231,9 @@ def test_popen_speaks_json_lines_and_env_is_exactly_what_was_given(backend, work
 
 
 def test_auto_never_falls_back_to_no_sandbox(monkeypatch):
-    from optimizer.errors import UserError
-    from optimizer.sandbox import choose_backend
-    from optimizer.sandbox import bwrap as bwrap_module
+    from services.errors import UserError
+    from services.sandbox import bwrap as bwrap_module
+    from services.sandbox import choose_backend
 
     monkeypatch.setenv("PATH", "/nonexistent")  # no bwrap on PATH
     bwrap_module.bwrap_unavailable.cache_clear()

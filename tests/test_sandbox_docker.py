@@ -14,11 +14,16 @@ from pathlib import Path
 
 import docker
 import pytest
-
-from optimizer.config import SandboxConfig
-from optimizer.sandbox.base import Mount
-from optimizer.sandbox.docker_backend import LABEL, DockerSandbox, connect, engine_available
 from little_servers import GATEWAY_SAYS, unix_http_server
+
+from services.config import SandboxConfig
+from services.sandbox.base import Mount
+from services.sandbox.docker_backend import (
+    LABEL,
+    DockerSandbox,
+    connect,
+    engine_available,
+)
 
 CONFIG = SandboxConfig(memory_mb=512, pids=64, cpus=1.0, tmp_mb=64, output_cap_mb=1)
 
@@ -29,7 +34,7 @@ _client = connect(CONFIG)
 try:
     _client.images.get(CONFIG.docker_image)
 except docker.errors.ImageNotFound:
-    pytest.skip(f"image {CONFIG.docker_image} missing: python -m optimizer.sandbox build-image",
+    pytest.skip(f"image {CONFIG.docker_image} missing: python -m services.sandbox build-image",
                 allow_module_level=True)
 finally:
     _client.close()
@@ -228,7 +233,7 @@ def test_no_container_remains_after_ctrl_c(client, workspace):
 
 
 def test_ctrl_c_while_closing_still_removes_the_container(client, workspace, monkeypatch):
-    from optimizer.sandbox import base
+    from services.sandbox import base
 
     sb = DockerSandbox(workspace, CONFIG).open()
 
@@ -307,7 +312,7 @@ def test_gateway_relay(workspace):
 
 
 def test_a_full_image_brings_its_own_python(client, workspace):
-    from optimizer.sandbox.image import host_python_rootfs
+    from services.sandbox.image import host_python_rootfs
 
     tag = "hyperagents-test-full:latest"
     client.api.import_image_from_data(host_python_rootfs(), repository=tag.split(":")[0], tag="latest",
@@ -328,7 +333,7 @@ def test_engine_available_says_why_not():
 
 
 def test_missing_image_is_a_user_error(workspace):
-    from optimizer.errors import UserError
+    from services.errors import UserError
 
     config = SandboxConfig(docker_image="hyperagents-no-such-image:latest")
     with pytest.raises(UserError, match="build-image"):
@@ -337,7 +342,7 @@ def test_missing_image_is_a_user_error(workspace):
 
 
 def test_auto_builds_the_image_when_the_engine_has_none(client):
-    from optimizer.sandbox import choose_backend
+    from services.sandbox import choose_backend
 
     tag = "hyperagents-test-auto:latest"
     config = SandboxConfig(backend="auto", docker_image=tag)

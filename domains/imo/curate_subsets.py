@@ -15,8 +15,8 @@ from pathlib import Path
 import pandas as pd
 
 from domains.imo.data import load_csv
-from optimizer.errors import UserError, exit_on_user_error
-from optimizer.fsutil import atomic_write_csv
+from services.errors import UserError, exit_on_user_error
+from services.fsutil import atomic_write_csv
 
 KEPT_POINTS = (0, 1, 6, 7)
 SEED = 42

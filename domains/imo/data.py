@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from optimizer.errors import UserError
+from services.errors import UserError
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 SUMS_NAME = "SHA256SUMS"

@@ -3,8 +3,8 @@
 from functools import partial
 
 from domains import metrics
+from domains.base import Domain
 from domains.imo.data import DATA_DIR
-from domains.registry import Domain, register
 
 GRADING_INPUTS = {
     "problem": "Problem",
@@ -13,7 +13,7 @@ GRADING_INPUTS = {
     "student_answer": "Response",
 }
 
-register(
+DOMAINS = (
     Domain(
         name="imo_grading",
         question_id="Grading ID",
@@ -26,10 +26,7 @@ register(
         data_dir=DATA_DIR,
         metrics=partial(metrics.grading_metrics, label_col="Reward", qid_col="Grading ID"),
         default_subset="train",
-    )
-)
-
-register(
+    ),
     Domain(
         name="imo_proof",
         question_id="Problem ID",
@@ -43,10 +40,7 @@ register(
         data_dir=DATA_DIR,
         graded_by="imo_proof_grading",
         grader_agent="proofgrader.task_agent",
-    )
-)
-
-register(
+    ),
     Domain(
         name="imo_proof_grading",
         question_id="Problem ID",
@@ -58,5 +52,5 @@ register(
         score_key="points_percentage",
         metrics=partial(metrics.proof_metrics, qid_col="Problem ID"),
         model_role="grader",
-    )
+    ),
 )

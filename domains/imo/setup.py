@@ -14,9 +14,15 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from domains.imo.data import DATA_DIR, SUMS_NAME, format_checksums, read_checksums, verify_folder
-from optimizer.errors import UserError, exit_on_user_error
-from optimizer.fsutil import atomic_write_bytes, atomic_write_text
+from domains.imo.data import (
+    DATA_DIR,
+    SUMS_NAME,
+    format_checksums,
+    read_checksums,
+    verify_folder,
+)
+from services.errors import UserError, exit_on_user_error
+from services.fsutil import atomic_write_bytes, atomic_write_text
 
 UPSTREAM_REPO = "google-deepmind/superhuman"
 UPSTREAM_COMMIT = "c1ee02e03d4cdb2ab21cd01ac927d895f5287fc8"

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from optimizer.config import PROJECT_ROOT
-from optimizer.workspace import EVOLVABLE_PATHS, Quota, RunRepo, read_workspace
+from services.config import PROJECT_ROOT
+from services.workspace import EVOLVABLE_PATHS, Quota, RunRepo, read_workspace
 
 HOOKS = ("pre-commit", "post-commit", "commit-msg", "pre-auto-gc", "post-checkout", "post-index-change",
          "reference-transaction", "post-rewrite", "fsmonitor-watchman")

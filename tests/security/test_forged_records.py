@@ -9,7 +9,6 @@ packaged grader must be chosen on those scores.
 import json
 
 import pytest
-
 from conftest import FAST_CONFIG, REPO_ROOT, cli_env, run_cli
 from test_hostile_meta import responder
 from test_loop import start_and_kill_when
@@ -68,7 +67,7 @@ def test_a_node_record_that_is_a_link_is_refused(tmp_path):
     """Records are read without following links (node folders are the core's, but a record is
     trusted only as a regular file it wrote)."""
     from archive.store import Archive
-    from optimizer.errors import UserError
+    from services.errors import UserError
 
     elsewhere = tmp_path / "elsewhere.json"
     elsewhere.write_text(json.dumps({**FORGED, "commit": "0" * 40}))

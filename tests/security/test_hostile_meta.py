@@ -16,11 +16,11 @@ from pathlib import Path
 from typing import Callable
 
 import pytest
-
 from attack_kit import startup_hooks, tripwire  # noqa: F401 (a fixture)
 from conftest import FAST_CONFIG, cli_env, run_loop
-from optimizer.config import PROJECT_ROOT
 from test_sandbox import BACKENDS
+
+from services.config import PROJECT_ROOT
 
 SECRET = "sk-provider-secret-0123456789"  # the provider key cli_env gives the run
 
@@ -50,7 +50,7 @@ class Run:
         return self.node["patch"].get("dropped_why", {})
 
     def committed(self) -> list[str]:
-        from optimizer.workspace import RunRepo
+        from services.workspace import RunRepo
 
         repo = RunRepo(self.dir / "repo")
         return repo.git("ls-tree", "-r", "--name-only", repo.node_commit("1")).split()
@@ -138,7 +138,7 @@ def check_gateway_routing(run: Run) -> None:
 
 def check_secret(run: Run) -> None:
     assert "agent/loot.txt" in run.committed()
-    from optimizer.workspace import RunRepo
+    from services.workspace import RunRepo
 
     repo = RunRepo(run.dir / "repo")
     loot = repo.git("show", f"{repo.node_commit('1')}:agent/loot.txt")
@@ -177,7 +177,7 @@ def check_protected(run: Run) -> None:
 
 
 def check_modes(run: Run) -> None:
-    from optimizer.workspace import RunRepo
+    from services.workspace import RunRepo
 
     repo = RunRepo(run.dir / "repo")
     line = repo.git("ls-tree", repo.node_commit("1"), "agent/tool.sh")

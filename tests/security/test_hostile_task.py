@@ -15,7 +15,6 @@ from typing import Callable
 
 import pandas as pd
 import pytest
-
 from attack_kit import tripwire  # noqa: F401 (a fixture)
 from conftest import FAST_CONFIG, cli_env, run_cli
 from test_sandbox import BACKENDS, VAL_LABELS

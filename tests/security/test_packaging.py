@@ -3,7 +3,6 @@
 from pathlib import Path
 
 import pytest
-
 from test_proofgrader import SyntheticRun, setup_repo
 
 PAYLOAD = """

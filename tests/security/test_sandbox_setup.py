@@ -10,11 +10,11 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO_ROOT
-from optimizer.config import SandboxConfig
-from optimizer.sandbox.bwrap import CGROUP_PREFIX, BwrapSandbox, _pids_cgroup_root
 from test_sandbox import BACKENDS
+
+from services.config import SandboxConfig
+from services.sandbox.bwrap import CGROUP_PREFIX, BwrapSandbox, _pids_cgroup_root
 
 
 def test_a_python_installed_under_tmp_runs_sandboxed_code(tmp_path_factory):
@@ -26,7 +26,7 @@ def test_a_python_installed_under_tmp_runs_sandboxed_code(tmp_path_factory):
             import sys, tempfile
             sys.path.insert(0, {str(REPO_ROOT)!r})
             from pathlib import Path
-            from optimizer.sandbox.bwrap import BwrapSandbox
+            from services.sandbox.bwrap import BwrapSandbox
             with tempfile.TemporaryDirectory() as ws, BwrapSandbox(Path(ws)) as box:
                 r = box.run([box.python, "-c", "import sys; print(sys.prefix)"], box.base_env(), timeout=60)
             print(r.stdout.strip(), r.stderr.strip()[-300:])
@@ -43,7 +43,7 @@ def test_the_pids_cgroup_of_a_killed_run_is_removed_by_the_next_one(tmp_path):
         import os, signal, sys
         sys.path.insert(0, {str(REPO_ROOT)!r})
         from pathlib import Path
-        from optimizer.sandbox.bwrap import BwrapSandbox
+        from services.sandbox.bwrap import BwrapSandbox
         box = BwrapSandbox(Path({str(tmp_path)!r})).open()
         print(box._cgroup.path, flush=True)
         os.kill(os.getpid(), signal.SIGKILL)
@@ -81,8 +81,8 @@ def test_an_installed_copy_of_the_core_is_hidden_in_the_sandbox(installed_copy, 
     code = textwrap.dedent(f"""
         import glob, site, tempfile
         from pathlib import Path
-        from optimizer.config import SandboxConfig
-        from optimizer.sandbox import open_sandbox
+        from services.config import SandboxConfig
+        from services.sandbox import open_sandbox
         site_packages = site.getsitepackages()[0]
         assert site_packages.startswith({str(installed_copy)!r})
         look = f"import glob; print(len(glob.glob({{site_packages!r}} + '/domains/**/*.csv', recursive=True)))"
@@ -106,8 +106,8 @@ FILL = {"bytes": "for i in range(100):\n    open(f'/workspace/f{i}', 'wb').write
 @pytest.mark.attack("agent code: fills the host's disk through its writable folders (many files, or many bytes "
                     "in files under the size limit)")
 def test_writing_too_much_to_the_sandbox_folders_kills_the_command(backend, fill, tmp_path, monkeypatch):
-    import optimizer.sandbox.base as base
-    from optimizer.sandbox import open_sandbox
+    import services.sandbox.base as base
+    from services.sandbox import open_sandbox
 
     monkeypatch.setattr(base, "MAX_ENTRIES", 1000)
     monkeypatch.setattr(base, "DISK_CHECK_S", 0.2)

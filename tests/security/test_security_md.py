@@ -3,7 +3,6 @@
 from pathlib import Path
 
 import pytest
-
 from attack_table import SECURITY_MD, table_rows
 from conftest import ATTACKS
 

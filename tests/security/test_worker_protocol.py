@@ -12,7 +12,6 @@ import time
 
 import pandas as pd
 import pytest
-
 from conftest import FAST_CONFIG, REPO_ROOT, cli_env
 
 NAMES = ("str_raises", "str_and_repr_raise", "exception_str_raises", "returns_string", "returns_generator",

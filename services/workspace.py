@@ -25,6 +25,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 # Everything the meta agent may edit; the rest of the project is trusted core.
 EVOLVABLE_PATHS = ("agent", "task_agent", "meta_agent", "select_next_parent.py", "ensemble.py")
@@ -196,11 +197,10 @@ class RunRepo:
         return result.stdout
 
     @classmethod
-    def create(cls, path: str | Path, source_root: str | Path, initial_agent=None) -> "RunRepo":
-        """A new repository whose first commit is the evolvable code under `source_root`,
-        with `initial_agent` (an InitialAgent) as the task agent's entry point if given."""
-        from optimizer.initial_agents import select_initial_agent
-
+    def create(cls, path: str | Path, source_root: str | Path,
+               prepare: Callable[[Path], None] | None = None) -> "RunRepo":
+        """A new repository whose first commit is the evolvable code under `source_root`, after
+        `prepare(folder)` adjusted the copy (e.g. InitialAgent.apply: which task agent starts)."""
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
         subprocess.run(["git", "init", "-q", "--bare", str(path)], env={**os.environ, **_GIT_ENV}, check=True,
@@ -208,8 +208,8 @@ class RunRepo:
         repo = cls(path)
         with tempfile.TemporaryDirectory(prefix="hyperagents-initial-") as scratch:
             copy_evolvable(source_root, scratch)
-            if initial_agent is not None and initial_agent.name != "default":
-                select_initial_agent(Path(scratch), initial_agent)
+            if prepare is not None:
+                prepare(Path(scratch))
             repo.commit_files(read_workspace(scratch).files, None, "initial", "initial agent")
         return repo
 

@@ -20,7 +20,13 @@ import uuid
 from functools import lru_cache
 from pathlib import Path
 
-from optimizer.sandbox.base import WORKSPACE, GroupPopen, Sandbox, hidden_core_paths, python_paths
+from services.sandbox.base import (
+    WORKSPACE,
+    GroupPopen,
+    Sandbox,
+    hidden_core_paths,
+    python_paths,
+)
 
 SANDBOX_UID = 65534  # nobody
 CGROUP_PREFIX = "hyperagents-"  # then the pid of the process that made it

@@ -12,9 +12,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from optimizer.config import SandboxConfig
-from optimizer.errors import UserError
-from optimizer.sandbox.base import Mount, RunResult, Sandbox
+from services.config import SandboxConfig
+from services.errors import UserError
+from services.sandbox.base import Mount, RunResult, Sandbox
 
 __all__ = ["Mount", "RunResult", "Sandbox", "choose_backend", "open_sandbox"]
 
@@ -29,14 +29,14 @@ def choose_backend(config: SandboxConfig) -> str:
 
 def choose_backend_why(config: SandboxConfig) -> tuple[str, str | None]:
     """`choose_backend`, and why `auto` did not take docker (None when it did, or was not asked)."""
-    from optimizer.sandbox.bwrap import bwrap_unavailable
+    from services.sandbox.bwrap import bwrap_unavailable
 
     wanted = config.backend
     if wanted == "none":
         return "none", None
     docker_problem = None
     if wanted in ("docker", "auto"):
-        from optimizer.sandbox.docker_backend import engine_available
+        from services.sandbox.docker_backend import engine_available
 
         docker_problem = engine_available(config)
         if docker_problem is None:
@@ -59,8 +59,8 @@ def ensure_docker_image(config: SandboxConfig) -> None:
 
     import docker
 
-    from optimizer.sandbox.docker_backend import connect
-    from optimizer.sandbox.image import build_host_python_image
+    from services.sandbox.docker_backend import connect
+    from services.sandbox.image import build_host_python_image
 
     client = connect(config)
     try:
@@ -80,9 +80,9 @@ def open_sandbox(config: SandboxConfig, workspace: str | Path, mounts: list[Moun
     backend = backend or choose_backend(config)
     if backend == "none":
         print(NONE_WARNING, file=sys.stderr)
-        from optimizer.sandbox.local import LocalSandbox as cls
+        from services.sandbox.local import LocalSandbox as cls
     elif backend == "bwrap":
-        from optimizer.sandbox.bwrap import BwrapSandbox as cls
+        from services.sandbox.bwrap import BwrapSandbox as cls
     else:
-        from optimizer.sandbox.docker_backend import DockerSandbox as cls
+        from services.sandbox.docker_backend import DockerSandbox as cls
     return cls(Path(workspace), config, list(mounts), gateway_socket)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import yaml
 
-from optimizer.errors import UserError
+from services.errors import UserError
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG = PROJECT_ROOT / "configs" / "default.yaml"
@@ -26,7 +26,7 @@ PRESETS_DIR = PROJECT_ROOT / "configs" / "presets"
 
 @dataclass
 class ModelsConfig:
-    # "auto": the first provider whose key is set, else the local model (optimizer/providers.py)
+    # "auto": the first provider whose key is set, else the local model (services/providers.py)
     task: str = "auto"  # model of the task agent; role alias "task"
     meta: str = "auto"  # model of the meta agent; role alias "meta"
     grader: str = "auto"  # model of the proof grader; role alias "grader"
@@ -75,7 +75,7 @@ class SandboxConfig:
     disk_mb: float = 2048  # what commands may write in all to the workspace and writable folders; past it they are killed
     tmp_mb: int = 512  # size of the private /tmp
     output_cap_mb: float = 16  # stdout+stderr kept from one command; a command printing more is killed
-    docker_image: str = "hyperagents-sandbox:latest"  # built by `python -m optimizer.sandbox build-image`
+    docker_image: str = "hyperagents-sandbox:latest"  # built by `python -m services.sandbox build-image`
     docker_host: str | None = None  # engine address (default: DOCKER_HOST or the local socket)
 
 
@@ -118,6 +118,7 @@ class Config:
 
 SANDBOX_BACKENDS = ("auto", "docker", "bwrap", "none")
 BASELINES = ("no_selfimprove", "no_archive")
+PARENT_SELECTIONS = ("random", "latest", "best", "score_prop", "score_child_prop")  # each in archive/selection.py
 ROLE_ALIASES = tuple(f.name for f in dataclasses.fields(ModelsConfig))
 
 
@@ -188,8 +189,6 @@ def _one_of(*choices):
 
 def _rules() -> dict:
     """Value rules beyond the type, by dotted key: (test, what is expected). A null where allowed passes."""
-    from archive.selection import STRATEGIES  # imported here: the archive's modules import this one
-
     return {
         "gateway.port": (lambda v: 0 <= v <= 65535, "a port number from 0 to 65535"),
         "gateway.max_retries": _at_least(0),
@@ -225,7 +224,7 @@ def _rules() -> dict:
         "sandbox.output_cap_mb": _above(0),
         "sandbox.disk_mb": _above(0),
         "loop.max_generation": _at_least(0),
-        "loop.parent_selection": _one_of(*STRATEGIES),
+        "loop.parent_selection": _one_of(*PARENT_SELECTIONS),
         "loop.eval_samples": (lambda v: v == -1 or v >= 1, "-1 (all rows) or 1 or more"),
         "loop.run_baseline": _one_of(*BASELINES),
         "loop.meta_timeout_s": _above(0),

@@ -1,5 +1,5 @@
-"""Sandbox tools: `python -m optimizer.sandbox check` (which backend works here) and
-`python -m optimizer.sandbox build-image [--full] [--tag T]`."""
+"""Sandbox tools: `python -m services.sandbox check` (which backend works here) and
+`python -m services.sandbox build-image [--full] [--tag T]`."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import time
 import docker
 import requests
 
-from optimizer.config import SandboxConfig
-from optimizer.errors import UserError, exit_on_user_error
-from optimizer.sandbox.docker_backend import connect
-from optimizer.sandbox.image import build_full_image, build_host_python_image
+from services.config import SandboxConfig
+from services.errors import UserError, exit_on_user_error
+from services.sandbox.docker_backend import connect
+from services.sandbox.image import build_full_image, build_host_python_image
 
 
 def build_image(full: bool, tag: str) -> None:
@@ -31,14 +31,14 @@ def build_image(full: bool, tag: str) -> None:
 
 def check() -> None:
     """Say which backend `auto` takes on this machine, or why none works (then exit 2)."""
-    from optimizer.sandbox import choose_backend_why
+    from services.sandbox import choose_backend_why
 
     backend, why = choose_backend_why(SandboxConfig())
     print(f"sandbox {backend}: works here" + (f" ({why})" if why else ""))
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m optimizer.sandbox", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m services.sandbox", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("check", help="which sandbox backend works on this machine")
     build = commands.add_parser("build-image", help="build the docker backend's image")

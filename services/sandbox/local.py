@@ -8,7 +8,7 @@ provider keys stay out.
 
 from __future__ import annotations
 
-from optimizer.sandbox.base import GroupPopen, Sandbox
+from services.sandbox.base import GroupPopen, Sandbox
 
 
 class LocalSandbox(Sandbox):

@@ -18,7 +18,7 @@ from pathlib import Path
 import docker
 from docker.utils import parse_repository_tag
 
-from optimizer.errors import UserError
+from services.errors import UserError
 
 PYTHON_LABEL = "hyperagents.python"  # "host", or the image's own interpreter
 DOCKERFILE = Path(__file__).with_name("Dockerfile")

@@ -12,8 +12,8 @@ import re
 from functools import lru_cache
 from pathlib import Path
 
-from optimizer.errors import UserError
-from optimizer.local_model import is_local, weights_path
+from services.errors import UserError
+from services.local_model import is_local, weights_path
 
 _SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD)", re.I)
 

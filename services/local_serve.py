@@ -1,6 +1,6 @@
 """llama-cpp-python's OpenAI-compatible server, ended when the process that started it is gone.
 
-    python -m optimizer.local_serve --model PATH ...   (the arguments of `python -m llama_cpp.server`)
+    python -m services.local_serve --model PATH ...   (the arguments of `python -m llama_cpp.server`)
 
 A run killed with SIGKILL cannot stop its model server, which would keep its memory and
 port forever; this wrapper watches its parent and exits as soon as it changes. (The

@@ -37,11 +37,18 @@ from docker.transport import UnixHTTPAdapter
 from docker.types import Mount as DockerMount
 from docker.types import Ulimit
 
-from optimizer.config import SandboxConfig
-from optimizer.errors import UserError
-from optimizer.sandbox.base import (GATEWAY_DIR, RELAY_PORT, TRUSTED_DIR, WORKSPACE, Sandbox,
-                                    hidden_core_paths, python_paths)
-from optimizer.sandbox.image import PYTHON_LABEL
+from services.config import SandboxConfig
+from services.errors import UserError
+from services.sandbox.base import (
+    GATEWAY_DIR,
+    RELAY_PORT,
+    TRUSTED_DIR,
+    WORKSPACE,
+    Sandbox,
+    hidden_core_paths,
+    python_paths,
+)
+from services.sandbox.image import PYTHON_LABEL
 
 LABEL = "hyperagents.sandbox"  # on every container we create, to find leftovers
 SANDBOX_UID = 65534  # nobody: who runs agent code when we are root
@@ -166,7 +173,7 @@ class DockerSandbox(Sandbox):
         return f"{SANDBOX_UID}:{SANDBOX_UID}" if os.geteuid() == 0 else f"{os.getuid()}:{os.getgid()}"
 
     def _image(self):
-        tag, build = self.config.docker_image, "build it with `python -m optimizer.sandbox build-image`"
+        tag, build = self.config.docker_image, "build it with `python -m services.sandbox build-image`"
         try:
             image = self._client.images.get(tag)
         except docker.errors.ImageNotFound:

@@ -26,7 +26,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from optimizer.errors import UserError
+from services.errors import UserError
 
 PREFIX = "local/"
 SERVE = Path(__file__).with_name("local_serve.py")  # llama_cpp.server that exits with its parent

@@ -3,7 +3,7 @@
 A sandbox is opened on a host directory (the workspace), which agent code sees
 read-write at `WORKSPACE` (the `none` backend: at its own path). Extra host paths
 come in as `Mount`s. When the sandbox is given the gateway's Unix socket, every
-command starts under the trusted relay (`relay.py`), so code inside reaches the
+command starts under the trusted relay (`inside/relay.py`), so code inside reaches the
 gateway at `gateway_url` on its own loopback and nothing else outside.
 
 Backends implement `_spawn` (a Popen-like process for an argv and environment) and
@@ -22,13 +22,14 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from optimizer.config import SandboxConfig
+import inside
+from services.config import SandboxConfig
 
 WORKSPACE = "/workspace"  # where the workspace appears inside an isolating sandbox
-TRUSTED_DIR = "/opt/hyperagents"  # read-only home of trusted scripts (relay, worker) inside
+TRUSTED_DIR = "/opt/hyperagents"  # where the trusted scripts of inside/ appear, read-only
 GATEWAY_DIR = "/run/gateway"  # the gateway's socket folder inside
 RELAY_PORT = 18080  # the relay's port on the sandbox's own loopback
-RELAY = Path(__file__).with_name("relay.py")
+INSIDE = Path(inside.__file__).resolve().parent  # the trusted scripts' folder on the host
 DISK_CHECK_S = 1.0  # how often the folders a sandbox may write are measured
 MAX_ENTRIES = 100_000  # files and folders a sandbox may make there
 
@@ -42,7 +43,7 @@ def python_paths() -> list[str]:
 
 # The trusted core's own packages and scripts; where the project is installed (not editable)
 # they sit in site-packages, which sandboxes see, with the data sets and their labels.
-CORE_MODULES = ("domains", "optimizer", "archive", "run_optimization", "setup_proofgrader_repo")
+CORE_MODULES = ("services", "domains", "optimizer", "archive", "run_optimization", "setup_proofgrader_repo")
 
 
 def hidden_core_paths() -> list[str]:
@@ -194,9 +195,13 @@ class Sandbox:
                 return str(Path(target) / path.relative_to(source))
         raise ValueError(f"{path} is not visible inside the sandbox")
 
+    def trusted_script(self, name: str) -> str:
+        """A script of inside/ as code inside reaches it."""
+        return f"{TRUSTED_DIR}/{name}" if self.isolated else str(INSIDE / name)
+
     def all_mounts(self) -> list[Mount]:
-        """The caller's mounts plus the relay and the gateway socket folder."""
-        extra = [Mount(RELAY, f"{TRUSTED_DIR}/relay.py")]
+        """The caller's mounts plus the trusted scripts (inside/) and the gateway socket folder."""
+        extra = [Mount(INSIDE, TRUSTED_DIR)]
         if self.gateway_socket:  # read-only: code inside connects to the socket, never removes or replaces it
             extra.append(Mount(self.gateway_socket.parent, GATEWAY_DIR))
         return [*self.mounts, *extra]

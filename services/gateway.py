@@ -29,13 +29,13 @@ from functools import lru_cache
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from domains.warm_up import warm_up
-from optimizer.config import Config, GatewayConfig
-from optimizer.errors import UserError
-from optimizer.ledger import REFUSED, Call, Ledger, Totals
-from optimizer.local_model import DEFAULT_MAX_TOKENS, LocalServer, fit_messages, is_local
-from optimizer.providers import _litellm, provider_of, redact
-from optimizer.rate_limit import CallLimits
+from inside.warm_up import warm_up
+from services.config import Config, GatewayConfig
+from services.errors import UserError
+from services.ledger import REFUSED, Call, Ledger, Totals
+from services.local_model import DEFAULT_MAX_TOKENS, LocalServer, fit_messages, is_local
+from services.providers import _litellm, provider_of, redact
+from services.rate_limit import CallLimits
 
 SOCKET_DIR_PREFIX = "hyperagents-gw-"  # under the temp folder: a short path, as sun_path holds 108 bytes
 # Parameters that do not change what the model answers, so do not split the cache.
@@ -386,7 +386,7 @@ class Gateway:
         self._allowed: set[str] = set()
         self._pricing: dict[str, _Pricing] = {}  # allowed model -> what its worst case costs
         self._limits = CallLimits(self.gw.max_concurrent_calls, self.gw.requests_per_minute)
-        self._warmed: set[str] = set()  # litellm providers whose first-call set-up is paid (domains/warm_up.py)
+        self._warmed: set[str] = set()  # litellm providers whose first-call set-up is paid (inside/warm_up.py)
         self._lock = threading.Lock()
         self._spent = ledger.totals(run_id=run_id)
         self._held_usd = 0.0  # worst cases of the calls in flight, held against the budgets
@@ -440,7 +440,7 @@ class Gateway:
 
     @property
     def unix_socket(self) -> Path:
-        """The gateway's Unix socket, for sandboxes (see optimizer/sandbox/relay.py)."""
+        """The gateway's Unix socket, for sandboxes (see inside/relay.py)."""
         return self._socket_dir / "gateway.sock"
 
     # -- who may call what -----------------------------------------------------------------

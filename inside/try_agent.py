@@ -15,7 +15,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-# domains/answers.py, mounted beside this file; imported before the workspace is on the path.
+# inside/answers.py, mounted beside this file; imported before the workspace is on the path.
 from answers import check_output
 
 DATA = Path("/data")

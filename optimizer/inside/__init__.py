@@ -1,1 +1,0 @@
-"""Trusted scripts that run inside a sandbox, mounted read-only: stdlib and the workspace only."""

@@ -1,0 +1,174 @@
+"""The package structure DESIGN.md draws, checked on the code's own imports.
+
+Layers, from the ground up; a module imports only from its own layer or those below,
+and no set of modules imports each other in a circle (imports inside functions count:
+they are the same dependency, paid later):
+
+    inside/    trusted scripts that run in a sandbox: the standard library, litellm, themselves
+               (and math_verify for answer checks)
+    services/  config, errors, files, gateway, ledger, providers, sandbox, workspace
+    domains/   data, labels, metrics, scoring, the harness
+    archive/   nodes, lineage, selection, plots
+    optimizer/ the loop, staged evaluation, estimate, initial agents
+    entry points: run_optimization.py, setup_proofgrader_repo.py
+
+The evolvable agent code (agent/, task_agent/, meta_agent/, select_next_parent.py) runs in
+sandboxes and imports none of the trusted core.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+import pytest
+
+from services.config import PARENT_SELECTIONS, PROJECT_ROOT
+
+LAYERS = {"inside": 0, "services": 1, "domains": 2, "archive": 3, "optimizer": 4,
+          "run_optimization": 5, "setup_proofgrader_repo": 5}
+AGENT_CODE = ("agent", "task_agent", "meta_agent", "select_next_parent")
+TRUSTED = tuple(LAYERS)
+MAX_MODULE_LINES = 400
+MAX_FUNCTION_LINES = 80
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(PROJECT_ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _sources() -> dict[str, Path]:
+    found = {}
+    for top in (*TRUSTED, *AGENT_CODE):
+        folder = PROJECT_ROOT / top
+        paths = sorted(folder.rglob("*.py")) if folder.is_dir() else [PROJECT_ROOT / f"{top}.py"]
+        found.update({_module_name(p): p for p in paths if "data" not in p.relative_to(PROJECT_ROOT).parts})
+    return found
+
+
+SOURCES = _sources()
+
+
+def _imports(path: Path) -> list[tuple[str, int]]:
+    """(module, line) of every import in the file, at any depth; `from a import b` is a.b when
+    a.b is a module of the project, else a."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found += [(alias.name, node.lineno) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            for alias in node.names:
+                sub = f"{node.module}.{alias.name}"
+                found.append((sub if sub in SOURCES else node.module, node.lineno))
+    return found
+
+
+def _project_module(name: str) -> str | None:
+    """The project module an imported name stands for (its nearest enclosing one), or None."""
+    while name and name not in SOURCES:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def _layer(module: str) -> int | None:
+    return LAYERS.get(module.split(".")[0])
+
+
+GRAPH = {m: sorted({t for name, _ in _imports(p) if (t := _project_module(name)) and t != m})
+         for m, p in SOURCES.items()}
+
+
+def test_no_module_imports_a_layer_above_its_own():
+    upward = []
+    for module, path in SOURCES.items():
+        own = _layer(module)
+        if own is None:
+            continue
+        for name, line in _imports(path):
+            target = _project_module(name)
+            theirs = _layer(target) if target else None
+            if theirs is not None and theirs > own:
+                upward.append(f"{path.relative_to(PROJECT_ROOT)}:{line} imports {target}")
+    assert not upward, "imports that run up a layer:\n" + "\n".join(upward)
+
+
+def _cycles(graph: dict[str, list[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan's algorithm)."""
+    index, low, stack, on_stack, found = {}, {}, [], set(), []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while (w := stack.pop()) != v:
+                on_stack.discard(w)
+                component.append(w)
+            on_stack.discard(v)
+            if component:
+                found.append(sorted([v, *component]))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_modules_import_each_other_in_a_circle():
+    assert _cycles(GRAPH) == []
+
+
+def test_the_cycle_finder_finds_a_circle():
+    assert _cycles({"a": ["b"], "b": ["c"], "c": ["a"], "d": ["a"]}) == [["a", "b", "c"]]
+
+
+# Besides the standard library and litellm: math_verify, with which answers.py compares answers as
+# the metrics do; task_agent and meta_agent, the workspace's agent code that the scripts exist to load.
+ALSO_INSIDE = {"litellm", "math_verify", "task_agent", "meta_agent", "inside"}
+
+
+def _allowed_inside(name: str, siblings: set[str]) -> bool:
+    top = name.split(".")[0]
+    return top in sys.stdlib_module_names or top in ALSO_INSIDE or top in siblings
+
+
+def test_inside_imports_only_the_standard_library_litellm_and_itself():
+    siblings = {p.stem for p in (PROJECT_ROOT / "inside").glob("*.py")}
+    assert {"worker", "relay", "warm_up", "run_meta", "try_agent", "answers"} <= siblings
+    wrong = [f"inside/{SOURCES[m].name}:{line} imports {name}"
+             for m in SOURCES if m.split(".")[0] == "inside"
+             for name, line in _imports(SOURCES[m]) if not _allowed_inside(name, siblings)]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_agent_code_imports_none_of_the_trusted_core():
+    wrong = [f"{SOURCES[m].relative_to(PROJECT_ROOT)}:{line} imports {name}"
+             for m in SOURCES if m.split(".")[0] in AGENT_CODE
+             for name, line in _imports(SOURCES[m]) if name.split(".")[0] in TRUSTED]
+    assert not wrong, "\n".join(wrong)
+
+
+@pytest.mark.parametrize("module", sorted(m for m in SOURCES if _layer(m) is not None))
+def test_modules_and_functions_stay_short(module):
+    path = SOURCES[module]
+    text = path.read_text()
+    assert text.count("\n") <= MAX_MODULE_LINES, f"{path.name}: {text.count(chr(10))} lines"
+    long = [f"{node.name} ({node.end_lineno - node.lineno + 1} lines)" for node in ast.walk(ast.parse(text))
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES]
+    assert not long, f"{path.name}: " + ", ".join(long)
+
+
+def test_config_accepts_exactly_the_selection_strategies_the_archive_has():
+    from archive.selection import STRATEGIES
+
+    assert set(STRATEGIES) == set(PARENT_SELECTIONS)
