@@ -76,7 +76,7 @@ _start_dockerd() {
 _setup_docker() {
     _install_docker || return 1
     _start_dockerd || return 1
-    if ! python -m optimizer.sandbox build-image; then
+    if ! python -m services.sandbox build-image; then
         _docker_warn "the sandbox image could not be built"
         unset DOCKER_HOST
         stop_dockerd
