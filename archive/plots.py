@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from archive.store import Archive, Node, mean_score
+from archive.records import Node
+from archive.store import Archive, mean_score
 
 
 def _lineage(archive: Archive, node_id: str | None) -> list[Node]:

@@ -11,66 +11,13 @@ from __future__ import annotations
 
 import json
 import os
-import typing
-from dataclasses import MISSING, asdict, dataclass, field, fields
 from datetime import datetime
 from pathlib import Path
 
+from archive.records import MetaResult, Node, Status
 from archive.selection import Candidate
-from services.config import conforms, describe, show
 from services.errors import UserError
 from services.fsutil import atomic_write_json, read_bounded
-
-STATUSES = ("ok", "no_change", "meta_failed", "load_failed", "eval_failed", "budget_stopped")
-
-
-@dataclass
-class Node:
-    node_id: str
-    parent: str | None
-    generation: int
-    commit: str | None = None
-    status: str = "ok"
-    scores: dict[str, dict[str, float | None]] = field(default_factory=dict)  # domain -> split -> score (score key)
-    samples: dict[str, dict[str, int]] = field(default_factory=dict)  # domain -> split -> rows scored
-    full_eval: dict[str, bool] = field(default_factory=dict)  # domain -> whether the full evaluation ran
-    eval_keys: dict[str, dict[str, str]] = field(default_factory=dict)  # domain -> split -> address under evals/
-    cost_usd: dict[str, float] = field(default_factory=dict)  # role -> dollars spent for this node
-    tokens: dict[str, int] = field(default_factory=dict)  # role -> tokens
-    seconds: dict[str, float] = field(default_factory=dict)  # phase (meta, check, eval, total) -> wall seconds
-    patch: dict = field(default_factory=dict)  # files, insertions, deletions, dropped (protected paths)
-    error: str | None = None
-    created_at: str = field(default_factory=lambda: datetime.now().isoformat(timespec="seconds"))
-
-    @classmethod
-    def from_dict(cls, data, folder: str) -> Node:
-        """The record of `nodes/<folder>/node.json`, trusted only in the shape the core writes (known keys,
-        typed fields, the folder's own id, a known status); else ValueError naming what is wrong."""
-        if not isinstance(data, dict):
-            raise ValueError(f"expected a JSON object, got {type(data).__name__}")
-        hints = typing.get_type_hints(cls)
-        unknown = sorted(set(data) - set(hints))
-        if unknown:
-            raise ValueError(f"unknown keys {', '.join(map(str, unknown))}")
-        missing = [f.name for f in fields(cls)
-                   if f.name not in data and f.default is MISSING and f.default_factory is MISSING]
-        if missing:
-            raise ValueError(f"missing keys {', '.join(missing)}")
-        for key, value in data.items():
-            if not conforms(value, hints[key]):
-                raise ValueError(f"{key} must be {describe(hints[key])}, got {show(value)}")
-        if data["node_id"] != folder:
-            raise ValueError(f"node_id {data['node_id']!r} is not its folder's name {folder!r}")
-        if data["generation"] < 0:
-            raise ValueError(f"generation must be 0 or more, got {data['generation']}")
-        if data.get("status", "ok") not in STATUSES:
-            raise ValueError(f"status must be one of {', '.join(STATUSES)}, got {show(data['status'])}")
-        return cls(**data)
-
-    @property
-    def valid_parent(self) -> bool:
-        """Only a node that loaded and was scored can be built on (a no-op child is its parent again)."""
-        return self.status == "ok"
 
 
 def selection_score(node: Node, domain, full_sizes: dict[str, int]) -> float | None:
@@ -132,33 +79,44 @@ class Archive:
         found = []
         for line in self.log_path.read_text(encoding="utf-8").splitlines():
             try:
-                found.append(json.loads(line))
+                record = json.loads(line)
             except ValueError:
                 continue  # the line a kill cut short
+            if isinstance(record, dict):
+                found.append(record)
         return found
 
     def pending_generation(self) -> dict | None:
         """The last `gen_start` whose node was never recorded: the generation to redo."""
-        starts = [e for e in self.events() if e["event"] == "gen_start"]
+        starts = [e for e in self.events() if e.get("event") == "gen_start"]
         if starts and starts[-1]["node_id"] not in self.nodes:
             return starts[-1]
         return None
 
-    def meta_result(self, node_id: str) -> dict | None:
-        """The `meta_done` event of an unfinished node: its change is committed, evaluation may resume."""
-        done = [e for e in self.events() if e["event"] == "meta_done" and e["node_id"] == node_id]
-        return done[-1] if done else None
+    def log_meta_result(self, node_id: str, result: MetaResult) -> None:
+        self.log("meta_done", node_id=node_id, **result.to_dict())
+
+    def meta_result(self, node_id: str) -> MetaResult | None:
+        """The meta agent's result for an unfinished node: its change is committed, evaluation may resume."""
+        done = [e for e in self.events() if e.get("event") == "meta_done" and e.get("node_id") == node_id]
+        if not done:
+            return None
+        fields = {k: v for k, v in done[-1].items() if k not in ("event", "time", "node_id")}
+        try:
+            return MetaResult.from_dict(fields)
+        except ValueError as e:
+            raise UserError(f"{self.log_path}: not a meta_done event the run wrote for node {node_id} ({e})") from None
 
     # -- nodes ----------------------------------------------------------------------------
     def record(self, node: Node) -> None:
-        atomic_write_json(self.nodes_dir / node.node_id / "node.json", asdict(node))
+        atomic_write_json(self.nodes_dir / node.node_id / "node.json", node.to_dict())
         self.nodes[node.node_id] = node
         self.log("node_recorded", node_id=node.node_id, status=node.status, scores=node.scores)
 
     def reopen_budget_stopped(self) -> None:
         """Make nodes the budget stopped pending again, so a resumed run (with more budget)
         finishes them from where they stopped instead of keeping them half-evaluated."""
-        for node in [n for n in self.nodes.values() if n.status == "budget_stopped"]:
+        for node in [n for n in self.nodes.values() if n.status == Status.BUDGET_STOPPED]:
             path = self.nodes_dir / node.node_id / "node.json"
             path.replace(path.with_name("node.budget_stopped.json"))
             del self.nodes[node.node_id]

@@ -55,7 +55,8 @@ print(json.dumps({"nodes": len(archive.nodes), "candidates": len(candidates), "p
 
 
 def fill(run_dir: Path, count: int, seed: int = 0) -> None:
-    from archive.store import Archive, Node
+    from archive.records import Node
+    from archive.store import Archive
 
     rng = random.Random(seed)
     archive = Archive(run_dir)

@@ -31,8 +31,9 @@ import shutil
 import time
 from pathlib import Path
 
+from archive.records import MetaResult, Node, Status
 from archive.selection import select_parent
-from archive.store import Archive, Node, mean_score
+from archive.store import Archive, mean_score
 from optimizer.evaluation import (
     BudgetStop,
     Evaluator,
@@ -80,11 +81,11 @@ class Loop:
         self.archive.reopen_budget_stopped()
         if "initial" not in self.archive.nodes:
             self.archive.log("gen_start", node_id="initial", parent=None, generation=0)
-            node = self._evaluate_new("initial", None, 0, self.repo.node_commit("initial"), {})
+            node = self._evaluate_new(Node("initial", None, 0, commit=self.repo.node_commit("initial")))
             self._book_costs(node)
             self.archive.record(node)
             self.after_node(node)
-            if node.status == "budget_stopped":
+            if node.status == Status.BUDGET_STOPPED:
                 return
         while True:
             pending = self.archive.pending_generation()
@@ -99,7 +100,7 @@ class Loop:
             node = self.generation(node_id, parent, generation)
             self.archive.record(node)
             self.after_node(node)
-            if node.status == "budget_stopped":
+            if node.status == Status.BUDGET_STOPPED:
                 return
 
     def after_node(self, node: Node) -> None:
@@ -176,19 +177,19 @@ class Loop:
                 print(f"generation {generation}: node {node_id} from parent {parent}; the meta agent is at work "
                       f"(up to {loop.meta_timeout_s:g} s and {loop.meta_max_calls} model calls)", flush=True)
                 done = self.run_meta_agent(node_id, parent_commit, generation)
-                self.archive.log("meta_done", node_id=node_id, **done)
-                patch = done["patch"]
-                print(f"node {node_id}: {done['status']}; changed {patch['files']} files (+{patch['insertions']} "
+                self.archive.log_meta_result(node_id, done)
+                patch = done.patch
+                print(f"node {node_id}: {done.status}; changed {patch['files']} files (+{patch['insertions']} "
                       f"-{patch['deletions']})" + (f", dropped {', '.join(patch['dropped'])}" if patch["dropped"]
                                                    else ""), flush=True)
-            node = Node(node_id, parent, generation, commit=done["commit"], patch=done["patch"],
-                        seconds={"meta": done["seconds"]})
-            if done["status"] != "ok":
-                node.status, node.error = done["status"], done.get("error")
-            elif done["commit"] is None:
-                node.status = "no_change"
+            node = Node(node_id, parent, generation, commit=done.commit, patch=done.patch,
+                        seconds={"meta": done.seconds})
+            if done.status != Status.OK:
+                node.status, node.error = done.status, done.error
+            elif done.commit is None:
+                node.status = Status.NO_CHANGE
             else:
-                node = self._evaluate_new(node_id, parent, generation, done["commit"], done, prepared)
+                node = self._evaluate_new(node, prepared)
         node.seconds["total"] = round(time.monotonic() - started, 3)
         self._book_costs(node)
         return node
@@ -213,7 +214,7 @@ class Loop:
         return self.evaluator.node_sandbox(node_id, self.archive.node_dir(node_id),
                                            self.sandbox_out(node_id, "agent_evals"), self.entry_points())
 
-    def run_meta_agent(self, node_id: str, parent_commit: str, generation: int) -> dict:
+    def run_meta_agent(self, node_id: str, parent_commit: str, generation: int) -> MetaResult:
         records = self.archive.node_dir(node_id)
         workspace = self.repo.checkout(parent_commit, self.workspaces / node_id)
         mounts = self._meta_mounts(self.sandbox_out(node_id, "meta"))
@@ -244,9 +245,8 @@ class Loop:
         if not result.ok:
             # The child is marked, never the parent; its change is kept in patch.diff to read.
             tail = (result.stderr.strip().splitlines() or [""])[-1][:300]
-            return {"status": "meta_failed", "commit": capture.commit, "patch": patch, "seconds": seconds,
-                    "error": f"meta agent {result.why()}: {tail}"}
-        return {"status": "ok", "commit": capture.commit, "patch": patch, "seconds": seconds}
+            return MetaResult(Status.META_FAILED, capture.commit, patch, seconds, f"meta agent {result.why()}: {tail}")
+        return MetaResult(Status.OK, capture.commit, patch, seconds)
 
     def _meta_argv(self, box, generation: int, frozen: bool) -> list[str]:
         try_command = f"python {box.trusted_script('try_agent.py')} --rows 5"
@@ -256,23 +256,22 @@ class Loop:
                 "--max_tool_calls", str(self.config.loop.meta_max_calls)]
         return argv + (["--agent_root", FROZEN_META] if frozen else [])
 
-    def _evaluate_new(self, node_id: str, parent: str | None, generation: int, commit: str, done: dict,
-                      prepared: NodeSandbox | None = None) -> Node:
-        node = Node(node_id, parent, generation, commit=commit, patch=done.get("patch", {}),
-                    seconds={"meta": done.get("seconds", 0.0)})
+    def _evaluate_new(self, node: Node, prepared: NodeSandbox | None = None) -> Node:
+        """Evaluate the committed change of `node` and fill in its scores or why it has none."""
         try:
             with contextlib.ExitStack() as stack:
-                box = prepared or stack.enter_context(self.node_sandbox(node_id))
-                box.fill(self.repo, commit)
-                results = self.evaluator.evaluate(self.domains, box, self.repo.task_agent_hash(commit), node.seconds)
+                box = prepared or stack.enter_context(self.node_sandbox(node.node_id))
+                box.fill(self.repo, node.commit)
+                results = self.evaluator.evaluate(self.domains, box, self.repo.task_agent_hash(node.commit),
+                                                  node.seconds)
         except LoadFailed as e:
-            node.status, node.error = "load_failed", str(e)[:500]
+            node.status, node.error = Status.LOAD_FAILED, str(e)[:500]
             return node
         except BudgetStop as e:
-            node.status, node.error = "budget_stopped", str(e)
+            node.status, node.error = Status.BUDGET_STOPPED, str(e)
             return node
         except Exception as e:  # one node's evaluation never ends the run
-            node.status, node.error = "eval_failed", f"{type(e).__name__}: {e}"[:500]
+            node.status, node.error = Status.EVAL_FAILED, f"{type(e).__name__}: {e}"[:500]
             return node
         for name, result in results.items():
             node.scores[name] = {s: r.score for s, r in result.splits.items()}

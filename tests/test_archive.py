@@ -1,5 +1,6 @@
 """Archive, parent selection and the run's git repository, on real files and real git."""
 
+import json
 import math
 import random
 import subprocess
@@ -7,9 +8,11 @@ from collections import Counter
 
 import pytest
 
+from archive.records import MetaResult, Node, Status
 from archive.selection import Candidate, select_parent
-from archive.store import Archive, Node, selection_score
+from archive.store import Archive, selection_score
 from domains.registry import get_domain
+from services.errors import UserError
 from services.workspace import RunRepo, discard
 
 
@@ -79,8 +82,27 @@ def test_a_cut_log_line_is_skipped_and_the_pending_generation_found(tmp_path):
     again = Archive(tmp_path)
     assert again.pending_generation()["node_id"] == "2"
     assert again.meta_result("2") is None
-    again.log("meta_done", node_id="2", commit="abc")
-    assert Archive(tmp_path).meta_result("2")["commit"] == "abc"
+    again.log_meta_result("2", MetaResult(Status.OK, "abc", {"files": 1}, 2.5))
+    assert Archive(tmp_path).meta_result("2") == MetaResult(Status.OK, "abc", {"files": 1}, 2.5)
+
+
+def test_records_carry_a_schema_version_and_records_of_the_older_shape_still_load(tmp_path):
+    archive = Archive(tmp_path)
+    archive.record(Node("1", "initial", 1, status=Status.NO_CHANGE))
+    saved = json.loads((tmp_path / "nodes" / "1" / "node.json").read_text())
+    assert saved["schema_version"] == 1 and saved["status"] == "no_change"
+    del saved["schema_version"]  # as every record was written before versions existed
+    assert Node.from_dict(saved, "1").status is Status.NO_CHANGE
+    with pytest.raises(ValueError, match="newer"):
+        Node.from_dict({**saved, "schema_version": 2}, "1")
+    with pytest.raises(ValueError, match="status must be one of"):
+        Node.from_dict({**saved, "status": "great"}, "1")
+    # the meta agent's result, as logged before it had a type: the same fields, no version
+    archive.log("meta_done", node_id="2", status="meta_failed", commit=None, patch={}, seconds=1.0, error="x")
+    assert archive.meta_result("2") == MetaResult(Status.META_FAILED, None, {}, 1.0, "x")
+    archive.log("meta_done", node_id="3", status="ok", commit=7, patch={}, seconds=1.0)
+    with pytest.raises(UserError, match="commit must be"):
+        archive.meta_result("3")
 
 
 def test_run_repo_commits_changes_drops_protected_paths_and_hashes_the_task_agent(tmp_path):

@@ -131,7 +131,7 @@ class SyntheticRun:
     def node(self, node_id: str, val: tuple | None, full: bool = True, status: str = "ok", code: str = "",
              test: tuple | None = None):
         """A node whose task_agent/task_agent.py ends with `# node <id>` (plus `code`)."""
-        from archive.store import Node
+        from archive.records import Node
         from services.workspace import discard
 
         workspace = self.repo.checkout(self.repo.node_commit("initial"), self.dir / "workspaces" / node_id)

@@ -1,0 +1,116 @@
+"""The records a run keeps about its nodes, typed, versioned and checked on the way in.
+
+A record is trusted only in the shape the core writes: known keys, typed fields, a known
+status. Every record carries `schema_version`; one of an older shape is migrated when read
+(records written before versions existed are version 0), one of a newer shape is refused.
+"""
+
+from __future__ import annotations
+
+import typing
+from dataclasses import MISSING, asdict, dataclass, field, fields
+from datetime import datetime
+from enum import StrEnum
+
+from services.config import conforms, describe, show
+
+NODE_SCHEMA = 1  # node.json
+META_SCHEMA = 1  # the meta agent's result, in archive.jsonl's meta_done event
+
+
+class Status(StrEnum):
+    """How a node ended; only OK nodes can be parents."""
+
+    OK = "ok"
+    NO_CHANGE = "no_change"  # the meta agent changed nothing that counts
+    META_FAILED = "meta_failed"  # the meta agent's run failed (its change is kept to read)
+    LOAD_FAILED = "load_failed"  # the task agent or another entry point does not import
+    EVAL_FAILED = "eval_failed"  # the evaluation failed for another reason
+    BUDGET_STOPPED = "budget_stopped"  # the money ran out during its evaluation; reopened on resume
+
+
+def _checked(cls, data, extra: dict) -> dict:
+    """`data` as the fields of dataclass `cls`, after its schema version; ValueError naming what is wrong."""
+    if not isinstance(data, dict):
+        raise ValueError(f"expected a JSON object, got {type(data).__name__}")
+    data = dict(data)
+    version = data.pop("schema_version", 0)
+    if type(version) is not int or version < 0:
+        raise ValueError(f"schema_version must be an integer 0 or more, got {show(version)}")
+    if version > cls.SCHEMA:
+        raise ValueError(f"schema_version {version} is newer than this version of the project reads ({cls.SCHEMA})")
+    hints = {k: v for k, v in typing.get_type_hints(cls).items() if k != "SCHEMA"}
+    unknown = sorted(set(data) - set(hints))
+    if unknown:
+        raise ValueError(f"unknown keys {', '.join(map(str, unknown))}")
+    missing = [f.name for f in fields(cls)
+               if f.name not in data and f.default is MISSING and f.default_factory is MISSING]
+    if missing:
+        raise ValueError(f"missing keys {', '.join(missing)}")
+    for key, value in data.items():
+        hint = extra.get(key, hints[key])
+        if not conforms(value, hint):
+            raise ValueError(f"{key} must be {describe(hint)}, got {show(value)}")
+    if "status" in data:
+        if data["status"] not in set(Status):
+            raise ValueError(f"status must be one of {', '.join(Status)}, got {show(data['status'])}")
+        data["status"] = Status(data["status"])
+    return data
+
+
+@dataclass
+class MetaResult:
+    """What the meta agent's run left: its change committed (or None) and how the run ended."""
+
+    SCHEMA: typing.ClassVar[int] = META_SCHEMA
+    status: Status  # OK or META_FAILED
+    commit: str | None  # the captured change, None when it changed nothing that counts
+    patch: dict  # files, insertions, deletions, dropped, dropped_why
+    seconds: float
+    error: str | None = None
+
+    def to_dict(self) -> dict:
+        return {"schema_version": self.SCHEMA, **asdict(self)}
+
+    @classmethod
+    def from_dict(cls, data) -> MetaResult:
+        return cls(**_checked(cls, data, {"status": str}))
+
+
+@dataclass
+class Node:
+    SCHEMA: typing.ClassVar[int] = NODE_SCHEMA
+    node_id: str
+    parent: str | None
+    generation: int
+    commit: str | None = None
+    status: Status = Status.OK
+    scores: dict[str, dict[str, float | None]] = field(default_factory=dict)  # domain -> split -> score (score key)
+    samples: dict[str, dict[str, int]] = field(default_factory=dict)  # domain -> split -> rows scored
+    full_eval: dict[str, bool] = field(default_factory=dict)  # domain -> whether the full evaluation ran
+    eval_keys: dict[str, dict[str, str]] = field(default_factory=dict)  # domain -> split -> address under evals/
+    cost_usd: dict[str, float] = field(default_factory=dict)  # role -> dollars spent for this node
+    tokens: dict[str, int] = field(default_factory=dict)  # role -> tokens
+    seconds: dict[str, float] = field(default_factory=dict)  # phase (meta, check, eval, total) -> wall seconds
+    patch: dict = field(default_factory=dict)  # files, insertions, deletions, dropped (protected paths)
+    error: str | None = None
+    created_at: str = field(default_factory=lambda: datetime.now().isoformat(timespec="seconds"))
+
+    def to_dict(self) -> dict:
+        return {"schema_version": self.SCHEMA, **asdict(self)}
+
+    @classmethod
+    def from_dict(cls, data, folder: str) -> Node:
+        """The record of `nodes/<folder>/node.json`, trusted only in the shape the core writes (known keys,
+        typed fields, the folder's own id, a known status); else ValueError naming what is wrong."""
+        data = _checked(cls, data, {"status": str})
+        if data["node_id"] != folder:
+            raise ValueError(f"node_id {data['node_id']!r} is not its folder's name {folder!r}")
+        if data["generation"] < 0:
+            raise ValueError(f"generation must be 0 or more, got {data['generation']}")
+        return cls(**data)
+
+    @property
+    def valid_parent(self) -> bool:
+        """Only a node that loaded and was scored can be built on (a no-op child is its parent again)."""
+        return self.status == Status.OK
