@@ -147,3 +147,8 @@ class Archive:
 
     def next_generation(self) -> int:
         return 1 + max((n.generation for n in self.nodes.values()), default=0)
+
+    def best(self, domains: list, full_sizes: dict[str, int]) -> Node | None:
+        """The valid node with the highest selection score (the latest among equals)."""
+        scored = [(mean_score(n, domains, full_sizes), n) for n in self.nodes.values() if n.valid_parent]
+        return max(scored, key=lambda t: (t[0], t[1].generation))[1] if scored else None

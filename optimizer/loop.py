@@ -33,7 +33,7 @@ from pathlib import Path
 
 from archive.records import MetaResult, Node, Status
 from archive.selection import select_parent
-from archive.store import Archive, mean_score
+from archive.store import Archive
 from optimizer.evaluation import (
     BudgetStop,
     Evaluator,
@@ -41,7 +41,17 @@ from optimizer.evaluation import (
     NodeSandbox,
     split_rows,
 )
-from services.config import PROJECT_ROOT, Config
+from optimizer.events import (
+    CostBooked,
+    Events,
+    GenerationStarted,
+    MetaFinished,
+    NodeFinished,
+    Pictures,
+    Warned,
+    console,
+)
+from services.config import Config
 from services.errors import UserError
 from services.fsutil import atomic_write_text
 from services.sandbox import Mount, open_sandbox
@@ -54,7 +64,8 @@ FROZEN_META = "/opt/frozen_meta"  # baseline no_selfimprove: the initial agent c
 
 
 class Loop:
-    def __init__(self, run_dir: Path, config: Config, domains: list, gateway, backend: str):
+    def __init__(self, run_dir: Path, config: Config, domains: list, gateway, backend: str,
+                 events: Events | None = None):
         self.run_dir = run_dir
         self.config = config
         self.domains = domains
@@ -72,6 +83,9 @@ class Loop:
         self.full_sizes = {d.name: split_rows(d, "val" if "val" in d.splits else "train", config.loop.eval_samples)
                            for d in domains}
         self.rng = random.Random(config.loop.seed)
+        self.events = events or Events(console)
+        self.pictures = Pictures(self.archive, domains, self.full_sizes, run_dir, self.events)
+        self.events.subscribe(self.pictures)
         self._write_train_data()
 
     # -- the run --------------------------------------------------------------------------
@@ -84,7 +98,7 @@ class Loop:
             node = self._evaluate_new(Node("initial", None, 0, commit=self.repo.node_commit("initial")))
             self._book_costs(node)
             self.archive.record(node)
-            self.after_node(node)
+            self.events.emit(NodeFinished(node))
             if node.status == Status.BUDGET_STOPPED:
                 return
         while True:
@@ -99,29 +113,9 @@ class Loop:
                 self.archive.log("gen_start", node_id=node_id, parent=parent, generation=generation)
             node = self.generation(node_id, parent, generation)
             self.archive.record(node)
-            self.after_node(node)
+            self.events.emit(NodeFinished(node))
             if node.status == Status.BUDGET_STOPPED:
                 return
-
-    def after_node(self, node: Node) -> None:
-        """One line on the node, then the plots and report.html redrawn."""
-        scores = ", ".join(f"{d}/{s}={v:.3f}" for d, splits in node.scores.items() for s, v in splits.items()
-                           if v is not None) or "not scored"
-        print(f"node {node.node_id} (parent {node.parent}): {node.status}; {scores}; "
-              f"cost ${sum(node.cost_usd.values()):.4f}", flush=True)
-        self.write_pictures()
-
-    def write_pictures(self) -> None:
-        from archive.plots import write_plots
-        from archive.report import write_report
-
-        best = self.best()
-        best_id = best.node_id if best else None
-        try:
-            images = write_plots(self.archive, self.domains, self.full_sizes, best_id, self.run_dir)
-            write_report(self.archive, self.domains, self.full_sizes, best_id, images, self.run_dir / "report.html")
-        except Exception as e:  # a picture is never worth a run
-            print(f"warning: plots not updated: {type(e).__name__}: {e}", flush=True)
 
     def choose_parent(self) -> str:
         if self.config.loop.run_baseline == "no_archive":
@@ -136,7 +130,8 @@ class Loop:
             if chosen:
                 return chosen
             self.archive.log("selection_fallback", reason=problem)
-            print(f"warning: select_next_parent.py failed ({problem}); using {self.config.loop.parent_selection}")
+            self.events.emit(Warned(f"select_next_parent.py failed ({problem}); using "
+                                    f"{self.config.loop.parent_selection}"))
         return select_parent(candidates, self.config.loop.parent_selection, self.rng).node_id
 
     def agent_selects_parent(self, candidates) -> tuple[str | None, str | None]:
@@ -174,14 +169,11 @@ class Loop:
             if done is None:
                 prepared = self._prepare_evaluation(stack, node_id)
                 loop = self.config.loop
-                print(f"generation {generation}: node {node_id} from parent {parent}; the meta agent is at work "
-                      f"(up to {loop.meta_timeout_s:g} s and {loop.meta_max_calls} model calls)", flush=True)
+                self.events.emit(GenerationStarted(node_id, parent, generation, loop.meta_timeout_s,
+                                                   loop.meta_max_calls))
                 done = self.run_meta_agent(node_id, parent_commit, generation)
                 self.archive.log_meta_result(node_id, done)
-                patch = done.patch
-                print(f"node {node_id}: {done.status}; changed {patch['files']} files (+{patch['insertions']} "
-                      f"-{patch['deletions']})" + (f", dropped {', '.join(patch['dropped'])}" if patch["dropped"]
-                                                   else ""), flush=True)
+                self.events.emit(MetaFinished(node_id, done))
             node = Node(node_id, parent, generation, commit=done.commit, patch=done.patch,
                         seconds={"meta": done.seconds})
             if done.status != Status.OK:
@@ -356,8 +348,7 @@ class Loop:
             if spent.calls:
                 node.cost_usd[role] = round(spent.cost_usd, 6)
                 node.tokens[role] = spent.tokens
+                self.events.emit(CostBooked(node.node_id, role, node.cost_usd[role], spent.tokens))
 
     def best(self) -> Node | None:
-        scored = [(mean_score(n, self.domains, self.full_sizes), n)
-                  for n in self.archive.nodes.values() if n.valid_parent]
-        return max(scored, key=lambda t: (t[0], t[1].generation))[1] if scored else None
+        return self.archive.best(self.domains, self.full_sizes)

@@ -104,6 +104,12 @@ def test_an_improving_edit_is_found_fully_evaluated_and_selected(tmp_path, fake_
     # Generation 2 starts from the best node; its meta agent did nothing.
     assert found["2"]["parent"] == "1" and found["2"]["status"] == "no_change"
     assert "best node 1" in r.stdout
+    # The console subscriber tells the run as it happens, one line per event, in order.
+    lines = r.stdout.splitlines()
+    told = [next(i for i, line in enumerate(lines) if line.startswith(start))
+            for start in ("node initial (parent None): ok; imo_grading/train=", "generation 1: node 1 from parent initial",
+                          "node 1: ok; changed 1 files (+1 -1)", "node 1 (parent initial): ok; imo_grading/train=1.000")]
+    assert told == sorted(told)
     # The meta agent was told where things are and how many generations are left.
     opening = " ".join(str(m["content"]) for m in meta_calls[0]["messages"][:2])
     assert "/feedback" in opening and "try_agent.py" in opening and "Iterations left in this run: 1" in opening

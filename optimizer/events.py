@@ -1,0 +1,118 @@
+"""What the loop tells the world as it runs: typed events, and the subscribers that act on them.
+
+The loop emits; it never prints or draws. The console (one line per event, as a run has
+always shown) and the pictures (plots and report.html, redrawn after every node) are
+subscribers; a dashboard or a test subscribes the same way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Union
+
+from archive.records import MetaResult, Node
+
+
+@dataclass(frozen=True)
+class GenerationStarted:
+    node_id: str
+    parent: str | None
+    generation: int
+    meta_timeout_s: float
+    meta_max_calls: int
+
+
+@dataclass(frozen=True)
+class MetaFinished:
+    node_id: str
+    result: MetaResult
+
+
+@dataclass(frozen=True)
+class CostBooked:
+    node_id: str
+    role: str  # meta, try, task, grader, judge
+    cost_usd: float
+    tokens: int
+
+
+@dataclass(frozen=True)
+class NodeFinished:
+    node: Node
+
+
+@dataclass(frozen=True)
+class Warned:
+    message: str
+
+
+Event = Union[GenerationStarted, MetaFinished, CostBooked, NodeFinished, Warned]
+Subscriber = Callable[[Event], None]
+
+
+class Events:
+    """Hands every event to each subscriber, in the order they subscribed."""
+
+    def __init__(self, *subscribers: Subscriber):
+        self.subscribers = list(subscribers)
+
+    def subscribe(self, subscriber: Subscriber) -> None:
+        self.subscribers.append(subscriber)
+
+    def emit(self, event: Event) -> None:
+        for subscriber in self.subscribers:
+            subscriber(event)
+
+
+def console_line(event: Event) -> str | None:
+    """The line a person watching the run reads for `event` (None: nothing to say)."""
+    if isinstance(event, GenerationStarted):
+        return (f"generation {event.generation}: node {event.node_id} from parent {event.parent}; the meta agent "
+                f"is at work (up to {event.meta_timeout_s:g} s and {event.meta_max_calls} model calls)")
+    if isinstance(event, MetaFinished):
+        patch = event.result.patch
+        dropped = f", dropped {', '.join(patch['dropped'])}" if patch.get("dropped") else ""
+        return (f"node {event.node_id}: {event.result.status}; changed {patch.get('files', 0)} files "
+                f"(+{patch.get('insertions', 0)} -{patch.get('deletions', 0)}){dropped}")
+    if isinstance(event, NodeFinished):
+        node = event.node
+        scores = ", ".join(f"{d}/{s}={v:.3f}" for d, splits in node.scores.items() for s, v in splits.items()
+                           if v is not None) or "not scored"
+        return f"node {node.node_id} (parent {node.parent}): {node.status}; {scores}; " \
+               f"cost ${sum(node.cost_usd.values()):.4f}"
+    if isinstance(event, Warned):
+        return f"warning: {event.message}"
+    return None
+
+
+def console(event: Event) -> None:
+    line = console_line(event)
+    if line is not None:
+        print(line, flush=True)
+
+
+class Pictures:
+    """Redraws the run's plots and report.html after every node. A picture is never worth a run:
+    a failure to draw is a warning event, and the run goes on."""
+
+    def __init__(self, archive, domains: list, full_sizes: dict[str, int], run_dir, events: Events):
+        self.archive, self.domains, self.full_sizes, self.run_dir = archive, domains, full_sizes, run_dir
+        self.events = events
+
+    def __call__(self, event: Event) -> None:
+        if isinstance(event, NodeFinished):
+            self.draw()
+
+    def draw(self) -> None:
+        from archive.plots import (
+            write_plots,  # matplotlib: paid by runs that draw, not by every import
+        )
+        from archive.report import write_report
+
+        best = self.archive.best(self.domains, self.full_sizes)
+        best_id = best.node_id if best else None
+        try:
+            images = write_plots(self.archive, self.domains, self.full_sizes, best_id, self.run_dir)
+            write_report(self.archive, self.domains, self.full_sizes, best_id, images, self.run_dir / "report.html")
+        except Exception as e:
+            self.events.emit(Warned(f"plots not updated: {type(e).__name__}: {e}"))

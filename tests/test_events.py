@@ -1,0 +1,47 @@
+"""The loop's events: what subscribers get, what the console says, and pictures that fail to draw."""
+
+from archive.records import MetaResult, Node, Status
+from archive.store import Archive
+from domains.registry import get_domain
+from optimizer.events import (CostBooked, Events, GenerationStarted, MetaFinished, NodeFinished, Pictures, Warned,
+                              console_line)
+
+
+def test_every_subscriber_gets_every_event_in_order():
+    seen = []
+    events = Events(lambda e: seen.append(("first", e)))
+    events.subscribe(lambda e: seen.append(("second", e)))
+    started, booked = GenerationStarted("1", "initial", 1, 60.0, 5), CostBooked("1", "meta", 0.5, 100)
+    events.emit(started)
+    events.emit(booked)
+    assert seen == [("first", started), ("second", started), ("first", booked), ("second", booked)]
+
+
+def test_console_lines():
+    assert console_line(GenerationStarted("3", "1", 3, 120.0, 40)) == (
+        "generation 3: node 3 from parent 1; the meta agent is at work (up to 120 s and 40 model calls)")
+    result = MetaResult(Status.OK, "abc", {"files": 2, "insertions": 5, "deletions": 1, "dropped": ["domains"]}, 1.0)
+    assert console_line(MetaFinished("3", result)) == "node 3: ok; changed 2 files (+5 -1), dropped domains"
+    node = Node("3", "1", 3, status=Status.LOAD_FAILED, cost_usd={"meta": 0.25, "task": 0.5})
+    assert console_line(NodeFinished(node)) == "node 3 (parent 1): load_failed; not scored; cost $0.7500"
+    node = Node("4", "3", 4, scores={"imo_grading": {"train": 0.5, "val": None}})
+    assert console_line(NodeFinished(node)) == "node 4 (parent 3): ok; imo_grading/train=0.500; cost $0.0000"
+    assert console_line(Warned("careful")) == "warning: careful"
+    assert console_line(CostBooked("3", "meta", 0.25, 10)) is None
+
+
+def test_pictures_are_redrawn_after_a_node_and_a_failure_is_a_warning(tmp_path):
+    domain = get_domain("imo_grading")
+    archive = Archive(tmp_path)
+    archive.record(Node("initial", None, 0, scores={"imo_grading": {"train": 0.3, "val": 0.4}},
+                        samples={"imo_grading": {"train": 100, "val": 100}}, full_eval={"imo_grading": True}))
+    seen = []
+    events = Events(seen.append)
+    events.subscribe(Pictures(archive, [domain], {"imo_grading": 100}, tmp_path, events))
+    events.emit(NodeFinished(archive.nodes["initial"]))
+    assert (tmp_path / "report.html").is_file() and not any(isinstance(e, Warned) for e in seen)
+    (tmp_path / "report.html").unlink()
+    (tmp_path / "report.html").mkdir()  # nothing can be written there now
+    events.emit(NodeFinished(archive.nodes["initial"]))
+    warned = [e for e in seen if isinstance(e, Warned)]
+    assert len(warned) == 1 and warned[0].message.startswith("plots not updated: ")
