@@ -28,7 +28,7 @@ def selection_score(node: Node, domain, full_sizes: dict[str, int]) -> float | N
     not outrank a node measured on the full set.
     """
     scores = node.scores.get(domain.name, {})
-    split = "val" if "val" in domain.splits else "train"
+    split = domain.selection_split
     if node.full_eval.get(domain.name) and split in scores:
         return scores[split]
     if "train" in scores:

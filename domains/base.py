@@ -67,6 +67,15 @@ class Domain:
             return self.loader(self.subset_suffix(subset))
         return load_csv(self.dataset_path(subset), self.required_columns())
 
+    @property
+    def selection_split(self) -> str:
+        """The split parent selection scores on: val where the domain has one, else train."""
+        return "val" if "val" in self.splits else "train"
+
+    def full_splits(self, with_test: bool = False) -> list[str]:
+        """The splits a full evaluation covers, in order; test only when asked (it is never selected on)."""
+        return [s for s in ("train", "val", "test") if s in self.splits and (s != "test" or with_test)]
+
     def format_inputs(self, row: dict) -> dict:
         """The agent's view of a row: only the declared input columns, never a label."""
         return {"domain": self.name, **{key: row[col] for key, col in self.inputs.items()}}

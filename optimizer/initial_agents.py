@@ -7,9 +7,12 @@ loads. The meta agent can read the others and switch, as with any other code.
 
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
+from services.config import PROJECT_ROOT
 from services.errors import UserError
 
 
@@ -17,8 +20,17 @@ from services.errors import UserError
 class InitialAgent:
     name: str
     module: str  # where its TaskAgent is defined
-    domains: tuple[str, ...] | None  # domains it can do; None: all
     about: str
+
+    @cached_property
+    def domains(self) -> tuple[str, ...] | None:
+        """The domains it can do (None: all), as its module's `DOMAINS` tuple says: read from the
+        source as data, since the core never imports agent code."""
+        source = (PROJECT_ROOT / f"{self.module.replace('.', '/')}.py").read_text(encoding="utf-8")
+        for node in ast.parse(source).body:
+            if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "DOMAINS" for t in node.targets):
+                return tuple(ast.literal_eval(node.value))
+        return None
 
     def apply(self, workspace: Path) -> None:
         """Make this agent the entry point of the task agent in `workspace` (the default already is)."""
@@ -29,13 +41,12 @@ class InitialAgent:
 INITIAL_AGENTS = {
     a.name: a
     for a in (
-        InitialAgent("default", "task_agent.task_agent", None,
-                     "one model call per question with a parseable answer format"),
-        InitialAgent("proofautograder", "task_agent.baselines.proofautograder", ("imo_grading", "imo_proof_grading"),
+        InitialAgent("default", "task_agent.task_agent", "one model call per question with a parseable answer format"),
+        InitialAgent("proofautograder", "task_agent.baselines.proofautograder",
                      "IMO-Bench's ProofAutoGrader: rubric, reference, guidelines, <points>N out of 7</points>"),
-        InitialAgent("proof_solver", "task_agent.baselines.proof_solver", ("imo_proof",),
+        InitialAgent("proof_solver", "task_agent.baselines.proof_solver",
                      "writes a proof, checks it as a strict grader, refines it within a call budget"),
-        InitialAgent("sc_tir", "task_agent.baselines.sc_tir", ("imo_answer", "aime2025", "amo_bench"),
+        InitialAgent("sc_tir", "task_agent.baselines.sc_tir",
                      "self-consistency with tool-integrated reasoning: 8 candidates that run Python, majority vote"),
     )
 }

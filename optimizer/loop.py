@@ -80,8 +80,7 @@ class Loop:
         self.meta_model = config.resolve_model("meta")
         self.evaluator = Evaluator(run_dir, config, gateway, backend, self.task_model)
         gateway.allow_models(self.meta_model, self.task_model)
-        self.full_sizes = {d.name: split_rows(d, "val" if "val" in d.splits else "train", config.loop.eval_samples)
-                           for d in domains}
+        self.full_sizes = {d.name: split_rows(d, d.selection_split, config.loop.eval_samples) for d in domains}
         self.rng = random.Random(config.loop.seed)
         self.events = events or Events(console)
         self.pictures = Pictures(self.archive, domains, self.full_sizes, run_dir, self.events)

@@ -110,6 +110,10 @@ class Config:
         """A role alias (task, meta, grader, judge) to its model string; anything else unchanged."""
         return getattr(self.models, name) if name in ROLE_ALIASES else name
 
+    def to_dict(self) -> dict:
+        """Plain data (JSON and YAML can hold it) that `from_dict` turns back into an equal config."""
+        return dataclasses.asdict(self)
+
     @classmethod
     def from_dict(cls, data: dict) -> Config:
         """A validated config from a saved dict (run.json's "config"); fields it lacks keep their defaults."""

@@ -204,5 +204,11 @@ def test_solver_rejects_other_domains(provider):
 
 
 def test_domains():
+    from optimizer.initial_agents import INITIAL_AGENTS
+
     assert proofautograder.DOMAINS == ("imo_grading", "imo_proof_grading")
     assert proof_solver.DOMAINS == ("imo_proof",)
+    # The run checks an initial agent's domains against what its module declares, read as data.
+    assert INITIAL_AGENTS["proofautograder"].domains == proofautograder.DOMAINS
+    assert INITIAL_AGENTS["proof_solver"].domains == proof_solver.DOMAINS
+    assert INITIAL_AGENTS["default"].domains is None

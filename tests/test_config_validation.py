@@ -55,7 +55,7 @@ def test_ints_for_floats_and_yaml_defaults_pass_and_saved_configs_round_trip(tmp
     config.write_text("sandbox:\n  cpus: 1\ngateway:\n  budget_usd: 0\n  prices: {openai/x: [1, 2.5]}\n")
     loaded = load_config(config)
     assert loaded.sandbox.cpus == 1 and loaded.gateway.budget_usd == 0
-    saved = json.loads(json.dumps(dataclasses.asdict(loaded)))  # as run.json keeps it
+    saved = json.loads(json.dumps(loaded.to_dict()))  # as run.json keeps it
     assert Config.from_dict(saved) == loaded
     # A rule for a field that no longer exists would never run: every rule names a real field.
     fields = {f"{s.name}.{f.name}" for s in dataclasses.fields(Config)
