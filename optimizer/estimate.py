@@ -1,14 +1,16 @@
 """What a run will cost, roughly, before it starts: shown in the plan, and checked against the budget.
 
 Tokens are estimated from the data (characters / 4 for the prompt of a row) and fixed
-allowances for what models write; prices come from litellm's table (or the config's
-`gateway.prices`), 0 for local and unknown models. An estimate, not a quote: it is
+allowances for what models write; prices are the gateway's (the config's `gateway.prices`,
+else litellm's table), 0 for local and unknown models. An estimate, not a quote: it is
 there to catch a budget that cannot pay for even one generation.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from services.gateway.pricing import pricing_of
 
 CHARS_PER_TOKEN = 4
 INSTRUCTION_TOKENS = 600  # the agent's own prompt around a row's inputs
@@ -38,23 +40,10 @@ class Estimate:
                 f"evaluation ~${self.evaluation_usd:.2f})")
 
 
-def price(model: str, prices: dict) -> tuple[float, float]:
-    """USD per input and per output token of `model`."""
-    if model in prices:
-        per_million_in, per_million_out = prices[model]
-        return per_million_in / 1e6, per_million_out / 1e6
-    from services.local_model import is_local
-    from services.providers import _litellm
-
-    if is_local(model):
-        return 0.0, 0.0
-    info = _litellm().model_cost.get(model) or _litellm().model_cost.get(model.split("/", 1)[-1]) or {}
-    return float(info.get("input_cost_per_token") or 0.0), float(info.get("output_cost_per_token") or 0.0)
-
-
 def call_usd(model: str, prices: dict, prompt_tokens: float, completion_tokens: float) -> float:
-    per_in, per_out = price(model, prices)
-    return prompt_tokens * per_in + completion_tokens * per_out
+    """One call's cost at `model`'s listed prices (services/gateway/pricing.py: the gateway's own rule)."""
+    pricing = pricing_of(model, prices)
+    return prompt_tokens * pricing.input_usd + completion_tokens * pricing.output_usd
 
 
 def evaluation_usd(domains: list, config, rows_of) -> float:

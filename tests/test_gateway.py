@@ -159,7 +159,7 @@ def test_a_session_call_limit_is_enforced_by_the_gateway(gateway_factory, fake_o
 
 
 def test_provider_key_never_reaches_the_ledger_or_the_caller(gateway_factory, fake_openai, tmp_path, monkeypatch):
-    import services.gateway as gateway_module
+    import services.gateway.core as gateway_module
 
     secret = os.environ["OPENAI_API_KEY"]
 

@@ -1,0 +1,25 @@
+"""The LLM gateway: the only way out for agent code.
+
+An OpenAI-compatible HTTP endpoint on 127.0.0.1, started per run by the trusted core.
+Agent code (task, meta, grader) calls it with plain litellm and a base URL; the
+gateway holds the provider keys, forwards with litellm to the real provider, retries
+transient errors, replays cached answers, enforces the budget and the run's model
+allowlist, and writes every call to the ledger.
+
+A caller authenticates with a session key (`new_session`) that names the run, node
+and role its calls are booked to. Sandboxed code gets only such a key, never a
+provider key.
+
+    params.py   what a request may carry (the allowlist of fields, each checked and capped)
+    pricing.py  what a model costs (also the run's cost estimate's prices)
+    budget.py   what is spent and held against the run's budgets
+    server.py   the HTTP endpoint and the Unix socket sandboxes reach it through
+    core.py     the Gateway: sessions, admission, cache, forwarding, booking
+"""
+
+from services.gateway.core import Gateway, Session, open_gateway
+from services.gateway.pricing import Pricing, pricing_of, register_price
+from services.gateway.server import SOCKET_DIR_PREFIX, Reply, remove_dead_socket_dirs
+
+__all__ = ["SOCKET_DIR_PREFIX", "Gateway", "Pricing", "Reply", "Session", "open_gateway", "pricing_of",
+           "register_price", "remove_dead_socket_dirs"]

@@ -1,0 +1,336 @@
+"""The Gateway: sessions, the run's model allowlist, and each request's way through it.
+
+A request is admitted (session, model, allowlisted parameters), replayed from the cache, or
+held against the budget and forwarded with litellm, with retries of transient errors; each
+is booked to the ledger.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import random
+import secrets
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from inside.warm_up import warm_up
+from services.config import Config
+from services.errors import UserError
+from services.gateway.budget import Budget, with_output_cap, worst_case
+from services.gateway.params import Refusal, canonical, checked
+from services.gateway.pricing import Pricing, pricing_of, register_price
+from services.gateway.server import Listeners, Reply, error_reply
+from services.ledger import REFUSED, Call, Ledger, Totals
+from services.local_model import LocalServer, fit_messages, is_local
+from services.providers import _litellm, provider_of, redact
+from services.rate_limit import CallLimits
+
+
+@dataclass
+class Session:
+    run_id: str
+    node: str
+    role: str
+    max_calls: int | None = None  # e.g. the meta agent's tool-call limit, which its own code could drop
+    calls: int = 0
+
+
+def _account(call: Call, response) -> dict:
+    """Put a provider response's tokens and cost (litellm's price table) on `call`; returns its JSON."""
+    payload = response.model_dump(mode="json")
+    usage = payload.get("usage") or {}
+    call.prompt_tokens = int(usage.get("prompt_tokens") or 0)
+    call.completion_tokens = int(usage.get("completion_tokens") or 0)
+    call.cost_usd = float((getattr(response, "_hidden_params", None) or {}).get("response_cost") or 0.0)
+    return payload
+
+
+
+def _preflight_problem(exc: Exception, model: str) -> str | None:
+    """What a failed first call says about the set-up; None when the provider answered at all
+    (a refusal of this tiny request, or a rate limit, still proves it is reachable)."""
+    lit = _litellm()
+    detail = redact(str(exc)).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
+    # litellm reports a refused connection to an OpenAI-compatible server as a 500 "Connection error."
+    unreachable = any(m in str(exc).lower() for m in ("connection error", "connection refused",
+                                                       "name or service not known", "timed out"))
+    if isinstance(exc, (lit.APIConnectionError, lit.Timeout)) or unreachable:
+        return f"cannot reach the provider of {model}: {detail} (check the network, or the *_API_BASE variable)"
+    if isinstance(exc, (lit.AuthenticationError, lit.PermissionDeniedError)):
+        return f"the provider refused the key for {model}: {detail}"
+    if isinstance(exc, lit.NotFoundError):
+        return f"the provider does not know the model {model}: {detail}"
+    return None
+
+
+def _is_transient(exc: Exception) -> bool:
+    lit = _litellm()
+    transient = (
+        lit.RateLimitError,
+        lit.InternalServerError,
+        lit.ServiceUnavailableError,
+        lit.APIConnectionError,
+        lit.Timeout,
+        lit.BadGatewayError,
+    )
+    if isinstance(exc, transient):
+        return True
+    status = getattr(exc, "status_code", None)
+    return isinstance(status, int) and (status == 429 or status >= 500)
+
+
+class Gateway:
+    def __init__(self, config: Config, ledger: Ledger, run_id: str):
+        self.config = config
+        self.gw = config.gateway
+        self.ledger = ledger
+        self.run_id = run_id
+        self._sessions: dict[str, Session] = {}
+        self._allowed: set[str] = set()
+        self._pricing: dict[str, Pricing] = {}  # allowed model -> what its worst case costs
+        self._limits = CallLimits(self.gw.max_concurrent_calls, self.gw.requests_per_minute)
+        self._warmed: set[str] = set()  # litellm providers whose first-call set-up is paid (inside/warm_up.py)
+        self._lock = threading.Lock()
+        self._budget = Budget(self.gw, ledger.totals(run_id=run_id))
+        self._listeners: Listeners | None = None
+        self._local: dict[str, LocalServer] = {}  # local model -> its server, started on first use
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def start(self) -> Gateway:
+        self._listeners = Listeners(self, self.gw.host, self.gw.port)
+        return self
+
+    def stop(self) -> None:
+        if self._listeners:
+            self._listeners.close()
+            self._listeners = None
+        for server in self._local.values():
+            server.stop()
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()
+
+    @property
+    def url(self) -> str:
+        return self._listeners.url
+
+    @property
+    def unix_socket(self) -> Path:
+        """The gateway's Unix socket, for sandboxes (see inside/relay.py)."""
+        return self._listeners.unix_socket
+
+    # -- who may call what -----------------------------------------------------------------
+    def allow_models(self, *models: str) -> None:
+        """Add models (aliases or provider strings) that callers may request in this run."""
+        resolved = {self.config.resolve_model(m) for m in models}
+        providers = set()
+        pricing = {}
+        for model in resolved - self._allowed:
+            if is_local(model):  # not a name litellm knows, and reached as an OpenAI server
+                providers.add("openai")
+            else:
+                register_price(model, self.gw.prices.get(model))
+                with contextlib.suppress(UserError):
+                    providers.add(provider_of(model))
+            pricing[model] = pricing_of(model, self.gw.prices)
+        with self._lock:
+            self._pricing.update(pricing)
+            self._allowed.update(resolved)
+            providers -= self._warmed
+            self._warmed |= providers
+        if providers:
+            threading.Thread(target=warm_up, args=(_litellm(), sorted(providers)), name="gateway-warm-up",
+                             daemon=True).start()
+
+    def allowed_models(self) -> list[str]:
+        with self._lock:
+            return sorted(self._allowed)
+
+    def new_session(self, node: str, role: str, max_calls: int | None = None) -> str:
+        """A key that books calls to (run, node, role), answering at most `max_calls`
+        requests; hand it to the caller as its API key."""
+        key = "gw-" + secrets.token_urlsafe(24)
+        with self._lock:
+            self._sessions[key] = Session(self.run_id, node, role, max_calls)
+        return key
+
+    def spent(self) -> Totals:
+        return self._budget.spent()
+
+    def budget_left_message(self) -> str | None:
+        """Why no new call may start (a budget is spent, or it already refused a call whose worst case it
+        could not hold), or None while the budget allows one."""
+        return self._budget.left_message()
+
+    def preflight(self, models: list[str]) -> None:
+        """One tiny call to each provider model, so that a wrong key, an unknown model name or an
+        unreachable provider stops the run at once with one line, not as an error on every row.
+        Local models are checked when their server starts instead."""
+        lit = _litellm()
+        for model in sorted({self.config.resolve_model(m) for m in models}):
+            if is_local(model):
+                continue
+            started = time.monotonic()
+            call = Call(self.run_id, "preflight", "preflight", model)
+            try:
+                response = lit.completion(model=model, messages=[{"role": "user", "content": "Reply with OK."}],
+                                          max_tokens=16, num_retries=0, timeout=60, drop_params=True)
+                _account(call, response)
+            except Exception as e:
+                call.error = redact(f"{type(e).__name__}: {e}")[:2000]
+                problem = _preflight_problem(e, model)
+                if problem:
+                    raise UserError(problem) from None
+            finally:
+                call.latency_s = time.monotonic() - started
+                self._book(call)
+
+    # -- one request -----------------------------------------------------------------------
+    def handle_chat(self, api_key: str, body: dict) -> Reply:
+        """Answer one chat request: refuse it, replay it from the cache, or forward it; each is booked."""
+        try:
+            session, model, messages, params = self._admit(api_key, body)
+            request = canonical(model, messages, params)
+            key = self._cache_key(request, params)
+            hit = key and self.ledger.cache_get(key)
+            if hit:
+                self._book(Call(session.run_id, session.node, session.role, model, cache_hit=True))
+                return self._reply(json.loads(hit[0]), body["model"], cost=0.0, cache_hit=True)
+            params = with_output_cap(params, self._pricing[model], self.gw)
+            worst = worst_case(self._pricing[model], len(request), params)
+            self._budget.reserve(*worst)
+        except Refusal as r:
+            return self.refuse(api_key, r.status, r.message, r.kind, body.get("model"))
+        try:
+            return self._call(session, model, messages, params, key, body["model"])
+        finally:
+            self._budget.release(*worst)
+
+    def refuse(self, api_key: str, status: int, message: str, kind: str, requested: object = None) -> Reply:
+        """Book a request refused before any provider call to its session (node and role "unknown"
+        without one), and the error that answers it."""
+        session = self._sessions.get(api_key)
+        node, role = (session.node, session.role) if session else ("unknown", "unknown")
+        model = self.config.resolve_model(requested)[:200] if isinstance(requested, str) else ""
+        self._book(Call(self.run_id, node, role, model, error=f"{REFUSED} {status} {message}"[:2000]))
+        return error_reply(status, message, kind)
+
+    def _admit(self, api_key: str, body: dict) -> tuple[Session, str, list, dict]:
+        """The request's session, model, messages and checked parameters; a Refusal when it may not go on."""
+        session = self._sessions.get(api_key)
+        if session is None:
+            raise Refusal(401, "unknown gateway key", "authentication_error")
+        requested = body.get("model")
+        if not isinstance(requested, str) or not isinstance(body.get("messages"), list):
+            raise Refusal(400, "a chat request needs a model string and a messages list")
+        model = self.config.resolve_model(requested)
+        if model not in self._allowed:
+            allowed = ", ".join(sorted(self._allowed)) or "none"
+            raise Refusal(403, f"model {requested[:200]!r} is not allowed in this run (allowed: {allowed})",
+                          "permission_error")
+        if body.get("stream"):
+            raise Refusal(400, "the gateway does not stream; call without stream=True")
+        messages, params = checked(body, self.gw)
+        with self._lock:
+            session.calls += 1
+            over = session.max_calls is not None and session.calls > session.max_calls
+        if over:
+            raise Refusal(429, f"this session's limit of {session.max_calls} model calls is reached",
+                          "call_limit_reached")
+        return session, model, messages, params
+
+    def _call(self, session: Session, model: str, messages: list, params: dict, key: str | None,
+              requested: str) -> Reply:
+        """Forward a checked request to its provider, book it and cache the answer."""
+        started = time.monotonic()
+        call = Call(session.run_id, session.node, session.role, model)
+        try:
+            response, call.attempts = self._forward(model, messages, params)
+        except Exception as e:
+            call.latency_s = time.monotonic() - started
+            call.error = redact(f"{type(e).__name__}: {e}")[:2000]
+            self._book(call)
+            status = getattr(e, "status_code", None)
+            status = status if isinstance(status, int) and 400 <= status < 600 else 502
+            return error_reply(status, f"provider call for {model} failed: {call.error}", "provider_error")
+        call.latency_s = time.monotonic() - started
+        payload = _account(call, response)
+        self._book(call)
+        if key:
+            self.ledger.cache_put(key, json.dumps(payload), call.cost_usd)
+        return self._reply(payload, requested, cost=call.cost_usd, cache_hit=False)
+
+    def _forward(self, model: str, messages: list, params: dict):
+        lit = _litellm()
+        route = {"model": model}
+        if is_local(model):
+            route, messages, params = self._local_route(model, messages, params)
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                if params.get("tools"):
+                    # Plain function tools: without this litellm imports its MCP support (the
+                    # optional `mcp` package) to inspect them. It is not sent to the provider.
+                    params = {**params, "_skip_mcp_handler": True}
+                with self._limits.slot(model):  # its wait counts in the call's latency, as retries do
+                    response = lit.completion(
+                        **route,
+                        messages=messages,
+                        num_retries=0,
+                        timeout=self.gw.request_timeout_s,
+                        drop_params=True,
+                        **params,
+                    )
+                return response, attempt
+            except Exception as e:
+                if attempt > self.gw.max_retries or not _is_transient(e):
+                    raise
+                delay = min(self.gw.backoff_max_s, self.gw.backoff_base_s * 2 ** (attempt - 1))
+                time.sleep(random.uniform(0, delay))
+
+    def _local_route(self, model: str, messages: list, params: dict) -> tuple[dict, list, dict]:
+        """Where a local model's call goes (its server, started on first use), with the prompt
+        cut to fit its context and a bound on the reply."""
+        with self._lock:
+            server = self._local.get(model)
+            if server is None:
+                server = self._local[model] = LocalServer(model, self.gw.local_context, self.gw.local_threads,
+                                                          self.ledger.path.parent / "local_model.log")
+        server.ensure_started()
+        n_ctx = server.n_ctx
+        max_tokens = params.get("max_tokens") or params["max_completion_tokens"]  # handle_chat sets one
+        params = {k: v for k, v in params.items() if k not in ("max_completion_tokens", "tools", "tool_choice",
+                                                                "_skip_mcp_handler")}
+        params["max_tokens"] = min(int(max_tokens), n_ctx // 2)
+        route = {"model": f"openai/{server.alias}", "api_base": server.api_base, "api_key": "local"}
+        return route, fit_messages(messages, n_ctx, params["max_tokens"]), params
+
+    def _cache_key(self, request: str, params: dict) -> str | None:
+        """The key a request's answer is cached under, or None when the cache mode does not replay it."""
+        mode = self.gw.cache
+        if mode == "off" or (mode == "temperature0" and params.get("temperature") != 0):
+            return None
+        return hashlib.sha256(request.encode()).hexdigest()
+
+    def _book(self, call: Call) -> None:
+        """Write a call to the ledger and add it to the run's totals."""
+        self.ledger.record(call)
+        self._budget.add(call)
+
+    @staticmethod
+    def _reply(payload: dict, requested: str, cost: float, cache_hit: bool) -> Reply:
+        payload = dict(payload, model=requested)
+        headers = {"x-gateway-cost-usd": f"{cost:.8f}", "x-gateway-cache-hit": str(int(cache_hit))}
+        return Reply(200, payload, headers)
+
+def open_gateway(config: Config, run_dir: str | Path, run_id: str) -> Gateway:
+    """A started gateway whose ledger lives in `run_dir/ledger.sqlite` (shared with a resumed run)."""
+    return Gateway(config, Ledger(Path(run_dir) / "ledger.sqlite"), run_id).start()
