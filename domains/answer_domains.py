@@ -13,9 +13,10 @@ from functools import partial
 import pandas as pd
 
 from domains import amo_bench
-from domains.answer_metrics import answer_metrics
+from domains.answer_metrics import answer_metrics, format_answers
 from domains.base import DATA_FILES, Domain
 from domains.imo.data import DATA_DIR, load_csv, verify_file
+from domains.scoring import ByRule, Judged
 from inside.answers import aime_any_number, aime_strict, check_output
 from services.errors import UserError
 
@@ -70,8 +71,8 @@ DOMAINS = (
         splits={s: f"_{s}" for s in ("train", "val", "test")},
         score_key="accuracy",
         data_dir=DATA_DIR,
-        metrics=partial(answer_metrics, checks={"accuracy": _answer("Short Answer", check_output)},
-                        qid_col="Problem ID", group_cols=("Category",)),
+        scorer=ByRule(partial(answer_metrics, checks={"accuracy": _answer("Short Answer", check_output)},
+                              qid_col="Problem ID", group_cols=("Category",)), format_answers),
         default_subset="train",
         loader=load_answerbench,
         try_match="math",
@@ -86,9 +87,9 @@ DOMAINS = (
         splits={"train": ""},
         score_key="accuracy",
         data_dir=AIME_FILE.parent,
-        metrics=partial(answer_metrics, checks={"accuracy": _answer("ground_truth", aime_strict),
-                                                "accuracy_any_number": _answer("ground_truth", aime_any_number)},
-                        qid_col="task_id", group_cols=("subset",)),
+        scorer=ByRule(partial(answer_metrics, checks={"accuracy": _answer("ground_truth", aime_strict),
+                                                      "accuracy_any_number": _answer("ground_truth", aime_any_number)},
+                              qid_col="task_id", group_cols=("subset",)), format_answers),
         loader=load_aime,
         try_match="math",
         score_note="strict: only the final \\boxed{} answer counts; the benchmark's own rule (any number in the "
@@ -104,10 +105,9 @@ DOMAINS = (
         subsets={"": "--data"},
         splits={"train": ""},
         score_key="accuracy",
-        metrics=partial(answer_metrics, checks={"accuracy": amo_bench.check}, qid_col="question_id",
-                        group_cols=("answer_type",)),
+        scorer=Judged(partial(answer_metrics, checks={"accuracy": amo_bench.check}, qid_col="question_id",
+                              group_cols=("answer_type",)), format_answers),
         loader=load_amo,
-        uses_judge=True,
         try_match="math",
     ),
 )

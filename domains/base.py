@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from domains.scoring import Graded, Judged, Scorer
 from services.errors import UserError
 
 # Data files the user gives for domains that are not bundled (`--data`), by domain name.
@@ -28,16 +29,13 @@ class Domain:
     subsets: dict[str, str]  # --subset suffix (as in the seed) -> file name in data_dir
     splits: dict[str, str]  # split name -> subset suffix; the loop selects on val, else train
     score_key: str  # the report key the loop optimizes
+    scorer: Scorer | None  # how predictions become the report (domains/scoring.py); None: never scored alone
     data_dir: Path | None = None  # where subset files live; None: rows come from another run
-    metrics: Callable | None = None  # DataFrame with a prediction column -> report dict
     staged_eval_samples: int = 10  # size of the first, cheap evaluation stage
     model_role: str = "task"  # gateway role and default model alias of this domain's agent
-    graded_by: str | None = None  # domain whose agent scores this one's predictions (proofs -> grader)
-    grader_agent: str | None = None  # importable agent that does that grading, outside the workspace
     default_subset: str = ""
     loader: Callable | None = None  # subset suffix -> DataFrame, for data that is not one CSV per subset
     score_note: str = ""  # why the score is what it is, when that is a choice (shown in the run's plan)
-    uses_judge: bool = False  # some answers are checked by LLM judges (role judge): metrics take judge=
     try_match: str = "label"  # how the meta agent's try command compares: label (equal text) | math (math-verify)
 
     def subset_suffix(self, subset: str | None) -> str:
@@ -66,6 +64,32 @@ class Domain:
         if self.loader is not None:
             return self.loader(self.subset_suffix(subset))
         return load_csv(self.dataset_path(subset), self.required_columns())
+
+    # -- scoring (domains/scoring.py) ------------------------------------------------------
+    # Read by callers not yet written against `scorer`; each says what the scorer is.
+    @property
+    def graded_by(self) -> str | None:
+        return self.scorer.grading.name if isinstance(self.scorer, Graded) else None
+
+    @property
+    def grader_agent(self) -> str | None:
+        return self.scorer.grader_agent if isinstance(self.scorer, Graded) else None
+
+    @property
+    def uses_judge(self) -> bool:
+        return isinstance(self.scorer, Judged)
+
+    @property
+    def metrics(self) -> Callable | None:
+        return getattr(self.scorer, "metrics", None)
+
+    def format_report(self, report: dict) -> str:
+        """The report as a few fixed-width lines for a person."""
+        return self.scorer.lines(report)
+
+    def models_needed(self, config) -> set[str]:
+        """Every model an evaluation of this domain calls: its agent's, and its scorer's (grader, judges)."""
+        return {config.resolve_model(self.model_role)} | (self.scorer.models(config) if self.scorer else set())
 
     @property
     def selection_split(self) -> str:

@@ -117,20 +117,6 @@ def proof_metrics(df: pd.DataFrame, qid_col: str = "Problem ID", pred_col: str =
     }
 
 
-def format_report(report: dict) -> str:
-    """A few fixed-width lines summarising a grading_metrics or proof_metrics report."""
-    if "overall_accuracy" in report:
-        return _format_grading(report)
-    if "points_percentage" in report:
-        return _format_proof(report)
-    if "accuracy" in report:
-        from domains.answer_metrics import format_answers
-
-        return format_answers(report)
-    raise ValueError("not a grading, proof or answer report: expected 'overall_accuracy', 'points_percentage' "
-                     "or 'accuracy'")
-
-
 def _require_rows(df: pd.DataFrame, columns) -> None:
     missing = [c for c in columns if c not in df.columns]
     if missing:
@@ -176,7 +162,8 @@ def _group_key(value) -> str:
     return str(value)
 
 
-def _format_grading(report: dict) -> str:
+def format_grading(report: dict) -> str:
+    """A grading_metrics report as a few fixed-width lines."""
     lines = [
         f"accuracy        {report['overall_accuracy']:6.1%}  ({report['total_correct']}/{report['total']})",
         f"normalized MAE  {report['normalized_mean_absolute_error']:6.3f}",
@@ -196,7 +183,8 @@ def _format_grading(report: dict) -> str:
     return "\n".join(lines)
 
 
-def _format_proof(report: dict) -> str:
+def format_proof(report: dict) -> str:
+    """A proof_metrics report as a few fixed-width lines."""
     lines = [
         f"points   {report['points_percentage']:6.1%}",
         f"correct  {report['correct_percentage']:6.1%}",

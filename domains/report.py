@@ -78,8 +78,6 @@ def report(dname: str | Path, domain: str, config: Config | None = None, model: 
 
 
 def main(argv=None) -> None:
-    from domains.metrics import format_report
-
     ap = argparse.ArgumentParser(prog="python -m domains.report", description="Score a harness run.")
     ap.add_argument("--domain", required=True)
     ap.add_argument("--dname", required=True, help="the harness output folder")
@@ -87,7 +85,7 @@ def main(argv=None) -> None:
     ap.add_argument("--model", default=None, help="grader model for imo_proof (default: the config's grader)")
     args = ap.parse_args(argv)
     result = report(args.dname, args.domain, load_config(args.config), args.model)
-    print(format_report(result))
+    print(get_domain(args.domain).format_report(result))
     print(f"report: {Path(args.dname) / 'report.json'}")
 
 

@@ -4,7 +4,8 @@ import pandas as pd
 import pytest
 
 from domains.metrics import (
-    format_report,
+    format_grading,
+    format_proof,
     grading_metrics,
     normalize_label,
     proof_metrics,
@@ -268,7 +269,7 @@ def test_proof_empty_raises():
 
 
 def test_format_grading_report():
-    text = format_report(grading_metrics(grading_df()))
+    text = format_grading(grading_metrics(grading_df()))
     lines = text.splitlines()
     assert lines[0] == "accuracy         40.0%  (4/10)"
     assert lines[1] == "normalized MAE   0.343"
@@ -282,14 +283,21 @@ def test_format_grading_report():
 
 
 def test_format_proof_report():
-    text = format_report(proof_metrics(proof_df()))
+    text = format_proof(proof_metrics(proof_df()))
     lines = text.splitlines()
     assert lines[:3] == ["points    50.0%", "correct   37.5%", "invalid       2  of 8"]
     assert "pre-IMO          57.1%    50.0%      2" in lines
     assert "Number theory     0.0%     0.0%      1" in lines
 
 
-def test_format_unknown_report_raises():
-    with pytest.raises(ValueError):
-        format_report({"total": 3})
+def test_each_domain_formats_its_report_with_its_own_scorer():
+    from domains.registry import get_domain
+
+    proofs = proof_metrics(proof_df())
+    # imo_proof is graded: its report is the grading domain's, and reads as such
+    assert get_domain("imo_proof").format_report(proofs) == format_proof(proofs)
+    assert get_domain("imo_grading").format_report(grading_metrics(grading_df())).startswith("accuracy         40.0%")
+    assert get_domain("aime2025").format_report({"accuracy": 0.5, "total_correct": 1, "total": 2, "no_answer": 0,
+                                                 "accuracy_any_number": 1.0}).splitlines()[:2] == [
+        "accuracy         50.0%  (1/2)", "accuracy_any_number 100.0%"]
 

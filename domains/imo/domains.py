@@ -5,6 +5,7 @@ from functools import partial
 from domains import metrics
 from domains.base import Domain
 from domains.imo.data import DATA_DIR
+from domains.scoring import ByRule, Graded
 
 GRADING_INPUTS = {
     "problem": "Problem",
@@ -12,6 +13,20 @@ GRADING_INPUTS = {
     "grading_guidelines": "Grading guidelines",
     "student_answer": "Response",
 }
+
+# Grades the proofs of another run (its rows come from that run's predictions); scores imo_proof.
+GRADING_PROOFS = Domain(
+    name="imo_proof_grading",
+    question_id="Problem ID",
+    inputs=GRADING_INPUTS,
+    label_column=None,
+    hidden_columns=(),
+    subsets={},
+    splits={},
+    score_key="points_percentage",
+    scorer=ByRule(partial(metrics.proof_metrics, qid_col="Problem ID"), metrics.format_proof),
+    model_role="grader",
+)
 
 DOMAINS = (
     Domain(
@@ -24,7 +39,8 @@ DOMAINS = (
         splits={s: f"_filtered_100_{s}" for s in ("train", "val", "test")},
         score_key="overall_accuracy",
         data_dir=DATA_DIR,
-        metrics=partial(metrics.grading_metrics, label_col="Reward", qid_col="Grading ID"),
+        scorer=ByRule(partial(metrics.grading_metrics, label_col="Reward", qid_col="Grading ID"),
+                      metrics.format_grading),
         default_subset="train",
     ),
     Domain(
@@ -38,19 +54,7 @@ DOMAINS = (
         splits={"train": ""},
         score_key="points_percentage",
         data_dir=DATA_DIR,
-        graded_by="imo_proof_grading",
-        grader_agent="proofgrader.task_agent",
+        scorer=Graded(GRADING_PROOFS, "proofgrader.task_agent"),
     ),
-    Domain(
-        name="imo_proof_grading",
-        question_id="Problem ID",
-        inputs=GRADING_INPUTS,
-        label_column=None,
-        hidden_columns=(),
-        subsets={},
-        splits={},
-        score_key="points_percentage",
-        metrics=partial(metrics.proof_metrics, qid_col="Problem ID"),
-        model_role="grader",
-    ),
+    GRADING_PROOFS,
 )
