@@ -126,6 +126,19 @@ def test_cost_comes_from_litellms_price_table_and_unknown_models_cost_zero(gatew
     assert gw.spent().cost_usd == pytest.approx(expected) and gw.spent().prompt_tokens >= 200
 
 
+def test_a_model_in_litellms_table_that_get_model_info_misses_keeps_its_price():
+    from services.gateway.pricing import _own_listing, pricing_of, register_price
+
+    model = "azure/mistral-large-latest"  # in litellm's table, yet get_model_info fails on it
+    listed = dict(litellm.model_cost[model])
+    assert not _own_listing(model)[0] and listed["input_cost_per_token"] > 0
+    register_price(model, None)
+    entry = litellm.model_cost[model]
+    assert (entry["input_cost_per_token"], entry["output_cost_per_token"]) == pytest.approx(
+        (listed["input_cost_per_token"], listed["output_cost_per_token"]))
+    assert pricing_of(model, {}).input_usd == pytest.approx(listed["input_cost_per_token"])
+
+
 def test_token_budget_holds_each_calls_worst_case(gateway_factory, fake_openai):
     gw = gateway_factory(budget_tokens=750)
     key = gw.new_session("n", "task")

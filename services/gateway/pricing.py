@@ -62,27 +62,30 @@ def _model_info(model: str) -> dict:
 
 
 @lru_cache(maxsize=None)
-def _litellm_prices(model: str) -> bool:
-    """Whether litellm's own table prices `model` (asked once, before we register anything)."""
+def _own_listing(model: str) -> tuple[bool, tuple[float, float]]:
+    """Whether litellm finds `model` for a call, and the prices its own table lists for it (USD per 1M
+    tokens, 0 where none): asked once, before this process registers anything over them."""
     try:
         _litellm().get_model_info(model)
-        return True
+        return True, (0.0, 0.0)
     except Exception:
-        return False
+        info = _model_info(model)
+        return False, tuple(1e6 * float(info.get(k) or 0.0) for k in ("input_cost_per_token", "output_cost_per_token"))
 
 
 def register_price(model: str, price: list[float] | None) -> None:
-    """Give litellm a price for `model` when the config sets one or litellm has none.
+    """Give litellm a price for `model` when the config sets one or litellm cannot find it for a call.
 
     litellm prices every response itself (`_hidden_params["response_cost"]`); for a
-    model missing from its table it first searches the whole table, on every call,
-    and then gives up. A registered price (0 where unknown: tokens are still counted)
-    makes that a dictionary lookup and lets a configured price take effect.
+    model it cannot find it first searches the whole table, on every call, and then gives
+    up. A registered price makes that a dictionary lookup and lets a configured price take
+    effect. Without one, the model keeps what litellm's own table lists for it, also where
+    get_model_info misses it (0 where the table has nothing: tokens are still counted).
     """
-    known = _litellm_prices(model)
+    known, listed = _own_listing(model)
     if price is None and known:
         return
-    price = price or [0.0, 0.0]
+    price = price or listed
     entry = {"input_cost_per_token": price[0] / 1e6, "output_cost_per_token": price[1] / 1e6,
              "litellm_provider": provider_of(model), "mode": "chat"}
     if not known:  # cached tokens cost 0 either way; saying so keeps litellm from warning about it
