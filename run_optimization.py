@@ -13,7 +13,6 @@ call and `run.json` (the plan and configuration, reused on resume).
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import importlib.util
 import json
 import os
@@ -22,6 +21,7 @@ from collections import Counter
 from datetime import datetime
 from pathlib import Path
 
+from archive.records import RunRecord
 from optimizer.initial_agents import INITIAL_AGENTS
 from services.config import (
     BASELINES,
@@ -121,17 +121,17 @@ def load_run(resume_from: str) -> tuple[Path, list[str], Config]:
         raise UserError(f"{where}: cannot read {saved}: {e.strerror}") from None
     except ValueError as e:
         raise UserError(f"{where}: not a run folder ({saved} is not valid JSON: {e})") from None
-    domains = state.get("domains") if isinstance(state, dict) else None
-    if not (isinstance(domains, list) and domains and all(isinstance(d, str) for d in domains)
-            and isinstance(state.get("config"), dict)):
-        raise UserError(f"{where}: not a run folder ({saved} has no list of domains and config mapping)")
     try:
-        config = Config.from_dict(state["config"])
+        record = RunRecord.from_dict(state)
+    except ValueError as e:
+        raise UserError(f"{where}: not a run folder ({saved}: {e})") from None
+    try:
+        config = Config.from_dict(record.config)
     except UserError as e:
         raise UserError(f"{saved}: {e}") from None
     Archive(run_dir)  # reads every node record: a garbled one stops the resume before the gateway starts
     check_writable(run_dir, where)
-    return run_dir, domains, config
+    return run_dir, record.domains, config
 
 
 def plan_lines(run_dir: Path, domains, config: Config, backend: str, resumed: bool,
@@ -158,7 +158,7 @@ def plan_lines(run_dir: Path, domains, config: Config, backend: str, resumed: bo
               + (f"\n         chosen because {why_models}; override with --task_model/--meta_model"
                  if why_models else ""),
               f"sandbox  {backend}" + (f" ({why_backend})" if why_backend else ""),
-              f"budget   " + (f"${config.gateway.budget_usd:g}" if config.gateway.budget_usd is not None else "none"),
+              "budget   " + (f"${config.gateway.budget_usd:g}" if config.gateway.budget_usd is not None else "none"),
               f"loop     {loop.max_generation} generations, parent selection {loop.parent_selection}"
               + (f", seed {loop.seed}" if loop.seed is not None else "")
               + (f", baseline {loop.run_baseline}" if loop.run_baseline else "")]
@@ -246,8 +246,7 @@ def main(argv=None) -> None:
             raise
         if not resumed:
             RunRepo.create(run_dir / "repo", PROJECT_ROOT, initial_agent.apply)
-        atomic_write_json(run_dir / "run.json", {"domains": domain_names, "config": dataclasses.asdict(config),
-                                                 "sandbox": backend, "updated_at": datetime.now().isoformat()})
+        atomic_write_json(run_dir / "run.json", RunRecord(domain_names, config.to_dict(), backend).to_dict())
         loop = Loop(run_dir, config, domains, gateway, backend)
         loop.run()
         print("\n".join(summary_lines(loop)))

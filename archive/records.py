@@ -16,6 +16,7 @@ from services.config import conforms, describe, show
 
 NODE_SCHEMA = 1  # node.json
 META_SCHEMA = 1  # the meta agent's result, in archive.jsonl's meta_done event
+RUN_SCHEMA = 1  # run.json
 
 
 class Status(StrEnum):
@@ -114,3 +115,24 @@ class Node:
     def valid_parent(self) -> bool:
         """Only a node that loaded and was scored can be built on (a no-op child is its parent again)."""
         return self.status == Status.OK
+
+
+@dataclass
+class RunRecord:
+    """run.json: what a run was started with, reused as it is when the run resumes."""
+
+    SCHEMA: typing.ClassVar[int] = RUN_SCHEMA
+    domains: list[str]  # domain names, in the order given
+    config: dict  # Config.to_dict() of the run's configuration, flags applied
+    sandbox: str = ""  # the backend the run chose
+    updated_at: str = field(default_factory=lambda: datetime.now().isoformat(timespec="seconds"))
+
+    def to_dict(self) -> dict:
+        return {"schema_version": self.SCHEMA, **asdict(self)}
+
+    @classmethod
+    def from_dict(cls, data) -> RunRecord:
+        record = cls(**_checked(cls, data, {}))
+        if not record.domains:
+            raise ValueError("domains must name at least one domain")
+        return record

@@ -154,3 +154,18 @@ def test_checkout_keeps_the_executable_bit_and_costs_the_same_at_any_depth(tmp_p
     commit = repo.capture(ws, repo.node_commit("initial"), "1").commit
     again = repo.checkout(commit, tmp_path / "again")
     assert (again / "agent" / "run.sh").stat().st_mode & 0o111
+
+
+def test_run_json_is_versioned_and_the_older_shape_still_reads():
+    from archive.records import RunRecord
+    from services.config import Config
+
+    record = RunRecord(["imo_grading"], Config().to_dict(), "bwrap")
+    saved = json.loads(json.dumps(record.to_dict()))
+    assert saved["schema_version"] == 1 and RunRecord.from_dict(saved) == record
+    older = {k: v for k, v in saved.items() if k != "schema_version"}  # as runs wrote it before versions
+    assert RunRecord.from_dict(older) == record
+    for bad, why in [({**saved, "domains": "imo_grading"}, "domains must be"), ({**saved, "domains": []}, "at least one"),
+                     ({**saved, "schema_version": 9}, "newer"), ({**saved, "extra": 1}, "unknown keys extra")]:
+        with pytest.raises(ValueError, match=why):
+            RunRecord.from_dict(bad)
