@@ -13,7 +13,6 @@ call and `run.json` (the plan and configuration, reused on resume).
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import shutil
@@ -136,22 +135,16 @@ def load_run(resume_from: str) -> tuple[Path, list[str], Config]:
 
 def plan_lines(run_dir: Path, domains, config: Config, backend: str, resumed: bool,
                why_models: str | None = None, why_backend: str | None = None) -> list[str]:
-    from domains.registry import get_domain
     from optimizer.evaluation import split_rows
 
     lines = [f"run      {run_dir} ({'resumed' if resumed else 'new'})"]
     for d in domains:
-        full = [f"{s} {split_rows(d, s, config.loop.eval_samples)}"
-                for s in ("train", "val", "test") if s in d.splits and (s != "test" or config.loop.eval_test)]
+        full = [f"{s} {split_rows(d, s, config.loop.eval_samples)}" for s in d.full_splits(config.loop.eval_test)]
         staged = "" if config.loop.skip_staged_eval else f"staged {d.staged_eval_samples} train rows, then "
         lines.append(f"domain   {d.name}: {staged}{' + '.join(full)} (score: {d.score_key})")
         if d.score_note:
             lines.append(f"         {d.score_key} is {d.score_note}")
-    for d in domains:
-        if d.grader_agent:
-            where = importlib.util.find_spec(d.grader_agent.split(".")[0]).origin
-            lines.append(f"grader   {d.name}: {d.grader_agent} ({where}), "
-                         f"model {config.resolve_model(get_domain(d.graded_by).model_role)}")
+    lines += [line for d in domains if (line := d.scorer.plan_line(d, config))]
     loop = config.loop
     lines += [f"agent    initial task agent {loop.initial_agent}",
               f"models   task {config.resolve_model('task')}, meta {config.resolve_model('meta')}"
@@ -182,7 +175,6 @@ def summary_lines(loop) -> list[str]:
 def main(argv=None) -> None:
     from domains.base import use_data_files
     from domains.registry import get_domain
-    from domains.report import require_grader
     from optimizer.estimate import estimate
     from optimizer.evaluation import split_rows
     from optimizer.initial_agents import get_initial_agent
@@ -213,11 +205,8 @@ def main(argv=None) -> None:
     for d in domains:
         if "train" not in d.splits:
             raise UserError(f"domain {d.name} has no train split and cannot be optimized")
-        if d.grader_agent:
-            require_grader(d)
-    models = {config.resolve_model("task"), config.resolve_model("meta")}
-    models |= {config.resolve_model(get_domain(d.graded_by).model_role) for d in domains if d.graded_by}
-    models |= {config.resolve_model("judge") for d in domains if d.uses_judge}
+        d.scorer.check_ready(d)
+    models = {config.resolve_model("meta")}.union(*(d.models_needed(config) for d in domains))
     for model in sorted(models):
         check_credentials(model)
     backend, why_backend = choose_backend_why(config.sandbox)

@@ -51,20 +51,15 @@ def evaluation_usd(domains: list, config, rows_of) -> float:
 
     `rows_of(domain, split)` is how many rows the full evaluation runs on that split.
     """
-    from domains.registry import get_domain
-
     total = 0.0
     for d in domains:
         df = d.load("train")
         row_tokens = INSTRUCTION_TOKENS + sum(df[c].astype(str).str.len().mean() for c in d.inputs.values()) \
             / CHARS_PER_TOKEN
-        splits = [s for s in ("train", "val", "test") if s in d.splits
-                  and (s != "test" or config.loop.eval_test)]
-        rows = sum(rows_of(d, s) for s in splits)  # the staged rows are the first train rows: reused
+        rows = sum(rows_of(d, s) for s in d.full_splits(config.loop.eval_test))  # staged rows are reused
         total += rows * call_usd(config.resolve_model("task"), config.gateway.prices, row_tokens, COMPLETION_TOKENS)
-        if d.graded_by:  # the grader reads the problem, reference, guidelines and the proof
-            grader = config.resolve_model(get_domain(d.graded_by).model_role)
-            total += rows * call_usd(grader, config.gateway.prices, 3 * row_tokens + COMPLETION_TOKENS,
+        for model in d.scorer.models(config):  # a grader or judge reads the problem, reference, guidelines, answer
+            total += rows * call_usd(model, config.gateway.prices, 3 * row_tokens + COMPLETION_TOKENS,
                                      COMPLETION_TOKENS)
     return total
 
