@@ -148,7 +148,8 @@ def check_secret(run: Run) -> None:
 def check_read_only_mounts(run: Run) -> None:
     assert not (run.dir / "feedback" / "planted").exists()
     assert not (run.dir / "train_data" / "planted").exists()
-    assert "planted" not in (PROJECT_ROOT / "optimizer" / "inside" / "try_agent.py").read_text()
+    assert "planted" not in (PROJECT_ROOT / "inside" / "try_agent.py").read_text()
+    assert not (PROJECT_ROOT / "inside" / "planted").exists()  # the whole trusted folder is mounted read-only
 
 
 def check_links_in_workspace(run: Run) -> None:
