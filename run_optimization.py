@@ -140,7 +140,8 @@ def plan_lines(run_dir: Path, domains, config: Config, backend: str, resumed: bo
     lines = [f"run      {run_dir} ({'resumed' if resumed else 'new'})"]
     for d in domains:
         full = [f"{s} {split_rows(d, s, config.loop.eval_samples)}" for s in d.full_splits(config.loop.eval_test)]
-        staged = "" if config.loop.skip_staged_eval else f"staged {d.staged_eval_samples} train rows, then "
+        staged = "".join(f"staged {s.rows} train rows (on if {d.score_key} > {s.above:g}), then "
+                         for s in d.screening(config.loop))
         lines.append(f"domain   {d.name}: {staged}{' + '.join(full)} (score: {d.score_key})")
         if d.score_note:
             lines.append(f"         {d.score_key} is {d.score_note}")

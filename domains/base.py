@@ -20,6 +20,15 @@ def use_data_files(files: dict[str, str]) -> None:
 
 
 @dataclass(frozen=True)
+class Stage:
+    """A screening stage of the evaluation: the first `rows` train rows, after which the evaluation
+    goes on only if every domain of the run scores above `above` (its `score_key`)."""
+
+    rows: int
+    above: float = 0.0
+
+
+@dataclass(frozen=True)
 class Domain:
     name: str
     question_id: str  # column that names a row
@@ -31,7 +40,7 @@ class Domain:
     score_key: str  # the report key the loop optimizes
     scorer: Scorer | None  # how predictions become the report (domains/scoring.py); None: never scored alone
     data_dir: Path | None = None  # where subset files live; None: rows come from another run
-    staged_eval_samples: int = 10  # size of the first, cheap evaluation stage
+    stages: tuple[Stage, ...] = (Stage(10),)  # screening stages before the full evaluation (config loop.stages overrides)
     model_role: str = "task"  # gateway role and default model alias of this domain's agent
     default_subset: str = ""
     loader: Callable | None = None  # subset suffix -> DataFrame, for data that is not one CSV per subset
@@ -90,6 +99,17 @@ class Domain:
     def models_needed(self, config) -> set[str]:
         """Every model an evaluation of this domain calls: its agent's, and its scorer's (grader, judges)."""
         return {config.resolve_model(self.model_role)} | (self.scorer.models(config) if self.scorer else set())
+
+    @property
+    def staged_eval_samples(self) -> int:
+        return self.stages[0].rows
+
+    def screening(self, loop) -> tuple[Stage, ...]:
+        """The stages this run screens a node with (`loop`: the config's loop section): its own, the
+        config's `loop.stages` for every domain, or none with `loop.skip_staged_eval`."""
+        if loop.skip_staged_eval:
+            return ()
+        return self.stages if loop.stages is None else tuple(Stage(rows, above) for rows, above in loop.stages)
 
     @property
     def selection_split(self) -> str:

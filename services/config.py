@@ -86,6 +86,7 @@ class LoopConfig:
     seed: int | None = None  # seeds parent selection, so a run can be replayed
     eval_samples: int = -1  # rows of each full evaluation split (-1 = all)
     skip_staged_eval: bool = False  # go straight to the full evaluation
+    stages: list | None = None  # screening stages before the full evaluation, [[rows, above], ...]: each runs the first rows of train and the next runs only if every domain scores above `above`; null = each domain's own (10 rows, above 0)
     eval_test: bool = False  # also evaluate the test split (reported, never used for selection)
     edit_select_parent: bool = False  # the workspace's select_next_parent.py chooses parents
     run_baseline: str | None = None  # no_selfimprove (meta agent frozen) | no_archive (always the latest node)
@@ -191,6 +192,12 @@ def _one_of(*choices):
     return (lambda v: v in choices), "one of " + ", ".join(map(str, choices))
 
 
+def _stage_list(value: list) -> bool:
+    pairs = all(conforms(v, list) and len(v) == 2 and type(v[0]) is int and v[0] >= 1 and conforms(v[1], float)
+                and math.isfinite(v[1]) for v in value)
+    return pairs and all(a[0] < b[0] for a, b in zip(value, value[1:]))
+
+
 def _rules() -> dict:
     """Value rules beyond the type, by dotted key: (test, what is expected). A null where allowed passes."""
     return {
@@ -229,6 +236,7 @@ def _rules() -> dict:
         "sandbox.disk_mb": _above(0),
         "loop.max_generation": _at_least(0),
         "loop.parent_selection": _one_of(*PARENT_SELECTIONS),
+        "loop.stages": (_stage_list, "a list of [rows, above] pairs: rows 1 or more and growing, above a number"),
         "loop.eval_samples": (lambda v: v == -1 or v >= 1, "-1 (all rows) or 1 or more"),
         "loop.run_baseline": _one_of(*BASELINES),
         "loop.meta_timeout_s": _above(0),

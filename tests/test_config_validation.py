@@ -27,6 +27,7 @@ BAD_CONFIGS = {
     "harness:\n  data_files: [a.jsonl]\n": "harness.data_files",  # a list where a mapping is expected
     "sandbox: [bwrap]\n": "sandbox",
     "gateway:\n  prices: {openai/x: [1]}\n": "gateway.prices",
+    "loop:\n  stages: [[10, 0], [5, 0]]\n": "loop.stages",  # rows must grow
 }
 
 
@@ -157,3 +158,15 @@ def test_resume_refuses_a_garbled_run_json_or_node_record_naming_the_file(tmp_pa
     for bad in ({"status": "great"}, {"generation": -1}, {"node_id": "other"}, {"scores": ["imo_grading"]},
                 {"scores": {"imo_grading": {"val": "high"}}}, {"parent": 3}, {"planted": True}):
         resume_fails(node_json, json.dumps({**node, **bad}), str(node_json), next(iter(bad)))
+
+
+def test_screening_stages_are_the_domains_own_the_configs_or_none():
+    from domains.base import Stage
+    from domains.registry import get_domain
+
+    domain, config = get_domain("imo_grading"), Config()
+    assert domain.screening(config.loop) == (Stage(10, 0.0),)
+    config.loop.stages = [[5, 0], [20, 0.25]]
+    assert domain.screening(config.loop) == (Stage(5, 0), Stage(20, 0.25))
+    config.loop.skip_staged_eval = True
+    assert domain.screening(config.loop) == ()
