@@ -143,6 +143,30 @@ def test_amo_bench_report_with_judges(tmp_path, amo_file):
     assert report["per_answer_type"]["set"]["accuracy"] == 0.0
 
 
+def test_the_judges_calls_are_booked_to_the_node_they_scored(tmp_path, fake_openai, amo_file):
+    def respond(request: dict) -> str:
+        user = str(request["messages"][-1]["content"])
+        if "You check answers to a competition math problem" in user:
+            return "correct"
+        return "<json>" + json.dumps({"response": r"\boxed{Bob, for odd n}"}) + "</json>"
+
+    fake_openai.set_responder(respond)
+    config = tmp_path / "loop.yaml"
+    config.write_text(FAST_CONFIG + "models:\n  judge: openai/fake-judge\n"
+                      "loop:\n  eval_samples: 4\n  skip_staged_eval: true\n")
+    r = run_loop(tmp_path, fake_openai, "--max_generation", "0", "--data", f"amo_bench={amo_file}", config=config,
+                 domains=["amo_bench"])
+    assert r.returncode == 0, r.stderr[-3000:]
+    run_dir = tmp_path / "out" / "run"
+    node = json.loads((run_dir / "nodes" / "initial" / "node.json").read_text())
+    assert node["scores"]["amo_bench"] == {"train": 0.25}  # only the description row reads "Bob, for odd n"
+    judged = sqlite3.connect(run_dir / "ledger.sqlite").execute(
+        "SELECT COUNT(*), SUM(prompt_tokens + completion_tokens) FROM calls WHERE role = 'judge' AND node = 'initial'"
+    ).fetchone()
+    assert judged[0] == 5  # five judges voted on the one description answer
+    assert node["tokens"]["judge"] == judged[1] > 0 and "judge" in node["cost_usd"]
+
+
 # -- IMO-AnswerBench split -------------------------------------------------------------------------
 def test_the_answerbench_split_is_the_recorded_one_and_stratified():
     from domains.imo.answerbench_split import load_split, make_split

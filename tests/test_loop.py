@@ -142,6 +142,14 @@ def test_a_task_agent_that_did_not_change_costs_no_task_call(tmp_path, fake_open
     assert found["1"]["status"] == "ok" and found["1"]["scores"] == found["initial"]["scores"]
     assert task_calls(run_dir, "initial") == 40  # 10 staged rows, then 10 more train (not 20) and 20 val
     assert task_calls(run_dir, "1") == 0
+    # The try command's train rows: a file a kill cut short is written whole again when the run resumes.
+    train = run_dir / "train_data" / "imo_grading_train.jsonl"
+    whole = train.read_text()
+    assert len(whole.splitlines()) == 100 and all(json.loads(line)["label"] for line in whole.splitlines())
+    train.write_text(whole[: len(whole) // 3])
+    r = run_cli("run_optimization", "--resume_from", str(run_dir), env=cli_env(fake_openai), timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert train.read_text() == whole and sorted(p.name for p in train.parent.iterdir()) == [train.name]
 
 
 def events(run_dir: Path) -> list[dict]:
