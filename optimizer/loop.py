@@ -51,7 +51,7 @@ from optimizer.events import (
     Warned,
     console,
 )
-from services.config import Config
+from services.config import Baseline, Config
 from services.errors import UserError
 from services.fsutil import atomic_write_text
 from services.sandbox import Mount, open_sandbox
@@ -117,7 +117,7 @@ class Loop:
                 return
 
     def choose_parent(self) -> str:
-        if self.config.loop.run_baseline == "no_archive":
+        if self.config.loop.run_baseline == Baseline.NO_ARCHIVE:
             return max(self.archive.ordered(), key=lambda n: (n.valid_parent, n.generation)).node_id
         candidates = self.archive.candidates(self.domains, self.full_sizes)
         if not candidates:
@@ -210,7 +210,7 @@ class Loop:
         workspace = self.repo.checkout(parent_commit, self.workspaces / node_id)
         mounts = self._meta_mounts(self.sandbox_out(node_id, "meta"))
         frozen = None
-        if self.config.loop.run_baseline == "no_selfimprove":
+        if self.config.loop.run_baseline == Baseline.NO_SELFIMPROVE:
             # The meta agent (its code and the shared agent/ it imports) stays the initial one;
             # it still edits the whole workspace.
             frozen = self.repo.checkout(self.repo.node_commit("initial"), self.workspaces / "frozen_meta")

@@ -13,6 +13,7 @@ import math
 import types
 import typing
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 
 import yaml
@@ -122,7 +123,14 @@ class Config:
 
 
 SANDBOX_BACKENDS = ("auto", "docker", "bwrap", "none")
-BASELINES = ("no_selfimprove", "no_archive")
+class Baseline(StrEnum):
+    """The paper's baselines (loop.run_baseline)."""
+
+    NO_SELFIMPROVE = "no_selfimprove"  # the meta agent runs from the initial code, frozen
+    NO_ARCHIVE = "no_archive"  # every generation starts from the latest node
+
+
+BASELINES = tuple(Baseline)
 PARENT_SELECTIONS = ("random", "latest", "best", "score_prop", "score_child_prop")  # each in archive/selection.py
 ROLE_ALIASES = tuple(f.name for f in dataclasses.fields(ModelsConfig))
 
