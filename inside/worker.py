@@ -154,7 +154,7 @@ def _safe_name(question_id: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]", "_", str(question_id))
 
 
-def main() -> None:
+def parse_args(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser()
     ap.add_argument("--agent_path", required=True)
     ap.add_argument("--model", required=True)
@@ -168,8 +168,12 @@ def main() -> None:
     ap.add_argument("--wait_for_go", action="store_true",
                     help="import litellm, then wait for a line on stdin before loading the agent "
                          "(the harness starts the worker before the agent's files are in place)")
-    args = ap.parse_args()
+    return ap.parse_args(argv)
 
+
+def protocol_writer():
+    """send(obj): one protocol line on the real stdout. File descriptor 1 (and sys.stdout) then
+    point at stderr, so nothing the agent prints can reach the protocol."""
     # backslashreplace: a lone surrogate that reached a message still cannot make a write raise.
     protocol = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8", errors="backslashreplace")
     os.dup2(2, 1)
@@ -181,9 +185,11 @@ def main() -> None:
             protocol.write(json.dumps(obj, ensure_ascii=False) + "\n")
             protocol.flush()
 
-    if args.transcripts:
-        os.makedirs(args.transcripts, exist_ok=True)
-    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    return send
+
+
+def import_litellm(send) -> None:
+    """litellm imported and warmed up, its completion counted per row; exits on failure."""
     try:
         import litellm
 
@@ -195,8 +201,10 @@ def main() -> None:
     except BaseException as e:
         send({"fatal": f"cannot import litellm: {describe(e)}"})
         sys.exit(1)
-    if args.wait_for_go and not sys.stdin.readline():
-        sys.exit(0)  # the harness went away before the agent was needed
+
+
+def load_agent(args, send):
+    """The TaskAgent class, once the other entry points of --also_import load too; exits on failure."""
     sys.path.insert(0, str(Path(args.root).resolve()))
     try:
         TaskAgent = load_task_agent(args.agent_path)
@@ -210,41 +218,56 @@ def main() -> None:
         except BaseException as e:
             send({"fatal": f"cannot load {name} from {module}: {describe(e)}"})
             sys.exit(1)
+    return TaskAgent
+
+
+def answer(TaskAgent, args, qid, inputs: dict) -> dict:
+    """One row's reply: a fresh agent's prediction or the error that stopped it, with its usage."""
+    usage = {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0, "cost_usd": 0.0}
+    _usage.set(usage)
+    started = time.monotonic()
+    try:
+        transcript = (
+            os.path.join(args.transcripts, f"chat_history_{_safe_name(qid)}.md") if args.transcripts else None
+        )
+        agent = TaskAgent(model=args.model, chat_history_file=transcript)
+        prediction, error = prediction_text(agent.forward(inputs), args.max_prediction_bytes)
+    except BaseException as e:
+        prediction, error = None, error_text(e)
+    return {"id": qid, "prediction": prediction, "error": error, "usage": plain_usage(usage),
+            "seconds": round(time.monotonic() - started, 3)}
+
+
+def run_row(send, TaskAgent, args, row: dict) -> None:
+    # Whatever happens, the row is answered now: a thread that died silently would leave
+    # the harness waiting for the row's timeout.
+    qid = row["id"]
+    try:
+        send({"started": qid})  # the harness times the row from here, not from when it was queued
+        reply = answer(TaskAgent, args, qid, row["inputs"])
+    except BaseException as e:
+        reply = {"id": qid, "prediction": None, "error": error_text(e)}
+    try:
+        send(reply)
+    except BaseException as e:
+        send({"id": qid, "prediction": None, "error": f"cannot send the answer: {describe(e)}"})
+
+
+def main() -> None:
+    args = parse_args()
+    send = protocol_writer()
+    if args.transcripts:
+        os.makedirs(args.transcripts, exist_ok=True)
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    import_litellm(send)
+    if args.wait_for_go and not sys.stdin.readline():
+        sys.exit(0)  # the harness went away before the agent was needed
+    TaskAgent = load_agent(args, send)
     send({"ready": True})
-
-    def answer(qid, inputs: dict) -> dict:
-        usage = {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0, "cost_usd": 0.0}
-        _usage.set(usage)
-        started = time.monotonic()
-        try:
-            transcript = (
-                os.path.join(args.transcripts, f"chat_history_{_safe_name(qid)}.md") if args.transcripts else None
-            )
-            agent = TaskAgent(model=args.model, chat_history_file=transcript)
-            prediction, error = prediction_text(agent.forward(inputs), args.max_prediction_bytes)
-        except BaseException as e:
-            prediction, error = None, error_text(e)
-        return {"id": qid, "prediction": prediction, "error": error, "usage": plain_usage(usage),
-                "seconds": round(time.monotonic() - started, 3)}
-
-    def run(row: dict) -> None:
-        # Whatever happens, the row is answered now: a thread that died silently would leave
-        # the harness waiting for the row's timeout.
-        qid = row["id"]
-        try:
-            send({"started": qid})  # the harness times the row from here, not from when it was queued
-            reply = answer(qid, row["inputs"])
-        except BaseException as e:
-            reply = {"id": qid, "prediction": None, "error": error_text(e)}
-        try:
-            send(reply)
-        except BaseException as e:
-            send({"id": qid, "prediction": None, "error": f"cannot send the answer: {describe(e)}"})
-
     with ThreadPoolExecutor(max_workers=max(1, args.workers)) as pool:
         for line in sys.stdin:
             if line.strip():
-                pool.submit(run, json.loads(line))
+                pool.submit(run_row, send, TaskAgent, args, json.loads(line))
 
 
 if __name__ == "__main__":
