@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 from collections import Counter
 from datetime import datetime
 from pathlib import Path
@@ -180,9 +179,8 @@ def main(argv=None) -> None:
     from optimizer.evaluation import split_rows
     from optimizer.initial_agents import get_initial_agent
     from optimizer.loop import Loop
-    from services.gateway import open_gateway
-    from services.providers import check_credentials, choose_models, load_dotenv_file
     from services.sandbox import choose_backend_why
+    from services.startup import open_services
     from services.workspace import RunRepo
 
     args = build_parser().parse_args(argv)
@@ -199,21 +197,18 @@ def main(argv=None) -> None:
             raise UserError(f"{run_dir} already holds a run: pass --resume_from {run_dir}, or another --run_id")
     config = apply_flags(config, args)
     use_data_files(config.harness.data_files)
-    load_dotenv_file()
-    why_models = choose_models(config.models)
     domains = [get_domain(n) for n in domain_names]
     initial_agent = get_initial_agent(config.loop.initial_agent, domain_names)
     for d in domains:
         if "train" not in d.splits:
             raise UserError(f"domain {d.name} has no train split and cannot be optimized")
         d.scorer.check_ready(d)
-    models = {config.resolve_model("meta")}.union(*(d.models_needed(config) for d in domains))
-    for model in sorted(models):
-        check_credentials(model)
+    services = open_services(config, run_dir, ["meta"], preflight=True)
+    services.require(*(model for d in domains for model in d.models_needed(config)))
     backend, why_backend = choose_backend_why(config.sandbox)
     resumed = (run_dir / "run.json").exists()
     costs = estimate(domains, config, lambda d, split: split_rows(d, split, config.loop.eval_samples))
-    print("\n".join(plan_lines(run_dir, domains, config, backend, resumed, why_models, why_backend)
+    print("\n".join(plan_lines(run_dir, domains, config, backend, resumed, services.why_models, why_backend)
                     + [costs.line()]), flush=True)
     first = costs.initial_usd + costs.generation_usd
     if config.gateway.budget_usd is not None and not resumed and config.gateway.budget_usd < first:
@@ -221,19 +216,8 @@ def main(argv=None) -> None:
               f"evaluation and one generation (~${first:.2f}): the run will likely stop before its first child "
               "is scored; raise --budget_usd or lower --eval_samples", flush=True)
 
-    created = not run_dir.exists()
-    run_dir.mkdir(parents=True, exist_ok=True)
-    gateway = open_gateway(config, run_dir, run_id=run_dir.name)
-    gateway.allow_models(*models)
-    try:
-        try:
-            gateway.preflight(sorted(models))
-        except UserError:
-            if created:  # nothing was made yet: leave no run folder behind
-                gateway.stop()
-                gateway.ledger.close()
-                shutil.rmtree(run_dir, ignore_errors=True)
-            raise
+    with services:  # a new run folder is removed again if the preflight calls fail
+        gateway = services.gateway
         if not resumed:
             RunRepo.create(run_dir / "repo", PROJECT_ROOT, initial_agent.apply)
         atomic_write_json(run_dir / "run.json", RunRecord(domain_names, config.to_dict(), backend).to_dict())
@@ -243,9 +227,6 @@ def main(argv=None) -> None:
         stopped = gateway.budget_left_message()
         if stopped:
             print(f"stopped: {stopped}; raise --budget_usd and rerun with --resume_from {run_dir} to continue")
-    finally:
-        gateway.stop()
-        gateway.ledger.close()
 
 
 if __name__ == "__main__":

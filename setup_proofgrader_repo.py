@@ -26,7 +26,7 @@ from string import Template
 
 from services.config import PROJECT_ROOT, Config, load_config
 from services.errors import UserError, exit_on_user_error
-from services.providers import choose_models, load_dotenv_file
+from services.startup import choose_run_models
 
 TEMPLATE = PROJECT_ROOT / "proofgrader_template"
 PACKAGED = ("agent", "task_agent")  # the grader's code; the meta agent and the rest stay behind
@@ -104,7 +104,9 @@ def namespace_imports(source: str) -> str:
 def grader_candidates(run_dir: Path) -> list[Candidate]:
     """Nodes of a run that finished the full imo_grading evaluation, with their split reports."""
     from archive.store import Archive
+    from optimizer.eval_store import EvalStore
 
+    evals = EvalStore(run_dir)
     found = []
     for node in Archive(run_dir).ordered():
         keys = node.eval_keys.get(GRADING_DOMAIN, {})
@@ -112,9 +114,9 @@ def grader_candidates(run_dir: Path) -> list[Candidate]:
             continue
         scores = {}
         for split, key in keys.items():
-            report = run_dir / "evals" / key / "report.json"
-            if report.is_file():
-                scores[split] = json.loads(report.read_text())
+            report = evals.report(key)
+            if report is not None:
+                scores[split] = report
         if "val" in scores:
             found.append(Candidate(node.node_id, node.generation, node.commit, scores))
     return found
@@ -176,8 +178,7 @@ def proofautograder(model: str | None, scratch: Path) -> Grader:
     INITIAL_AGENTS["proofautograder"].apply(scratch)
     if not model:
         config = load_config()
-        load_dotenv_file()
-        choose_models(config.models)
+        choose_run_models(config)
         model = config.resolve_model("grader")
     origin = f"the ProofAutoGrader baseline of IMO-Bench, as written in hyperagents-imo {_framework_version()}"
     return Grader(scratch, "ProofAutoGrader baseline", origin, model, {}, {"source": "proofautograder"})

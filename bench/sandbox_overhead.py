@@ -34,7 +34,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 from harness_throughput import TimedFakeOpenAI, _descendants, _status_kb  # noqa: E402
 
-from domains.harness import AgentWorker, Row, worker_mounts  # noqa: E402
+from domains.harness import AgentWorker, worker_mounts  # noqa: E402
 from services.config import PROJECT_ROOT, Config  # noqa: E402
 from services.gateway import open_gateway  # noqa: E402
 from services.sandbox import choose_backend, open_sandbox  # noqa: E402
@@ -48,7 +48,7 @@ ROW = {"domain": "imo_grading", "problem": "Show 1 + 1 = 2.", "solution": "Arith
 
 def ask(worker: AgentWorker, qid: str) -> dict:
     """Send one row to the harness's worker and wait for its answer."""
-    worker.proc.send(Row(qid, ROW))
+    worker.proc.send(qid, ROW)
     while True:
         source, msg = worker.results.get(timeout=120)
         if source is worker.proc and msg.get("id") == qid:

@@ -7,8 +7,11 @@ Judges vote at temperature 1, so five calls are five opinions, never one cached 
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from pathlib import Path
+
+from services.startup import open_services
 
 
 class GatewayJudge:
@@ -17,7 +20,7 @@ class GatewayJudge:
         self.gateway = gateway
         self.node = node
         self.folder = folder
-        self._own = None
+        self._own = contextlib.ExitStack()  # what this judge opened itself
         self._key = None
         self._lock = threading.Lock()
 
@@ -33,23 +36,11 @@ class GatewayJudge:
         with self._lock:
             if self._key is None:
                 if self.gateway is None:
-                    from services.gateway import open_gateway
-                    from services.providers import (
-                        check_credentials,
-                        choose_models,
-                        load_dotenv_file,
-                    )
-
-                    load_dotenv_file()
-                    choose_models(self.config.models)
-                    check_credentials(self.config.resolve_model("judge"))
-                    self.gateway = self._own = open_gateway(self.config, self.folder, run_id=self.folder.name)
+                    self.gateway = self._own.enter_context(open_services(self.config, self.folder, ["judge"])).gateway
                 self.gateway.allow_models("judge")
                 self._key = self.gateway.new_session(self.node, "judge")
             return self.gateway, self._key
 
     def close(self) -> None:
-        if self._own is not None:
-            self._own.stop()
-            self._own.ledger.close()
-            self._own = None
+        """Stop the gateway this judge opened, if it opened one."""
+        self._own.close()

@@ -3,76 +3,76 @@
     python -m domains.report --domain imo_grading --dname ./outputs/RUN
     python -m domains.report --domain imo_proof --dname ./outputs/RUN   # grades the proofs first
 
-Domains with labels are scored directly. Domains whose predictions need grading
-(imo_proof) are graded by an installed grader agent (the `proofgrader` package),
-running the grading domain's harness into `RUN/gradings/`, then scored from there.
+Each domain's scorer makes the report (domains/scoring.py). What a scorer asks for comes
+from here: LLM judges through a gateway whose ledger is in `RUN/judgements/`, and the
+grader agent (the `proofgrader` package for imo_proof), run over the predictions into
+`RUN/gradings/` with a gateway of its own there.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
+import contextlib
 from pathlib import Path
 
 from domains.base import Domain
+from domains.harness import GRADINGS, PREDICTIONS, grade_run, run_folder
 from domains.judge import GatewayJudge
 from domains.registry import get_domain
 from services.config import Config, load_config
 from services.errors import UserError, exit_on_user_error
 from services.fsutil import atomic_write_json
+from services.sandbox import choose_backend
+from services.startup import open_services
 
 
-def score_predictions(domain: Domain, predictions_csv: Path, judge=None) -> dict:
-    """The domain's metrics for one predictions.csv (nothing is written; `judge` is the LLM
-    judge of domains that use one, see domains/judge.py)."""
-    from domains.imo.data import load_csv
+class ReportTools:
+    """What a scorer asks a standalone report for (domains.scoring.ScoringTools), each with a
+    gateway of its own in the run folder; `close` stops them."""
 
-    df = load_csv(predictions_csv, [domain.question_id, "prediction"])
-    try:
-        return domain.metrics(df, judge=judge) if domain.uses_judge else domain.metrics(df)
-    except ValueError as e:
-        raise UserError(f"cannot score {predictions_csv}: {e}") from None
+    def __init__(self, dname: Path, config: Config, model: str | None = None):
+        self.dname = dname
+        self.config = config
+        self.model = model  # the grader's model (--model), else the grading domain's role
+        self._open = contextlib.ExitStack()
 
+    def judge(self) -> GatewayJudge:
+        judge = GatewayJudge(self.config, folder=self.dname / "judgements")
+        self._open.callback(judge.close)
+        return judge
 
-def require_grader(domain: Domain) -> None:
-    """UserError with the install commands when the package that grades `domain` is missing."""
-    package = domain.grader_agent.split(".")[0]
-    if importlib.util.find_spec(package) is None:
-        raise UserError(
-            f"{domain.name} is graded by the {package} package, which is not installed: "
-            "build it with `setup_proofgrader_repo --proofautograder`, then `pip install -e ./proofgrader_repo`"
-        )
+    def grade(self, grading: Domain, grader_agent: str, predictions: Path) -> Path:
+        folder = predictions.parent / GRADINGS
+        requested = self.model or grading.model_role
+        services = open_services(self.config, folder, [requested])
+        if line := services.why_line(requested, "--model"):
+            print(line, flush=True)
+        backend = choose_backend(self.config.sandbox)
+        with run_folder(folder), services:
+            result = grade_run(grading, grader_agent, predictions, self.config, services.gateway, backend=backend,
+                               model=requested)
+        print(result.line())
+        if result.stopped_by:
+            raise UserError(result.stop_message())
+        return result.folder / PREDICTIONS
 
-
-def grade(domain: Domain, dname: Path, config: Config, model: str | None = None) -> Path:
-    """Run the grader over a run's predictions; returns the grading run's folder."""
-    from domains.harness import harness
-
-    require_grader(domain)
-    folder = dname / "gradings"
-    resume = str(folder) if (folder / "predictions.jsonl").exists() else None
-    return harness(domain=domain.graded_by, agent_path=domain.grader_agent, output_dir=str(dname), run_id="gradings",
-                   resume_from=resume, proofs_dname=str(dname), model=model, config=config)
+    def close(self) -> None:
+        self._open.close()
 
 
 def report(dname: str | Path, domain: str, config: Config | None = None, model: str | None = None) -> dict:
     dname = Path(dname)
     dom = get_domain(domain)
-    if not (dname / "predictions.csv").is_file():
+    if not (dname / PREDICTIONS).is_file():
         raise UserError(f"{dname} has no predictions.csv: run `python -m domains.harness --domain {domain}` first")
-    if dom.graded_by:
-        graded = grade(dom, dname, config or load_config(), model)
-        result = score_predictions(get_domain(dom.graded_by), graded / "predictions.csv")
-    else:
-        if dom.metrics is None:
-            raise UserError(f"domain {domain} has no metrics to report")
-        judge = GatewayJudge(config or load_config(), folder=dname / "judgements") if dom.uses_judge else None
-        try:
-            result = score_predictions(dom, dname / "predictions.csv", judge)
-        finally:
-            if judge:
-                judge.close()
-    result = {"domain": dom.name, **result}
+    if dom.scorer is None:
+        raise UserError(f"domain {domain} has no metrics to report")
+    dom.scorer.check_ready(dom)
+    tools = ReportTools(dname, config or load_config(), model)
+    try:
+        result = {"domain": dom.name, **dom.scorer.score(dom, dname / PREDICTIONS, tools)}
+    finally:
+        tools.close()
     atomic_write_json(dname / "report.json", result)
     return result
 

@@ -1,39 +1,49 @@
 """Staged evaluation of a node, with content-addressed results.
 
-Stage 1 runs each domain's train split on its first `staged_eval_samples` rows; only
-if every domain scores above 0 does the full evaluation run (grading: train and val;
-proofs: all problems; test too with --eval_test). Each (task-agent code, model,
-domain, split, rows) gets a folder under `evals/` named by a hash of those: a task
-agent that did not change is never paid for twice, and an evaluation a kill
-interrupted resumes from its journal. The full train run starts from the staged
-run's rows, which are its first rows.
+A node is first screened: each stage runs every domain's train split on its first rows
+(10 by default, `Domain.screening`), and the next stage, then the full evaluation
+(grading: train and val; proofs: all problems; test too with --eval_test), runs only if
+every domain scored above the stage's bar (0 by default). Each (task-agent code, model,
+domain, split, rows) has its folder in the run's EvalStore: a task agent that did not
+change is never paid for twice, and an evaluation a kill interrupted resumes from its
+journal. A longer train run starts from the rows of the longest screening run before
+it, which are its first rows.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import json
 import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from domains.harness import (
+    PREDICTIONS,
+    AgentWorker,
+    SplitResult,
+    grade_run,
+    load_rows,
+    run_split,
+    worker_mounts,
+)
+from domains.judge import GatewayJudge
+from optimizer.eval_store import EvalStore
 from services.errors import UserError
-from services.fsutil import atomic_write_json
+from services.sandbox import open_sandbox
 from services.workspace import discard
 
 
 @dataclass
-class SplitResult:
+class SplitScore:
     score: float | None
     rows: int
-    key: str
+    key: str  # where the evaluation is kept (EvalStore)
 
 
 @dataclass
 class DomainResult:
-    splits: dict[str, SplitResult] = field(default_factory=dict)
+    splits: dict[str, SplitScore] = field(default_factory=dict)
     full: bool = False
 
 
@@ -45,29 +55,28 @@ class LoadFailed(Exception):
     """The node's task agent, or another entry point it must have, does not import."""
 
 
-def eval_key(agent_hash: str, domain: str, split: str, rows: int, model: str) -> str:
-    text = json.dumps([agent_hash, domain, split, rows, model])
-    return hashlib.sha256(text.encode()).hexdigest()[:24]
-
-
 def split_rows(domain, split: str, limit: int) -> int:
     """How many rows an evaluation of `split` with `limit` (-1 = all) covers."""
     total = len(domain.load(split))
     return total if limit < 0 else min(limit, total)
 
 
+def _kept(result: SplitResult) -> SplitResult:
+    """`result`, said on the screen; BudgetStop if the budget left rows unsent."""
+    print(result.line("run's cost so far"))
+    if result.stopped_by:
+        raise BudgetStop(result.stop_message())
+    return result
+
+
 class Evaluator:
     def __init__(self, run_dir: Path, config, gateway, backend: str, task_model: str):
         self.run_dir = run_dir
-        self.evals_dir = run_dir / "evals"
+        self.store = EvalStore(run_dir)
         self.config = config
         self.gateway = gateway
         self.backend = backend
         self.task_model = task_model
-
-    def full_splits(self, domain) -> list[str]:
-        wanted = ["train", "val"] + (["test"] if self.config.loop.eval_test else [])
-        return [s for s in wanted if s in domain.splits]
 
     def node_sandbox(self, node_id: str, node_dir: Path, transcripts: Path,
                      check_imports: list[str] = ()) -> "NodeSandbox":
@@ -98,73 +107,66 @@ class Evaluator:
         def run(d, split: str, limit: int) -> None:
             results[d.name].splits[split] = self._split(d, split, split_rows(d, split, limit), node, agent_hash)
 
-        if not self.config.loop.skip_staged_eval:
-            for d in domains:
-                run(d, "train", d.staged_eval_samples)
-            if any((r.splits["train"].score or 0) <= 0 for r in results.values()):
+        screening = {d.name: d.screening(self.config.loop) for d in domains}
+        for k in range(max(map(len, screening.values()), default=0)):
+            staged = [(d, screening[d.name][k]) for d in domains if k < len(screening[d.name])]
+            for d, stage in staged:
+                run(d, "train", stage.rows)
+            if any((results[d.name].splits["train"].score or 0) <= stage.above for d, stage in staged):
                 timings["eval"] = round(time.monotonic() - started, 3)
                 return results
         for d in domains:
-            for split in self.full_splits(d):
+            for split in d.full_splits(self.config.loop.eval_test):
                 run(d, split, self.config.loop.eval_samples)
             results[d.name].full = True
         timings["eval"] = round(time.monotonic() - started, 3)
         return results
 
-    def _split(self, domain, split: str, rows: int, node: "NodeSandbox", agent_hash: str) -> SplitResult:
-        from domains.harness import harness
-
-        key = eval_key(agent_hash, domain.name, split, rows, self.task_model)
-        folder = self.evals_dir / key
-        report_path = folder / "report.json"
-        if report_path.exists():
-            return SplitResult(json.loads(report_path.read_text()).get(domain.score_key), rows, key)
-        self._seed_from_smaller(folder, agent_hash, domain.name, split, rows)
+    def _split(self, domain, split: str, rows: int, node: "NodeSandbox", agent_hash: str) -> SplitScore:
+        key = self.store.key(agent_hash, domain.name, split, rows, self.task_model)
+        report = self.store.report(key)
+        if report is not None:
+            return SplitScore(report.get(domain.score_key), rows, key)
+        if split == "train":  # a longer train run starts from a screening run's rows, its first rows
+            shorter = {split_rows(domain, split, s.rows) for s in domain.screening(self.config.loop)}
+            for smaller in sorted((n for n in shorter if n < rows), reverse=True):
+                if self.store.seed(key, self.store.key(agent_hash, domain.name, split, smaller, self.task_model)):
+                    break
+        folder = self.store.folder(key)
         try:
-            harness(domain=domain.name, subset=split, num_samples=rows, output_dir=str(self.evals_dir), run_id=key,
-                    resume_from=str(folder) if (folder / "predictions.jsonl").exists() else None,
-                    model=self.task_model, config=self.config, gateway=self.gateway, node=node.node_id,
-                    workspace=node.workspace, sandbox=self.backend, agent_worker=node.worker,
-                    show_progress=True)
+            _kept(run_split(domain, load_rows(domain, split, num_samples=rows), node.worker, folder,
+                            label=f"node {node.node_id} {domain.name} {split}",
+                            asked={"subset": split, "proofs_dname": None, "num_samples": rows}))
+            report = self._score(domain, folder, node.node_id)
         except UserError as e:
             if self.gateway.budget_left_message():
                 raise BudgetStop(str(e)) from None
             raise
-        report = self._score(domain, folder, node.node_id)
-        atomic_write_json(report_path, report)
-        return SplitResult(report.get(domain.score_key), rows, key)
-
-    def _seed_from_smaller(self, folder: Path, agent_hash: str, domain: str, split: str, rows: int) -> None:
-        """Start a full run from the staged run's journal: same agent, same first rows."""
-        if folder.exists() or split != "train":
-            return
-        from domains.registry import get_domain
-
-        staged = self.evals_dir / eval_key(agent_hash, domain, split, get_domain(domain).staged_eval_samples,
-                                           self.task_model)
-        if (staged / "predictions.jsonl").exists():
-            folder.mkdir(parents=True)
-            shutil.copy2(staged / "predictions.jsonl", folder / "predictions.jsonl")
+        self.store.save_report(key, report)
+        return SplitScore(report.get(domain.score_key), rows, key)
 
     def _score(self, domain, folder: Path, node_id: str) -> dict:
-        """The domain's metrics; predictions that need grading are graded first, outside
-        the workspace, by the installed grader (role grader)."""
-        from domains.harness import harness
-        from domains.registry import get_domain
-        from domains.report import score_predictions
+        """The domain's report from its scorer; graded predictions are graded first, outside
+        the workspace, by the installed grader, with calls booked to the node."""
+        return domain.scorer.score(domain, folder / PREDICTIONS, NodeTools(self, node_id))
 
-        if not domain.graded_by:
-            from domains.judge import GatewayJudge
 
-            judge = GatewayJudge(self.config, gateway=self.gateway, node=node_id) if domain.uses_judge else None
-            return score_predictions(domain, folder / "predictions.csv", judge)
-        graded = get_domain(domain.graded_by)
-        gradings = folder / "gradings"
-        harness(domain=graded.name, agent_path=domain.grader_agent, proofs_dname=str(folder), output_dir=str(folder),
-                run_id="gradings", resume_from=str(gradings) if (gradings / "predictions.jsonl").exists() else None,
-                model=self.config.resolve_model(graded.model_role), config=self.config, gateway=self.gateway,
-                node=node_id, sandbox=self.backend, show_progress=True)
-        return score_predictions(graded, gradings / "predictions.csv")
+class NodeTools:
+    """What a scorer asks the loop for (domains.scoring.ScoringTools): the run's gateway, its
+    calls booked to the node; a grader in a sandbox of its own."""
+
+    def __init__(self, evaluator: Evaluator, node_id: str):
+        self.evaluator = evaluator
+        self.node_id = node_id
+
+    def judge(self) -> GatewayJudge:
+        return GatewayJudge(self.evaluator.config, gateway=self.evaluator.gateway, node=self.node_id)
+
+    def grade(self, grading, grader_agent: str, predictions: Path) -> Path:
+        ev = self.evaluator
+        result = _kept(grade_run(grading, grader_agent, predictions, ev.config, ev.gateway, backend=ev.backend,
+                                 node=self.node_id))
+        return result.folder / PREDICTIONS
 
 
 class NodeSandbox:
@@ -188,9 +190,6 @@ class NodeSandbox:
         self.box = self.worker = None
 
     def __enter__(self) -> "NodeSandbox":
-        from domains.harness import AgentWorker, worker_mounts
-        from services.sandbox import open_sandbox
-
         ev = self.evaluator
         discard(self.workspace)  # left by a killed run
         self.workspace.mkdir(parents=True)

@@ -321,20 +321,20 @@ class Loop:
 
         from services.fsutil import atomic_write_csv
 
+        evals = self.evaluator.store
         for domain in self.domains:
             key = node.eval_keys.get(domain.name, {}).get("train")
             if key is None:
                 continue
-            src = self.run_dir / "evals" / key
             dst = self.run_dir / "feedback" / node.node_id / domain.name
             dst.mkdir(parents=True, exist_ok=True)
-            if (src / "report.json").exists():
-                shutil.copy2(src / "report.json", dst / "report.json")
-            if not (src / "predictions.csv").exists():
+            if evals.report_path(key).exists():
+                shutil.copy2(evals.report_path(key), dst / "report.json")
+            if not evals.predictions(key).exists():
                 continue
-            df = pd.read_csv(src / "predictions.csv", dtype=str, keep_default_na=False)
+            df = pd.read_csv(evals.predictions(key), dtype=str, keep_default_na=False)
             df = df.drop(columns=[c for c in domain.hidden_columns if c != domain.label_column and c in df.columns])
-            graded = src / "gradings" / "predictions.csv"
+            graded = evals.gradings(key)
             if graded.exists():
                 grades = pd.read_csv(graded, dtype=str, keep_default_na=False)
                 verdict = dict(zip(grades[domain.question_id], grades["prediction"]))

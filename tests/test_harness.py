@@ -354,7 +354,7 @@ def test_checksum_mismatch_stops_before_any_call(tmp_path, fake_openai, monkeypa
 
     import domains.imo.data as data
     from domains import registry
-    from domains.harness import main
+    from domains.harness.__main__ import main
     from domains.registry import get_domain
     from services.errors import exit_on_user_error
 

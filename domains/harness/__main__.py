@@ -1,0 +1,116 @@
+"""`python -m domains.harness`: evaluate a task agent on a domain's data, with a gateway of its own.
+
+Every finished row is appended to `predictions.jsonl` at once, so a killed run loses only
+the rows in flight; `predictions.csv` (the seed's output format) is rewritten atomically
+every `save_interval` rows and at the end. `--resume_from DIR` skips the rows that are
+done and pays nothing for them. The gateway's ledger lives in the output folder.
+"""
+
+from __future__ import annotations
+
+import argparse
+from datetime import datetime
+from pathlib import Path
+
+from domains.base import use_data_files
+from domains.harness.journal import JOURNAL, PREDICTIONS
+from domains.harness.rows import load_rows
+from domains.harness.split import run_folder, run_split
+from domains.harness.worker_client import open_agent_worker
+from domains.registry import get_domain
+from services.config import (
+    SANDBOX_BACKENDS,
+    Config,
+    int_flag,
+    load_config,
+    number_flag,
+    parse_data_flags,
+    validate,
+)
+from services.errors import UserError, exit_on_user_error
+from services.sandbox import choose_backend
+from services.startup import open_services
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m domains.harness", description="Evaluate a task agent on a domain.")
+    ap.add_argument("--domain", required=True,
+                    help="imo_grading, imo_proof, imo_proof_grading, imo_answer, aime2025 or amo_bench")
+    ap.add_argument("--data", action="append", default=None, metavar="DOMAIN=PATH",
+                    help="the data file of a domain that is not bundled, e.g. amo_bench=AMO-Bench.jsonl")
+    ap.add_argument("--agent_path", default="task_agent", help="a .py file or a module path with a TaskAgent")
+    ap.add_argument("--output_dir", default="./outputs", help="parent folder of run folders")
+    ap.add_argument("--run_id", default=None, help="run folder name (default: a timestamp)")
+    ap.add_argument("--num_samples", type=int_flag(-1), default=-1, help="first N rows only; -1 = all")
+    ap.add_argument("--save_interval", type=int_flag(1), default=None, help="rewrite predictions.csv every N rows")
+    ap.add_argument("--num_workers", type=int_flag(1), default=None, help="rows evaluated in parallel")
+    ap.add_argument("--resume_from", default=None, help="an earlier output folder to complete")
+    ap.add_argument("--subset", default="", help="split (train/val/test) or the seed's suffix, e.g. _filtered_100_train")
+    ap.add_argument("--proofs_dname", default=None, help="imo_proof_grading: a run folder whose proofs to grade")
+    ap.add_argument("--model", default=None, help="litellm model string or a role alias from the config")
+    ap.add_argument("--config", default=None, help="YAML config overriding configs/default.yaml")
+    ap.add_argument("--budget_usd", type=number_flag(0), default=None,
+                    help="stop new LLM calls after this many dollars")
+    ap.add_argument("--budget_tokens", type=int_flag(0), default=None, help="stop new LLM calls after this many tokens")
+    ap.add_argument("--sandbox", choices=SANDBOX_BACKENDS, default=None,
+                    help="where agent code runs (default: the config's sandbox.backend, auto)")
+    return ap
+
+
+FLAGS = {"budget_usd": ("gateway", "budget_usd"), "budget_tokens": ("gateway", "budget_tokens"),
+         "save_interval": ("harness", "save_interval"), "num_workers": ("harness", "num_workers"),
+         "sandbox": ("sandbox", "backend")}
+
+
+def output_folder(args) -> Path:
+    """The run folder: the one to resume, or a new one under --output_dir that holds no run yet."""
+    if args.resume_from:
+        folder = Path(args.resume_from).resolve()
+        if not (folder / JOURNAL).exists() and not (folder / PREDICTIONS).exists():
+            raise UserError(f"--resume_from {args.resume_from}: no predictions.jsonl there to resume from")
+        return folder
+    folder = (Path(args.output_dir) / (args.run_id or datetime.now().strftime("%Y%m%d_%H%M%S_%f"))).resolve()
+    if (folder / JOURNAL).exists():
+        raise UserError(f"{folder} already holds a run: pass --resume_from {folder} to continue it, "
+                        "or another --run_id")
+    return folder
+
+
+def evaluate(args, config: Config) -> None:
+    """One harness run as the flags ask, with a gateway and a sandbox of its own."""
+    use_data_files(config.harness.data_files)
+    domain = get_domain(args.domain)
+    proofs = Path(args.proofs_dname) if args.proofs_dname else None
+    rows = load_rows(domain, args.subset, proofs, args.num_samples)
+    folder = output_folder(args)
+    requested = args.model or domain.model_role
+    services = open_services(config, folder, [requested])
+    model = config.resolve_model(requested)
+    if line := services.why_line(requested, "--model"):
+        print(line, flush=True)
+    backend = choose_backend(config.sandbox)
+    asked = {"subset": args.subset, "proofs_dname": args.proofs_dname, "agent_path": args.agent_path,
+             "num_samples": args.num_samples}
+    with run_folder(folder), services, open_agent_worker(config, args.agent_path, model, services.gateway, folder,
+                                                         backend=backend, node="eval",
+                                                         role=domain.model_role) as worker:
+        result = run_split(domain, rows, worker, folder, label=" ".join(x for x in (domain.name, args.subset) if x),
+                           asked=asked)
+    print(result.line())
+    if result.stopped_by:
+        raise UserError(result.stop_message())
+
+
+def main(argv=None) -> None:
+    args = build_parser().parse_args(argv)
+    config = load_config(args.config)
+    config.harness.data_files.update(parse_data_flags(args.data))
+    for flag, (section, name) in FLAGS.items():
+        if getattr(args, flag) is not None:
+            setattr(getattr(config, section), name, getattr(args, flag))
+    validate(config)
+    evaluate(args, config)
+
+
+if __name__ == "__main__":
+    exit_on_user_error(main)

@@ -1,0 +1,125 @@
+"""Row scheduling: rows to one agent worker, answers back, until every row is finished or stopped.
+
+A row is timed from when a worker thread takes it up (its "started" message), not from
+when it was queued. A row still running after `row_timeout_s` is an error, and since a
+stuck thread cannot be stopped, the whole worker is replaced. A worker that dies has its
+rows sent once more to a fresh one (MAX_ROW_ATTEMPTS); a row it was running for the
+last time fails with the reason it died. Once the budget is spent, no new row is sent.
+"""
+
+from __future__ import annotations
+
+import queue
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Callable
+
+MAX_ROW_ATTEMPTS = 2  # a row in flight when the worker died is sent once more
+# Rows sent ahead of free worker threads, so a thread that finishes finds its next row
+# already queued in the worker instead of waiting a round trip through the harness.
+PREFETCH_ROWS = 2
+POLL_S = 0.2  # longest wait for a worker message before timeouts and the budget are looked at again
+
+
+@dataclass
+class Row:
+    qid: str
+    inputs: dict
+    attempts: int = 0
+    started: float | None = None  # when a worker thread took it up; None while queued there
+
+
+class Scheduler:
+    """Runs rows through `agent` (an AgentWorker, started); `finish(rec)` gets each finished row's
+    record, and `budget_left()` says why no new row may start (None while one may)."""
+
+    def __init__(self, agent, num_workers: int, row_timeout_s: float, finish: Callable[[dict], None],
+                 budget_left: Callable[[], str | None]):
+        self.agent = agent
+        self.window = num_workers + PREFETCH_ROWS  # rows in flight at once
+        self.timeout = row_timeout_s
+        self.finish = finish
+        self.budget_left = budget_left
+        self.todo: deque[Row] = deque()
+        self.inflight: dict[str, Row] = {}
+
+    def run(self, rows: list[Row]) -> str | None:
+        """Run every row; returns why the run stopped early (the budget), or None."""
+        self.todo.extend(rows)
+        stopped_by = None
+        while self.todo or self.inflight:
+            stopped_by = stopped_by or self.budget_left()
+            if stopped_by:
+                self.todo.clear()
+            self._send_more()
+            try:
+                source, msg = self.agent.results.get(timeout=POLL_S)
+            except queue.Empty:
+                source, msg = None, {}
+            if source is self.agent.proc:
+                self._take(msg)
+            self._time_out_overdue()
+            exited = source is self.agent.proc and msg.get("exited")
+            if exited or (self.inflight and not self.agent.proc.alive()):
+                self._after_death(drained=bool(exited))
+        return stopped_by
+
+    def _send_more(self) -> None:
+        while self.todo and len(self.inflight) < self.window:
+            row = self.todo.popleft()
+            row.started = None
+            self.inflight[row.qid] = row
+            self.agent.proc.send(row.qid, row.inputs)
+
+    def _finish(self, row: Row, rec: dict) -> None:
+        self.inflight.pop(row.qid, None)
+        self.finish(rec)
+
+    def _take(self, msg: dict) -> None:
+        """Apply one worker message: a row taken up (its clock and attempts start) or finished."""
+        if msg.get("started") in self.inflight:  # ids are strs: the worker's reader checked every message
+            row = self.inflight[msg["started"]]
+            row.started = time.monotonic()
+            row.attempts += 1
+        elif msg.get("id") in self.inflight:
+            self._finish(self.inflight[msg["id"]], msg)
+
+    def _time_out_overdue(self) -> None:
+        now = time.monotonic()
+        overdue = [r for r in self.inflight.values() if r.started is not None and now - r.started > self.timeout]
+        for row in overdue:
+            self._finish(row, {"id": row.qid, "prediction": None, "error": f"timeout after {self.timeout:g} s"})
+        if overdue:  # a stuck thread cannot be stopped: replace the whole worker
+            self._restart()
+
+    def _after_death(self, drained: bool) -> None:
+        """The worker died: rows on their last attempt fail with its reason, the rest go to a new one."""
+        if not drained:
+            self._drain()  # a row's "started" may still be in the pipe
+        for row in list(self.inflight.values()):
+            if row.attempts >= MAX_ROW_ATTEMPTS:
+                self._finish(row, {"id": row.qid, "prediction": None, "error": self.agent.proc.death_reason()})
+        self._restart()
+
+    def _drain(self, wait_s: float = 2.0) -> None:
+        """Apply what a dead worker wrote before it died, up to its end of output."""
+        proc, deadline = self.agent.proc, time.monotonic() + wait_s
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                source, msg = self.agent.results.get(timeout=left)
+            except queue.Empty:
+                return
+            if source is proc:
+                if msg.get("exited"):
+                    return
+                self._take(msg)
+
+    def _restart(self) -> None:
+        """A fresh worker; rows that were in flight go back to the front of the queue."""
+        for row in reversed(list(self.inflight.values())):
+            self.todo.appendleft(row)
+        self.inflight.clear()
+        self.agent.stop()
+        if self.todo:
+            self.agent.start()

@@ -1,0 +1,142 @@
+"""One harness run: a domain's rows through one agent worker, into one folder.
+
+The harness is trusted: it sends each row's *inputs* (never its labels) to the worker,
+which runs the agent in its sandbox, and writes what comes back. A folder that holds a
+journal is resumed: its finished rows are skipped and paid nothing for.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from domains.base import Domain
+from domains.harness.journal import JOURNAL, PREDICTIONS, Journal, write_predictions
+from domains.harness.scheduler import Row, Scheduler
+from domains.harness.worker_client import AgentWorker
+from services.errors import UserError
+from services.fsutil import atomic_write_json
+from services.ledger import Totals
+
+
+@dataclass
+class SplitResult:
+    domain: Domain  # whose rows were run
+    folder: Path  # holds predictions.csv, predictions.jsonl and run.json
+    rows: int
+    done: int  # rows answered without an error
+    errors: int
+    not_run: int
+    stopped_by: str | None  # why rows were left unsent (the budget), or None
+    spent: Totals  # the gateway's totals when the run ended (the whole run's, for a shared gateway)
+
+    def line(self, whose: str = "cost") -> str:
+        return (f"{self.done}/{self.rows} rows done, {self.errors} errors, {whose} ${self.spent.cost_usd:.4f} "
+                f"({self.spent.calls} calls, {self.spent.cache_hits} cached); "
+                f"predictions: {self.folder / PREDICTIONS}")
+
+    def stop_message(self) -> str:
+        return (f"{self.stopped_by}; {self.not_run + self.errors} rows not evaluated: "
+                f"raise the budget and rerun with --resume_from {self.folder}")
+
+
+@contextlib.contextmanager
+def run_folder(path: Path):
+    """`path`, made if missing. A folder made here is removed again when a UserError ends the run
+    before any row finished, so a run that could not start leaves nothing behind."""
+    created = not path.exists()
+    path.mkdir(parents=True, exist_ok=True)
+    try:
+        yield path
+    except UserError:
+        if created and not (path / JOURNAL).exists():
+            shutil.rmtree(path, ignore_errors=True)
+        raise
+
+
+def run_split(domain: Domain, rows, worker: AgentWorker, out_dir: Path, *, label: str | None = None,
+              show_progress: bool = True, asked: dict | None = None) -> SplitResult:
+    """Evaluate the agent of `worker` on `rows` (a DataFrame of `domain`'s data) into `out_dir`.
+
+    The worker may be running already or not yet started; the calls of the agent go through
+    its gateway, and the harness settings are its config's (one set for both ends of the
+    pipe). Rows finished in an earlier run in `out_dir` are kept. `asked` is what the caller
+    asked for (subset, num_samples, ...), kept in run.json with the outcome; `label` names
+    the progress bar.
+    """
+    settings, gateway = worker.config.harness, worker.gateway
+    started_at = datetime.now().isoformat(timespec="seconds")
+    with run_folder(out_dir):
+        journal = Journal(out_dir / JOURNAL)
+        keep = _Keeper(journal, domain, rows, out_dir, settings, gateway)
+        try:
+            stopped_by = _run_rows(domain, rows, worker, keep, label or domain.name, show_progress)
+        finally:
+            journal.close()
+            keep.save()
+        recs = [journal.records.get(str(q)) for q in rows[domain.question_id]]
+        spent = gateway.spent()
+        result = SplitResult(domain, out_dir, len(rows), done=sum(1 for r in recs if r and not r.get("error")),
+                             errors=sum(1 for r in recs if r and r.get("error")),
+                             not_run=sum(1 for r in recs if r is None), stopped_by=stopped_by, spent=spent)
+        atomic_write_json(out_dir / "run.json", {
+            "domain": domain.name, "agent_path": worker.agent_path, **(asked or {}), "model": worker.model,
+            "sandbox": worker.sandbox.name, "started_at": started_at, "rows": result.rows, "done": result.done,
+            "errors": result.errors, "not_run": result.not_run, "stopped_by": stopped_by,
+            "finished_at": datetime.now().isoformat(timespec="seconds"), "cost_usd": round(spent.cost_usd, 6),
+            "prompt_tokens": spent.prompt_tokens, "completion_tokens": spent.completion_tokens,
+            "llm_calls": spent.calls, "cache_hits": spent.cache_hits})
+    return result
+
+
+def _run_rows(domain: Domain, rows, worker: AgentWorker, keep: "_Keeper", label: str, show_progress: bool):
+    """Every row the journal does not hold as done, through the worker; returns why it stopped early."""
+    from tqdm import tqdm
+
+    qid_col = domain.question_id
+    done = keep.journal.done_ids()
+    todo = [Row(str(r[qid_col]), domain.format_inputs(r))
+            for r in rows.to_dict("records") if str(r[qid_col]) not in done]
+    if todo:
+        worker.ensure_started()
+    # After the agent loaded, so a load error is the only thing on the screen.
+    keep.bar = tqdm(total=len(rows), initial=len(rows) - len(todo), unit="row", dynamic_ncols=True, desc=label,
+                    disable=not show_progress)
+    try:
+        settings = worker.config.harness
+        return Scheduler(worker, settings.num_workers, settings.row_timeout_s, keep,
+                         worker.gateway.budget_left_message).run(todo)
+    finally:
+        keep.bar.close()
+
+
+class _Keeper:
+    """Keeps each finished row: in the journal at once, in predictions.csv every `save_interval` rows."""
+
+    def __init__(self, journal: Journal, domain: Domain, rows, out_dir: Path, settings, gateway):
+        self.journal = journal
+        self.domain = domain
+        self.rows = rows
+        self.out_dir = out_dir
+        self.settings = settings
+        self.gateway = gateway
+        self.bar = None
+        self.errors = 0
+        self.unsaved = 0
+
+    def __call__(self, rec: dict) -> None:
+        self.journal.append(rec)
+        self.errors += bool(rec.get("error"))
+        self.unsaved += 1
+        self.bar.update(1)
+        self.bar.set_postfix_str(f"cost ${self.gateway.spent().cost_usd:.4f}, errors {self.errors}", refresh=False)
+        if self.unsaved >= self.settings.save_interval:
+            self.save()
+
+    def save(self) -> None:
+        write_predictions(self.rows, self.domain.question_id, self.journal, self.out_dir / PREDICTIONS,
+                          self.settings.max_prediction_bytes)
+        self.unsaved = 0

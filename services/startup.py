@@ -1,0 +1,96 @@
+"""The start-up every entry point shares: keys, models and credentials, then the gateway.
+
+    services = open_services(config, run_dir, ["task"])  # .env read, `auto` models chosen, keys checked
+    print(services.why_models)                             # why `auto` became these models (or None)
+    with services:                                         # run_dir made, the gateway started
+        ... services.gateway ...
+    # here the gateway is stopped and its ledger closed
+
+The checks come first and make nothing, so a missing key stops an entry point before any
+folder exists; an entry point prints its plan between the two steps.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from services.config import ROLE_ALIASES, Config
+from services.errors import UserError
+from services.gateway import open_gateway
+from services.providers import check_credentials, choose_models, load_dotenv_file
+
+
+class Services:
+    """The gateway of one run folder (its ledger in `run_dir/ledger.sqlite`, run id the folder's
+    name), open between `__enter__` and `__exit__`; made by open_services."""
+
+    def __init__(self, config: Config, run_dir: Path, why_models: str | None, preflight: bool):
+        self.config = config
+        self.run_dir = run_dir
+        self.why_models = why_models  # why the `auto` roles became their models, or None
+        self.preflight = preflight
+        self.models: set[str] = set()  # provider strings the run calls
+        self.gateway = None
+
+    def require(self, *models: str) -> list[str]:
+        """The models (provider strings or role aliases) this run will call, resolved; UserError
+        naming the missing variable when one cannot be called from here."""
+        resolved = sorted({self.config.resolve_model(m) for m in models})
+        for model in resolved:
+            check_credentials(model)
+        self.models.update(resolved)
+        return resolved
+
+    def why_line(self, requested: str, flag: str) -> str | None:
+        """The line telling why `requested` became its model, when it is a role alias that `auto`
+        filled (`flag` is how to choose another), else None."""
+        if self.why_models and requested in ROLE_ALIASES:
+            return (f"model {self.config.resolve_model(requested)}, chosen because {self.why_models}; "
+                    f"override with {flag}")
+        return None
+
+    def __enter__(self) -> "Services":
+        created = not self.run_dir.exists()
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.gateway = open_gateway(self.config, self.run_dir, run_id=self.run_dir.name)
+        try:
+            self.gateway.allow_models(*self.models)
+            if self.preflight:
+                self.gateway.preflight(sorted(self.models))
+        except UserError:
+            self.close()
+            if created:  # nothing was made yet: leave no folder behind
+                shutil.rmtree(self.run_dir, ignore_errors=True)
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self.gateway is not None:
+            self.gateway.stop()
+            self.gateway.ledger.close()
+            self.gateway = None
+
+
+def choose_run_models(config: Config) -> str | None:
+    """Read `.env`, then fill the model roles of `config` set to `auto` from the keys now set;
+    returns why those models, or None when no role was `auto`. The first step of open_services,
+    alone for an entry point that names models but calls none (setup_proofgrader_repo)."""
+    load_dotenv_file()
+    return choose_models(config.models)
+
+
+def open_services(config: Config, run_dir: Path, models=(), *, preflight: bool = False) -> Services:
+    """Read `.env`, fill the model roles set to `auto` in `config`, and check that every model of
+    `models` (provider strings or role aliases; more with `require`) can be called from here.
+
+    Entering the result makes `run_dir` and starts the gateway there, with those models allowed;
+    with `preflight`, one tiny call to each first (a bad key or model name stops the start, and
+    a folder made for it is removed again).
+    """
+    services = Services(config, Path(run_dir), choose_run_models(config), preflight)
+    services.require(*models)
+    return services
