@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from domains.scoring import Graded, Judged, Scorer
+from domains.scoring import Scorer
 from services.errors import UserError
 
 # Data files the user gives for domains that are not bundled (`--data`), by domain name.
@@ -75,23 +75,6 @@ class Domain:
         return load_csv(self.dataset_path(subset), self.required_columns())
 
     # -- scoring (domains/scoring.py) ------------------------------------------------------
-    # Read by callers not yet written against `scorer`; each says what the scorer is.
-    @property
-    def graded_by(self) -> str | None:
-        return self.scorer.grading.name if isinstance(self.scorer, Graded) else None
-
-    @property
-    def grader_agent(self) -> str | None:
-        return self.scorer.grader_agent if isinstance(self.scorer, Graded) else None
-
-    @property
-    def uses_judge(self) -> bool:
-        return isinstance(self.scorer, Judged)
-
-    @property
-    def metrics(self) -> Callable | None:
-        return getattr(self.scorer, "metrics", None)
-
     def format_report(self, report: dict) -> str:
         """The report as a few fixed-width lines for a person."""
         return self.scorer.lines(report)
@@ -99,10 +82,6 @@ class Domain:
     def models_needed(self, config) -> set[str]:
         """Every model an evaluation of this domain calls: its agent's, and its scorer's (grader, judges)."""
         return {config.resolve_model(self.model_role)} | (self.scorer.models(config) if self.scorer else set())
-
-    @property
-    def staged_eval_samples(self) -> int:
-        return self.stages[0].rows
 
     def screening(self, loop) -> tuple[Stage, ...]:
         """The stages this run screens a node with (`loop`: the config's loop section): its own, the

@@ -138,7 +138,7 @@ def test_amo_bench_report_with_judges(tmp_path, amo_file):
     domain = get_domain("amo_bench")
     df = domain.load("train")
     df["prediction"] = [r"\boxed{3.1416}", r"\boxed{\{1,3\}}", r"\boxed{x^2+2x+1}", r"\boxed{Bob, odd n}"]
-    report = domain.metrics(df, judge=scripted_judge(5))
+    report = domain.scorer.metrics(df, judge=scripted_judge(5))
     assert report["accuracy"] == 3 / 4 and report["question_ids_failed"] == ["2"]
     assert report["per_answer_type"]["set"]["accuracy"] == 0.0
 

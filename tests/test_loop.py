@@ -152,6 +152,21 @@ def test_a_task_agent_that_did_not_change_costs_no_task_call(tmp_path, fake_open
     assert train.read_text() == whole and sorted(p.name for p in train.parent.iterdir()) == [train.name]
 
 
+def test_screening_stages_from_the_config_stop_a_node_at_the_bar_it_misses(tmp_path, fake_openai):
+    fake_openai.set_responder(responder({}, []))
+    config = loop_config(tmp_path)
+    with open(config, "a") as f:
+        f.write("  stages: [[5, 0], [12, 0.99]]\n")  # the initial agent passes the first bar, never the second
+    r = run_loop(tmp_path, fake_openai, "--max_generation", "0", config=config)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "staged 5 train rows (on if overall_accuracy > 0), then staged 12 train rows" in r.stdout
+    run_dir = tmp_path / "out" / "run"
+    initial = nodes(run_dir)["initial"]
+    assert initial["full_eval"] == {"imo_grading": False} and initial["samples"]["imo_grading"] == {"train": 12}
+    assert 0 < initial["scores"]["imo_grading"]["train"] <= 0.99
+    assert task_calls(run_dir, "initial") == 12  # the second stage starts from the first one's 5 rows
+
+
 def events(run_dir: Path) -> list[dict]:
     path = run_dir / "archive.jsonl"
     out = []
