@@ -45,6 +45,7 @@ class Domain:
     default_subset: str = ""
     loader: Callable | None = None  # subset suffix -> DataFrame, for data that is not one CSV per subset
     score_note: str = ""  # why the score is what it is, when that is a choice (shown in the run's plan)
+    answers_column: str | None = None  # a grading domain: the input column that holds the graded run's prediction
     try_match: str = "label"  # how the meta agent's try command compares: label (equal text) | math (math-verify)
 
     def subset_suffix(self, subset: str | None) -> str:
@@ -70,9 +71,23 @@ class Domain:
     def load(self, subset: str | None = None):
         from domains.imo.data import load_csv
 
+        if self.answers_column is not None:
+            raise UserError(f"domain {self.name} grades another run's proofs: pass --proofs_dname RUN_DIR")
         if self.loader is not None:
             return self.loader(self.subset_suffix(subset))
         return load_csv(self.dataset_path(subset), self.required_columns())
+
+    def rows_from(self, rows, predictions, source: Path):
+        """The rows that grade another run's predictions: that run's `rows` (its own result columns
+        left out), each of its `predictions` as this domain's `answers_column`."""
+        if self.answers_column is None:
+            raise UserError(f"domain {self.name} has a data set of its own and grades no other run's predictions")
+        rows = rows.copy()
+        rows[self.answers_column] = predictions
+        missing = [c for c in self.required_columns() if c not in rows.columns]
+        if missing:
+            raise UserError(f"{source} lacks column(s) {', '.join(missing)} needed by {self.name}")
+        return rows
 
     # -- scoring (domains/scoring.py) ------------------------------------------------------
     def format_report(self, report: dict) -> str:

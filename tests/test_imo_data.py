@@ -328,3 +328,21 @@ def test_curate_without_sklearn(monkeypatch, gradingbench, tmp_path):
     with pytest.raises(UserError, match=r"pip install -e '\.\[curate\]'"):
         curate_subsets.curate(gradingbench, tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+def test_only_a_grading_domain_builds_its_rows_from_another_runs_predictions(tmp_path):
+    import pandas as pd
+
+    from domains.registry import get_domain
+    from services.errors import UserError
+
+    grading = get_domain("imo_proof_grading")
+    with pytest.raises(UserError, match="pass --proofs_dname"):
+        grading.load()
+    proofs = pd.DataFrame({"Problem ID": ["P1"], "Problem": ["p"], "Solution": ["s"], "Grading guidelines": ["g"]})
+    rows = grading.rows_from(proofs, pd.Series(["my proof"]), tmp_path / "predictions.csv")
+    assert rows["Response"].tolist() == ["my proof"] and "Response" not in proofs.columns
+    with pytest.raises(UserError, match="lacks column.*Solution"):
+        grading.rows_from(proofs.drop(columns=["Solution"]), pd.Series(["x"]), tmp_path / "predictions.csv")
+    with pytest.raises(UserError, match="grades no other run"):
+        get_domain("imo_grading").rows_from(proofs, pd.Series(["x"]), tmp_path / "predictions.csv")

@@ -26,6 +26,7 @@ GRADING_PROOFS = Domain(
     score_key="points_percentage",
     scorer=ByRule(partial(metrics.proof_metrics, qid_col="Problem ID"), metrics.format_proof),
     model_role="grader",
+    answers_column="Response",
 )
 
 DOMAINS = (
