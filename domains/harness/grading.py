@@ -9,12 +9,15 @@ scorer (domains/scoring.py) asks its caller for, the loop and `python -m domains
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from domains.base import Domain
 from domains.harness.rows import load_rows
 from domains.harness.split import SplitResult, run_folder, run_split
 from domains.harness.worker_client import open_agent_worker
 from services.config import Config
+
+if TYPE_CHECKING:  # a Domain is only passed through here: no need to import pandas with it
+    from domains.base import Domain
 
 GRADINGS = "gradings"  # the grading run's folder, beside the predictions it grades
 

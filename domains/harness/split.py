@@ -12,14 +12,17 @@ import shutil
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from domains.base import Domain
 from domains.harness.journal import JOURNAL, PREDICTIONS, Journal, write_predictions
 from domains.harness.scheduler import Row, Scheduler
 from domains.harness.worker_client import AgentWorker
 from services.errors import UserError
 from services.fsutil import atomic_write_json
 from services.ledger import Totals
+
+if TYPE_CHECKING:  # a Domain is only passed through here: no need to import pandas with it
+    from domains.base import Domain
 
 
 @dataclass
