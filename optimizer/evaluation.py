@@ -29,6 +29,7 @@ from domains.harness import (
 )
 from domains.judge import GatewayJudge
 from optimizer.eval_store import EvalStore
+from optimizer.events import Events, SplitDone
 from services.errors import UserError
 from services.sandbox import open_sandbox
 from services.workspace import discard
@@ -61,17 +62,10 @@ def split_rows(domain, split: str, limit: int) -> int:
     return total if limit < 0 else min(limit, total)
 
 
-def _kept(result: SplitResult) -> SplitResult:
-    """`result`, said on the screen; BudgetStop if the budget left rows unsent."""
-    print(result.line("run's cost so far"))
-    if result.stopped_by:
-        raise BudgetStop(result.stop_message())
-    return result
-
-
 class Evaluator:
-    def __init__(self, run_dir: Path, config, gateway, backend: str, task_model: str):
+    def __init__(self, run_dir: Path, config, gateway, backend: str, task_model: str, events: Events | None = None):
         self.run_dir = run_dir
+        self.events = events or Events()
         self.store = EvalStore(run_dir)
         self.config = config
         self.gateway = gateway
@@ -134,9 +128,10 @@ class Evaluator:
                     break
         folder = self.store.folder(key)
         try:
-            _kept(run_split(domain, load_rows(domain, split, num_samples=rows), node.worker, folder,
-                            label=f"node {node.node_id} {domain.name} {split}",
-                            asked={"subset": split, "proofs_dname": None, "num_samples": rows}))
+            rows_to_run = load_rows(domain, split, num_samples=rows)
+            self.kept(node.node_id, run_split(domain, rows_to_run, node.worker, folder,
+                                              label=f"node {node.node_id} {domain.name} {split}",
+                                              asked={"subset": split, "proofs_dname": None, "num_samples": rows}))
             report = self._score(domain, folder, node.node_id)
         except UserError as e:
             if self.gateway.budget_left_message():
@@ -144,6 +139,13 @@ class Evaluator:
             raise
         self.store.save_report(key, report)
         return SplitScore(report.get(domain.score_key), rows, key)
+
+    def kept(self, node_id: str, result: SplitResult) -> SplitResult:
+        """`result`, told as an event; BudgetStop if the budget left rows unsent."""
+        self.events.emit(SplitDone(node_id, result.folder.name, result.line("run's cost so far")))
+        if result.stopped_by:
+            raise BudgetStop(result.stop_message())
+        return result
 
     def _score(self, domain, folder: Path, node_id: str) -> dict:
         """The domain's report from its scorer; graded predictions are graded first, outside
@@ -164,8 +166,8 @@ class NodeTools:
 
     def grade(self, grading, grader_agent: str, predictions: Path) -> Path:
         ev = self.evaluator
-        result = _kept(grade_run(grading, grader_agent, predictions, ev.config, ev.gateway, backend=ev.backend,
-                                 node=self.node_id))
+        result = ev.kept(self.node_id, grade_run(grading, grader_agent, predictions, ev.config, ev.gateway,
+                                                 backend=ev.backend, node=self.node_id))
         return result.folder / PREDICTIONS
 
 

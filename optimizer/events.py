@@ -29,6 +29,15 @@ class MetaFinished:
 
 
 @dataclass(frozen=True)
+class SplitDone:
+    """One harness run of a node's evaluation finished: a stage, a full split, or a grading."""
+
+    node_id: str
+    folder: str  # its folder's name under evals/ (or gradings)
+    summary: str  # rows done, errors, the run's cost so far
+
+
+@dataclass(frozen=True)
 class CostBooked:
     node_id: str
     role: str  # meta, try, task, grader, judge
@@ -46,7 +55,7 @@ class Warned:
     message: str
 
 
-Event = Union[GenerationStarted, MetaFinished, CostBooked, NodeFinished, Warned]
+Event = Union[GenerationStarted, MetaFinished, SplitDone, CostBooked, NodeFinished, Warned]
 Subscriber = Callable[[Event], None]
 
 
@@ -74,6 +83,8 @@ def console_line(event: Event) -> str | None:
         dropped = f", dropped {', '.join(patch['dropped'])}" if patch.get("dropped") else ""
         return (f"node {event.node_id}: {event.result.status}; changed {patch.get('files', 0)} files "
                 f"(+{patch.get('insertions', 0)} -{patch.get('deletions', 0)}){dropped}")
+    if isinstance(event, SplitDone):
+        return event.summary
     if isinstance(event, NodeFinished):
         node = event.node
         scores = ", ".join(f"{d}/{s}={v:.3f}" for d, splits in node.scores.items() for s, v in splits.items()

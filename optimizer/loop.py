@@ -78,11 +78,11 @@ class Loop:
         self.quota = Quota(int(loop.workspace_file_mb * 2**20), int(loop.workspace_total_mb * 2**20))
         self.task_model = config.resolve_model("task")
         self.meta_model = config.resolve_model("meta")
-        self.evaluator = Evaluator(run_dir, config, gateway, backend, self.task_model)
+        self.events = events or Events(console)
+        self.evaluator = Evaluator(run_dir, config, gateway, backend, self.task_model, self.events)
         gateway.allow_models(self.meta_model, self.task_model)
         self.full_sizes = {d.name: split_rows(d, d.selection_split, config.loop.eval_samples) for d in domains}
         self.rng = random.Random(config.loop.seed)
-        self.events = events or Events(console)
         self.pictures = Pictures(self.archive, domains, self.full_sizes, run_dir, self.events)
         self.events.subscribe(self.pictures)
         self._write_train_data()

@@ -3,8 +3,8 @@
 from archive.records import MetaResult, Node, Status
 from archive.store import Archive
 from domains.registry import get_domain
-from optimizer.events import (CostBooked, Events, GenerationStarted, MetaFinished, NodeFinished, Pictures, Warned,
-                              console_line)
+from optimizer.events import (CostBooked, Events, GenerationStarted, MetaFinished, NodeFinished, Pictures, SplitDone,
+                              Warned, console_line)
 
 
 def test_every_subscriber_gets_every_event_in_order():
@@ -27,6 +27,7 @@ def test_console_lines():
     node = Node("4", "3", 4, scores={"imo_grading": {"train": 0.5, "val": None}})
     assert console_line(NodeFinished(node)) == "node 4 (parent 3): ok; imo_grading/train=0.500; cost $0.0000"
     assert console_line(Warned("careful")) == "warning: careful"
+    assert console_line(SplitDone("3", "ab12", "10/10 rows done, 0 errors")) == "10/10 rows done, 0 errors"
     assert console_line(CostBooked("3", "meta", 0.25, 10)) is None
 
 
