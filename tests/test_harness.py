@@ -251,6 +251,7 @@ def test_budget_stop_is_clear_and_resumable(tmp_path, fake_openai):
     assert (df["prediction"] == "partial").all()
     # Per-row cost comes back from the gateway and adds up to the ledger's total.
     ledger_total = json.loads((folder / "run.json").read_text())["cost_usd"]
+    assert json.loads((folder / "run.json").read_text())["schema_version"] == 1
     assert df["cost_usd"].sum() == pytest.approx(ledger_total) and (df["cost_usd"] > 0).all()
 
 

@@ -24,6 +24,8 @@ from services.ledger import Totals
 if TYPE_CHECKING:  # a Domain is only passed through here: no need to import pandas with it
     from domains.base import Domain
 
+RUN_SCHEMA = 1  # the shape of an evaluation folder's run.json (written for people and tools; never read back)
+
 
 @dataclass
 class SplitResult:
@@ -86,7 +88,7 @@ def run_split(domain: Domain, rows, worker: AgentWorker, out_dir: Path, *, label
                              errors=sum(1 for r in recs if r and r.get("error")),
                              not_run=sum(1 for r in recs if r is None), stopped_by=stopped_by, spent=spent)
         atomic_write_json(out_dir / "run.json", {
-            "domain": domain.name, "agent_path": worker.agent_path, **(asked or {}), "model": worker.model,
+            "schema_version": RUN_SCHEMA, "domain": domain.name, "agent_path": worker.agent_path, **(asked or {}), "model": worker.model,
             "sandbox": worker.sandbox.name, "started_at": started_at, "rows": result.rows, "done": result.done,
             "errors": result.errors, "not_run": result.not_run, "stopped_by": stopped_by,
             "finished_at": datetime.now().isoformat(timespec="seconds"), "cost_usd": round(spent.cost_usd, 6),
