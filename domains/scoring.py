@@ -19,6 +19,7 @@ from domains.imo.data import load_csv
 from services.errors import UserError
 
 Judge = Callable[[str], str]  # prompt -> the judge's reply
+REPORT_SCHEMA = 1  # report.json: the metrics of one evaluation (domains/metrics.py, answer_metrics.py)
 
 
 class Domain(Protocol):
@@ -62,8 +63,9 @@ def _read(domain: Domain, predictions: Path):
 
 
 def _scored(predictions: Path, metrics, df, **kwargs) -> dict:
+    """The metrics' report, as a record: report.json carries its schema version."""
     try:
-        return metrics(df, **kwargs)
+        return {"schema_version": REPORT_SCHEMA, **metrics(df, **kwargs)}
     except ValueError as e:
         raise UserError(f"cannot score {predictions}: {e}") from None
 
