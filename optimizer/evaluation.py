@@ -122,8 +122,9 @@ class Evaluator:
         if report is not None:
             return SplitScore(report.get(domain.score_key), rows, key)
         if split == "train":  # a longer train run starts from a screening run's rows, its first rows
-            shorter = {split_rows(domain, split, s.rows) for s in domain.screening(self.config.loop)}
-            for smaller in sorted((n for n in shorter if n < rows), reverse=True):
+            # A stage below `rows` is within the split, so its evaluation ran exactly its rows.
+            shorter = {s.rows for s in domain.screening(self.config.loop) if s.rows < rows}
+            for smaller in sorted(shorter, reverse=True):
                 if self.store.seed(key, self.store.key(agent_hash, domain.name, split, smaller, self.task_model)):
                     break
         folder = self.store.folder(key)
