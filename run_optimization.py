@@ -55,6 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--parent_selection", choices=sorted(STRATEGIES), default=None,
                     help="how the next parent is chosen (score_child_prop)")
     ap.add_argument("--seed", type=int, default=None, help="seed of parent selection, to replay a run")
+    ap.add_argument("--parallel", type=int_flag(1), default=None,
+                    help="generations in flight at once (1); the budget and the gateway are shared")
     ap.add_argument("--skip_staged_eval", action="store_true", default=None, help="no 10-row stage first")
     ap.add_argument("--eval_test", action="store_true", default=None, help="also evaluate the test split")
     ap.add_argument("--edit_select_parent", action="store_true", default=None,
@@ -71,7 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
-LOOP_FLAGS = ("max_generation", "eval_samples", "parent_selection", "seed", "skip_staged_eval", "eval_test",
+LOOP_FLAGS = ("max_generation", "eval_samples", "parent_selection", "seed", "parallel", "skip_staged_eval", "eval_test",
               "edit_select_parent", "run_baseline", "initial_agent")
 
 
@@ -154,6 +156,8 @@ def plan_lines(run_dir: Path, domains, config: Config, backend: str, resumed: bo
               "budget   " + (f"${config.gateway.budget_usd:g}" if config.gateway.budget_usd is not None else "none"),
               f"loop     {loop.max_generation} generations, parent selection {loop.parent_selection}"
               + (f", seed {loop.seed}" if loop.seed is not None else "")
+              + (f", {loop.parallel} in flight" + ("" if loop.replayable else " (not replayable)")
+                 if loop.parallel > 1 else "")
               + (f", baseline {loop.run_baseline}" if loop.run_baseline else "")]
     return lines
 

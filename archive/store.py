@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import os
+import threading
+from collections import Counter
 from datetime import datetime
 from pathlib import Path
 
@@ -48,6 +50,7 @@ class Archive:
         self.nodes_dir = self.run_dir / "nodes"
         self.log_path = self.run_dir / "archive.jsonl"
         self.nodes: dict[str, Node] = {}
+        self._lock = threading.Lock()  # generations in flight log from their own threads
         for path in sorted(self.nodes_dir.glob("*/node.json")):
             node = self._read_node(path)
             self.nodes[node.node_id] = node
@@ -63,7 +66,7 @@ class Archive:
     # -- events ---------------------------------------------------------------------------
     def log(self, event: str, **fields) -> None:
         record = {"event": event, "time": datetime.now().isoformat(timespec="seconds"), **fields}
-        with open(self.log_path, "a+b") as f:
+        with self._lock, open(self.log_path, "a+b") as f:
             f.seek(0, os.SEEK_END)
             if f.tell():
                 f.seek(-1, os.SEEK_END)
@@ -86,12 +89,25 @@ class Archive:
                 found.append(record)
         return found
 
-    def pending_generation(self) -> dict | None:
-        """The last `gen_start` whose node was never recorded: the generation to redo."""
-        starts = [e for e in self.events() if e.get("event") == "gen_start"]
-        if starts and starts[-1]["node_id"] not in self.nodes:
-            return starts[-1]
-        return None
+    def started(self) -> dict[str, dict]:
+        """Every generation ever started, by node id: its last `gen_start` event (a node_id, a parent
+        and a generation number, checked here: the log is read back, so its shape is not trusted)."""
+        found = {}
+        for e in self.events():
+            if e.get("event") != "gen_start":
+                continue
+            node_id, parent, generation = e.get("node_id"), e.get("parent"), e.get("generation")
+            if not (isinstance(node_id, str) and isinstance(parent, (str, type(None)))
+                    and isinstance(generation, int) and not isinstance(generation, bool)):
+                raise UserError(f"{self.log_path}: a gen_start event the run did not write: {str(e)[:200]}")
+            found[node_id] = {"node_id": node_id, "parent": parent, "generation": generation}
+        return found
+
+    def pending_generations(self) -> list[dict]:
+        """Started generations whose node was never recorded (a kill, Ctrl-C, or the budget cut them
+        short), oldest first: the generations to redo."""
+        pending = [s for node_id, s in self.started().items() if node_id not in self.nodes]
+        return sorted(pending, key=lambda s: s["generation"])
 
     def log_meta_result(self, node_id: str, result: MetaResult) -> None:
         self.log("meta_done", node_id=node_id, **result.to_dict())
@@ -110,7 +126,8 @@ class Archive:
     # -- nodes ----------------------------------------------------------------------------
     def record(self, node: Node) -> None:
         atomic_write_json(self.nodes_dir / node.node_id / "node.json", node.to_dict())
-        self.nodes[node.node_id] = node
+        with self._lock:
+            self.nodes[node.node_id] = node
         self.log("node_recorded", node_id=node.node_id, status=node.status, scores=node.scores)
 
     def reopen_budget_stopped(self) -> None:
@@ -127,26 +144,38 @@ class Archive:
         path.mkdir(parents=True, exist_ok=True)
         return path
 
-    def children(self, node_id: str) -> int:
-        return sum(1 for n in self.nodes.values() if n.parent == node_id)
-
     def ordered(self) -> list[Node]:
-        return sorted(self.nodes.values(), key=lambda n: (n.generation, n.created_at))
+        with self._lock:
+            nodes = list(self.nodes.values())
+        return sorted(nodes, key=lambda n: (n.generation, n.created_at))
 
-    def candidates(self, domains: list, full_sizes: dict[str, int]) -> list[Candidate]:
-        """Valid parents with a selection score on every domain."""
+    def candidates(self, domains: list, full_sizes: dict[str, int], upto: int | None = None) -> list[Candidate]:
+        """Valid parents with a selection score on every domain, among the recorded nodes of
+        generations up to `upto` (all when None).
+
+        A node's children are the generations started from it, finished or still in flight, so
+        parallel slots do not all pick the same parent."""
+        parents = {node_id: s["parent"] for node_id, s in self.started().items()}
+        nodes = self.ordered()
+        parents.update((n.node_id, n.parent) for n in nodes)
+        children = Counter(parents.values())
         found = []
-        for order, node in enumerate(self.ordered()):
+        for order, node in enumerate(nodes):
+            if upto is not None and node.generation > upto:
+                continue
             if not node.valid_parent:
                 continue
             if any(selection_score(node, d, full_sizes) is None for d in domains):
                 continue
-            found.append(Candidate(node.node_id, mean_score(node, domains, full_sizes), self.children(node.node_id),
+            found.append(Candidate(node.node_id, mean_score(node, domains, full_sizes), children[node.node_id],
                                    order))
         return found
 
     def next_generation(self) -> int:
-        return 1 + max((n.generation for n in self.nodes.values()), default=0)
+        """The number of the next generation to start: after every one recorded or started."""
+        with self._lock:
+            recorded = [n.generation for n in self.nodes.values()]
+        return 1 + max(recorded + [s["generation"] for s in self.started().values()], default=0)
 
     def best(self, domains: list, full_sizes: dict[str, int]) -> Node | None:
         """The valid node with the highest selection score (the latest among equals)."""

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import contextlib
 import shutil
+import threading
 import time
+from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -71,6 +73,8 @@ class Evaluator:
         self.gateway = gateway
         self.backend = backend
         self.task_model = task_model
+        self._locks: defaultdict[str, threading.Lock] = defaultdict(threading.Lock)  # one evaluation per key at once
+        self._locks_lock = threading.Lock()
 
     def node_sandbox(self, node_id: str, node_dir: Path, transcripts: Path,
                      check_imports: list[str] = ()) -> "NodeSandbox":
@@ -117,7 +121,16 @@ class Evaluator:
         return results
 
     def _split(self, domain, split: str, rows: int, node: "NodeSandbox", agent_hash: str) -> SplitScore:
+        """The score of one split; two generations in flight with the same task agent (a child that
+        only changed the meta agent, and its sibling) take turns: the second reuses the first's."""
         key = self.store.key(agent_hash, domain.name, split, rows, self.task_model)
+        with self._locks_lock:
+            lock = self._locks[key]
+        with lock:
+            return self._split_once(domain, split, rows, node, agent_hash, key)
+
+    def _split_once(self, domain, split: str, rows: int, node: "NodeSandbox", agent_hash: str,
+                    key: str) -> SplitScore:
         report = self.store.report(key)
         if report is not None:
             return SplitScore(report.get(domain.score_key), rows, key)

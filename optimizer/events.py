@@ -7,6 +7,7 @@ subscribers; a dashboard or a test subscribes the same way.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from typing import Callable, Union
 
@@ -60,17 +61,20 @@ Subscriber = Callable[[Event], None]
 
 
 class Events:
-    """Hands every event to each subscriber, in the order they subscribed."""
+    """Hands every event to each subscriber, in the order they subscribed, one event at a time
+    (generations in flight emit from their own threads)."""
 
     def __init__(self, *subscribers: Subscriber):
         self.subscribers = list(subscribers)
+        self._lock = threading.RLock()  # a subscriber may emit (Pictures warns)
 
     def subscribe(self, subscriber: Subscriber) -> None:
         self.subscribers.append(subscriber)
 
     def emit(self, event: Event) -> None:
-        for subscriber in self.subscribers:
-            subscriber(event)
+        with self._lock:
+            for subscriber in self.subscribers:
+                subscriber(event)
 
 
 def console_line(event: Event) -> str | None:

@@ -51,10 +51,11 @@ from optimizer.events import (
     Warned,
     console,
 )
+from optimizer.slots import Slots
 from services.config import Baseline, Config
 from services.errors import UserError
 from services.fsutil import atomic_write_text
-from services.sandbox import Mount, open_sandbox
+from services.sandbox import Mount, SandboxClosed, open_sandbox
 from services.workspace import Quota, RunRepo, discard
 
 FEEDBACK = "/feedback"  # earlier generations' train results, read-only inside
@@ -82,7 +83,7 @@ class Loop:
         self.evaluator = Evaluator(run_dir, config, gateway, backend, self.task_model, self.events)
         gateway.allow_models(self.meta_model, self.task_model)
         self.full_sizes = {d.name: split_rows(d, d.selection_split, config.loop.eval_samples) for d in domains}
-        self.rng = random.Random(config.loop.seed)
+        self.rng = random.Random()  # parent selection without a seed (with one, see choose_parent)
         self.pictures = Pictures(self.archive, domains, self.full_sizes, run_dir, self.events)
         self.events.subscribe(self.pictures)
         self._write_train_data()
@@ -100,26 +101,20 @@ class Loop:
             self.events.emit(NodeFinished(node))
             if node.status == Status.BUDGET_STOPPED:
                 return
-        while True:
-            pending = self.archive.pending_generation()
-            if pending:
-                node_id, parent, generation = pending["node_id"], pending["parent"], pending["generation"]
-            else:
-                generation = self.archive.next_generation()
-                if generation > self.config.loop.max_generation:
-                    return
-                node_id, parent = str(generation), self.choose_parent()
-                self.archive.log("gen_start", node_id=node_id, parent=parent, generation=generation)
-            node = self.generation(node_id, parent, generation)
-            self.archive.record(node)
-            self.events.emit(NodeFinished(node))
-            if node.status == Status.BUDGET_STOPPED:
-                return
+        loop = self.config.loop
+        Slots(self, loop.parallel, loop.replayable).run()
 
-    def choose_parent(self) -> str:
+    def choose_parent(self, generation: int, upto: int | None = None) -> str:
+        """The parent of `generation`, among the nodes of generations up to `upto` (all when None).
+
+        With a seed, each generation draws from its own generator, seeded by the run's seed and its
+        number: a resumed run, or one with slots finishing in another order, draws the same."""
+        rng = random.Random(f"{self.config.loop.seed}/{generation}") if self.config.loop.seed is not None \
+            else self.rng
         if self.config.loop.run_baseline == Baseline.NO_ARCHIVE:
-            return max(self.archive.ordered(), key=lambda n: (n.valid_parent, n.generation)).node_id
-        candidates = self.archive.candidates(self.domains, self.full_sizes)
+            visible = [n for n in self.archive.ordered() if upto is None or n.generation <= upto]
+            return max(visible, key=lambda n: (n.valid_parent, n.generation)).node_id
+        candidates = self.archive.candidates(self.domains, self.full_sizes, upto)
         if not candidates:
             initial = self.archive.nodes["initial"]
             raise UserError(f"no node can be a parent: the initial agent is {initial.status}"
@@ -131,7 +126,7 @@ class Loop:
             self.archive.log("selection_fallback", reason=problem)
             self.events.emit(Warned(f"select_next_parent.py failed ({problem}); using "
                                     f"{self.config.loop.parent_selection}"))
-        return select_parent(candidates, self.config.loop.parent_selection, self.rng).node_id
+        return select_parent(candidates, self.config.loop.parent_selection, rng).node_id
 
     def agent_selects_parent(self, candidates) -> tuple[str | None, str | None]:
         """The latest valid node's own select_next_parent.py picks, run in the sandbox."""
@@ -213,7 +208,7 @@ class Loop:
         if self.config.loop.run_baseline == Baseline.NO_SELFIMPROVE:
             # The meta agent (its code and the shared agent/ it imports) stays the initial one;
             # it still edits the whole workspace.
-            frozen = self.repo.checkout(self.repo.node_commit("initial"), self.workspaces / "frozen_meta")
+            frozen = self.repo.checkout(self.repo.node_commit("initial"), self.workspaces / f"{node_id}-frozen_meta")
             mounts.append(Mount(frozen, FROZEN_META))
         started = time.monotonic()
         try:
@@ -261,6 +256,8 @@ class Loop:
         except BudgetStop as e:
             node.status, node.error = Status.BUDGET_STOPPED, str(e)
             return node
+        except SandboxClosed:
+            raise  # the host stopped it (Ctrl-C): no result, the generation is redone on resume
         except Exception as e:  # one node's evaluation never ends the run
             node.status, node.error = Status.EVAL_FAILED, f"{type(e).__name__}: {e}"[:500]
             return node

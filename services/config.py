@@ -85,6 +85,8 @@ class LoopConfig:
     max_generation: int = 10  # generations after the initial node
     parent_selection: str = "score_child_prop"  # random | latest | best | score_prop | score_child_prop
     seed: int | None = None  # seeds parent selection, so a run can be replayed
+    parallel: int = 1  # generations in flight at once (meta agent and evaluation each in its own sandbox)
+    replayable: bool = True  # with parallel > 1: generation g picks its parent among generations <= g - parallel, waiting for them, so a seeded run replays; false: from every node finished when a slot frees (faster when generations take uneven time, not replayable)
     eval_samples: int = -1  # rows of each full evaluation split (-1 = all)
     skip_staged_eval: bool = False  # go straight to the full evaluation
     stages: list | None = None  # screening stages before the full evaluation, [[rows, above], ...]: each runs the first rows of train and the next runs only if every domain scores above `above`; null = each domain's own (10 rows, above 0)
@@ -244,6 +246,7 @@ def _rules() -> dict:
         "sandbox.disk_mb": _above(0),
         "loop.max_generation": _at_least(0),
         "loop.parent_selection": _one_of(*PARENT_SELECTIONS),
+        "loop.parallel": (lambda v: 1 <= v <= 64, "from 1 to 64"),
         "loop.stages": (_stage_list, "a list of [rows, above] pairs: rows 1 or more and growing, above a number"),
         "loop.eval_samples": (lambda v: v == -1 or v >= 1, "-1 (all rows) or 1 or more"),
         "loop.run_baseline": _one_of(*BASELINES),

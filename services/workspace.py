@@ -22,6 +22,7 @@ import shutil
 import stat
 import subprocess
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -181,6 +182,7 @@ class RunRepo:
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
+        self._writing = threading.Lock()  # one fast-import at a time (generations in flight commit from threads)
         dot_git = self.path / ".git"
         self.git_dir = dot_git if dot_git.is_dir() and not dot_git.is_symlink() else self.path
 
@@ -296,7 +298,8 @@ class RunRepo:
             stream.append(f"M {'100755' if executable else '100644'} inline {path}\ndata {len(data)}\n".encode())
             stream += [data, b"\n"]
         stream.append(b"done\n")
-        self.git("fast-import", "--quiet", "--done", "--force", input=b"".join(stream))
+        with self._writing:
+            self.git("fast-import", "--quiet", "--done", "--force", input=b"".join(stream))
         return self.node_commit(node_id)
 
     def task_agent_hash(self, commit: str) -> str:

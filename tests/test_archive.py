@@ -74,13 +74,13 @@ def test_staged_only_scores_are_scaled_and_val_is_preferred(tmp_path):
 
 def test_a_cut_log_line_is_skipped_and_the_pending_generation_found(tmp_path):
     archive = Archive(tmp_path)
-    archive.log("gen_start", node_id="1", parent="initial")
+    archive.log("gen_start", node_id="1", parent="initial", generation=1)
     archive.record(Node("1", "initial", 1))
-    archive.log("gen_start", node_id="2", parent="1")
+    archive.log("gen_start", node_id="2", parent="1", generation=2)
     with open(archive.log_path, "a") as f:
         f.write('{"event": "meta_do')  # a kill mid-write
     again = Archive(tmp_path)
-    assert again.pending_generation()["node_id"] == "2"
+    assert [s["node_id"] for s in again.pending_generations()] == ["2"]
     assert again.meta_result("2") is None
     again.log_meta_result("2", MetaResult(Status.OK, "abc", {"files": 1}, 2.5))
     assert Archive(tmp_path).meta_result("2") == MetaResult(Status.OK, "abc", {"files": 1}, 2.5)

@@ -19,6 +19,7 @@ import subprocess
 import sys
 import threading
 import time
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,6 +33,7 @@ RELAY_PORT = 18080  # the relay's port on the sandbox's own loopback
 INSIDE = Path(inside.__file__).resolve().parent  # the trusted scripts' folder on the host
 DISK_CHECK_S = 1.0  # how often the folders a sandbox may write are measured
 MAX_ENTRIES = 100_000  # files and folders a sandbox may make there
+_OPEN: weakref.WeakValueDictionary = weakref.WeakValueDictionary()  # id -> every sandbox entered, not yet closed
 
 
 def python_paths() -> list[str]:
@@ -100,6 +102,11 @@ class RunResult:
         return f"exit code {self.returncode}"
 
 
+class SandboxClosed(RuntimeError):
+    """The host closed the sandbox while a command ran or before it started (Ctrl-C, a cancel):
+    what the command did is no result of the agent's, so nothing is recorded from it."""
+
+
 @dataclass
 class Sandbox:
     """One workspace, isolated by a backend. Use as a context manager; `close` always runs."""
@@ -129,6 +136,7 @@ class Sandbox:
         if self._closed:
             return
         self._closed = True
+        _OPEN.pop(id(self), None)
         self._stop_watch.set()
         for proc in self._procs:
             _kill(proc)
@@ -140,6 +148,7 @@ class Sandbox:
             self.close()
             raise
         threading.Thread(target=self._watch_disk, name=f"sandbox-disk-{self.workspace.name}", daemon=True).start()
+        _OPEN[id(self)] = self
         return self
 
     def _watch_disk(self) -> None:
@@ -156,6 +165,10 @@ class Sandbox:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
 
     def adopt(self, tree: Path) -> None:
         """Files the host put into the writable `tree` after open: let commands inside write them.
@@ -211,7 +224,7 @@ class Sandbox:
         """Start `argv` inside with exactly `env`; a Popen-like object with text pipes
         stdin, stdout and stderr (`poll`, `wait`, `kill`, `pid`)."""
         if self._closed:
-            raise RuntimeError("the sandbox is closed")
+            raise SandboxClosed("the sandbox is closed")
         if self.isolated and self.gateway_socket and self.relay_per_command:
             socket_inside = f"{GATEWAY_DIR}/{self.gateway_socket.name}"
             argv = [self.python, f"{TRUSTED_DIR}/relay.py", "--socket", socket_inside,
@@ -255,9 +268,20 @@ class Sandbox:
         code = proc.wait()
         for reader in (out, err):
             reader.join(2.0)
+        if self._closed:
+            raise SandboxClosed(f"the sandbox was closed while {Path(argv[0]).name} ran")
         capped = self.disk_capped
         return RunResult(None if (timed_out or over.is_set() or capped) else code, out.text(), err.text(),
                          time.monotonic() - started, timed_out, over.is_set(), capped)
+
+
+def close_all() -> int:
+    """Close every sandbox still open in this process (Ctrl-C with generations in flight on other
+    threads: what runs inside is killed, so those threads end at once); how many there were."""
+    boxes = list(_OPEN.values())
+    for box in boxes:
+        box.close()
+    return len(boxes)
 
 
 class _CappedReader(threading.Thread):

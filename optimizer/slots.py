@@ -1,0 +1,127 @@
+"""Generations in flight: up to `parallel` at once, each on a thread of its own.
+
+This thread, the controller's, owns the archive: it chooses every parent, logs every
+`gen_start` and records every node. A slot's thread runs one generation (the meta agent
+in its sandbox, then the child's evaluation in another) and hands the node back. Whenever
+one comes back, the freed slot starts the next generation from the archive as it is then.
+
+Replay. With `loop.replayable` (the default), generation g waits until every generation
+up to g - parallel is recorded and chooses its parent among those; the ones in between
+are still children of their parents (archive.candidates counts started generations), so
+slots spread over parents instead of all picking the best one. What g sees is then fixed
+by g alone, not by which slot happened to finish first: the same seed and the same
+`parallel` give the same parents in the same order, when the models answer the same.
+With `replayable: false` a freed slot starts at once from every node recorded by then:
+faster when generations take very uneven time, not replayable.
+
+Stopping. When the budget stops a node, no new generation starts and the ones in flight
+finish (each stops at its next model call). On Ctrl-C, SIGTERM or a bug, nodes already
+back are recorded, every sandbox is closed (what runs inside is killed, so the threads end),
+and what was in flight stays a started, unrecorded generation that `--resume_from` redoes:
+its meta agent's committed change and its finished evaluations are reused, not paid again.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+
+from archive.records import Node, Status
+from optimizer.events import NodeFinished
+from services.sandbox import close_all
+
+POLL_S = 0.5  # how long the controller blocks at a time (Ctrl-C is seen between waits)
+DRAIN_S = 15.0  # after a cancel, how long to wait for the threads to hand back what they were doing
+
+
+class Slots:
+    def __init__(self, loop, parallel: int, replayable: bool):
+        self.loop = loop
+        self.parallel = parallel
+        self.replayable = replayable
+        self.archive = loop.archive
+        self.in_flight: dict[str, dict] = {}  # node id -> its gen_start
+        self.finished: queue.Queue = queue.Queue()  # (node id, Node or None, exception or None)
+        self.stopping = False  # the budget ran out: start nothing new
+
+    def run(self) -> None:
+        """Redo the generations a kill left unrecorded, then start new ones until `max_generation`
+        generations exist or the budget stops one; return when none is in flight."""
+        try:
+            for start in self.archive.pending_generations():
+                self._launch(start)
+            while True:
+                while not self.stopping and len(self.in_flight) < self.parallel:
+                    start = self._next_start()
+                    if start is None:
+                        break
+                    self._launch(start)
+                if not self.in_flight:
+                    return
+                try:
+                    self._take(*self.finished.get(timeout=POLL_S))
+                except queue.Empty:
+                    continue
+        except BaseException:
+            self._cancel()
+            raise
+
+    # -- starting -----------------------------------------------------------------------------
+    def _next_start(self) -> dict | None:
+        """The next generation's gen_start (logged), or None when none may start now."""
+        generation = self.archive.next_generation()
+        if generation > self.loop.config.loop.max_generation:
+            return None
+        upto = None
+        if self.replayable:
+            upto = max(generation - self.parallel, 0)  # 0: the initial node, recorded before any slot starts
+            if any(s["generation"] <= upto for s in self.in_flight.values()):
+                return None  # wait: what this generation chooses from is not all recorded yet
+        start = {"node_id": str(generation), "parent": self.loop.choose_parent(generation, upto),
+                 "generation": generation}
+        self.archive.log("gen_start", **start)
+        return start
+
+    def _launch(self, start: dict) -> None:
+        self.in_flight[start["node_id"]] = start
+        threading.Thread(target=self._work, args=(start,), name=f"generation-{start['node_id']}", daemon=True).start()
+
+    def _work(self, start: dict) -> None:
+        try:
+            node = self.loop.generation(start["node_id"], start["parent"], start["generation"])
+        except BaseException as e:  # handed to the controller, which stops the run with it
+            self.finished.put((start["node_id"], None, e))
+        else:
+            self.finished.put((start["node_id"], node, None))
+
+    # -- finishing ----------------------------------------------------------------------------
+    def _take(self, node_id: str, node: Node | None, error: BaseException | None) -> None:
+        del self.in_flight[node_id]
+        if error is not None:
+            raise error  # a generation never raises for what an agent did: this is a bug of ours
+        self.archive.record(node)
+        self.loop.events.emit(NodeFinished(node))
+        if node.status == Status.BUDGET_STOPPED:
+            self.stopping = True
+
+    def _cancel(self) -> None:
+        """Record what came back already, kill what runs in sandboxes, and let the threads end."""
+        while True:
+            try:
+                node_id, node, _error = self.finished.get_nowait()
+            except queue.Empty:
+                break
+            self.in_flight.pop(node_id, None)
+            if node is not None:
+                self.archive.record(node)
+        if not self.in_flight:
+            return
+        deadline = time.monotonic() + DRAIN_S
+        while self.in_flight and time.monotonic() < deadline:
+            close_all()  # again each time: a thread may have opened its next sandbox since
+            try:
+                node_id, _node, _error = self.finished.get(timeout=POLL_S)
+            except queue.Empty:
+                continue
+            self.in_flight.pop(node_id, None)  # cut short by the cancel: not recorded, redone on resume

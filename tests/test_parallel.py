@@ -1,0 +1,128 @@
+"""Generations in flight end to end: `run_optimization --parallel N` against the fake provider,
+with real sandboxes, git and gateway. Seeded runs replay; Ctrl-C and kill -9 with several
+generations in flight lose nothing finished and pay nothing twice."""
+
+import signal
+import subprocess
+import sys
+import time
+
+from conftest import REPO_ROOT, cli_env, run_cli, run_loop
+from test_loop import IMPROVE, META_ONLY, events, loop_config, nodes, responder
+
+
+def starts(run_dir) -> dict[str, str]:
+    return {e["node_id"]: e["parent"] for e in events(run_dir) if e["event"] == "gen_start"}
+
+
+def overlapped(run_dir) -> bool:
+    """Whether some generation started while an earlier one was still unrecorded."""
+    unrecorded = set()
+    for e in events(run_dir):
+        if e["event"] == "gen_start" and e["node_id"] != "initial":
+            if unrecorded:
+                return True
+            unrecorded.add(e["node_id"])
+        elif e["event"] == "node_recorded":
+            unrecorded.discard(e["node_id"])
+    return False
+
+
+def test_seeded_parallel_runs_replay_and_keep_two_generations_in_flight(tmp_path, fake_openai):
+    # generation 1 improves the task agent, 2 and 4 change the meta agent only, 3 nothing
+    script = {4: [IMPROVE], 3: [META_ONLY], 1: [META_ONLY]}
+    fake_openai.set_responder(responder(script, [], by_iterations_left=True))
+    fake_openai.latency = 0.05
+    config = loop_config(tmp_path)
+    runs = []
+    for name in ("a", "b"):
+        r = run_loop(tmp_path / name, fake_openai, "--max_generation", "5", "--parallel", "2", "--seed", "11",
+                     "--parent_selection", "random", config=config)
+        assert r.returncode == 0, r.stderr[-3000:]
+        assert "2 in flight" in r.stdout
+        runs.append(tmp_path / name / "out" / "run")
+    a, b = runs
+    assert starts(a) == starts(b)  # the same parents, in the same order
+    assert [k for k in starts(a)] == ["initial", "1", "2", "3", "4", "5"]
+    assert starts(a)["1"] == starts(a)["2"] == "initial"  # both slots start at once, from the only node
+    assert overlapped(a) and overlapped(b)
+    found = nodes(a)
+    assert set(found) == {"initial", "1", "2", "3", "4", "5"}
+    assert found["1"]["status"] == "ok" and found["1"]["scores"]["imo_grading"]["val"] == 1.0
+    recorded = [e["node_id"] for e in events(a) if e["event"] == "node_recorded"]
+    assert sorted(recorded) == sorted(found)  # each node recorded once
+
+
+def test_ctrl_c_and_kill_with_generations_in_flight_then_resume_pays_nothing_twice(tmp_path, fake_openai):
+    meta_calls = []
+    fake_openai.set_responder(responder({3: [IMPROVE], 2: [META_ONLY], 1: [META_ONLY]}, meta_calls,
+                                        by_iterations_left=True))
+    fake_openai.latency = 0.3
+    config = loop_config(tmp_path)
+    run_dir = tmp_path / "out" / "run"
+    first = ["--domain", "imo_grading", "--output_dir", str(tmp_path / "out"), "--run_id", "run",
+             "--task_model", "openai/fake", "--meta_model", "openai/fake-meta", "--config", config,
+             "--max_generation", "4", "--parallel", "3", "--parent_selection", "best"]
+    resume = ["--resume_from", str(run_dir)]
+
+    # 1. Ctrl-C while three meta agents work: a clean end, soon, with nothing left running
+    proc = subprocess.Popen([sys.executable, "-m", "run_optimization", *first], cwd=REPO_ROOT,
+                            env=cli_env(fake_openai), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 300
+        while time.time() < deadline and proc.poll() is None and len(starts(run_dir)) < 4:
+            time.sleep(0.05)
+        while time.time() < deadline and proc.poll() is None and len(meta_calls) < 3:
+            time.sleep(0.05)
+        assert proc.poll() is None, "the run ended before the interrupt"
+        proc.send_signal(signal.SIGINT)
+        pressed = time.time()
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err[-2000:]
+    assert time.time() - pressed < 30 and "rerun with --resume_from" in err
+    leftover = subprocess.run(["pgrep", "-f", f"{tmp_path}.*meta"], capture_output=True, text=True).stdout
+    assert leftover == ""
+    assert set(starts(run_dir)) == {"initial", "1", "2", "3"} and set(nodes(run_dir)) == {"initial"}
+
+    # 2. kill -9 once a meta agent's change is committed, the others still in flight
+    proc = subprocess.Popen([sys.executable, "-m", "run_optimization", *resume], cwd=REPO_ROOT,
+                            env=cli_env(fake_openai), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 300
+        while time.time() < deadline and proc.poll() is None and \
+                not any(e["event"] == "meta_done" for e in events(run_dir)):
+            time.sleep(0.05)
+        assert proc.poll() is None, "the run ended before the kill"
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    committed = {e["node_id"] for e in events(run_dir) if e["event"] == "meta_done"}
+    parents = starts(run_dir)
+
+    # 3. resume to the end
+    meta_runs_before = sum(1 for r in meta_calls if not any(m["role"] == "assistant" for m in r["messages"]))
+    r = run_cli("run_optimization", *resume, env=cli_env(fake_openai), timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    found = nodes(run_dir)
+    assert set(found) == {"initial", "1", "2", "3", "4"}
+    assert {k: v for k, v in starts(run_dir).items() if k in parents} == parents  # redone from the same parents
+    recorded = [e["node_id"] for e in events(run_dir) if e["event"] == "node_recorded"]
+    assert sorted(recorded) == sorted(found)
+    # a committed change is never asked for again: only the others and generation 4 run their meta agents
+    # (a redone run's first, temperature-0 request may come from the gateway's cache)
+    meta_runs = sum(1 for r in meta_calls if not any(m["role"] == "assistant" for m in r["messages"]))
+    assert 1 <= meta_runs - meta_runs_before <= 4 - len(committed)
+    import sqlite3
+    from datetime import datetime
+
+    db = sqlite3.connect(run_dir / "ledger.sqlite")
+    for e in events(run_dir):
+        if e["event"] == "meta_done" and e["node_id"] in committed:
+            since = datetime.fromisoformat(e["time"]).timestamp() + 1  # event times have 1 s resolution
+            late = db.execute("SELECT COUNT(*) FROM calls WHERE node = ? AND role = 'meta' AND ts > ?",
+                              (e["node_id"], since))
+            assert late.fetchone()[0] == 0
+    assert found["1"]["status"] == "ok" and found["1"]["scores"]["imo_grading"]["val"] == 1.0
