@@ -28,6 +28,7 @@ class Status(StrEnum):
     LOAD_FAILED = "load_failed"  # the task agent or another entry point does not import
     EVAL_FAILED = "eval_failed"  # the evaluation failed for another reason
     BUDGET_STOPPED = "budget_stopped"  # the money ran out during its evaluation; reopened on resume
+    LOST = "lost"  # the machine of its sandbox was lost on every try (a Ray worker node); reopened on resume
 
 
 def _checked(cls, data, extra: dict) -> dict:

@@ -130,12 +130,12 @@ class Archive:
             self.nodes[node.node_id] = node
         self.log("node_recorded", node_id=node.node_id, status=node.status, scores=node.scores)
 
-    def reopen_budget_stopped(self) -> None:
-        """Make nodes the budget stopped pending again, so a resumed run (with more budget)
-        finishes them from where they stopped instead of keeping them half-evaluated."""
-        for node in [n for n in self.nodes.values() if n.status == Status.BUDGET_STOPPED]:
+    def reopen_unfinished(self) -> None:
+        """Make nodes the budget stopped, or whose sandbox's machine was lost, pending again, so a
+        resumed run (with more budget, or machines back) finishes them from where they stopped."""
+        for node in [n for n in self.nodes.values() if n.status in (Status.BUDGET_STOPPED, Status.LOST)]:
             path = self.nodes_dir / node.node_id / "node.json"
-            path.replace(path.with_name("node.budget_stopped.json"))
+            path.replace(path.with_name(f"node.{node.status}.json"))
             del self.nodes[node.node_id]
             self.log("node_reopened", node_id=node.node_id)
 

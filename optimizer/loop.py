@@ -51,7 +51,7 @@ from optimizer.events import (
     Warned,
     console,
 )
-from optimizer.slots import Slots
+from optimizer.slots import Slots, run_generation
 from services.config import Baseline, Config
 from services.errors import UserError
 from services.fsutil import atomic_write_text
@@ -92,14 +92,14 @@ class Loop:
     def run(self) -> None:
         for leftover in (self.workspaces, self.run_dir / "worktrees"):  # of a killed run (or an older layout)
             discard(leftover)
-        self.archive.reopen_budget_stopped()
+        self.archive.reopen_unfinished()
         if "initial" not in self.archive.nodes:
-            self.archive.log("gen_start", node_id="initial", parent=None, generation=0)
-            node = self._evaluate_new(Node("initial", None, 0, commit=self.repo.node_commit("initial")))
-            self._book_costs(node)
+            start = {"node_id": "initial", "parent": None, "generation": 0}
+            self.archive.log("gen_start", **start)
+            node = run_generation(self, start)
             self.archive.record(node)
             self.events.emit(NodeFinished(node))
-            if node.status == Status.BUDGET_STOPPED:
+            if node.status in (Status.BUDGET_STOPPED, Status.LOST):
                 return
         loop = self.config.loop
         Slots(self, loop.parallel, loop.replayable).run()
@@ -154,7 +154,13 @@ class Loop:
         return chosen, None
 
     # -- one generation -------------------------------------------------------------------
-    def generation(self, node_id: str, parent: str, generation: int) -> Node:
+    def generation(self, node_id: str, parent: str | None, generation: int) -> Node:
+        """One generation: the meta agent's change to `parent`, then its evaluation; the initial
+        node (no parent) is only evaluated."""
+        if parent is None:
+            node = self._evaluate_new(Node(node_id, None, generation, commit=self.repo.node_commit(node_id)))
+            self._book_costs(node)
+            return node
         started = time.monotonic()
         parent_commit = self.repo.node_commit(parent)
         with contextlib.ExitStack() as stack:

@@ -28,11 +28,12 @@ import threading
 import time
 
 from archive.records import Node, Status
-from optimizer.events import NodeFinished
-from services.sandbox import close_all
+from optimizer.events import NodeFinished, Warned
+from services.sandbox import SandboxLost, close_all
 
 POLL_S = 0.5  # how long the controller blocks at a time (Ctrl-C is seen between waits)
 DRAIN_S = 15.0  # after a cancel, how long to wait for the threads to hand back what they were doing
+LOST_TRIES = 3  # runs of a generation whose sandbox's machine is lost (a Ray worker node) before it is given up
 
 
 class Slots:
@@ -89,7 +90,7 @@ class Slots:
 
     def _work(self, start: dict) -> None:
         try:
-            node = self.loop.generation(start["node_id"], start["parent"], start["generation"])
+            node = run_generation(self.loop, start)
         except BaseException as e:  # handed to the controller, which stops the run with it
             self.finished.put((start["node_id"], None, e))
         else:
@@ -125,3 +126,19 @@ class Slots:
             except queue.Empty:
                 continue
             self.in_flight.pop(node_id, None)  # cut short by the cancel: not recorded, redone on resume
+
+
+def run_generation(loop, start: dict) -> Node:
+    """One generation (`loop.generation`), run again where its sandbox's machine was lost: it goes
+    on from what is kept (a committed change, finished rows), so a try pays only for what the loss
+    cut short."""
+    node_id, parent, generation = start["node_id"], start["parent"], start["generation"]
+    for attempt in range(1, LOST_TRIES + 1):
+        try:
+            return loop.generation(node_id, parent, generation)
+        except SandboxLost as e:
+            lost = e
+            if attempt < LOST_TRIES:
+                loop.events.emit(Warned(f"node {node_id}: {e}; running it again ({attempt}/{LOST_TRIES})"))
+    return Node(node_id, parent, generation, status=Status.LOST,
+                error=f"its sandbox's machine was lost {LOST_TRIES} times: {lost}"[:500])

@@ -111,3 +111,29 @@ def test_ctrl_c_records_what_came_back_and_leaves_the_rest_to_resume(tmp_path):
     Slots(again, parallel=3, replayable=True).run()
     assert sorted(again.archive.nodes) == ["1", "2", "3", "4", "5", "initial"]
     assert [g for g, _, _ in again.chosen] == [5]  # the three pending kept their parents
+
+
+def test_a_generation_whose_machine_is_lost_runs_again_and_is_reopened_on_resume(tmp_path):
+    from services.sandbox import SandboxLost
+
+    tries = {}
+
+    class Losing(StandIn):
+        def generation(self, node_id, parent, generation):
+            tries[generation] = tries.get(generation, 0) + 1
+            if generation == 3 or (generation == 2 and tries[2] == 1):
+                raise SandboxLost("the Ray node running it was removed")
+            return super().generation(node_id, parent, generation)
+
+    warnings = []
+    loop = Losing(tmp_path, 3, lambda g: 0.0)
+    loop.events.subscribe(lambda e: warnings.append(getattr(e, "message", None)))
+    Slots(loop, parallel=2, replayable=True).run()
+    assert tries == {1: 1, 2: 2, 3: 3}
+    assert {n.node_id: n.status for n in loop.archive.ordered()} == {
+        "initial": Status.OK, "1": Status.OK, "2": Status.OK, "3": Status.LOST}
+    assert "the Ray node running it was removed" in loop.archive.nodes["3"].error
+    assert sum(1 for w in warnings if w and "running it again" in w) == 1 + 2
+    again = Archive(tmp_path)
+    again.reopen_unfinished()  # as a resumed run does: the lost node is redone
+    assert [s["node_id"] for s in again.pending_generations()] == ["3"]

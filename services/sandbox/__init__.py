@@ -14,9 +14,10 @@ from pathlib import Path
 
 from services.config import SandboxConfig
 from services.errors import UserError
-from services.sandbox.base import Mount, RunResult, Sandbox, SandboxClosed, close_all
+from services.sandbox.base import Mount, RunResult, Sandbox, SandboxClosed, SandboxLost, close_all
 
-__all__ = ["Mount", "RunResult", "Sandbox", "SandboxClosed", "choose_backend", "close_all", "open_sandbox"]
+__all__ = ["Mount", "RunResult", "Sandbox", "SandboxClosed", "SandboxLost", "choose_backend", "close_all",
+           "open_sandbox"]
 
 NONE_WARNING = ("warning: --sandbox none: agent code runs as a plain subprocess with your files and network; "
                 "use it only for code you trust")

@@ -107,6 +107,11 @@ class SandboxClosed(RuntimeError):
     what the command did is no result of the agent's, so nothing is recorded from it."""
 
 
+class SandboxLost(SandboxClosed):
+    """The machine the sandbox ran on is gone (a Ray worker node lost): what ran there is no
+    result either, and the loop runs the generation again elsewhere."""
+
+
 @dataclass
 class Sandbox:
     """One workspace, isolated by a backend. Use as a context manager; `close` always runs."""

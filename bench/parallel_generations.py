@@ -1,0 +1,147 @@
+"""Generations in flight: the same 8 generations at --parallel 1 and --parallel N, side by side.
+
+Each run is `python -m run_optimization --max_generation 8` against one FakeOpenAI server
+that answers every call after a fixed latency: as the meta model it makes one edit and
+stops (2 calls), as the task model it answers a label. The latency is chosen so that the
+models' time, not this machine's 2 cores, bounds a generation (sandboxes and interpreters
+still cost CPU: with N in flight they share the cores).
+
+The generations' wall time is measured from the moment the initial node is recorded (the
+bench polls archive.jsonl) to the end of the command, so the initial evaluation, the same
+in every run, is not counted. Per generation it prints the node's own wall time, the part
+of it the models bound (the ledger's latencies: meta calls one after another, task calls
+`--eval_workers` at a time) and the rest, the framework's.
+
+    python bench/parallel_generations.py --parallel 4 --latency 4
+    python bench/parallel_generations.py --executor ray    # the same on a local Ray cluster
+
+With --executor ray the runs use a local Ray cluster of `--ray_nodes` worker raylets
+(ray.cluster_utils.Cluster, on 127.0.0.1), started and stopped by the bench.
+
+Exits non-zero only when a run fails; a missed target prints FAIL.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+
+from fake_openai import FakeOpenAI  # noqa: E402
+
+GENERATIONS = 8
+TARGETS = {"local": 3.2, "ray": 2.8}  # speed-up of --parallel 4 over --parallel 1
+EDIT = {"tool_name": "editor", "tool_input": {"command": "str_replace", "path": "/workspace/task_agent/task_agent.py",
+                                              "old_str": "You are an expert grader",
+                                              "new_str": "You are a careful expert grader"}}
+
+
+def respond(request: dict) -> str:
+    messages = request["messages"]
+    opening = " ".join(str(m["content"]) for m in messages[:2])
+    if "/feedback" in opening:  # the meta agent: one edit, then done
+        turns = sum(1 for m in messages if m["role"] == "assistant")
+        return f"<json>{json.dumps(EDIT)}</json>" if turns == 0 else "Done."
+    return '<json>{"response": "partial"}</json>'
+
+
+def run(server: FakeOpenAI, out: Path, parallel: int, args, ray_address: str | None) -> dict:
+    env = {**os.environ, "OPENAI_API_BASE": server.base_url, "OPENAI_API_KEY": "sk-bench",
+           "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    run_id = f"n{parallel}"
+    cmd = [sys.executable, "-m", "run_optimization", "--domain", "imo_grading", "--output_dir", str(out),
+           "--run_id", run_id, "--max_generation", str(GENERATIONS), "--parallel", str(parallel),
+           "--eval_samples", str(args.eval_samples), "--eval_workers", str(args.eval_workers),
+           "--task_model", "openai/fake", "--meta_model", "openai/fake-meta", "--sandbox", args.sandbox,
+           "--seed", "1"]
+    if ray_address:
+        cmd += ["--executor", "ray", "--ray_address", ray_address]
+    log = out / run_id / "archive.jsonl"
+    started = time.monotonic()
+    proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    initial_done = None
+    while proc.poll() is None:
+        if initial_done is None and log.exists() and '"node_recorded"' in log.read_text():
+            initial_done = time.monotonic()
+        time.sleep(0.05)
+    ended = time.monotonic()
+    err = proc.stderr.read()
+    if proc.returncode != 0 or initial_done is None:
+        raise SystemExit(f"run with --parallel {parallel} failed (exit {proc.returncode}):\n{err[-3000:]}")
+    return {"wall": ended - initial_done, "command": ended - started, **per_generation(out / run_id, args)}
+
+
+def per_generation(run_dir: Path, args) -> dict:
+    """Mean over the generations of the node's wall time and of the part the models bound."""
+    db = sqlite3.connect(run_dir / "ledger.sqlite")
+    totals, bound, statuses = [], [], []
+    for g in range(1, GENERATIONS + 1):
+        node = json.loads((run_dir / "nodes" / str(g) / "node.json").read_text())
+        statuses.append(node["status"])
+        totals.append(node["seconds"]["total"])
+        latency = dict(db.execute("SELECT role, COALESCE(SUM(latency_s), 0) FROM calls WHERE node = ? "
+                                  "GROUP BY role", (str(g),)).fetchall())
+        bound.append(latency.get("meta", 0) + (latency.get("task", 0) + latency.get("try", 0)) / args.eval_workers)
+    return {"node": statistics.mean(totals), "bound": statistics.mean(bound),
+            "statuses": sorted(set(statuses))}
+
+
+def local_cluster(nodes: int):
+    """A Ray cluster on this machine: a head without CPUs and `nodes` worker raylets with 2 CPUs each."""
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
+    for _ in range(nodes):
+        cluster.add_node(num_cpus=2)
+    cluster.wait_for_nodes()
+    return cluster
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--parallel", type=int, default=4)
+    ap.add_argument("--latency", type=float, default=4.0, help="seconds the fake server takes for every call")
+    ap.add_argument("--eval_samples", type=int, default=10, help="rows of each full evaluation split")
+    ap.add_argument("--eval_workers", type=int, default=5)
+    ap.add_argument("--sandbox", default="bwrap")
+    ap.add_argument("--executor", choices=("local", "ray"), default="local")
+    ap.add_argument("--ray_nodes", type=int, default=2)
+    args = ap.parse_args(argv)
+    cluster = local_cluster(args.ray_nodes) if args.executor == "ray" else None
+    try:
+        with tempfile.TemporaryDirectory(prefix="parallel_generations_") as tmp, FakeOpenAI() as server:
+            server.set_responder(respond)
+            server.latency = args.latency
+            address = cluster.address if cluster else None
+            results = {n: run(server, Path(tmp), n, args, address) for n in (1, args.parallel)}
+    finally:
+        if cluster:
+            cluster.shutdown()
+    print(f"{GENERATIONS} generations, executor {args.executor}, sandbox {args.sandbox}, every call {args.latency:g} s, "
+          f"{args.eval_samples} rows per split, {args.eval_workers} rows at once")
+    for n, r in results.items():
+        print(f"--parallel {n:<2} generations {r['wall']:7.1f} s  (command {r['command']:.1f} s); per generation: "
+              f"wall {r['node']:.1f} s, models {r['bound']:.1f} s, framework {r['node'] - r['bound']:.1f} s; "
+              f"nodes {', '.join(r['statuses'])}")
+    speedup = results[1]["wall"] / results[args.parallel]["wall"]
+    target = TARGETS[args.executor] if args.parallel == 4 else None
+    verdict = f"  target >= {target:g}: {'PASS' if speedup >= target else 'FAIL'}" if target else ""
+    print(f"speed-up {speedup:.2f}x with --parallel {args.parallel} (ideal {args.parallel}){verdict}")
+    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    print(f"peak RSS of the largest process run (controller, a worker or an agent): {peak:.1f} MB")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
