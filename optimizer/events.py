@@ -7,6 +7,7 @@ subscribers; a dashboard or a test subscribes the same way.
 
 from __future__ import annotations
 
+import sys
 import threading
 from dataclasses import dataclass
 from typing import Callable, Union
@@ -101,9 +102,13 @@ def console_line(event: Event) -> str | None:
 
 
 def console(event: Event) -> None:
+    """Prints the event's line above the progress bars of the evaluations in flight (one per slot)."""
+    from tqdm import tqdm
+
     line = console_line(event)
     if line is not None:
-        print(line, flush=True)
+        tqdm.write(line, file=sys.stdout)
+        sys.stdout.flush()
 
 
 class Pictures:
