@@ -64,6 +64,18 @@ NODE_OUT = "/out/node"  # the node's sandbox output folder (transcript), writabl
 FROZEN_META = "/opt/frozen_meta"  # baseline no_selfimprove: the initial agent code the meta agent runs from
 
 
+def chosen_parent(stdout: str, valid: set[str]) -> tuple[str | None, str | None]:
+    """The node id the agent's selector printed as its last line (untrusted output), or why there is none."""
+    lines = stdout.strip().splitlines()
+    try:
+        chosen = json.loads(lines[-1]) if lines else None
+    except (ValueError, RecursionError):
+        return None, f"printed no node id: {stdout[-200:]!r}"
+    if not isinstance(chosen, str) or chosen not in valid:
+        return None, f"chose {str(chosen)[:200]!r}, which is not a valid parent"
+    return chosen, None
+
+
 class Loop:
     def __init__(self, run_dir: Path, config: Config, domains: list, gateway, backend: str,
                  events: Events | None = None):
@@ -134,24 +146,16 @@ class Loop:
         rows = [{"node_id": c.node_id, "parent": self.archive.nodes[c.node_id].parent, "score": c.score,
                  "generation": self.archive.nodes[c.node_id].generation, "children": c.children,
                  "scores": self.archive.nodes[c.node_id].scores} for c in candidates]
-        code = ("import json, sys\nfrom select_next_parent import select_next_parent\n"
-                "print(json.dumps(select_next_parent(json.load(sys.stdin))))")
         workspace = self.repo.checkout(latest.commit, self.workspaces / "select")
         try:
             with open_sandbox(self.config.sandbox, workspace, [], None, self.backend) as box:
-                result = box.run([box.python, "-c", code], {**box.base_env(), "PYTHONPATH": box.workdir},
-                                 timeout=self.config.loop.selector_timeout_s, input=json.dumps(rows))
+                result = box.run([box.python, box.trusted_script("select_parent.py")], box.base_env(),
+                                 timeout=self.config.loop.selector_timeout_s, input=json.dumps(rows), cwd=box.workdir)
         finally:
             discard(workspace)
         if not result.ok:
             return None, f"{result.why()}: " + " | ".join(result.stderr.strip().splitlines()[-2:])[:300]
-        try:
-            chosen = json.loads(result.stdout.strip().splitlines()[-1])
-        except (ValueError, IndexError):
-            return None, f"printed no node id: {result.stdout[-200:]!r}"
-        if chosen not in {c.node_id for c in candidates}:
-            return None, f"chose {chosen!r}, which is not a valid parent"
-        return chosen, None
+        return chosen_parent(result.stdout, {c.node_id for c in candidates})
 
     # -- one generation -------------------------------------------------------------------
     def generation(self, node_id: str, parent: str | None, generation: int) -> Node:

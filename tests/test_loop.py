@@ -316,3 +316,13 @@ def test_the_meta_agent_improves_itself_unless_frozen_and_eval_test_scores_the_t
     second_run = [r for r in meta_calls if not any(m["role"] == "assistant" for m in r["messages"])][1]
     opening = " ".join(str(m["content"]) for m in second_run["messages"][:2])
     assert ("MUTATED META PROMPT" in opening) == (baseline is None)
+
+
+@pytest.mark.parametrize("printed", ["[" * 100_000 + "]" * 100_000, '["1"]', '{"node_id": "1"}', "1", "",
+                                     "not json", '"no-such-node"', "\x00" * 10])
+def test_what_the_agents_selector_prints_is_read_as_untrusted_data(printed):
+    from optimizer.loop import chosen_parent
+
+    chosen, problem = chosen_parent("log line\n" + printed, {"1", "initial"})
+    assert chosen is None and problem and len(problem) < 400
+    assert chosen_parent('log line\n"1"\n', {"1", "initial"}) == ("1", None)
