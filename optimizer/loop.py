@@ -349,8 +349,9 @@ class Loop:
             atomic_write_csv(dst / "predictions.csv", df)
 
     def _book_costs(self, node: Node) -> None:
-        for role in ("meta", "try", "task", "grader", "judge"):
-            spent = self.gateway.ledger.totals(run_id=self.gateway.run_id, node=node.node_id, role=role)
+        ledger, run_id = self.gateway.ledger, self.gateway.run_id
+        for role in ledger.roles(run_id=run_id, node=node.node_id):  # every role that made calls for the node
+            spent = ledger.totals(run_id=run_id, node=node.node_id, role=role)
             if spent.calls:
                 node.cost_usd[role] = round(spent.cost_usd, 6)
                 node.tokens[role] = spent.tokens

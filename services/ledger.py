@@ -103,6 +103,14 @@ class Ledger:
         rows, prompt, completion, cost, hits, failed, refused = row
         return Totals(rows - refused, prompt, completion, cost, hits, failed - refused, refused)
 
+    def roles(self, **where: str) -> list[str]:
+        """The roles of the calls matching column=value filters, in the order they first appear."""
+        clause = " AND ".join(f"{k} = ?" for k in where) or "1"
+        with self._lock:
+            rows = self._db.execute(f"SELECT role FROM calls WHERE {clause} GROUP BY role ORDER BY MIN(id)",
+                                    list(where.values())).fetchall()
+        return [r[0] for r in rows]
+
     def calls(self, **where: str) -> list[dict]:
         clause = " AND ".join(f"{k} = ?" for k in where) or "1"
         with self._lock:
