@@ -8,15 +8,21 @@ The package holds the grader's code only, `agent/` and `task_agent/` moved under
 `proofgrader.` namespace, and the packaging files of `proofgrader_template/`. Before it
 is put in place, two checks run on the built copy: it imports, in a sandbox, with the project's own
 `agent`/`task_agent` out of reach, and no row of the IMO grading data (whose labels the
-meta agent saw) is copied into it.
+meta agent saw) is copied into it. The import check runs on a throwaway copy, and the built
+tree must be byte for byte the same after it: code that runs at import cannot plant a
+setup.py or edit pyproject.toml of the package that `pip install` later runs on the host.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
+import hashlib
 import json
+import os
 import re
 import shutil
+import stat
 import tempfile
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -26,6 +32,7 @@ from string import Template
 
 from services.config import PROJECT_ROOT, Config, load_config
 from services.errors import UserError, exit_on_user_error
+from services.fsutil import read_bounded
 from services.startup import choose_run_models
 
 TEMPLATE = PROJECT_ROOT / "proofgrader_template"
@@ -52,19 +59,6 @@ class TaskAgent(_EvolvedTaskAgent):
     def __init__(self, model=None, chat_history_file=None):
         super().__init__(model or _DEFAULT_MODEL, chat_history_file)
 '''
-
-# Imports the built package with the project's agent code blocked, in a fresh interpreter.
-_IMPORT_CHECK = '''
-import importlib.abc, sys
-class Outside(importlib.abc.MetaPathFinder):
-    def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] in ("agent", "task_agent"):
-            raise ImportError(f"it imports {name}, which is outside the proofgrader package")
-sys.meta_path.insert(0, Outside())
-sys.path.insert(0, sys.argv[1])
-from proofgrader.task_agent import TaskAgent
-'''
-
 
 @dataclass
 class Grader:
@@ -101,31 +95,40 @@ def namespace_imports(source: str) -> str:
 
 
 # -- choosing the node --------------------------------------------------------------------
+@functools.cache
+def selection_split() -> str:
+    """The split graders are ranked on: the one parent selection of the grading domain scores on."""
+    from domains.registry import get_domain
+
+    return get_domain(GRADING_DOMAIN).selection_split
+
+
 def grader_candidates(run_dir: Path) -> list[Candidate]:
     """Nodes of a run that finished the full imo_grading evaluation, with their split reports."""
+    from archive.records import Status
     from archive.store import Archive
     from optimizer.eval_store import EvalStore
 
-    evals = EvalStore(run_dir)
+    evals, split = EvalStore(run_dir), selection_split()
     found = []
     for node in Archive(run_dir).ordered():
         keys = node.eval_keys.get(GRADING_DOMAIN, {})
-        if node.status != "ok" or not node.full_eval.get(GRADING_DOMAIN) or "val" not in keys:
+        if node.status != Status.OK or not node.full_eval.get(GRADING_DOMAIN) or split not in keys:
             continue
         scores = {}
-        for split, key in keys.items():
+        for name, key in keys.items():
             report = evals.report(key)
             if report is not None:
-                scores[split] = report
-        if "val" in scores:
+                scores[name] = report
+        if split in scores:
             found.append(Candidate(node.node_id, node.generation, node.commit, scores))
     return found
 
 
 def rank_key(c: Candidate) -> tuple:
-    """Lowest val normalized MAE, then highest val accuracy, then the earlier node."""
-    val = c.scores["val"]
-    return val["normalized_mean_absolute_error"], -val["overall_accuracy"], c.generation, c.node_id
+    """Lowest normalized MAE on the selection split, then highest accuracy there, then the earlier node."""
+    ranked = c.scores[selection_split()]
+    return ranked["normalized_mean_absolute_error"], -ranked["overall_accuracy"], c.generation, c.node_id
 
 
 def choose_grader(candidates: list[Candidate]) -> Candidate:
@@ -133,34 +136,54 @@ def choose_grader(candidates: list[Candidate]) -> Candidate:
 
 
 def ranking_lines(candidates: list[Candidate]) -> list[str]:
+    split = selection_split()
+
     def row(c: Candidate) -> str:
-        val = c.scores["val"]
-        return (f"  node {c.node_id:>8} (generation {c.generation}): val normalized MAE "
-                f"{val['normalized_mean_absolute_error']:.3f}, val accuracy {val['overall_accuracy']:.3f}")
+        ranked = c.scores[split]
+        return (f"  node {c.node_id:>8} (generation {c.generation}): {split} normalized MAE "
+                f"{ranked['normalized_mean_absolute_error']:.3f}, {split} accuracy {ranked['overall_accuracy']:.3f}")
 
     by_mae = sorted(candidates, key=rank_key)[:TOP_N]
-    by_acc = sorted(candidates, key=lambda c: (-c.scores["val"]["overall_accuracy"], rank_key(c)))[:TOP_N]
-    return [f"top {len(by_mae)} by val normalized MAE (lower is better):", *map(row, by_mae),
-            f"top {len(by_acc)} by val accuracy:", *map(row, by_acc)]
+    by_acc = sorted(candidates, key=lambda c: (-c.scores[split]["overall_accuracy"], rank_key(c)))[:TOP_N]
+    return [f"top {len(by_mae)} by {split} normalized MAE (lower is better):", *map(row, by_mae),
+            f"top {len(by_acc)} by {split} accuracy:", *map(row, by_acc)]
+
+
+def read_run_record(run_dir: Path):
+    """run.json of the run folder `run_dir`, checked; a one-line UserError when it is not one the loop wrote."""
+    from archive.records import RunRecord
+
+    where = f"--generate_dir {run_dir}"
+    saved = run_dir / "run.json"
+    if not saved.is_file() or not (run_dir / "repo").is_dir():
+        raise UserError(f"{where}: not a run folder (no run.json and repo/ there)")
+    try:
+        state = json.loads(read_bounded(saved).decode("utf-8"))
+    except OSError as e:
+        raise UserError(f"{where}: cannot read {saved}: {e.strerror or e}") from None
+    except ValueError as e:  # also bad UTF-8
+        raise UserError(f"{where}: not a run folder ({saved} is not valid JSON: {e})") from None
+    try:
+        return RunRecord.from_dict(state)
+    except ValueError as e:
+        raise UserError(f"{where}: not a run folder ({saved}: {e})") from None
 
 
 def from_run(run_dir: Path, scratch: Path) -> Grader:
     from services.workspace import RunRepo
 
-    if not (run_dir / "run.json").is_file() or not (run_dir / "repo").is_dir():
-        raise UserError(f"--generate_dir {run_dir}: not a run folder (no run.json and repo/ there)")
-    state = json.loads((run_dir / "run.json").read_text())
-    if GRADING_DOMAIN not in state.get("domains", []):
+    record = read_run_record(run_dir)
+    if GRADING_DOMAIN not in record.domains:
         raise UserError(f"--generate_dir {run_dir}: the run did not optimize {GRADING_DOMAIN} "
-                        f"(its domains: {', '.join(state.get('domains', []))})")
+                        f"(its domains: {', '.join(record.domains)})")
     candidates = grader_candidates(run_dir)
     if not candidates:
         raise UserError(f"--generate_dir {run_dir}: no node finished the full {GRADING_DOMAIN} evaluation "
-                        "with a val score yet; resume the run or pass --proofautograder")
+                        f"with a {selection_split()} score yet; resume the run or pass --proofautograder")
     print("\n".join(ranking_lines(candidates)))
     best = choose_grader(candidates)
     RunRepo(run_dir / "repo").export(best.commit, scratch)
-    config = Config.from_dict(state.get("config", {}))
+    config = Config.from_dict(record.config)
     model = config.resolve_model("task")
     keep = ("overall_accuracy", "normalized_mean_absolute_error")
     scores = {split: {k: report[k] for k in keep if k in report} for split, report in best.scores.items()}
@@ -194,8 +217,13 @@ def build(grader: Grader, dst: Path, force: bool) -> Path:
     staging = Path(tempfile.mkdtemp(prefix=f".{dst.name}-", dir=dst.parent))
     try:
         _write_package(grader, staging)
-        _check_no_data(staging)
+        built = tree_digest(staging)
         _check_imports(staging)
+        changed = sorted(set(built) ^ set(tree_digest(staging)))
+        if changed:
+            raise UserError(f"the package's own code changed {changed[0][0]} of the built folder during its import "
+                            "check (the sandbox backend is none, or it escaped): nothing is kept")
+        _check_no_data(staging)
         if dst.exists():
             shutil.rmtree(dst)
         staging.rename(dst)
@@ -234,13 +262,35 @@ def _write_package(grader: Grader, out: Path) -> None:
     (package / "provenance.json").write_text(json.dumps(provenance, indent=2) + "\n")
 
 
+def tree_digest(root: Path) -> list[tuple[str, str]]:
+    """Every entry under `root`, links not followed: its path and what it is (a file by its bytes and
+    executable bits, a folder, anything else by its type), sorted by path."""
+    found = []
+    for folder, dirs, files in os.walk(root):
+        for name in [*dirs, *files]:
+            path = Path(folder) / name
+            mode = path.lstat().st_mode
+            if stat.S_ISREG(mode):
+                what = f"file {mode & 0o111:o} {hashlib.sha256(read_bounded(path, 2**31)).hexdigest()}"
+            else:
+                what = "folder" if stat.S_ISDIR(mode) else f"other {stat.S_IFMT(mode):o}"
+            found.append((str(path.relative_to(root)), what))
+    return sorted(found)
+
+
 def _check_imports(out: Path) -> None:
-    """Import the built package in a sandbox: it is evolved code, never run by a host interpreter."""
+    """Import the built package in a sandbox: it is evolved code, never run by a host interpreter.
+
+    The sandbox's writable workspace is a throwaway copy of `out`, so what the code writes at import
+    time never reaches the package that is kept."""
     from services.sandbox import open_sandbox
 
-    with open_sandbox(load_config().sandbox, out) as box:
-        result = box.run([box.python, "-I", "-B", "-c", _IMPORT_CHECK, box.workdir],
-                         {**box.base_env(), "LITELLM_LOCAL_MODEL_COST_MAP": "True"}, timeout=300)
+    with tempfile.TemporaryDirectory(prefix="proofgrader-check-", ignore_cleanup_errors=True) as scratch:
+        copy = Path(scratch) / "package"
+        shutil.copytree(out, copy, symlinks=True)
+        with open_sandbox(load_config().sandbox, copy) as box:
+            result = box.run([box.python, "-I", "-B", box.trusted_script("check_imports.py"), box.workdir],
+                             {**box.base_env(), "LITELLM_LOCAL_MODEL_COST_MAP": "True"}, timeout=300)
     if not result.ok:
         last = (result.stderr.strip().splitlines() or [result.why()])[-1]
         raise UserError(f"the built package does not import on its own: {last[:300]}")
