@@ -4,6 +4,7 @@ loop need to know about a task. No `if domain == ...` anywhere else.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -117,3 +118,23 @@ class Domain:
     def format_inputs(self, row: dict) -> dict:
         """The agent's view of a row: only the declared input columns, never a label."""
         return {"domain": self.name, **{key: row[col] for key, col in self.inputs.items()}}
+
+    # -- what the meta agent may read: train rows only -------------------------------------
+    def try_lines(self, rows) -> list[str]:
+        """Train `rows` (a DataFrame) as the try command reads them, one JSON line each: the row's
+        id, the agent's inputs, its label and how the command compares a prediction with it."""
+        return [json.dumps({"id": str(r[self.question_id]), "inputs": self.format_inputs(r),
+                            "label": r[self.label_column] if self.label_column else None, "match": self.try_match},
+                           default=str)
+                for r in rows.to_dict("records")]
+
+    def feedback(self, predictions, grades=None):
+        """A train evaluation's `predictions` (a DataFrame) as later meta agents may read them: the
+        columns hidden from agents dropped, except the label (theirs anyway for train rows), and for
+        a graded domain each row's `grade`, the grader's verdict from `grades`."""
+        hidden = [c for c in self.hidden_columns if c != self.label_column and c in predictions.columns]
+        shown = predictions.drop(columns=hidden)
+        if grades is not None:
+            verdict = dict(zip(grades[self.question_id], grades["prediction"]))
+            shown["grade"] = [verdict.get(q, "") for q in shown[self.question_id]]
+        return shown

@@ -54,7 +54,7 @@ from optimizer.events import (
 from optimizer.slots import Slots, run_generation
 from services.config import Baseline, Config
 from services.errors import UserError
-from services.fsutil import atomic_write_text
+from services.fsutil import atomic_write_csv, atomic_write_text
 from services.sandbox import Mount, SandboxClosed, open_sandbox
 from services.workspace import Quota, RunRepo, discard
 
@@ -309,13 +309,7 @@ class Loop:
         folder = self.run_dir / "train_data"
         folder.mkdir(exist_ok=True)
         for d in self.domains:
-            path = folder / f"{d.name}_train.jsonl"
-            df = d.load("train")
-            lines = [json.dumps({"id": str(r[d.question_id]), "inputs": d.format_inputs(r),
-                                 "label": r[d.label_column] if d.label_column else None, "match": d.try_match},
-                                default=str)
-                     for r in df.to_dict("records")]
-            atomic_write_text(path, "\n".join(lines) + "\n")
+            atomic_write_text(folder / f"{d.name}_train.jsonl", "\n".join(d.try_lines(d.load("train"))) + "\n")
 
     def _publish_feedback(self, node: Node) -> None:
         """Copy the node's train results (never val/test) where later meta agents can read them.
@@ -324,9 +318,10 @@ class Loop:
         except the label, which it has for train rows anyway; for graded domains each row
         gets the grader's verdict as `grade`.
         """
-        import pandas as pd
+        import pandas as pd  # paid by runs that publish feedback, not by every import of the loop
 
-        from services.fsutil import atomic_write_csv
+        def read(path: Path):
+            return pd.read_csv(path, dtype=str, keep_default_na=False)
 
         evals = self.evaluator.store
         for domain in self.domains:
@@ -339,14 +334,8 @@ class Loop:
                 shutil.copy2(evals.report_path(key), dst / "report.json")
             if not evals.predictions(key).exists():
                 continue
-            df = pd.read_csv(evals.predictions(key), dtype=str, keep_default_na=False)
-            df = df.drop(columns=[c for c in domain.hidden_columns if c != domain.label_column and c in df.columns])
-            graded = evals.gradings(key)
-            if graded.exists():
-                grades = pd.read_csv(graded, dtype=str, keep_default_na=False)
-                verdict = dict(zip(grades[domain.question_id], grades["prediction"]))
-                df["grade"] = [verdict.get(q, "") for q in df[domain.question_id]]
-            atomic_write_csv(dst / "predictions.csv", df)
+            grades = read(evals.gradings(key)) if evals.gradings(key).exists() else None
+            atomic_write_csv(dst / "predictions.csv", domain.feedback(read(evals.predictions(key)), grades))
 
     def _book_costs(self, node: Node) -> None:
         ledger, run_id = self.gateway.ledger, self.gateway.run_id
