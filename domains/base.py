@@ -100,11 +100,13 @@ class Domain:
         return {config.resolve_model(self.model_role)} | (self.scorer.models(config) if self.scorer else set())
 
     def screening(self, loop) -> tuple[Stage, ...]:
-        """The stages this run screens a node with (`loop`: the config's loop section): its own, the
-        config's `loop.stages` for every domain, or none with `loop.skip_staged_eval`."""
+        """The stages this run screens a node with (`loop`: the config's loop section): the config's
+        `loop.stages`, for every domain or for this one by name, else its own; none with
+        `loop.skip_staged_eval`."""
         if loop.skip_staged_eval:
             return ()
-        return self.stages if loop.stages is None else tuple(Stage(rows, above) for rows, above in loop.stages)
+        stages = loop.stages.get(self.name) if isinstance(loop.stages, dict) else loop.stages
+        return self.stages if stages is None else tuple(Stage(rows, above) for rows, above in stages)
 
     @property
     def selection_split(self) -> str:

@@ -78,6 +78,8 @@ class SandboxConfig:
     output_cap_mb: float = 16  # stdout+stderr kept from one command; a command printing more is killed
     docker_image: str = "hyperagents-sandbox:latest"  # built by `python -m services.sandbox build-image`
     docker_host: str | None = None  # engine address (default: DOCKER_HOST or the local socket)
+    executor: str = "local"  # local | ray: where sandboxes run; ray = on the nodes of a Ray cluster, each in its own backend
+    ray_address: str | None = None  # with executor ray: None = a private Ray instance here, "auto" = this machine's cluster, or HOST:PORT
 
 
 @dataclass
@@ -89,7 +91,7 @@ class LoopConfig:
     replayable: bool = True  # with parallel > 1: generation g picks its parent among generations <= g - parallel, waiting for them, so a seeded run replays; false: from every node finished when a slot frees (faster when generations take uneven time, not replayable)
     eval_samples: int = -1  # rows of each full evaluation split (-1 = all)
     skip_staged_eval: bool = False  # go straight to the full evaluation
-    stages: list | None = None  # screening stages before the full evaluation, [[rows, above], ...]: each runs the first rows of train and the next runs only if every domain scores above `above`; null = each domain's own (10 rows, above 0)
+    stages: list | dict | None = None  # screening stages before the full evaluation, [[rows, above], ...], for every domain or by domain name ({imo_grading: [[10, 0]], ...}; a domain not named keeps its own): each runs the first rows of train and the next runs only if every domain scores above `above`; null = each domain's own (10 rows, above 0)
     eval_test: bool = False  # also evaluate the test split (reported, never used for selection)
     edit_select_parent: bool = False  # the workspace's select_next_parent.py chooses parents
     run_baseline: str | None = None  # no_selfimprove (meta agent frozen) | no_archive (always the latest node)
@@ -125,6 +127,7 @@ class Config:
 
 
 SANDBOX_BACKENDS = ("auto", "docker", "bwrap", "none")
+EXECUTORS = ("local", "ray")
 class Baseline(StrEnum):
     """The paper's baselines (loop.run_baseline)."""
 
@@ -202,6 +205,13 @@ def _one_of(*choices):
     return (lambda v: v in choices), "one of " + ", ".join(map(str, choices))
 
 
+def _stages(value: list | dict) -> bool:
+    """A stage list, or domain name -> stage list."""
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and isinstance(v, list) and _stage_list(v) for k, v in value.items())
+    return _stage_list(value)
+
+
 def _stage_list(value: list) -> bool:
     pairs = all(conforms(v, list) and len(v) == 2 and type(v[0]) is int and v[0] >= 1 and conforms(v[1], float)
                 and math.isfinite(v[1]) for v in value)
@@ -244,10 +254,13 @@ def _rules() -> dict:
         "sandbox.tmp_mb": _above(0),
         "sandbox.output_cap_mb": _above(0),
         "sandbox.disk_mb": _above(0),
+        "sandbox.executor": _one_of(*EXECUTORS),
+        "sandbox.ray_address": (lambda v: bool(v.strip()), "a Ray address (auto, HOST:PORT or ray://HOST:PORT)"),
         "loop.max_generation": _at_least(0),
         "loop.parent_selection": _one_of(*PARENT_SELECTIONS),
         "loop.parallel": (lambda v: 1 <= v <= 64, "from 1 to 64"),
-        "loop.stages": (_stage_list, "a list of [rows, above] pairs: rows 1 or more and growing, above a number"),
+        "loop.stages": (_stages, "a list of [rows, above] pairs (rows 1 or more and growing, above a number), "
+                        "or domain name -> such a list"),
         "loop.eval_samples": (lambda v: v == -1 or v >= 1, "-1 (all rows) or 1 or more"),
         "loop.run_baseline": _one_of(*BASELINES),
         "loop.meta_timeout_s": _above(0),
@@ -275,6 +288,9 @@ def validate(config: Config) -> Config:
             test, expected = rules.get(key, (None, None))
             if test and value is not None and not test(value):
                 raise UserError(f"{key} must be {expected}, got {show(value)}")
+    if config.sandbox.executor == "ray" and config.sandbox.backend == "none":
+        raise UserError("sandbox.backend none cannot run on a Ray cluster: each node runs agent code in its own "
+                        "bwrap or docker sandbox (sandbox.backend auto, bwrap or docker)")
     return config
 
 

@@ -11,7 +11,7 @@ import os
 import pytest
 from conftest import FAST_CONFIG, cli_env, run_cli, run_loop
 
-from services.config import Config, _rules, load_config
+from services.config import Config, _rules, load_config, validate
 
 BAD_CONFIGS = {
     "sandbox:\n  memory_mb: lots\n": "sandbox.memory_mb",
@@ -28,6 +28,7 @@ BAD_CONFIGS = {
     "sandbox: [bwrap]\n": "sandbox",
     "gateway:\n  prices: {openai/x: [1]}\n": "gateway.prices",
     "loop:\n  stages: [[10, 0], [5, 0]]\n": "loop.stages",  # rows must grow
+    "loop:\n  stages: {imo_grading: [[0, 0]]}\n": "loop.stages",  # by domain, each list checked
 }
 
 
@@ -168,5 +169,10 @@ def test_screening_stages_are_the_domains_own_the_configs_or_none():
     assert domain.screening(config.loop) == (Stage(10, 0.0),)
     config.loop.stages = [[5, 0], [20, 0.25]]
     assert domain.screening(config.loop) == (Stage(5, 0), Stage(20, 0.25))
+    config.loop.stages = {"imo_proof": [[3, 0.5]], "imo_grading": [[4, 0.1]]}  # by domain
+    validate(config)
+    assert domain.screening(config.loop) == (Stage(4, 0.1),)
+    assert get_domain("imo_proof").screening(config.loop) == (Stage(3, 0.5),)
+    assert get_domain("aime2025").screening(config.loop) == get_domain("aime2025").stages  # not named: its own
     config.loop.skip_staged_eval = True
     assert domain.screening(config.loop) == ()
