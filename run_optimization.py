@@ -5,9 +5,11 @@
     python -m run_optimization --resume_from outputs/RUN    # after a crash, a kill or Ctrl-C
 
 A run folder holds the run's git repository of agent versions (`repo/`), one folder
-per node (`nodes/<id>/`: node.json, patch.diff, the meta agent's transcript), the
-evaluations (`evals/`), `archive.jsonl` (the event log), the ledger of every model
-call and `run.json` (the plan and configuration, reused on resume).
+per node (`nodes/<id>/`: node.json, patch.diff, logs, written by the framework only),
+what the node's sandboxes wrote (`untrusted/<id>/`: the meta agent's transcript, the
+agent's chat histories), the evaluations (`evals/`), `archive.jsonl` (the event log),
+the ledger of every model call and `run.json` (the plan and configuration, reused on
+resume).
 """
 
 from __future__ import annotations
