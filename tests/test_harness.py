@@ -275,6 +275,20 @@ def test_proof_run_then_grading_of_its_proofs(tmp_path, fake_openai, config_file
     assert len(graded) == 3 and (graded["prediction"] == "almost").all()
     assert (graded["Response"] == "By induction on n, the claim holds.").all()
 
+    # One proof changes (its task run was redone): resuming the grading grades that row again,
+    # and only that row; the others keep their grades and cost nothing.
+    df.loc[1, "prediction"] = "A different proof, by contradiction."
+    df.to_csv(proofs / "predictions.csv", index=False)
+    fake_openai.set_replies(['<json>{"response": "Incorrect"}</json>'])
+    before = fake_openai.count
+    r = run_cli("domains.harness", "--resume_from", str(tmp_path / "out" / "g"), "--domain", "imo_proof_grading",
+                "--proofs_dname", str(proofs), "--model", "openai/fake", "--config", config_file,
+                env=cli_env(fake_openai))
+    assert r.returncode == 0, r.stderr
+    assert fake_openai.count - before == 1
+    regraded = pd.read_csv(tmp_path / "out" / "g" / "predictions.csv", dtype=str)
+    assert list(regraded["prediction"]) == ["almost", "incorrect", "almost"]
+
 
 def test_proof_report_without_proofgrader_says_how_to_install(tmp_path, fake_openai, config_file):
     fake_openai.set_replies(['<json>{"response": "proof"}</json>'])

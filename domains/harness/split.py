@@ -8,6 +8,8 @@ journal is resumed: its finished rows are skipped and paid nothing for.
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import shutil
 from dataclasses import dataclass
 from datetime import datetime
@@ -102,9 +104,14 @@ def _run_rows(domain: Domain, rows, worker: AgentWorker, keep: "_Keeper", label:
     from tqdm import tqdm
 
     qid_col = domain.question_id
+    asked = [Row(str(r[qid_col]), domain.format_inputs(r)) for r in rows.to_dict("records")]
+    keep.fingerprints = {row.qid: fingerprint(row.inputs) for row in asked}
     done = keep.journal.done_ids()
-    todo = [Row(str(r[qid_col]), domain.format_inputs(r))
-            for r in rows.to_dict("records") if str(r[qid_col]) not in done]
+    # A row is done only if it was answered for the inputs it has now: a proof that changed since
+    # (a graded task run redone after a kill) is graded again, not given its old grade.
+    todo = [row for row in asked
+            if row.qid not in done or keep.journal.records[row.qid].get("inputs_sha", keep.fingerprints[row.qid])
+            != keep.fingerprints[row.qid]]
     if todo:
         worker.ensure_started()
     # After the agent loaded, so a load error is the only thing on the screen.
@@ -118,6 +125,11 @@ def _run_rows(domain: Domain, rows, worker: AgentWorker, keep: "_Keeper", label:
         keep.bar.close()
 
 
+def fingerprint(inputs: dict) -> str:
+    """A short hash of a row's inputs as the agent sees them."""
+    return hashlib.sha256(json.dumps(inputs, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
 class _Keeper:
     """Keeps each finished row: in the journal at once, in predictions.csv every `save_interval` rows."""
 
@@ -129,11 +141,12 @@ class _Keeper:
         self.settings = settings
         self.gateway = gateway
         self.bar = None
+        self.fingerprints: dict[str, str] = {}  # row id -> fingerprint of the inputs it was sent
         self.errors = 0
         self.unsaved = 0
 
     def __call__(self, rec: dict) -> None:
-        self.journal.append(rec)
+        self.journal.append({**rec, "inputs_sha": self.fingerprints.get(str(rec.get("id")))})
         self.errors += bool(rec.get("error"))
         self.unsaved += 1
         self.bar.update(1)
