@@ -101,8 +101,10 @@ def _unsafe_name(name: str) -> str | None:
     return None
 
 
-def read_workspace(root: str | Path, quota: Quota = Quota()) -> Snapshot:
-    """The regular files of the evolvable paths under `root`, read without following any link.
+def read_workspace(root: str | Path, quota: Quota = Quota(),
+                   only: tuple[str, ...] | None = EVOLVABLE_PATHS) -> Snapshot:
+    """The regular files of the evolvable paths under `root` (of every top-level name with
+    `only=None`), read without following any link.
 
     Every folder is opened relative to its parent with O_NOFOLLOW and every file with
     O_NOFOLLOW | O_NONBLOCK, then checked with fstat: a link, fifo, device or socket is
@@ -119,7 +121,7 @@ def read_workspace(root: str | Path, quota: Quota = Quota()) -> Snapshot:
             path = f"{rel}/{name}" if rel else name
             if name in _CACHES or name.endswith(".pyc"):
                 continue
-            why = _unsafe_name(name) or (None if rel or name in EVOLVABLE_PATHS else "outside the evolvable paths")
+            why = _unsafe_name(name) or (None if rel or only is None or name in only else "outside the evolvable paths")
             if why:
                 snap.dropped[path] = why
                 continue
@@ -328,6 +330,25 @@ def _write_below(root: int, path: str, data: bytes, mode: int) -> None:
             f.write(data)
     finally:
         os.close(fd)
+
+
+def write_files(root: str | Path, files: dict[str, tuple[bool, bytes]]) -> list[str]:
+    """Write `files` (path -> (executable, content), as `read_workspace` gives them) below the
+    existing folder `root`, which must not hold them yet; a path that is not a plain relative one,
+    or leads through a link or a file, is skipped. Returns the paths not written."""
+    skipped = []
+    top = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        for path, (executable, data) in sorted(files.items()):
+            try:
+                if not _safe_relative(path) or "\0" in path:
+                    raise ValueError(path)
+                _write_below(top, path, data, 0o755 if executable else 0o644)
+            except (OSError, ValueError):
+                skipped.append(path)
+    finally:
+        os.close(top)
+    return skipped
 
 
 def _safe_relative(path: str) -> bool:

@@ -55,11 +55,14 @@ def remove_dead_socket_dirs() -> None:
 
 
 class Listeners:
-    """A gateway's HTTP endpoint and Unix socket, each served by a daemon thread until `close`."""
+    """A gateway's HTTP endpoint and Unix socket, each served by a daemon thread until `close`.
 
-    def __init__(self, gateway, host: str, port: int):
+    With `host` None only the socket: a Ray worker node's door to the run's gateway
+    (services/sandbox/ray_host.py), which opens no port."""
+
+    def __init__(self, gateway, host: str | None, port: int = 0):
         handler = type("GatewayHandler", (_Handler,), {"gateway": gateway})
-        self._server = _Server((host, port), handler)
+        self._server = _Server((host, port), handler) if host is not None else None
         # Sandboxes have no network: they reach the gateway through this socket, mounted in.
         # Its folder is short-named (sun_path holds 108 bytes) and only traversable by others,
         # so a sandbox user other than ours can connect but not list it.
@@ -70,6 +73,8 @@ class Listeners:
         self._unix_server = _UnixServer(str(self.unix_socket), unix_handler)
         self.unix_socket.chmod(0o666)
         for name, server in (("gateway", self._server), ("gateway-unix", self._unix_server)):
+            if server is None:
+                continue
             threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, name=name,
                              daemon=True).start()
 
@@ -84,6 +89,8 @@ class Listeners:
 
     def close(self) -> None:
         for server in (self._server, self._unix_server):
+            if server is None:
+                continue
             server.shutdown()
             server.server_close()
         shutil.rmtree(self._socket_dir, ignore_errors=True)
