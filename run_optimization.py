@@ -25,6 +25,7 @@ from archive.records import RunRecord
 from optimizer.initial_agents import INITIAL_AGENTS
 from services.config import (
     BASELINES,
+    EXECUTORS,
     PROJECT_ROOT,
     SANDBOX_BACKENDS,
     Config,
@@ -72,6 +73,10 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--initial_agent", choices=sorted(INITIAL_AGENTS), default=None,
                     help="the task agent the run starts from (default: default)")
     ap.add_argument("--sandbox", choices=SANDBOX_BACKENDS, default=None, help="where agent code runs (auto)")
+    ap.add_argument("--executor", choices=EXECUTORS, default=None,
+                    help="local (default), or ray: every sandbox on a node of a Ray cluster, in that node's backend")
+    ap.add_argument("--ray_address", default=None, metavar="ADDR",
+                    help="with --executor ray: auto (this machine's cluster) or HOST:PORT (default: a private instance)")
     return ap
 
 
@@ -86,7 +91,8 @@ def apply_flags(config: Config, args) -> Config:
             setattr(config.loop, name, getattr(args, name))
     for flag, (section, name) in {"budget_usd": ("gateway", "budget_usd"), "eval_workers": ("harness", "num_workers"),
                                   "meta_model": ("models", "meta"), "task_model": ("models", "task"),
-                                  "sandbox": ("sandbox", "backend")}.items():
+                                  "sandbox": ("sandbox", "backend"), "executor": ("sandbox", "executor"),
+                                  "ray_address": ("sandbox", "ray_address")}.items():
         if getattr(args, flag) is not None:
             setattr(getattr(config, section), name, getattr(args, flag))
     return validate(config)

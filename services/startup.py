@@ -32,6 +32,7 @@ class Services:
         self.preflight = preflight
         self.models: set[str] = set()  # provider strings the run calls
         self.gateway = None
+        self._ray = None  # with sandbox.executor ray: the run's hold on the cluster (services/sandbox/ray_backend.py)
 
     def require(self, *models: str) -> list[str]:
         """The models (provider strings or role aliases) this run will call, resolved; UserError
@@ -58,6 +59,11 @@ class Services:
             self.gateway.allow_models(*self.models)
             if self.preflight:
                 self.gateway.preflight(sorted(self.models))
+            if self.config.sandbox.executor == "ray":  # sandboxes on the cluster's nodes reach this gateway
+                from services.sandbox.ray_backend import connect
+
+                self._ray = connect(self.config, self.gateway.unix_socket)
+                self._ray.__enter__()
         except UserError:
             self.close()
             if created:  # nothing was made yet: leave no folder behind
@@ -69,6 +75,9 @@ class Services:
         self.close()
 
     def close(self) -> None:
+        if self._ray is not None:
+            self._ray, ray = None, self._ray
+            ray.__exit__(None, None, None)
         if self.gateway is not None:
             self.gateway.stop()
             self.gateway.ledger.close()

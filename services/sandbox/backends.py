@@ -1,0 +1,80 @@
+"""The backends of this machine: which one works here, and opening one.
+
+`auto` picks docker when an engine answers, else bubblewrap after a self-test, and
+otherwise stops with a clear error: it never falls back to running code unsandboxed.
+A Ray worker node resolves its own backend here too (services/sandbox/ray_host.py),
+so this module knows nothing of executors.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from services.config import SandboxConfig
+from services.errors import UserError
+from services.sandbox.base import Sandbox
+
+NONE_WARNING = ("warning: --sandbox none: agent code runs as a plain subprocess with your files and network; "
+                "use it only for code you trust")
+
+
+def choose_local_backend(config: SandboxConfig) -> tuple[str, str | None]:
+    """The configured backend after checking it works on this machine, `auto` resolved; and why
+    `auto` did not take docker (None when it did, or was not asked)."""
+    from services.sandbox.bwrap import bwrap_unavailable
+
+    wanted = config.backend
+    if wanted == "none":
+        return "none", None
+    docker_problem = None
+    if wanted in ("docker", "auto"):
+        from services.sandbox.docker_backend import engine_available
+
+        docker_problem = engine_available(config)
+        if docker_problem is None:
+            ensure_docker_image(config)
+            return "docker", None
+        if wanted == "docker":
+            raise UserError(f"sandbox docker: {docker_problem}")
+    bwrap_problem = bwrap_unavailable()
+    if bwrap_problem is None:
+        return "bwrap", docker_problem and f"auto chose bwrap because docker is not usable: {docker_problem}"
+    if wanted == "bwrap":
+        raise UserError(f"sandbox bwrap: {bwrap_problem}")
+    raise UserError(f"no sandbox works here: docker: {docker_problem}; bwrap: {bwrap_problem}. "
+                    "Start a Docker engine or install bubblewrap; --sandbox none runs agent code unsandboxed")
+
+
+def ensure_docker_image(config: SandboxConfig) -> None:
+    """Build the registry-free image (a fraction of a second) when the configured one is missing."""
+    import time
+
+    import docker
+
+    from services.sandbox.docker_backend import connect
+    from services.sandbox.image import build_host_python_image
+
+    client = connect(config)
+    try:
+        client.images.get(config.docker_image)
+    except docker.errors.ImageNotFound:
+        started = time.monotonic()
+        build_host_python_image(client, config.docker_image)
+        print(f"built the sandbox image {config.docker_image} in {time.monotonic() - started:.2f} s "
+              "(the host's Python, bound read-only)", file=sys.stderr)
+    finally:
+        client.close()
+
+
+def open_local(config: SandboxConfig, workspace: Path, mounts: list, gateway_socket: Path | None,
+               backend: str) -> Sandbox:
+    """An unopened sandbox of a backend of this machine (docker, bwrap or none)."""
+    if backend == "none":
+        print(NONE_WARNING, file=sys.stderr)
+        from services.sandbox.local import LocalSandbox as cls
+    elif backend == "bwrap":
+        from services.sandbox.bwrap import BwrapSandbox as cls
+    else:
+        from services.sandbox.docker_backend import DockerSandbox as cls
+    return cls(Path(workspace), config, list(mounts), gateway_socket)
