@@ -99,7 +99,42 @@ def test_usd_budget_holds_each_calls_worst_case(gateway_factory, fake_openai):
     assert paid == 3 and fake_openai.count == 3
     assert err.value.status_code == 402 and "gateway.budget_usd" in str(err.value)
     assert gw.spent().cost_usd == pytest.approx(3 * (100 + len(fake_openai.responder({})) // 4) / 1e6)
-    assert gw.budget_left_message()  # the refusal tells the loop to start no more rows
+    assert gw.budget_left_message()  # an ordinary call no longer fits: the loop starts no more rows
+
+
+@pytest.mark.parametrize("budget", [{"budget_usd": 0.1}, {"budget_tokens": 100_000}])
+@pytest.mark.parametrize("prompt, params", [(2**20, {"max_tokens": 20}), (400, {"max_tokens": 32768, "n": 4})],
+                         ids=["1 MB prompt", "4 choices of 32768 tokens"])
+def test_one_oversized_call_is_refused_and_the_run_goes_on(gateway_factory, fake_openai, budget, prompt, params):
+    # At $1 per million tokens, its worst case is past either budget; an ordinary call (one choice, a
+    # prompt of at most 64 KiB) is not.
+    gw = gateway_factory(prices={"openai/fake": [1.0, 1.0]}, **budget)
+    key = gw.new_session("n", "task")
+    with pytest.raises(litellm.exceptions.APIError) as err:
+        call(gw, key, "x" * prompt, **params)
+    assert err.value.status_code == 402 and "still holds an ordinary call" in str(err.value)
+    assert fake_openai.count == 0 and gw.budget_left_message() is None
+    fake_openai.set_replies(["still here"])
+    assert call(gw, key, "x" * 400, max_tokens=20).choices[0].message.content == "still here"
+    assert fake_openai.count == 1 and gw.budget_left_message() is None
+
+
+def test_a_call_that_fits_but_for_calls_in_flight_waits_for_them(gateway_factory, fake_openai):
+    # Each call's worst case (~$0.0005) fits the budget, two at once do not: the second waits for the
+    # first to end (its real cost is a fifth of its worst case), then goes through.
+    fake_openai.latency = 0.5
+    gw = gateway_factory(budget_usd=0.0008, prices={"openai/fake": [1.0, 1.0]})
+    key = gw.new_session("n", "task")
+    replies = []
+    threads = [threading.Thread(target=lambda: replies.append(call(gw, key, "x" * 400, max_tokens=20)))
+               for _ in range(2)]
+    for t in threads:
+        t.start()
+        time.sleep(0.1)
+    for t in threads:
+        t.join()
+    assert len(replies) == 2 and fake_openai.count == 2
+    assert gw.spent().calls == 2 and gw.budget_left_message() is None
 
 
 def test_an_exhausted_budget_refuses_every_call(gateway_factory, fake_openai, tmp_path):
