@@ -11,13 +11,17 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 from pathlib import Path
 
 from domains.harness import GRADINGS, JOURNAL, PREDICTIONS
-from services.fsutil import atomic_write_json
+from domains.scoring import REPORT_SCHEMA
+from services.errors import UserError
+from services.fsutil import atomic_write_json, read_bounded
 
 REPORT = "report.json"
+MAX_REPORT_BYTES = 2**24  # a report is a few KB of metrics; a bigger file is no report the core wrote
 
 
 class EvalStore:
@@ -36,21 +40,40 @@ class EvalStore:
         return self.folder(key) / REPORT
 
     def report(self, key: str) -> dict | None:
-        """The scores of a finished evaluation, or None while it has none."""
+        """The scores of a finished evaluation, or None while it has none; a UserError naming the file when
+        it is not a report the core wrote (garbled, a link, too big, not an object, a newer schema)."""
         path = self.report_path(key)
-        return json.loads(path.read_text()) if path.is_file() else None
+        try:
+            report = json.loads(read_bounded(path, MAX_REPORT_BYTES).decode("utf-8"))
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as e:  # ValueError: also bad JSON and bad UTF-8
+            raise UserError(f"{path}: not a report the run wrote ({e})") from None
+        version = report.get("schema_version", 0) if isinstance(report, dict) else None
+        if type(version) is not int or not 0 <= version <= REPORT_SCHEMA:
+            raise UserError(f"{path}: not a report the run wrote (a JSON object with schema_version 0 to "
+                            f"{REPORT_SCHEMA} expected, got {str(report)[:100]})")
+        return report
 
     def save_report(self, key: str, report: dict) -> None:
         atomic_write_json(self.report_path(key), report)
 
     def seed(self, key: str, smaller: str) -> bool:
         """Start evaluation `key` from the journal of `smaller`, an evaluation of the same agent on its
-        first rows; only a folder not yet made is seeded. Whether `key` holds a folder now."""
-        folder, journal = self.folder(key), self.folder(smaller) / JOURNAL
-        if not folder.exists() and journal.exists():
-            folder.mkdir(parents=True)
-            shutil.copy2(journal, folder / JOURNAL)
-        return folder.exists()
+        first rows, when `key` has no journal yet. Whether `key` has a journal now.
+
+        The copy goes to a temporary file first and takes the journal's name whole, so a kill at any
+        point leaves either no journal (seeded again next time) or the complete one."""
+        target, journal = self.folder(key) / JOURNAL, self.folder(smaller) / JOURNAL
+        if not target.exists() and journal.exists():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            partial = target.with_name(f".{JOURNAL}.seeding")
+            with open(journal, "rb") as src, open(partial, "wb") as dst:
+                shutil.copyfileobj(src, dst)
+                dst.flush()
+                os.fsync(dst.fileno())
+            os.replace(partial, target)
+        return target.exists()
 
     def predictions(self, key: str) -> Path:
         return self.folder(key) / PREDICTIONS
