@@ -255,7 +255,7 @@ def _rules() -> dict:
         "sandbox.output_cap_mb": _above(0),
         "sandbox.disk_mb": _above(0),
         "sandbox.executor": _one_of(*EXECUTORS),
-        "sandbox.ray_address": (lambda v: bool(v.strip()), "a Ray address (auto, HOST:PORT or ray://HOST:PORT)"),
+        "sandbox.ray_address": (lambda v: bool(v.strip()), "a Ray address (auto or HOST:PORT)"),
         "loop.max_generation": _at_least(0),
         "loop.parent_selection": _one_of(*PARENT_SELECTIONS),
         "loop.parallel": (lambda v: 1 <= v <= 64, "from 1 to 64"),
