@@ -1,11 +1,15 @@
 """The gateway end to end: agent-side litellm -> gateway -> litellm -> fake provider."""
 
+import json
 import os
+import subprocess
+import sys
 import threading
 import time
 
 import litellm
 import pytest
+from conftest import REPO_ROOT
 
 from agent.llm import get_response
 
@@ -340,3 +344,37 @@ def test_a_history_of_dumped_response_messages_is_accepted_without_their_echoed_
     assert reply.choices[0].message.content == "second"
     sent = fake_openai.requests[-1]["json"]["messages"][1]
     assert sent["content"] == "first" and "provider_specific_fields" not in sent and "function_call" not in sent
+
+
+GATEWAY_UNDER_O = """
+import http.client, json, sys
+from pathlib import Path
+from urllib.parse import urlsplit
+from services.config import Config
+from services.gateway import open_gateway
+assert not __debug__  # python -O: assert statements are gone
+gw = open_gateway(Config(), Path(sys.argv[1]), "run")
+key = gw.new_session("n", "task")
+answers = []
+for body in (b"[1, 2]", b'"a string"', b"7", b"[" * 100000, b"\\xff"):
+    conn = http.client.HTTPConnection("127.0.0.1", urlsplit(gw.url).port, timeout=30)
+    try:
+        conn.request("POST", "/v1/chat/completions", body=body, headers={"Authorization": "Bearer " + key})
+        reply = conn.getresponse()
+        answers.append([reply.status, json.loads(reply.read())["error"]["message"]])
+    except Exception as e:
+        answers.append([None, type(e).__name__])
+    finally:
+        conn.close()
+gw.stop()
+print(json.dumps(answers))
+"""
+
+
+def test_a_body_that_is_not_a_json_object_is_a_400_also_under_python_O(tmp_path):
+    r = subprocess.run([sys.executable, "-O", "-c", GATEWAY_UNDER_O, str(tmp_path)], cwd=REPO_ROOT,
+                       capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"})
+    assert r.returncode == 0, r.stderr[-2000:]
+    answers = json.loads(r.stdout.strip().splitlines()[-1])
+    assert answers == [[400, "request body is not a JSON object"]] * 5

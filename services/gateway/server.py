@@ -152,8 +152,9 @@ class _Handler(BaseHTTPRequestHandler):
             return self._send(error_reply(404, f"no route {self.path}", "not_found"))
         try:
             body = json.loads(raw)
-            assert isinstance(body, dict)
-        except Exception:
+        except (ValueError, RecursionError):  # also bytes that are not UTF-8, and nesting too deep to parse
+            body = None
+        if not isinstance(body, dict):
             return self._send(self.gateway.refuse(api_key, 400, "request body is not a JSON object",
                                                   "invalid_request_error"))
         self._send(self.gateway.handle_chat(api_key, body))
