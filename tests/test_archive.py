@@ -144,6 +144,22 @@ def test_run_repo_commits_changes_drops_protected_paths_and_hashes_the_task_agen
         repo.node_commit("3")  # no ref is left for a node that changed nothing
 
 
+@pytest.mark.parametrize("path", ["meta_agent/notes.py", "select_next_parent.py", "ensemble.py"])
+def test_code_the_task_agent_never_runs_leaves_its_hash_alone(tmp_path, path):
+    """A meta agent that writes only these keeps the task agent's results (no paid re-evaluation)."""
+    from services.config import PROJECT_ROOT
+
+    repo = RunRepo.create(tmp_path / "repo", PROJECT_ROOT)
+    base = repo.node_commit("initial")
+    ws = repo.checkout(base, tmp_path / "ws")
+    (ws / path).parent.mkdir(exist_ok=True)
+    (ws / path).write_text(f"# only {path} changed\n")
+    cap = repo.capture(ws, base, "1")
+    discard(ws)
+    assert cap.commit and cap.files == 1
+    assert repo.task_agent_hash(cap.commit) == repo.task_agent_hash(base)
+
+
 def test_checkout_keeps_the_executable_bit_and_costs_the_same_at_any_depth(tmp_path):
     from services.config import PROJECT_ROOT
 
