@@ -81,9 +81,10 @@ class Connection:
     """A run's hold on the cluster: how to make sandbox hosts, and the gateway channel they use."""
 
     def __init__(self, ray, config: Config, gateway_socket: Path | None):
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
         from services.sandbox.ray_channel import Channel, Mailbox
         from services.sandbox.ray_host import SandboxHost
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         self.ray = ray
         self.host_class = ray.remote(num_cpus=HOST_CPUS, max_concurrency=HOST_THREADS, max_restarts=0,
@@ -147,6 +148,8 @@ class RaySandbox(Sandbox):
         return self._python
 
     def open(self) -> "RaySandbox":
+        from services.sandbox.ray_host import trusted_digest
+
         connection = _connection
         if connection is None:
             raise RuntimeError("the Ray executor is not connected (services.sandbox.ray_backend.connect)")
@@ -165,6 +168,9 @@ class RaySandbox(Sandbox):
         info = self.call("open", workspace, mounts, connection.door if self.gateway_socket else None)
         self._python, self.remote_backend = str(info["python"]), str(info["backend"])
         self.node_id, self.where = str(info["node_id"]), f"{info['backend']} on {info['host']}"
+        if info["trusted"] != trusted_digest():
+            raise UserError(f"the Ray node {info['host']} runs another version of this project (its inside/ "
+                            "differs from this machine's): install the same commit on every node")
         return self
 
     def call(self, method: str, *args):
@@ -189,7 +195,10 @@ class RaySandbox(Sandbox):
     def adopt(self, tree: Path) -> None:
         """Files the controller put into the workspace (or a writable mount) after open: send them."""
         tree = Path(tree).resolve()
-        target = None if tree == self.workspace else next(m.target for m in self.mounts if m.source == tree)
+        targets = [m.target for m in self.mounts if m.writable and m.source == tree]
+        if tree != self.workspace and not targets:
+            raise ValueError(f"{tree} is neither the workspace nor a writable mount of this sandbox")
+        target = None if tree == self.workspace else targets[0]
         self.call("push", target, read_to_send(tree, quota_of(self.config), "the folder"))
 
     def _spawn(self, argv: list[str], env: dict[str, str], cwd: str):
@@ -236,7 +245,7 @@ class RaySandbox(Sandbox):
         while not self._stop_watch.wait(DISK_CHECK_S):
             try:
                 capped = self.call("disk_capped")
-            except (SandboxClosed, RuntimeError):
+            except RuntimeError:  # SandboxClosed too
                 return
             if capped:
                 self.disk_capped = str(capped)[:300]
@@ -248,7 +257,7 @@ class RaySandbox(Sandbox):
         try:
             super().close()  # kills the commands still running
             if self._host is not None and not self.lost:
-                with contextlib.suppress(SandboxClosed, RuntimeError):
+                with contextlib.suppress(RuntimeError):  # SandboxClosed: the node is gone
                     if self._dirty:
                         self.pull()
                     self.call("close")

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import codecs
 import dataclasses
+import hashlib
 import itertools
 import shutil
 import socket
@@ -31,7 +32,7 @@ from services.config import SandboxConfig
 from services.errors import UserError
 from services.gateway.server import Listeners, Reply, error_reply
 from services.sandbox.backends import choose_local_backend, open_local
-from services.sandbox.base import Mount
+from services.sandbox.base import INSIDE, Mount, SandboxClosed
 from services.sandbox.ray_files import less, place, read_tree, replace_tree
 from services.workspace import Quota
 
@@ -178,11 +179,16 @@ class SandboxHost:
         self.box = open_local(self.config, self.root / "workspace", local_mounts, socket_path, backend)
         self.box.__enter__()
         return {"python": self.box.python, "backend": backend, "node_id": ray.get_runtime_context().get_node_id(),
-                "host": socket.gethostname()}
+                "host": socket.gethostname(), "trusted": trusted_digest()}
+
+    def _open_box(self):
+        if self.box is None:
+            raise SandboxClosed("the sandbox is closed")
+        return self.box
 
     def popen(self, argv: list[str], env: dict[str, str], cwd: str | None) -> tuple[int, int]:
         """Start a command; its id here and its pid on this node."""
-        proc = self.box.popen(argv, env, cwd)
+        proc = self._open_box().popen(argv, env, cwd)
         ident = next(self._ids)
         self._commands[ident] = _Command(proc, Stream(proc.stdout), Stream(proc.stderr))
         return ident, proc.pid
@@ -230,16 +236,17 @@ class SandboxHost:
     def run(self, argv: list[str], env: dict[str, str], timeout: float, input: str | None, cwd: str | None,
             output_cap: int | None) -> dict:
         """Run to completion here (Sandbox.run); the RunResult's fields."""
-        return dataclasses.asdict(self.box.run(argv, env, timeout, input, cwd, output_cap))
+        return dataclasses.asdict(self._open_box().run(argv, env, timeout, input, cwd, output_cap))
 
     def disk_capped(self) -> str | None:
-        return self.box.disk_capped
+        return self._open_box().disk_capped
 
     def push(self, target: str | None, files: dict) -> list[str]:
         """Make the workspace (target None) or a writable mount hold exactly `files`."""
+        box = self._open_box()
         tree = self.root / "workspace" if target is None else self.writable[target]
         skipped = replace_tree(tree, files)
-        self.box.adopt(tree)
+        box.adopt(tree)
         return skipped
 
     def pull(self, quota: tuple, only: tuple[str, ...] | None) -> dict:
@@ -269,3 +276,12 @@ class SandboxHost:
                 shutil.rmtree(self.root, ignore_errors=True)
             self.box = self.listeners = None
 
+
+
+def trusted_digest() -> str:
+    """A hash of the trusted scripts of inside/ that sandboxes here run: a node whose differ from
+    the controller's runs another version of this project."""
+    digest = hashlib.sha256()
+    for path in sorted(INSIDE.glob("*.py")):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()

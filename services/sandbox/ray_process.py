@@ -15,8 +15,6 @@ import subprocess
 import threading
 import time
 
-from services.sandbox.base import SandboxClosed
-
 READ_CHARS = 2**20  # most characters one read call brings back
 READ_WAIT_S = 5.0  # how long one read call waits on the node for output
 WAIT_STEP_S = 5.0  # how long one wait call waits on the node
@@ -43,7 +41,7 @@ class RemoteProcess:
         if self.returncode is None:
             try:
                 self._ended(self.call("poll"))
-            except SandboxClosed:
+            except RuntimeError:  # SandboxClosed (its node is gone), or its host failed
                 self._ended(LOST)
         return self.returncode
 
@@ -55,7 +53,7 @@ class RemoteProcess:
                 raise subprocess.TimeoutExpired(self.args, timeout)
             try:
                 self._ended(self.call("wait", step))
-            except SandboxClosed:
+            except RuntimeError:  # SandboxClosed (its node is gone), or its host failed
                 self._ended(LOST)
         return self.returncode
 
@@ -63,7 +61,7 @@ class RemoteProcess:
         if self.returncode is None:
             try:
                 self.call("kill")
-            except SandboxClosed:
+            except RuntimeError:  # SandboxClosed (its node is gone), or its host failed
                 self._ended(LOST)
 
 
@@ -92,7 +90,7 @@ class _Stdin:
                 return
             try:
                 delivered = self.proc.call("write", text)
-            except SandboxClosed:
+            except RuntimeError:  # SandboxClosed (its node is gone), or its host failed
                 delivered = False
         if not delivered:
             raise BrokenPipeError("the command no longer reads its input")
@@ -106,7 +104,7 @@ class _Stdin:
             self._closed = True
             try:
                 self.proc.call("close_stdin")
-            except SandboxClosed:
+            except RuntimeError:  # SandboxClosed (its node is gone), or its host failed
                 pass
 
 
@@ -124,7 +122,7 @@ class _Reader:
         while not self._eof:
             try:
                 text = self.proc.call("read", self.stream, READ_CHARS, READ_WAIT_S)
-            except SandboxClosed:
+            except RuntimeError:  # SandboxClosed (its node is gone), or its host failed
                 text = ""
             if text is None:
                 continue  # nothing yet
