@@ -7,6 +7,7 @@ status. Every record carries `schema_version`; one of an older shape is migrated
 
 from __future__ import annotations
 
+import re
 import typing
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from datetime import datetime
@@ -17,6 +18,9 @@ from services.config import conforms, describe, show
 NODE_SCHEMA = 1  # node.json
 META_SCHEMA = 1  # the meta agent's result, in archive.jsonl's meta_done event
 RUN_SCHEMA = 1  # run.json
+
+COMMIT = re.compile(r"[0-9a-f]{40}")  # a commit of the run's repository (git's SHA-1 object names)
+EVAL_KEY = re.compile(r"[0-9a-f]{24}")  # a folder under evals/: optimizer/eval_store.py EvalStore.key
 
 
 class Status(StrEnum):
@@ -57,6 +61,9 @@ def _checked(cls, data, extra: dict) -> dict:
         if data["status"] not in set(Status):
             raise ValueError(f"status must be one of {', '.join(Status)}, got {show(data['status'])}")
         data["status"] = Status(data["status"])
+    commit = data.get("commit")
+    if commit is not None and not COMMIT.fullmatch(commit):
+        raise ValueError(f"commit must be 40 hex digits or null, got {show(commit)}")
     return data
 
 
@@ -110,6 +117,11 @@ class Node:
             raise ValueError(f"node_id {data['node_id']!r} is not its folder's name {folder!r}")
         if data["generation"] < 0:
             raise ValueError(f"generation must be 0 or more, got {data['generation']}")
+        for domain, keys in data.get("eval_keys", {}).items():
+            for split, key in keys.items():
+                if not EVAL_KEY.fullmatch(key):
+                    raise ValueError(f"eval_keys of {show(domain)} {show(split)} must be a key of evals/ "
+                                     f"(24 hex digits), got {show(key)}")
         return cls(**data)
 
     @property

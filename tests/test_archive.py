@@ -8,10 +8,11 @@ from collections import Counter
 
 import pytest
 
-from archive.records import MetaResult, Node, Status
+from archive.records import EVAL_KEY, MetaResult, Node, Status
 from archive.selection import Candidate, select_parent
 from archive.store import Archive, selection_score
 from domains.registry import get_domain
+from optimizer.eval_store import EvalStore
 from services.errors import UserError
 from services.workspace import RunRepo, discard
 
@@ -82,8 +83,8 @@ def test_a_cut_log_line_is_skipped_and_the_pending_generation_found(tmp_path):
     again = Archive(tmp_path)
     assert [s["node_id"] for s in again.pending_generations()] == ["2"]
     assert again.meta_result("2") is None
-    again.log_meta_result("2", MetaResult(Status.OK, "abc", {"files": 1}, 2.5))
-    assert Archive(tmp_path).meta_result("2") == MetaResult(Status.OK, "abc", {"files": 1}, 2.5)
+    again.log_meta_result("2", MetaResult(Status.OK, "ab" * 20, {"files": 1}, 2.5))
+    assert Archive(tmp_path).meta_result("2") == MetaResult(Status.OK, "ab" * 20, {"files": 1}, 2.5)
 
 
 def test_records_carry_a_schema_version_and_records_of_the_older_shape_still_load(tmp_path):
@@ -103,6 +104,44 @@ def test_records_carry_a_schema_version_and_records_of_the_older_shape_still_loa
     archive.log("meta_done", node_id="3", status="ok", commit=7, patch={}, seconds=1.0)
     with pytest.raises(UserError, match="commit must be"):
         archive.meta_result("3")
+
+
+@pytest.mark.parametrize("field, value, why", [
+    ("commit", "abc", "commit must be 40 hex digits"),
+    ("commit", "AB" * 20, "commit must be 40 hex digits"),
+    ("commit", "ab" * 20 + "\n", "commit must be 40 hex digits"),
+    ("eval_keys", {"imo_grading": {"val": "../../../etc"}}, "eval_keys of 'imo_grading' 'val' must be a key"),
+    ("eval_keys", {"imo_grading": {"val": "0" * 23}}, "must be a key of evals/"),
+    ("eval_keys", {"imo_grading": {"val": "0" * 24 + "/x"}}, "must be a key of evals/"),
+])
+def test_a_node_record_with_a_commit_or_eval_key_the_core_never_makes_is_refused(tmp_path, field, value, why):
+    good = {"node_id": "1", "parent": "initial", "generation": 1, "commit": "0123456789abcdef" * 2 + "01234567",
+            "eval_keys": {"imo_grading": {"train": EvalStore.key("h", "imo_grading", "train", 10, "m")}}}
+    assert Node.from_dict(good, "1").commit == good["commit"]
+    with pytest.raises(ValueError, match=why):
+        Node.from_dict({**good, field: value}, "1")
+    path = tmp_path / "nodes" / "1" / "node.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({**good, field: value}))
+    with pytest.raises(UserError, match=f"{path}: not a node record the run wrote") as err:
+        Archive(tmp_path)
+    assert "\n" not in str(err.value)
+
+
+def test_the_meta_agents_result_names_a_commit_or_none(tmp_path):
+    archive = Archive(tmp_path)
+    for node_id, commit in (("1", None), ("2", "f" * 40)):
+        archive.log_meta_result(node_id, MetaResult(Status.OK, commit, {}, 1.0))
+        assert archive.meta_result(node_id).commit == commit
+    archive.log("meta_done", node_id="3", status="ok", commit="HEAD~1", patch={}, seconds=1.0)
+    with pytest.raises(UserError, match="commit must be 40 hex digits"):
+        archive.meta_result("3")
+
+
+def test_the_eval_store_makes_the_keys_a_node_record_accepts():
+    keys = {EvalStore.key(h, d, s, n, m) for h in ("a", "b") for d in ("imo_grading", "aime2025")
+            for s in ("train", "val") for n in (10, 100) for m in ("openai/x", "local/y")}
+    assert len(keys) == 32 and all(EVAL_KEY.fullmatch(k) for k in keys)
 
 
 def test_run_repo_commits_changes_drops_protected_paths_and_hashes_the_task_agent(tmp_path):
