@@ -35,6 +35,7 @@ from services.workspace import EVOLVABLE_PATHS
 
 HOST_CPUS = 1  # Ray CPUs a sandbox holds on its node (the cluster's CPUs bound the sandboxes at once)
 HOST_THREADS = 32  # calls a host actor serves at once (a command's two stream reads wait there)
+PLACEMENT_WARN_S = 60.0  # a sandbox still not placed on a node after this is told on the console
 DISK_CHECK_S = 2.0  # how often the node is asked whether it stopped the sandbox for what it wrote
 _lock = threading.Lock()
 _connection = None  # the run's Connection while `connect` is entered
@@ -165,7 +166,12 @@ class RaySandbox(Sandbox):
             quota = less(quota, files)
             mounts.append((m.target, m.writable, files))
         self._host = connection.host_class.remote(self.config)
-        info = self.call("open", workspace, mounts, connection.door if self.gateway_socket else None)
+        opening = self._host.open.remote(workspace, mounts, connection.door if self.gateway_socket else None)
+        if not self._ray.wait([opening], timeout=PLACEMENT_WARN_S)[0]:
+            print(f"waiting for a free CPU of the Ray cluster to open a sandbox on (each open sandbox holds "
+                  f"{HOST_CPUS}; a generation holds two, so --parallel at most half the cluster's CPUs)",
+                  file=sys.stderr, flush=True)
+        info = self._result(opening, "open")
         self._python, self.remote_backend = str(info["python"]), str(info["backend"])
         self.node_id, self.where = str(info["node_id"]), f"{info['backend']} on {info['host']}"
         if info["trusted"] != trusted_digest():
@@ -175,11 +181,15 @@ class RaySandbox(Sandbox):
 
     def call(self, method: str, *args):
         """A call to the host actor; SandboxLost when its node is gone (SandboxClosed once closed)."""
-        host, ray = self._host, self._ray
+        host = self._host
         if host is None:
             raise SandboxClosed("the sandbox is closed")
+        return self._result(getattr(host, method).remote(*args), method)
+
+    def _result(self, pending, method: str):
+        ray = self._ray
         try:
-            return ray.get(getattr(host, method).remote(*args))
+            return ray.get(pending)
         except ray.exceptions.RayTaskError as e:
             cause = e.cause
             if isinstance(cause, (SandboxClosed, UserError)):
