@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -163,6 +164,29 @@ def test_sandboxed_calls_reach_the_controllers_gateway_through_ray(cluster, gate
     calls = gateway.ledger.calls()
     assert [(c["node"], c["role"]) for c in calls if not c["error"]] == [("node-7", "task")]
     assert [(c["node"], c["role"]) for c in calls if c["error"]] == [("unknown", "unknown")]
+
+
+def test_closing_a_sandbox_from_another_thread_ends_its_command_at_once(cluster, tmp_path):
+    """Ctrl-C with generations in flight: close_all on the main thread, SandboxClosed in the slot's."""
+    from services.sandbox import SandboxClosed, close_all
+
+    config = ray_config(cluster)
+    (tmp_path / "ws").mkdir()
+    raised = []
+    with connect(config, None), open_sandbox(config.sandbox, tmp_path / "ws", [], None, "ray") as box:
+        def slot():
+            try:
+                box.run([box.python, "-c", "import time; time.sleep(120)"], box.base_env(), timeout=300)
+            except SandboxClosed as e:
+                raised.append((e, time.monotonic()))
+
+        thread = threading.Thread(target=slot)
+        thread.start()
+        time.sleep(1.0)
+        closed_at = time.monotonic()
+        assert close_all() >= 1
+        thread.join(30)
+    assert raised and type(raised[0][0]) is SandboxClosed and raised[0][1] - closed_at < 10
 
 
 def test_a_lost_worker_node_raises_sandbox_lost(cluster, tmp_path):
