@@ -71,8 +71,8 @@ def describe_cluster(config: SandboxConfig) -> str:
     ray = _ray(config.ray_address)
     nodes = [n for n in ray.nodes() if n.get("Alive") and n.get("Resources", {}).get("CPU", 0) > 0]
     cpus = sum(n["Resources"]["CPU"] for n in nodes)
-    where = (f"cluster at {config.ray_address}" if config.ray_address else
-             f"a private Ray instance at {ray.get_runtime_context().gcs_address}")
+    gcs = ray.get_runtime_context().gcs_address
+    where = f"cluster at {gcs}" if config.ray_address else f"a private Ray instance at {gcs}"
     if cpus < HOST_CPUS:
         raise UserError(f"the Ray {where} has no node with a CPU to run sandboxes on")
     return f"{config.backend} on each node; {where}: {len(nodes)} node{'s' * (len(nodes) != 1)}, {cpus:g} CPUs"
