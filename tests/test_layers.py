@@ -132,8 +132,9 @@ def test_the_cycle_finder_finds_a_circle():
 
 
 # Besides the standard library and litellm: math_verify, with which answers.py compares answers as
-# the metrics do; task_agent and meta_agent, the workspace's agent code that the scripts exist to load.
-ALSO_INSIDE = {"litellm", "math_verify", "task_agent", "meta_agent", "inside"}
+# the metrics do; task_agent, meta_agent and select_next_parent, the workspace's agent code that the scripts
+# exist to load.
+ALSO_INSIDE = {"litellm", "math_verify", "task_agent", "meta_agent", "select_next_parent", "inside"}
 
 
 def _allowed_inside(name: str, siblings: set[str]) -> bool:

@@ -132,6 +132,7 @@ class SyntheticRun:
              test: tuple | None = None):
         """A node whose task_agent/task_agent.py ends with `# node <id>` (plus `code`)."""
         from archive.records import Node
+        from optimizer.eval_store import EvalStore
         from services.workspace import discard
 
         workspace = self.repo.checkout(self.repo.node_commit("initial"), self.dir / "workspaces" / node_id)
@@ -143,7 +144,7 @@ class SyntheticRun:
         for split, scores in (("train", val), ("val", val), ("test", test)):
             if scores is None or (split != "train" and not full):
                 continue
-            key = f"{node_id}-{split}"
+            key = EvalStore.key(node_id, "imo_grading", split, 0, "synthetic")
             keys[split] = key
             (self.dir / "evals" / key).mkdir(parents=True)
             (self.dir / "evals" / key / "report.json").write_text(json.dumps(
