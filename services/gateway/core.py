@@ -165,8 +165,8 @@ class Gateway:
         return self._budget.spent()
 
     def budget_left_message(self) -> str | None:
-        """Why no new call may start (a budget is spent, or it already refused a call whose worst case it
-        could not hold), or None while the budget allows one."""
+        """Why no new call may start (a budget is spent, or what is left cannot hold an ordinary call),
+        or None while the budget allows one."""
         return self._budget.left_message()
 
     def preflight(self, models: list[str]) -> None:
