@@ -119,8 +119,9 @@ class Door:
     def allowed_models(self) -> list[str]:
         reply = self._ask("models", "", None)
         data = reply.body.get("data") if reply.status == 200 else None
-        return [m["id"] for m in data if isinstance(m, dict) and isinstance(m.get("id"), str)] if isinstance(
-            data, list) else []
+        if not isinstance(data, list):
+            return []
+        return [m["id"] for m in data if isinstance(m, dict) and isinstance(m.get("id"), str)]
 
     def _ask(self, kind: str, api_key: str, body: dict | None) -> Reply:
         import ray
