@@ -133,8 +133,9 @@ SANDBOXED_CALL = """if True:
         wrong = None
     except urllib.error.HTTPError as e:
         wrong = [e.code, e.read().decode()]
+    models = json.load(urllib.request.urlopen(url + "/models"))
     print(json.dumps({"content": reply.choices[0].message.content, "reply": reply.model_dump(), "wrong": wrong,
-                      "env": dict(os.environ)}))
+                      "models": [m["id"] for m in models["data"]], "env": dict(os.environ)}))
 """
 
 
@@ -153,7 +154,7 @@ def test_sandboxed_calls_reach_the_controllers_gateway_through_ray(cluster, gate
         node_env = ray.get(ray.remote(num_cpus=0, scheduling_strategy=ray.util.scheduling_strategies
                                       .NodeAffinitySchedulingStrategy(box.node_id, soft=False))(
             lambda: dict(os.environ)).remote())
-    assert seen["content"] == DEFAULT_REPLY
+    assert seen["content"] == DEFAULT_REPLY and seen["models"] == ["openai/fake"]
     # The provider was called by the controller's gateway, with the provider key, and only there.
     chats = [r for r in fake_openai.requests if r["path"].endswith("/chat/completions")]
     assert len(chats) == 1 and chats[0]["headers"]["authorization"] == f"Bearer {PROVIDER_KEY}"
