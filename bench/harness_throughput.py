@@ -19,15 +19,31 @@ command line and pages; it is left out of the sum, and its peak restarts when it
 
     python bench/harness_throughput.py --samples 100 --workers 10 --latency 0.2
 
-Exits non-zero only when the harness fails (non-zero exit, no run.json, or rows not
+With `--reference DIR` (a checkout of facebookresearch/HyperAgents), the reference's own
+`domains/harness.py` runs the same rows against a fresh fake server of the same latency,
+alternating with ours for `--repeat` runs each, and the medians of the whole command's wall
+time are compared (target: ours / reference <= 1.0). The reference runs unchanged, in a temp
+folder holding the same CSV at the path it reads (`./domains/imo/gradingbench<subset>.csv`),
+with two things on its PYTHONPATH: `--reference_path` (its dependencies missing here, e.g.
+`pip install --target DIR backoff hydra-core`) and a `sitecustomize.py` written by this bench
+that only aliases the model its grading domain names (`gpt-o4-mini-genai`, which litellm
+cannot route) to `openai/gpt-o4-mini-genai` once litellm is imported, so that OPENAI_API_BASE
+sends its calls to the fake server.
+
+    python bench/harness_throughput.py --reference /tmp/reference --reference_path /tmp/refdeps --repeat 3
+
+Exits non-zero only when a harness fails (non-zero exit, no run.json, or rows not
 done); a missed target prints FAIL but exits 0.
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import os
+import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -46,6 +62,11 @@ RATIO_TARGET = 1.15  # sampling wall time / ideal
 RSS_TARGET_MB = 400.0  # the harness process
 POLL_S = 0.05  # seconds between /proc reads while the harness runs
 RUN_ID = "bench"
+TOTAL_TARGET = 1.0  # the whole command's wall time, ours / the reference's
+SUBSET_FILE = ROOT / "domains" / "imo" / "data" / "gradingbench_filtered_100_train.csv"  # our --subset train
+REFERENCE_SUBSET = "_filtered_100_train"  # the reference's name for the same file
+REFERENCE_MODEL = "gpt-o4-mini-genai"  # what the reference's imo_grading utils call
+REFERENCE_TRIES = 3  # runs of the reference for one good one (see `reference_run`)
 
 
 class TimedFakeOpenAI(FakeOpenAI):
@@ -233,24 +254,29 @@ def harness_env(base_url: str) -> dict:
     return env
 
 
+def run_watched(cmd: list[str], env: dict, cwd: Path, log_path: Path) -> tuple[int, float, int, MemoryPeaks]:
+    """Run `cmd` to its end with its output in `log_path`, polling its tree's memory:
+    (exit code, wall seconds from start to exit, its pid, the peaks)."""
+    peaks = MemoryPeaks()
+    started = time.monotonic()
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=log, stderr=subprocess.STDOUT)
+        watcher = threading.Thread(target=watch_memory, args=(proc, peaks), daemon=True)
+        watcher.start()
+        returncode = proc.wait()
+        watcher.join()
+    return returncode, time.monotonic() - started, proc.pid, peaks
+
+
 def measure(samples: int, workers: int, latency: float, nagle: bool = False) -> Measurement:
     """Run the harness once against a fresh fake server and output folder."""
     with tempfile.TemporaryDirectory(prefix="harness_throughput_") as tmp, \
             TimedFakeOpenAI(latency=latency, nagle=nagle) as server:
         server.set_replies([REPLY])
         log_path = Path(tmp) / "harness.log"
-        peaks = MemoryPeaks()
         overflows_before = listen_overflows()
-        started = time.monotonic()
-        with open(log_path, "wb") as log:
-            proc = subprocess.Popen(harness_command(samples, workers, Path(tmp)),
-                                    env=harness_env(server.base_url), cwd=ROOT,
-                                    stdout=log, stderr=subprocess.STDOUT)
-            watcher = threading.Thread(target=watch_memory, args=(proc, peaks), daemon=True)
-            watcher.start()
-            returncode = proc.wait()
-            watcher.join()
-        total_s = time.monotonic() - started
+        returncode, total_s, pid, peaks = run_watched(harness_command(samples, workers, Path(tmp)),
+                                                      harness_env(server.base_url), ROOT, log_path)
         overflows_after = listen_overflows()
         chats = [r for r in server.requests if r["path"] in CHAT_PATHS]
         arrivals = [r["time"] for r in chats]
@@ -260,12 +286,96 @@ def measure(samples: int, workers: int, latency: float, nagle: bool = False) -> 
             run_meta=json.loads(run_json.read_text()) if run_json.exists() else None,
             requests=len(arrivals), answered=server.count,
             first_request=min(arrivals, default=0.0), last_answer=max(server.answered_at, default=0.0),
-            total_s=total_s, harness_pid=proc.pid, memory=peaks,
+            total_s=total_s, harness_pid=pid, memory=peaks,
             listen_overflows=None if None in (overflows_before, overflows_after)
             else overflows_after - overflows_before,
             log_tail=log_path.read_text(errors="replace")[-3000:],
             messages=[(r["json"] or {}).get("messages") for r in chats],
         )
+
+
+# The reference's sitecustomize (see the module's docstring): litellm is not imported here,
+# only aliased once the reference imports it, so the reference's start-up is its own.
+REFERENCE_SHIM = f'''"""Written by bench/harness_throughput.py for the reference harness: aliases its model."""
+import sys
+
+
+class _AliasOnImport:
+    def find_spec(self, name, path=None, target=None):
+        if name != "litellm":
+            return None
+        sys.meta_path.remove(self)
+        from importlib.util import find_spec
+
+        spec = find_spec(name)
+        run = spec.loader.exec_module
+
+        def exec_module(module):
+            run(module)
+            module.model_alias_map[{REFERENCE_MODEL!r}] = {"openai/" + REFERENCE_MODEL!r}
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+sys.meta_path.insert(0, _AliasOnImport())
+'''
+
+
+@dataclass
+class ReferenceRun:
+    returncode: int
+    total_s: float
+    rows: int  # predictions the reference wrote
+    answered: int  # completions the fake server answered
+    sampling_s: float | None  # first request received -> last answered
+    peak_kb: int  # the reference's one process
+    log_tail: str
+
+
+def reference_command(ref_dir: Path, samples: int, workers: int, output_dir: Path) -> list[str]:
+    return [
+        sys.executable, str(ref_dir / "domains" / "harness.py"),
+        "--domain", "imo_grading", "--subset", REFERENCE_SUBSET, "--agent_path", str(ref_dir / "task_agent.py"),
+        "--num_samples", str(samples), "--num_workers", str(workers),
+        "--output_dir", str(output_dir), "--run_id", RUN_ID,
+    ]
+
+
+def measure_reference(ref_dir: Path, extra_path: list[str], samples: int, workers: int, latency: float,
+                      nagle: bool = False) -> ReferenceRun:
+    """Run the reference's harness once on the same rows, against a fresh fake server of the same latency."""
+    with tempfile.TemporaryDirectory(prefix="harness_throughput_ref_") as tmp, \
+            TimedFakeOpenAI(latency=latency, nagle=nagle) as server:
+        server.set_replies([REPLY])
+        work = Path(tmp)
+        data = work / "domains" / "imo"
+        data.mkdir(parents=True)
+        shutil.copyfile(SUBSET_FILE, data / f"gradingbench{REFERENCE_SUBSET}.csv")  # the same CSV columns
+        (work / "shim").mkdir()
+        (work / "shim" / "sitecustomize.py").write_text(REFERENCE_SHIM)
+        env = harness_env(server.base_url)
+        env["PYTHONPATH"] = os.pathsep.join([str(work / "shim"), *extra_path, str(ref_dir)])
+        log_path = work / "reference.log"
+        returncode, total_s, pid, peaks = run_watched(reference_command(ref_dir, samples, workers, work / "out"),
+                                                      env, work, log_path)
+        predictions = work / "out" / RUN_ID / "predictions.csv"
+        rows = 0
+        if predictions.exists():
+            with open(predictions, newline="", encoding="utf-8") as f:
+                rows = sum(1 for row in csv.DictReader(f) if row.get("prediction") not in (None, "", "None"))
+        arrivals = [r["time"] for r in server.requests if r["path"] in CHAT_PATHS]
+        sampling = max(server.answered_at) - min(arrivals) if arrivals and server.answered_at else None
+        return ReferenceRun(returncode, total_s, rows, server.count, sampling, peaks.peak_kb.get(pid, 0),
+                            log_path.read_text(errors="replace")[-3000:])
+
+
+def reference_failure(r: ReferenceRun, samples: int) -> str | None:
+    if r.returncode != 0:
+        return f"the reference exited with {r.returncode}"
+    if r.rows != samples or r.answered != samples:
+        return f"the reference predicted {r.rows}/{samples} rows ({r.answered} calls answered)"
+    return None
 
 
 # Run in a fresh interpreter by `measure_bare`: the bare client, warmed up as the worker is.
@@ -369,6 +479,89 @@ def report(m: Measurement) -> list[str]:
     return lines
 
 
+def _runs(seconds) -> str:
+    return " ".join(f"{v:.2f}" for v in seconds)
+
+
+def side_by_side(ours: list[Measurement], refs: list[ReferenceRun]) -> list[str]:
+    """The medians of alternating runs of ours and the reference's, whole command and sampling."""
+    ours_total = statistics.median(m.total_s for m in ours)
+    ref_total = statistics.median(r.total_s for r in refs)
+    ratio = ours_total / ref_total
+    verdict = "PASS" if ratio <= TOTAL_TARGET else "FAIL"
+    lines = [
+        f"side by side            {len(ours)} alternating runs each, medians",
+        f"whole command, ours     {ours_total:.3f} s  (runs: {_runs(m.total_s for m in ours)})",
+        f"whole command, ref.     {ref_total:.3f} s  (runs: {_runs(r.total_s for r in refs)})",
+        f"ours / reference        {ratio:.3f}  target <= {TOTAL_TARGET}: {verdict}",
+    ]
+    samplings = [r.sampling_s for r in refs if r.sampling_s]
+    if samplings and all(m.answered for m in ours):
+        ours_sampling = statistics.median(m.last_answer - m.first_request for m in ours)
+        ref_sampling = statistics.median(samplings)
+        lines.append(f"sampling, ours / ref.   {ours_sampling:.3f} s / {ref_sampling:.3f} s = "
+                     f"{ours_sampling / ref_sampling:.3f}  (first request received -> last answered)")
+    peak = max(r.peak_kb for r in refs) / 1024
+    lines.append(f"peak RSS reference      {peak:.1f} MB  (VmHWM of its one process, highest run)")
+    return lines
+
+
+def compare(args) -> int:
+    """Alternate ours and the reference's `args.repeat` times each (the order flips every round,
+    so a drift of the machine's load falls on both), then report the medians."""
+    ref_dir = Path(args.reference).resolve()
+    if not (ref_dir / "domains" / "harness.py").is_file():
+        print(f"--reference {args.reference}: no domains/harness.py there (a HyperAgents checkout)", file=sys.stderr)
+        return 2
+    extra = [str(Path(p).resolve()) for p in (args.reference_path or "").split(os.pathsep) if p]
+    ours: list[Measurement] = []
+    refs: list[ReferenceRun] = []
+    failed: list[str] = []  # why each failed run of the reference failed
+    for round_ in range(args.repeat):
+        for which in (("ours", "ref") if round_ % 2 == 0 else ("ref", "ours")):
+            if which == "ours":
+                m = measure(args.samples, args.workers, args.latency, nagle=args.fake_nagle)
+                failure = harness_failure(m)
+                if failure:
+                    print(f"HARNESS FAILED: {failure}\n--- harness output (tail) ---\n{m.log_tail}", file=sys.stderr)
+                    return 1
+                ours.append(m)
+                print(f"run {round_ + 1} ours       {m.total_s:.3f} s", flush=True)
+            else:
+                r = reference_run(ref_dir, extra, args, failed)
+                if r is None:
+                    return 1
+                refs.append(r)
+                print(f"run {round_ + 1} reference  {r.total_s:.3f} s", flush=True)
+    median_run = sorted(ours, key=lambda m: m.total_s)[len(ours) // 2]
+    if not args.no_bare:
+        median_run.bare_s, median_run.bare_peak_kb = (measure_bare(median_run.messages, args.workers, args.latency)
+                                                      or (None, 0))
+    lines = ["ours, the run of median wall time:", *report(median_run), *side_by_side(ours, refs)]
+    if failed:
+        lines.append(f"reference runs failed   {len(failed)}, each run again (last: {failed[-1]})")
+    print("\n".join(lines), flush=True)
+    return 0
+
+
+def reference_run(ref_dir: Path, extra: list[str], args, failed: list[str]) -> ReferenceRun | None:
+    """One good run of the reference, retried up to REFERENCE_TRIES times: its ten threads' first
+    calls into litellm race on litellm's lazy set-up and a row's error ends its whole run (seen:
+    "BaseModel cannot be instantiated directly"). Each failure is noted in `failed`; None, with
+    its output printed, when every try failed."""
+    for _ in range(REFERENCE_TRIES):
+        r = measure_reference(ref_dir, extra, args.samples, args.workers, args.latency, args.fake_nagle)
+        failure = reference_failure(r, args.samples)
+        if failure is None:
+            return r
+        last_line = (r.log_tail.strip().splitlines() or [""])[-1][:160]
+        failed.append(f"{failure}: {last_line}")
+        print(f"reference run failed ({failure}); running it again", file=sys.stderr, flush=True)
+    print(f"REFERENCE FAILED {REFERENCE_TRIES} times: {failure}\n--- its output (tail) ---\n{r.log_tail}",
+          file=sys.stderr)
+    return None
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--samples", type=int, default=100, help="rows the harness evaluates")
@@ -378,7 +571,16 @@ def main(argv=None) -> int:
                     help="leave Nagle on in the fake server, as tests/fake_openai.py ships")
     ap.add_argument("--no_bare", action="store_true",
                     help="skip the side-by-side run of the same requests from bare litellm")
+    ap.add_argument("--reference", metavar="DIR", default=None,
+                    help="a HyperAgents checkout: time its harness on the same workload, alternating with ours")
+    ap.add_argument("--reference_path", metavar="PATHS", default=None,
+                    help="folders put on the reference's PYTHONPATH (its dependencies missing here)")
+    ap.add_argument("--repeat", type=int, default=3, help="with --reference: runs of each, alternating")
     args = ap.parse_args(argv)
+    if args.reference:
+        if args.repeat < 1:
+            ap.error("--repeat must be 1 or more")
+        return compare(args)
     m = measure(args.samples, args.workers, args.latency, nagle=args.fake_nagle)
     if m.answered and not args.no_bare:
         m.bare_s, m.bare_peak_kb = measure_bare(m.messages, args.workers, args.latency) or (None, 0)
