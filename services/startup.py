@@ -7,7 +7,9 @@
     # here the gateway is stopped and its ledger closed
 
 The checks come first and make nothing, so a missing key stops an entry point before any
-folder exists; an entry point prints its plan between the two steps.
+folder exists; an entry point prints its plan between the two steps. One that starts a
+sandboxed worker may check its models with `services.require(...)` once the worker is on its
+way instead (both import litellm, for seconds); a failed check then removes what was made.
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ class Services:
         for model in resolved:
             check_credentials(model)
         self.models.update(resolved)
+        if self.gateway is not None:  # required after the start (see open_services)
+            self.gateway.allow_models(*resolved)
         return resolved
 
     def why_line(self, requested: str, flag: str) -> str | None:
@@ -95,6 +99,11 @@ def choose_run_models(config: Config) -> str | None:
 def open_services(config: Config, run_dir: Path, models=(), *, preflight: bool = False) -> Services:
     """Read `.env`, fill the model roles set to `auto` in `config`, and check that every model of
     `models` (provider strings or role aliases; more with `require`) can be called from here.
+
+    The check imports litellm (seconds). An entry point that starts a sandboxed worker, whose
+    own import of litellm takes as long, passes no `models` and calls `require` once the worker
+    is on its way, so both imports run at once; a failed check then leaves no folder either
+    (`domains.harness`: its run folder is removed when nothing finished in it).
 
     Entering the result makes `run_dir` and starts the gateway there, with those models allowed;
     with `preflight`, one tiny call to each first (a bad key or model name stops the start, and

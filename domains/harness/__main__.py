@@ -9,6 +9,7 @@ done and pays nothing for them. The gateway's ledger lives in the output folder.
 from __future__ import annotations
 
 import argparse
+import contextlib
 from datetime import datetime
 from pathlib import Path
 
@@ -76,24 +77,45 @@ def output_folder(args) -> Path:
     return folder
 
 
+@contextlib.contextmanager
+def removed_on_error(folder: Path):
+    """The folders above `folder` that the run makes are removed again, when empty, if a UserError
+    ends it (`run_folder` removes `folder` itself): a run that could not start leaves nothing."""
+    made = [p for p in folder.parents if not p.exists()]  # nearest first
+    try:
+        yield
+    except UserError:
+        for path in made:
+            with contextlib.suppress(OSError):  # not empty: someone else's now
+                path.rmdir()
+        raise
+
+
 def evaluate(args, config: Config) -> None:
-    """One harness run as the flags ask, with a gateway and a sandbox of its own."""
+    """One harness run as the flags ask, with a gateway and a sandbox of its own.
+
+    The worker starts first: its interpreter's import of litellm is the longest part of the
+    start, and the key check (litellm's import here) and the rows come while it runs. A bad
+    key or subset still ends the run before any row, and leaves no folder.
+    """
     use_data_files(config.harness.data_files)
     domain = get_domain(args.domain)
     proofs = Path(args.proofs_dname) if args.proofs_dname else None
-    rows = load_rows(domain, args.subset, proofs, args.num_samples)
     folder = output_folder(args)
     requested = args.model or domain.model_role
-    services = open_services(config, folder, [requested])
+    services = open_services(config, folder)  # `requested` is checked below, once the worker is starting
     model = config.resolve_model(requested)
-    if line := services.why_line(requested, "--model"):
-        print(line, flush=True)
     backend = choose_backend(config.sandbox)
     asked = {"subset": args.subset, "proofs_dname": args.proofs_dname, "agent_path": args.agent_path,
              "num_samples": args.num_samples}
-    with run_folder(folder), services, open_agent_worker(config, args.agent_path, model, services.gateway, folder,
-                                                         backend=backend, node="eval",
-                                                         role=domain.model_role) as worker:
+    with removed_on_error(folder), run_folder(folder), services, \
+            open_agent_worker(config, args.agent_path, model, services.gateway, folder, backend=backend,
+                              node="eval", role=domain.model_role) as worker:
+        worker.prestart()
+        rows = load_rows(domain, args.subset, proofs, args.num_samples)
+        services.require(requested)
+        if line := services.why_line(requested, "--model"):
+            print(line, flush=True)
         result = run_split(domain, rows, worker, folder, label=" ".join(x for x in (domain.name, args.subset) if x),
                            asked=asked)
     print(result.line())

@@ -103,7 +103,6 @@ class AgentWorker:
         self.transcripts = transcripts
         self.pythonpath = list(pythonpath)
         self.also_import = list(also_import)  # MODULE:NAME entry points that must load too
-        gateway.allow_models(model)
         self.key = gateway.new_session(node, role)
         self.results: queue.Queue = queue.Queue()
         self.proc: WorkerProcess | None = None
@@ -119,6 +118,9 @@ class AgentWorker:
         """Load the agent in the prestarted worker, or in a fresh one; returns once the agent loaded."""
         if getattr(self.sandbox, "disk_capped", None):  # its watch kills whatever starts there now
             raise UserError(f"the agent's sandbox was stopped for {self.sandbox.disk_capped}")
+        # Here, not at construction: allowing a model prices it with litellm, whose import a
+        # prestarted worker's own import of it can overlap. No agent code runs before this.
+        self.gateway.allow_models(self.model)
         try:
             if self.proc is None or not self.proc.alive() or not self._parked:
                 raise BrokenPipeError
