@@ -57,8 +57,11 @@ def _count_usage(completion):
 
 
 # litellm's providers for an OpenAI-compatible gateway: `agent/llm.py` routes through the
-# first; agents that evolved their own client may use the second.
-WARM_UP_PROVIDERS = ("hosted_vllm", "openai")
+# first, warmed up before the worker is ready; agents that evolved their own client may use
+# the others, warmed up in the background once the agent loaded (seconds on the start's
+# critical path otherwise; a row that calls one first waits for that warm-up's imports).
+WARM_UP_PROVIDERS = ("hosted_vllm",)
+BACKGROUND_WARM_UP_PROVIDERS = ("openai",)
 
 
 def is_file_path(agent_path: str) -> bool:
@@ -203,6 +206,17 @@ def import_litellm(send) -> None:
         sys.exit(1)
 
 
+def warm_up_quietly(providers) -> None:
+    """`warm_up` for `providers`, in a thread of its own: a failure only leaves the cost to the first call."""
+    try:
+        import litellm
+        from warm_up import warm_up
+
+        warm_up(litellm, providers)
+    except BaseException:
+        pass
+
+
 def load_agent(args, send):
     """The TaskAgent class, once the other entry points of --also_import load too; exits on failure."""
     sys.path.insert(0, str(Path(args.root).resolve()))
@@ -263,6 +277,8 @@ def main() -> None:
     if args.wait_for_go and not sys.stdin.readline():
         sys.exit(0)  # the harness went away before the agent was needed
     TaskAgent = load_agent(args, send)
+    threading.Thread(target=warm_up_quietly, args=(BACKGROUND_WARM_UP_PROVIDERS,), name="warm-up",
+                     daemon=True).start()
     send({"ready": True})
     with ThreadPoolExecutor(max_workers=max(1, args.workers)) as pool:
         for line in sys.stdin:
