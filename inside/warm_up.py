@@ -13,6 +13,7 @@ sandboxes, whose network namespaces have a loopback and nothing else.
 from __future__ import annotations
 
 import json
+import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -46,10 +47,44 @@ class _StubServer(ThreadingHTTPServer):
     daemon_threads = True
 
 
+class _LazyEncoding:
+    """litellm's default tokenizer, loaded on its first use."""
+
+    def __init__(self, load):
+        self._load = load
+        self._encoding = None
+        self._lock = threading.Lock()
+
+    def __getattr__(self, name):
+        with self._lock:
+            if self._encoding is None:
+                self._encoding = self._load()
+        return getattr(self._encoding, name)
+
+
+def defer_tokenizer(litellm) -> bool:
+    """Make litellm load its default tokenizer when something counts tokens with it, not on the
+    first completion; True when done.
+
+    Every completion hands `litellm.main.encoding` to the provider's code, which counts with it
+    only when a response carries no usage, and fetching it loads tiktoken's cl100k_base: the
+    largest part of litellm's first call (over a second here). Nothing changes where litellm's
+    internals are not the ones this was written for, or the tokenizer is loaded already.
+    """
+    main = sys.modules.get(f"{litellm.__name__}.main")
+    load = getattr(main, "_load_default_encoding", None)
+    if load is None or "encoding" in vars(main) or getattr(main, "_encoding_cache", True) is not None:
+        return False
+    main.encoding = _LazyEncoding(load)
+    return True
+
+
 def warm_up(litellm, providers) -> list[str]:
     """One completion through each litellm provider in `providers` (e.g. "openai"), answered
     by a stub on 127.0.0.1; returns the providers whose call came back. Failures are ignored:
-    then the first real call pays instead."""
+    then the first real call pays instead. The tokenizer is left to its first use
+    (`defer_tokenizer`)."""
+    defer_tokenizer(litellm)
     answered: list[str] = []
     try:
         server = _StubServer(("127.0.0.1", 0), _Stub)
