@@ -17,10 +17,12 @@ from services.config import conforms, describe, show
 
 NODE_SCHEMA = 1  # node.json
 META_SCHEMA = 1  # the meta agent's result, in archive.jsonl's meta_done event
+START_SCHEMA = 1  # a generation's start, archive.jsonl's gen_start event
 RUN_SCHEMA = 1  # run.json
 
 COMMIT = re.compile(r"[0-9a-f]{40}")  # a commit of the run's repository (git's SHA-1 object names)
 EVAL_KEY = re.compile(r"[0-9a-f]{24}")  # a folder under evals/: optimizer/eval_store.py EvalStore.key
+NODE_ID = re.compile(r"initial|[0-9]+")  # the initial node, or a generation's number
 
 
 class Status(StrEnum):
@@ -65,6 +67,26 @@ def _checked(cls, data, extra: dict) -> dict:
     if commit is not None and not COMMIT.fullmatch(commit):
         raise ValueError(f"commit must be 40 hex digits or null, got {show(commit)}")
     return data
+
+
+@dataclass(frozen=True)
+class GenStart:
+    """A generation started: which node it makes, from which parent (None: the initial node)."""
+
+    SCHEMA: typing.ClassVar[int] = START_SCHEMA
+    node_id: str
+    parent: str | None
+    generation: int
+
+    def to_dict(self) -> dict:
+        return {"schema_version": self.SCHEMA, **asdict(self)}
+
+    @classmethod
+    def from_dict(cls, data) -> GenStart:
+        data = _checked(cls, data, {})
+        if not NODE_ID.fullmatch(data["node_id"]) or data["generation"] < 0:
+            raise ValueError(f"not a generation the run starts: {show(data)}")
+        return cls(**data)
 
 
 @dataclass

@@ -16,7 +16,7 @@ from collections import Counter
 from datetime import datetime
 from pathlib import Path
 
-from archive.records import MetaResult, Node, Status
+from archive.records import GenStart, MetaResult, Node, Status
 from archive.selection import Candidate
 from services.errors import UserError
 from services.fsutil import atomic_write_json, read_bounded
@@ -65,7 +65,9 @@ class Archive:
 
     # -- events ---------------------------------------------------------------------------
     def log(self, event: str, **fields) -> None:
-        record = {"event": event, "time": datetime.now().isoformat(timespec="seconds"), **fields}
+        """Append one event; it carries the schema_version of its record (gen_start, meta_done), or 1."""
+        record = {"event": event, "time": datetime.now().isoformat(timespec="seconds"), "schema_version": 1,
+                  **fields}
         with self._lock, open(self.log_path, "a+b") as f:
             f.seek(0, os.SEEK_END)
             if f.tell():
@@ -89,25 +91,29 @@ class Archive:
                 found.append(record)
         return found
 
-    def started(self) -> dict[str, dict]:
-        """Every generation ever started, by node id: its last `gen_start` event (a node_id, a parent
-        and a generation number, checked here: the log is read back, so its shape is not trusted)."""
+    def started(self) -> dict[str, GenStart]:
+        """Every generation ever started, by node id: its last `gen_start` event, checked (the log is
+        read back, so its shape is not trusted)."""
         found = {}
         for e in self.events():
             if e.get("event") != "gen_start":
                 continue
-            node_id, parent, generation = e.get("node_id"), e.get("parent"), e.get("generation")
-            if not (isinstance(node_id, str) and isinstance(parent, (str, type(None)))
-                    and isinstance(generation, int) and not isinstance(generation, bool)):
-                raise UserError(f"{self.log_path}: a gen_start event the run did not write: {str(e)[:200]}")
-            found[node_id] = {"node_id": node_id, "parent": parent, "generation": generation}
+            fields = {k: v for k, v in e.items() if k not in ("event", "time")}
+            try:
+                start = GenStart.from_dict(fields)
+            except ValueError as problem:
+                raise UserError(f"{self.log_path}: not a gen_start event the run wrote ({problem})") from None
+            found[start.node_id] = start
         return found
 
-    def pending_generations(self) -> list[dict]:
+    def pending_generations(self) -> list[GenStart]:
         """Started generations whose node was never recorded (a kill, Ctrl-C, or the budget cut them
         short), oldest first: the generations to redo."""
         pending = [s for node_id, s in self.started().items() if node_id not in self.nodes]
-        return sorted(pending, key=lambda s: s["generation"])
+        return sorted(pending, key=lambda s: s.generation)
+
+    def log_start(self, start: GenStart) -> None:
+        self.log("gen_start", **start.to_dict())
 
     def log_meta_result(self, node_id: str, result: MetaResult) -> None:
         self.log("meta_done", node_id=node_id, **result.to_dict())
@@ -155,7 +161,7 @@ class Archive:
 
         A node's children are the generations started from it, finished or still in flight, so
         parallel slots do not all pick the same parent."""
-        parents = {node_id: s["parent"] for node_id, s in self.started().items()}
+        parents = {node_id: s.parent for node_id, s in self.started().items()}
         nodes = self.ordered()
         parents.update((n.node_id, n.parent) for n in nodes)
         children = Counter(parents.values())
@@ -175,7 +181,7 @@ class Archive:
         """The number of the next generation to start: after every one recorded or started."""
         with self._lock:
             recorded = [n.generation for n in self.nodes.values()]
-        return 1 + max(recorded + [s["generation"] for s in self.started().values()], default=0)
+        return 1 + max(recorded + [s.generation for s in self.started().values()], default=0)
 
     def best(self, domains: list, full_sizes: dict[str, int]) -> Node | None:
         """The valid node with the highest selection score (the latest among equals)."""

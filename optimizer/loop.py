@@ -31,7 +31,7 @@ import shutil
 import time
 from pathlib import Path
 
-from archive.records import MetaResult, Node, Status
+from archive.records import GenStart, MetaResult, Node, Status
 from archive.selection import select_parent
 from archive.store import Archive
 from optimizer.evaluation import (
@@ -106,8 +106,8 @@ class Loop:
             discard(leftover)
         self.archive.reopen_unfinished()
         if "initial" not in self.archive.nodes:
-            start = {"node_id": "initial", "parent": None, "generation": 0}
-            self.archive.log("gen_start", **start)
+            start = GenStart("initial", None, 0)
+            self.archive.log_start(start)
             node = run_generation(self, start)
             self.archive.record(node)
             self.events.emit(NodeFinished(node))

@@ -27,7 +27,7 @@ import queue
 import threading
 import time
 
-from archive.records import Node, Status
+from archive.records import GenStart, Node, Status
 from optimizer.events import NodeFinished, Warned
 from services.sandbox import SandboxLost, close_all
 
@@ -42,7 +42,7 @@ class Slots:
         self.parallel = parallel
         self.replayable = replayable
         self.archive = loop.archive
-        self.in_flight: dict[str, dict] = {}  # node id -> its gen_start
+        self.in_flight: dict[str, GenStart] = {}  # node id -> its start
         self.finished: queue.Queue = queue.Queue()  # (node id, Node or None, exception or None)
         self.stopping = False  # the budget ran out: start nothing new
 
@@ -69,32 +69,31 @@ class Slots:
             raise
 
     # -- starting -----------------------------------------------------------------------------
-    def _next_start(self) -> dict | None:
-        """The next generation's gen_start (logged), or None when none may start now."""
+    def _next_start(self) -> GenStart | None:
+        """The next generation's start (logged), or None when none may start now."""
         generation = self.archive.next_generation()
         if generation > self.loop.config.loop.max_generation:
             return None
         upto = None
         if self.replayable:
             upto = max(generation - self.parallel, 0)  # 0: the initial node, recorded before any slot starts
-            if any(s["generation"] <= upto for s in self.in_flight.values()):
+            if any(s.generation <= upto for s in self.in_flight.values()):
                 return None  # wait: what this generation chooses from is not all recorded yet
-        start = {"node_id": str(generation), "parent": self.loop.choose_parent(generation, upto),
-                 "generation": generation}
-        self.archive.log("gen_start", **start)
+        start = GenStart(str(generation), self.loop.choose_parent(generation, upto), generation)
+        self.archive.log_start(start)
         return start
 
-    def _launch(self, start: dict) -> None:
-        self.in_flight[start["node_id"]] = start
-        threading.Thread(target=self._work, args=(start,), name=f"generation-{start['node_id']}", daemon=True).start()
+    def _launch(self, start: GenStart) -> None:
+        self.in_flight[start.node_id] = start
+        threading.Thread(target=self._work, args=(start,), name=f"generation-{start.node_id}", daemon=True).start()
 
-    def _work(self, start: dict) -> None:
+    def _work(self, start: GenStart) -> None:
         try:
             node = run_generation(self.loop, start)
         except BaseException as e:  # handed to the controller, which stops the run with it
-            self.finished.put((start["node_id"], None, e))
+            self.finished.put((start.node_id, None, e))
         else:
-            self.finished.put((start["node_id"], node, None))
+            self.finished.put((start.node_id, node, None))
 
     # -- finishing ----------------------------------------------------------------------------
     def _take(self, node_id: str, node: Node | None, error: BaseException | None) -> None:
@@ -128,11 +127,11 @@ class Slots:
             self.in_flight.pop(node_id, None)  # cut short by the cancel: not recorded, redone on resume
 
 
-def run_generation(loop, start: dict) -> Node:
+def run_generation(loop, start: GenStart) -> Node:
     """One generation (`loop.generation`), run again where its sandbox's machine was lost: it goes
     on from what is kept (a committed change, finished rows), so a try pays only for what the loss
     cut short."""
-    node_id, parent, generation = start["node_id"], start["parent"], start["generation"]
+    node_id, parent, generation = start.node_id, start.parent, start.generation
     for attempt in range(1, LOST_TRIES + 1):
         try:
             return loop.generation(node_id, parent, generation)

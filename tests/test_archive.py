@@ -8,7 +8,7 @@ from collections import Counter
 
 import pytest
 
-from archive.records import EVAL_KEY, MetaResult, Node, Status
+from archive.records import EVAL_KEY, GenStart, MetaResult, Node, Status
 from archive.selection import Candidate, select_parent
 from archive.store import Archive, selection_score
 from domains.registry import get_domain
@@ -75,13 +75,13 @@ def test_staged_only_scores_are_scaled_and_val_is_preferred(tmp_path):
 
 def test_a_cut_log_line_is_skipped_and_the_pending_generation_found(tmp_path):
     archive = Archive(tmp_path)
-    archive.log("gen_start", node_id="1", parent="initial", generation=1)
+    archive.log_start(GenStart("1", "initial", 1))
     archive.record(Node("1", "initial", 1))
-    archive.log("gen_start", node_id="2", parent="1", generation=2)
+    archive.log("gen_start", node_id="2", parent="1", generation=2)  # as runs before schema versions wrote it
     with open(archive.log_path, "a") as f:
         f.write('{"event": "meta_do')  # a kill mid-write
     again = Archive(tmp_path)
-    assert [s["node_id"] for s in again.pending_generations()] == ["2"]
+    assert [s.node_id for s in again.pending_generations()] == ["2"]
     assert again.meta_result("2") is None
     again.log_meta_result("2", MetaResult(Status.OK, "ab" * 20, {"files": 1}, 2.5))
     assert Archive(tmp_path).meta_result("2") == MetaResult(Status.OK, "ab" * 20, {"files": 1}, 2.5)
@@ -224,3 +224,17 @@ def test_run_json_is_versioned_and_the_older_shape_still_reads():
                      ({**saved, "schema_version": 9}, "newer"), ({**saved, "extra": 1}, "unknown keys extra")]:
         with pytest.raises(ValueError, match=why):
             RunRecord.from_dict(bad)
+
+
+@pytest.mark.parametrize("forged", [{"node_id": "../x", "parent": "initial", "generation": 1},
+                                    {"node_id": "3", "parent": ["initial"], "generation": 3},
+                                    {"node_id": "3", "parent": "initial", "generation": "3"},
+                                    {"node_id": "3", "parent": "initial", "generation": -1},
+                                    {"node_id": "3", "parent": "initial", "generation": 3, "schema_version": 99},
+                                    {"node_id": "3", "parent": "initial", "generation": 3, "extra": 1}])
+def test_a_gen_start_event_of_another_shape_stops_the_resume_with_one_line(tmp_path, forged):
+    archive = Archive(tmp_path)
+    archive.log_start(GenStart("1", "initial", 1))
+    archive.log("gen_start", **forged)
+    with pytest.raises(UserError, match="not a gen_start event the run wrote"):
+        Archive(tmp_path).pending_generations()

@@ -105,7 +105,7 @@ def test_ctrl_c_records_what_came_back_and_leaves_the_rest_to_resume(tmp_path):
         Slots(loop, parallel=3, replayable=True).run()
     archive = Archive(tmp_path)
     assert sorted(archive.nodes) == ["1", "initial"]
-    assert [s["node_id"] for s in archive.pending_generations()] == ["2", "3", "4"]  # --resume_from redoes them
+    assert [s.node_id for s in archive.pending_generations()] == ["2", "3", "4"]  # --resume_from redoes them
     again = StandIn(tmp_path, 5, lambda g: 0.0)
     again.archive = archive
     Slots(again, parallel=3, replayable=True).run()
@@ -136,4 +136,4 @@ def test_a_generation_whose_machine_is_lost_runs_again_and_is_reopened_on_resume
     assert sum(1 for w in warnings if w and "running it again" in w) == 1 + 2
     again = Archive(tmp_path)
     again.reopen_unfinished()  # as a resumed run does: the lost node is redone
-    assert [s["node_id"] for s in again.pending_generations()] == ["3"]
+    assert [s.node_id for s in again.pending_generations()] == ["3"]
