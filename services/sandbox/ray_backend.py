@@ -33,7 +33,12 @@ from services.sandbox.base import RunResult, Sandbox, SandboxClosed, SandboxLost
 from services.sandbox.ray_files import checked, less, quota_of, read_to_send, replace_tree
 from services.workspace import EVOLVABLE_PATHS
 
-HOST_CPUS = 1  # Ray CPUs a sandbox holds on its node (the cluster's CPUs bound the sandboxes at once)
+# Ray CPUs a sandbox asks for: a token, so it is placed only on nodes that have CPUs (not on a head
+# started with --num-cpus 0) and SPREAD over them, while how many run at once is bounded by --parallel,
+# not by Ray's accounting. A generation opens its evaluation's sandbox while its meta agent's runs, and a
+# grader's while its evaluation's is open: were each to hold a whole CPU, generations holding one
+# sandbox each and waiting for a second could wait for each other forever once a node is lost.
+HOST_CPUS = 0.01
 HOST_THREADS = 32  # calls a host actor serves at once (a command's two stream reads wait there)
 PLACEMENT_WARN_S = 60.0  # a sandbox still not placed on a node after this is told on the console
 DISK_CHECK_S = 2.0  # how often the node is asked whether it stopped the sandbox for what it wrote
@@ -168,9 +173,8 @@ class RaySandbox(Sandbox):
         self._host = connection.host_class.remote(self.config)
         opening = self._host.open.remote(workspace, mounts, connection.door if self.gateway_socket else None)
         if not self._ray.wait([opening], timeout=PLACEMENT_WARN_S)[0]:
-            print(f"waiting for a free CPU of the Ray cluster to open a sandbox on (each open sandbox holds "
-                  f"{HOST_CPUS}; a generation holds two, so --parallel at most half the cluster's CPUs)",
-                  file=sys.stderr, flush=True)
+            print(f"waiting for the Ray cluster to place a sandbox (each asks for {HOST_CPUS:g} CPU of a node "
+                  "with CPUs): are its worker nodes up?", file=sys.stderr, flush=True)
         info = self._result(opening, "open")
         self._python, self.remote_backend = str(info["python"]), str(info["backend"])
         self.node_id, self.where = str(info["node_id"]), f"{info['backend']} on {info['host']}"
