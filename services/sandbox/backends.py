@@ -8,6 +8,7 @@ so this module knows nothing of executors.
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from services.config import SandboxConfig
 from services.errors import UserError
 from services.sandbox.base import Sandbox
 
+DEFAULT_DOCKER_SOCKET = "/var/run/docker.sock"  # where Docker's client looks when DOCKER_HOST is not set
 NONE_WARNING = ("warning: --sandbox none: agent code runs as a plain subprocess with your files and network; "
                 "use it only for code you trust")
 
@@ -29,9 +31,11 @@ def choose_local_backend(config: SandboxConfig) -> tuple[str, str | None]:
         return "none", None
     docker_problem = None
     if wanted in ("docker", "auto"):
-        from services.sandbox.docker_backend import engine_available
+        docker_problem = no_docker_socket(config)
+        if docker_problem is None:
+            from services.sandbox.docker_backend import engine_available
 
-        docker_problem = engine_available(config)
+            docker_problem = engine_available(config)
         if docker_problem is None:
             ensure_docker_image(config)
             return "docker", None
@@ -44,6 +48,15 @@ def choose_local_backend(config: SandboxConfig) -> tuple[str, str | None]:
         raise UserError(f"sandbox bwrap: {bwrap_problem}")
     raise UserError(f"no sandbox works here: docker: {docker_problem}; bwrap: {bwrap_problem}. "
                     "Start a Docker engine or install bubblewrap; --sandbox none runs agent code unsandboxed")
+
+
+def no_docker_socket(config: SandboxConfig) -> str | None:
+    """Why no Docker engine can answer, when that is plain without asking one (no `docker_host`,
+    no DOCKER_HOST, no default socket), else None: then Docker's client, which takes up to a
+    second to import, is not loaded on a machine without Docker."""
+    if config.docker_host or os.environ.get("DOCKER_HOST") or os.path.exists(DEFAULT_DOCKER_SOCKET):
+        return None
+    return f"no Docker engine answers at the default socket: {DEFAULT_DOCKER_SOCKET} does not exist"
 
 
 def ensure_docker_image(config: SandboxConfig) -> None:
