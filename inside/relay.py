@@ -10,9 +10,16 @@ and what the gateway accepts is decided by the gateway (session keys, models, bu
 
 If the port is taken, another relay in the same namespace already serves it (one
 container, several commands) and the command runs without a second one.
+
+A trusted script of this folder run by this interpreter (`python .../worker.py ...`) runs
+in this very process, as `python` would run it, instead of in a second interpreter started
+for it: the relay holds no secret and only serves code of this sandbox, and a sandbox's
+start is one interpreter's start-up shorter.
 """
 
 import argparse
+import os
+import runpy
 import signal
 import socket
 import subprocess
@@ -59,6 +66,18 @@ def _accept(listener: socket.socket, socket_path: str) -> None:
         threading.Thread(target=_serve, args=(client, socket_path), daemon=True).start()
 
 
+HERE = os.path.dirname(os.path.realpath(__file__))
+
+
+def own_script(command: list[str]) -> str | None:
+    """The script of this folder that `command` runs with this interpreter and no options, or None."""
+    if len(command) < 2 or not command[1].endswith(".py"):
+        return None
+    if os.path.realpath(command[0]) != os.path.realpath(sys.executable):
+        return None
+    return command[1] if os.path.dirname(os.path.realpath(command[1])) == HERE else None
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--socket", required=True)
@@ -77,6 +96,11 @@ def main() -> int:
         listener.close()  # taken: a relay of this namespace already listens
     if not command:
         threading.Event().wait()
+    script = own_script(command)
+    if script:
+        sys.argv = command[1:]  # sys.path[0] is this folder already, as `python script` makes it
+        runpy.run_path(script, run_name="__main__")
+        return 0
     child = subprocess.Popen(command)
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, lambda signum, _frame: child.send_signal(signum))

@@ -50,3 +50,38 @@ def test_auto_without_any_docker_socket_does_not_load_dockers_client(tmp_path):
     r = subprocess.run([sys.executable, "-c", NO_DOCKER, str(tmp_path / "not-docker.sock")], cwd=REPO_ROOT,
                        capture_output=True, text=True, timeout=120, env=env)
     assert "Docker's client was imported" in r.stderr
+
+
+PROBE = textwrap.dedent("""
+    import os, sys, urllib.request
+    cmdline = open("/proc/self/cmdline", "rb").read().split(b"\\0")
+    reply = urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/health", timeout=10).read().decode()
+    print("relay's process" if any(a.endswith(b"relay.py") for a in cmdline) else "own process", "|", reply)
+    sys.exit(3)
+""")
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_a_script_beside_the_relay_runs_in_its_process_and_others_in_their_own(tmp_path):
+    from little_servers import GATEWAY_SAYS, unix_http_server
+
+    relay = tmp_path / "trusted" / "relay.py"
+    relay.parent.mkdir()
+    relay.write_text((REPO_ROOT / "inside" / "relay.py").read_text())
+    beside, elsewhere = relay.parent / "probe.py", tmp_path / "probe.py"
+    for path in (beside, elsewhere):
+        path.write_text(PROBE)
+    with unix_http_server() as sock:
+        for script, where in ((beside, "relay's process"), (elsewhere, "own process")):
+            port = _free_port()
+            r = subprocess.run([sys.executable, str(relay), "--socket", str(sock), "--port", str(port), "--",
+                                sys.executable, str(script), str(port)], capture_output=True, text=True, timeout=60)
+            assert r.returncode == 3, r.stderr  # its exit code, either way
+            assert [p.strip() for p in r.stdout.split("|")] == [where, GATEWAY_SAYS]
