@@ -206,3 +206,76 @@ def test_a_lost_worker_node_raises_sandbox_lost(cluster, tmp_path):
         with pytest.raises(SandboxLost):
             box.popen([box.python, "-c", "print(1)"], box.base_env())
         assert time.monotonic() - started < 30
+
+
+def add_worker(cluster) -> None:
+    """One more 1-CPU worker node, started without the controller's keys, as a machine of its own would be."""
+    keys = {k: os.environ.pop(k) for k in list(os.environ) if k.endswith("_API_KEY")}
+    try:
+        cluster.add_node(num_cpus=1, node_ip_address="127.0.0.1")
+        cluster.wait_for_nodes()
+    finally:
+        os.environ.update(keys)
+
+
+def busiest(cluster):
+    """The worker node that hosts the most sandboxes now (Ray's table of live actors)."""
+    from collections import Counter
+
+    from ray._private import state
+
+    hosts = Counter(info["Address"]["NodeID"] for info in state.actors(actor_state_name="ALIVE").values()
+                    if info.get("ActorClassName", "").endswith("SandboxHost"))
+    assert hosts, "no sandbox of the run is alive on the cluster"
+    return max(cluster.worker_nodes, key=lambda n: hosts.get(n.node_id, 0))
+
+
+def test_a_loop_on_the_cluster_loses_a_node_and_ends_as_a_local_run_with_the_same_seed(cluster, fake_openai,
+                                                                                         tmp_path):
+    import subprocess
+    import sys
+
+    from conftest import REPO_ROOT, cli_env
+    from test_loop import IMPROVE, META_ONLY, events, loop_config, nodes, responder
+
+    while len(cluster.worker_nodes) < 2:  # an earlier test removed one
+        add_worker(cluster)
+    fake_openai.set_responder(responder({3: [IMPROVE], 2: [META_ONLY]}, [], by_iterations_left=True))
+    fake_openai.latency = 0.2
+    config = loop_config(tmp_path)
+    common = ["--domain", "imo_grading", "--run_id", "run", "--task_model", "openai/fake", "--meta_model",
+              "openai/fake-meta", "--config", config, "--max_generation", "4", "--parallel", "2", "--seed", "7",
+              "--parent_selection", "random", "--eval_samples", "10"]
+
+    def start(name, *extra):
+        return subprocess.Popen([sys.executable, "-m", "run_optimization", *common, "--output_dir",
+                                 str(tmp_path / name), *extra], cwd=REPO_ROOT, env=cli_env(fake_openai),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    local = start("local")
+    on_ray = start("ray", "--executor", "ray", "--ray_address", cluster.address)
+    ray_run = tmp_path / "ray" / "run"
+    try:
+        # Once generation 1's meta agent is at work on the cluster, one of the two worker nodes goes.
+        deadline = time.time() + 400
+        while time.time() < deadline and on_ray.poll() is None and \
+                not any((ray_run / "untrusted" / "1" / "meta").glob("*")):
+            time.sleep(0.1)
+        assert on_ray.poll() is None, on_ray.stderr.read()[-3000:]
+        cluster.remove_node(busiest(cluster))
+        outputs = {name: proc.communicate(timeout=600) for name, proc in (("local", local), ("ray", on_ray))}
+    finally:
+        for proc in (local, on_ray):
+            if proc.poll() is None:
+                proc.kill()
+    for name, proc in (("local", local), ("ray", on_ray)):
+        assert proc.returncode == 0, outputs[name][1][-3000:]
+    assert "running it again" in outputs["ray"][0]  # the lost node had a sandbox of the run
+
+    def outcome(run_dir):
+        starts = [(e["node_id"], e["parent"]) for e in events(run_dir) if e["event"] == "gen_start"]
+        return dict(starts), {k: (v["status"], v["scores"]) for k, v in nodes(run_dir).items()}
+
+    assert outcome(ray_run) == outcome(tmp_path / "local" / "run")
+    assert set(nodes(ray_run)) == {"initial", "1", "2", "3", "4"}
+    add_worker(cluster)  # for whatever runs after

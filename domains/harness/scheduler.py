@@ -15,7 +15,6 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Callable
 
-from services.sandbox import SandboxClosed
 
 MAX_ROW_ATTEMPTS = 2  # a row in flight when the worker died is sent once more
 # Rows sent ahead of free worker threads, so a thread that finishes finds its next row
@@ -97,8 +96,8 @@ class Scheduler:
 
     def _after_death(self, drained: bool) -> None:
         """The worker died: rows on their last attempt fail with its reason, the rest go to a new one."""
-        if self.agent.sandbox.closed:  # stopped by the host (Ctrl-C): no row failed, none is journaled
-            raise SandboxClosed("the worker's sandbox was closed")
+        # Stopped by the host (Ctrl-C) or its machine lost: no row failed, none is journaled.
+        self.agent.sandbox.check_stopped("the agent's worker")
         if not drained:
             self._drain()  # a row's "started" may still be in the pipe
         for row in list(self.inflight.values()):

@@ -142,6 +142,7 @@ class AgentWorker:
             if msg.get("ready"):
                 return
             self.stop()
+            self.sandbox.check_stopped("the agent's worker")  # not the agent's failure to load
             if getattr(self.sandbox, "disk_capped", None):
                 raise UserError(f"the agent's sandbox was stopped for {self.sandbox.disk_capped}")
             raise UserError(msg.get("fatal") or f"the worker exited before loading the agent (see {self.log_path})")

@@ -130,6 +130,7 @@ class Sandbox:
         self._procs: list = []
         self._closed = False
         self.disk_capped: str | None = None  # set when the watch below killed everything inside
+        self.lost = False  # the machine it ran on is gone (a remote backend sets it): nothing inside ran to an end
         self._stop_watch = threading.Event()
 
     # -- lifecycle: backends extend these ---------------------------------------------------
@@ -174,6 +175,14 @@ class Sandbox:
     @property
     def closed(self) -> bool:
         return self._closed
+
+    def check_stopped(self, what: str) -> None:
+        """Raise SandboxLost or SandboxClosed if `what` (a process inside) ended because the host closed
+        the sandbox or its machine was lost: no result of the agent's, never recorded as one."""
+        if self.lost:
+            raise SandboxLost(f"{what}: the machine of its sandbox is gone")
+        if self._closed:
+            raise SandboxClosed(f"{what}: its sandbox was closed")
 
     def adopt(self, tree: Path) -> None:
         """Files the host put into the writable `tree` after open: let commands inside write them.

@@ -39,6 +39,7 @@ from services.workspace import EVOLVABLE_PATHS
 # grader's while its evaluation's is open: were each to hold a whole CPU, generations holding one
 # sandbox each and waiting for a second could wait for each other forever once a node is lost.
 HOST_CPUS = 0.01
+HEAD_RESOURCE = "node:__internal_head__"  # what Ray's head node has (ray._common.constants calls it so)
 HOST_THREADS = 32  # calls a host actor serves at once (a command's two stream reads wait there)
 PLACEMENT_WARN_S = 60.0  # a sandbox still not placed on a node after this is told on the console
 DISK_CHECK_S = 2.0  # how often the node is asked whether it stopped the sandbox for what it wrote
@@ -87,8 +88,6 @@ class Connection:
     """A run's hold on the cluster: how to make sandbox hosts, and the gateway channel they use."""
 
     def __init__(self, ray, config: Config, gateway_socket: Path | None):
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
         from services.sandbox.ray_channel import Channel, Mailbox
         from services.sandbox.ray_host import SandboxHost
 
@@ -100,8 +99,10 @@ class Connection:
         answer_timeout = (gw.max_retries + 1) * (gw.request_timeout_s + gw.backoff_max_s) + 60
         self.mailbox = self.channel = self.door = None
         if gateway_socket is not None:
-            here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True)
-            self.mailbox = ray.remote(num_cpus=0, max_restarts=0, scheduling_strategy=here)(Mailbox).remote()
+            # On the head node, whose loss ends the cluster anyway: not on the node this driver
+            # attached to, which may be a worker node that the run must survive losing.
+            on_head = {HEAD_RESOURCE: 0.001}
+            self.mailbox = ray.remote(num_cpus=0, max_restarts=0, resources=on_head)(Mailbox).remote()
             self.channel = Channel(self.mailbox, gateway_socket, answer_timeout).start()
             self.door = (self.mailbox, gw.max_request_mb, answer_timeout)
 
