@@ -180,8 +180,9 @@ class NodeTools:
 
     def grade(self, grading, grader_agent: str, predictions: Path) -> Path:
         ev = self.evaluator
+        transcripts = ev.run_dir / "untrusted" / self.node_id / "grader"  # never under evals/, which the core alone writes
         result = ev.kept(self.node_id, grade_run(grading, grader_agent, predictions, ev.config, ev.gateway,
-                                                 backend=ev.backend, node=self.node_id))
+                                                 backend=ev.backend, node=self.node_id, transcripts=transcripts))
         return result.folder / PREDICTIONS
 
 

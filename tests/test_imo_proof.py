@@ -138,6 +138,9 @@ def test_the_loop_on_imo_proof_grades_with_the_installed_grader_not_a_vendored_c
                            keep_default_na=False)
     assert list(feedback["grade"]) == ["correct", "almost", "incorrect"]
     assert not {"Solution", "Grading guidelines", "Short Answer"} & set(feedback.columns)
+    # The grader is agent code too: what it may write is under untrusted/, never under evals/.
+    assert list((run_dir / "untrusted" / "initial" / "grader").glob("chat_history_*"))
+    assert not list((run_dir / "evals").rglob("agent_evals"))
 
 
 def test_a_run_can_start_from_the_proof_solver_baseline(tmp_path, fake_openai, proofgrader_dir, config):

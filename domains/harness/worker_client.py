@@ -175,14 +175,15 @@ class AgentWorker:
 
 @contextlib.contextmanager
 def open_agent_worker(config: Config, agent_path: str, model: str, gateway, out_dir: Path, *, backend: str,
-                      node: str, role: str, workspace: Path | None = None):
+                      node: str, role: str, workspace: Path | None = None, transcripts: Path | None = None):
     """An AgentWorker for `agent_path` in a sandbox of its own, stopped and removed on exit.
 
     The sandbox's workspace is `workspace`, the agent's code only; without one, the project's
     evolvable paths are copied into a temporary workspace (left empty for an installed agent
     such as `proofgrader`, so nothing of ours may shadow or complete it): no data set or
-    label is ever in reach. Transcripts go to `out_dir/agent_evals`, the worker's log to
-    `out_dir/worker.log`.
+    label is ever in reach. Transcripts go to `transcripts` (default `out_dir/agent_evals`): the
+    one folder the agent may write, so the caller keeps it apart from its records. The worker's
+    log goes to `out_dir/worker.log`.
     """
     with contextlib.ExitStack() as stack:
         if workspace is None:
@@ -192,7 +193,7 @@ def open_agent_worker(config: Config, agent_path: str, model: str, gateway, out_
                 copy_evolvable(PROJECT_ROOT, workspace)
         mounts, agent_file = agent_mounts(agent_path, workspace)
         installed = bool(mounts) and agent_file is None
-        transcripts = out_dir / "agent_evals"
+        transcripts = transcripts or out_dir / "agent_evals"
         transcripts.mkdir(parents=True, exist_ok=True)
         box = stack.enter_context(open_sandbox(config.sandbox, workspace, mounts + worker_mounts(transcripts),
                                                gateway.unix_socket, backend))
