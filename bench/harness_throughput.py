@@ -163,8 +163,8 @@ def _label(cmd: str) -> str:
     names = [Path(a).name for a in argv[:2]]
     if names[0] == "bwrap":  # the sandbox; its arguments hold the command it runs
         return "bwrap"
-    if "relay.py" in names:
-        return "relay"
+    if "relay.py" in names:  # the relay runs a trusted script such as the worker in its own process
+        return "worker+relay" if any(Path(a).name == "worker.py" for a in argv) else "relay"
     if "worker.py" in names:
         return "worker"
     return " ".join(names)[:14]

@@ -11,8 +11,10 @@ from __future__ import annotations
 import argparse
 import atexit
 import contextlib
+import gc
 import os
 import sys
+import threading
 from datetime import datetime
 from pathlib import Path
 
@@ -32,6 +34,7 @@ from services.config import (
     validate,
 )
 from services.errors import UserError, exit_on_user_error
+from services.providers import _litellm
 from services.sandbox import choose_backend
 from services.startup import open_services
 
@@ -94,6 +97,24 @@ def removed_on_error(folder: Path):
         raise
 
 
+def import_litellm_meanwhile() -> None:
+    """Start importing litellm, for the gateway and the key check, in a thread: it runs while this
+    thread waits for the sandbox's self-test and the worker's start, which this thread's own
+    import would follow."""
+
+    def run() -> None:
+        gc.disable()  # as the worker does (inside/worker.py, import_litellm): a fifth of the import's time
+        try:
+            _litellm()
+        except Exception:
+            pass  # the key check imports it again, and says what failed
+        finally:
+            gc.freeze()
+            gc.enable()
+
+    threading.Thread(target=run, name="import-litellm", daemon=True).start()
+
+
 def evaluate(args, config: Config) -> None:
     """One harness run as the flags ask, with a gateway and a sandbox of its own.
 
@@ -101,6 +122,7 @@ def evaluate(args, config: Config) -> None:
     start, and the key check (litellm's import here) and the rows come while it runs. A bad
     key or subset still ends the run before any row, and leaves no folder.
     """
+    import_litellm_meanwhile()
     use_data_files(config.harness.data_files)
     domain = get_domain(args.domain)
     proofs = Path(args.proofs_dname) if args.proofs_dname else None
