@@ -152,15 +152,19 @@ class WorkerProcess:
     def _copy_log(self, log_path: Path) -> None:
         # Reads stderr to its end whatever the log file does: a worker blocked on a full pipe
         # would stall its rows until they time out.
+        # The file holds at most twice the cap, over all the workers that append to it (each
+        # restart after a crash is a new one): an agent that floods stderr and dies, again and
+        # again, cannot fill the disk under nodes/.
         try:
             log = open(log_path, "a", encoding="utf-8", errors="backslashreplace")
+            room = max(0, 2 * self.log_cap - log.tell())
         except OSError:
-            log = None
+            log, room = None, 0
         written = 0
         try:
             for chunk in iter(lambda: self.proc.stderr.read(65536), ""):
-                if written < self.log_cap:
-                    log = _append(log, chunk[: self.log_cap - written])
+                if written < min(room, self.log_cap):
+                    log = _append(log, chunk[: min(room, self.log_cap) - written])
                 written += len(chunk)
                 if written > self.log_cap and not self.overflowed:
                     self.overflowed = True

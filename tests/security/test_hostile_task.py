@@ -236,3 +236,24 @@ def test_a_task_agent_that_fills_its_folders_is_stopped_with_the_reason(tmp_path
     assert r.returncode == 2 and r.stderr.strip().splitlines()[-1] == \
         "error: the agent's sandbox was stopped for writing more than 50 MB to its folders", r.stderr
     assert not (tmp_path / "out" / "r").exists()
+
+
+@pytest.mark.attack("task agent: floods stderr on every row, so each of its restarted workers appends to the log")
+def test_a_flooding_agent_that_dies_again_and_again_keeps_the_log_bounded(tmp_path, fake_openai):
+    agent = tmp_path / "flood.py"
+    agent.write_text("import sys\nclass TaskAgent:\n    def __init__(self, model, chat_history_file=None):\n"
+                     "        pass\n"
+                     "    def forward(self, inputs):\n"
+                     "        while True:\n"
+                     "            sys.stderr.write('x' * 65536)\n")
+    config = tmp_path / "c.yaml"
+    config.write_text(FAST_CONFIG.replace("harness:\n", "harness:\n  num_workers: 1\n")
+                      .replace("sandbox:\n", "sandbox:\n  output_cap_mb: 1\n"))
+    r = run_cli("domains.harness", "--domain", "imo_grading", "--subset", "train", "--num_samples", "2",
+                "--agent_path", str(agent), "--output_dir", str(tmp_path / "out"), "--run_id", "r",
+                "--model", "openai/fake", "--config", str(config), "--sandbox", "bwrap",
+                env=cli_env(fake_openai), timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    df = pd.read_csv(tmp_path / "out" / "r" / "predictions.csv", dtype=str, keep_default_na=False)
+    assert all("printing more than" in e for e in df["error"])  # 2 rows x 2 attempts: 4 workers killed
+    assert (tmp_path / "out" / "r" / "worker.log").stat().st_size <= 2 * 2**20 + 4096
