@@ -39,7 +39,7 @@ class Domain:
     subsets: dict[str, str]  # --subset suffix (as in the seed) -> file name in data_dir
     splits: dict[str, str]  # split name -> subset suffix; the loop selects on val, else train
     score_key: str  # the report key the loop optimizes
-    scorer: Scorer | None  # how predictions become the report (domains/scoring.py); None: never scored alone
+    scorer: Scorer  # how predictions become the report (domains/scoring.py)
     data_dir: Path | None = None  # where subset files live; None: rows come from another run
     stages: tuple[Stage, ...] = (Stage(10),)  # screening stages before the full evaluation (config loop.stages overrides)
     model_role: str = "task"  # gateway role and default model alias of this domain's agent
@@ -59,8 +59,7 @@ class Domain:
         return suffix
 
     def dataset_path(self, subset: str | None = None) -> Path:
-        if self.loader is not None:
-            raise UserError(f"domain {self.name} has no single data file per subset")
+        """The CSV of a subset (`load` reads domains with a `loader` otherwise)."""
         if self.data_dir is None:
             raise UserError(f"domain {self.name} has no bundled data set")
         return self.data_dir / self.subsets[self.subset_suffix(subset)]
@@ -97,7 +96,7 @@ class Domain:
 
     def models_needed(self, config) -> set[str]:
         """Every model an evaluation of this domain calls: its agent's, and its scorer's (grader, judges)."""
-        return {config.resolve_model(self.model_role)} | (self.scorer.models(config) if self.scorer else set())
+        return {config.resolve_model(self.model_role)} | self.scorer.models(config)
 
     def screening(self, loop) -> tuple[Stage, ...]:
         """The stages this run screens a node with (`loop`: the config's loop section): the config's

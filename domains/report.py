@@ -65,8 +65,6 @@ def report(dname: str | Path, domain: str, config: Config | None = None, model: 
     dom = get_domain(domain)
     if not (dname / PREDICTIONS).is_file():
         raise UserError(f"{dname} has no predictions.csv: run `python -m domains.harness --domain {domain}` first")
-    if dom.scorer is None:
-        raise UserError(f"domain {domain} has no metrics to report")
     dom.scorer.check_ready(dom)
     tools = ReportTools(dname, config or load_config(), model)
     try:
