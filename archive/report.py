@@ -15,7 +15,7 @@ def write_report(archive: Archive, domains: list, full_sizes: dict[str, int], be
                  images: list[Path], out: Path) -> Path:
     nodes = sorted(archive.nodes.values(), key=lambda n: (n.valid_parent, mean_score(n, domains, full_sizes),
                                                           n.generation), reverse=True)
-    splits = [(d.name, s) for d in domains for s in ("train", "val", "test") if s in d.splits]
+    splits = [(d.name, s) for d in domains for s in d.full_splits(with_test=True)]
     head = "".join(f"<th>{html.escape(d)}<br>{s}</th>" for d, s in splits)
     rows = []
     for node in nodes[:TOP]:
