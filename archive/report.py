@@ -5,7 +5,7 @@ from __future__ import annotations
 import html
 from pathlib import Path
 
-from archive.store import Archive, mean_score
+from archive.store import META_TRANSCRIPT, UNTRUSTED, Archive, mean_score
 from services.fsutil import atomic_write_text
 
 TOP = 15  # nodes in the table
@@ -27,7 +27,7 @@ def write_report(archive: Archive, domains: list, full_sizes: dict[str, int], be
                          f"{f' <small>({rows_scored})</small>' if rows_scored else ''}</td>")
         links = [f'<a href="{path}">{label}</a>'
                  for path, label in ((f"nodes/{node.node_id}/patch.diff", "patch"),
-                                     (f"untrusted/{node.node_id}/meta/meta_chat_history.md", "transcript"),
+                                     (f"{UNTRUSTED}/{node.node_id}/meta/{META_TRANSCRIPT}", "transcript"),
                                      (f"nodes/{node.node_id}/node.json", "record"))
                  if _regular_file(archive.run_dir / path)]
         star = " &#9733;" if node.node_id == best_id else ""

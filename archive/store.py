@@ -22,6 +22,18 @@ from services.errors import UserError
 from services.fsutil import atomic_write_json, read_bounded
 
 
+UNTRUSTED = "untrusted"  # run_dir/untrusted/<node>/<part>/: what the node's sandboxes wrote, never read as a record
+META_TRANSCRIPT = "meta_chat_history.md"  # the meta agent's transcript, in the node's untrusted "meta" part
+
+
+def untrusted_dir(run_dir: Path, node_id: str, part: str) -> Path:
+    """A folder a sandbox of the node may write (transcripts of the meta agent, the task agent, the
+    grader): untrusted data, apart from the node's records in `nodes/<id>/`, where no sandbox writes."""
+    folder = Path(run_dir) / UNTRUSTED / node_id / part
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
 def selection_score(node: Node, domain, full_sizes: dict[str, int]) -> float | None:
     """The score the loop selects on for one domain: val where the domain has one, else train.
 

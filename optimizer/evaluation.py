@@ -20,6 +20,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from archive.store import untrusted_dir
 from domains.harness import (
     PREDICTIONS,
     AgentWorker,
@@ -180,7 +181,7 @@ class NodeTools:
 
     def grade(self, grading, grader_agent: str, predictions: Path) -> Path:
         ev = self.evaluator
-        transcripts = ev.run_dir / "untrusted" / self.node_id / "grader"  # never under evals/, which the core alone writes
+        transcripts = untrusted_dir(ev.run_dir, self.node_id, "grader")  # never under evals/, which the core writes
         result = ev.kept(self.node_id, grade_run(grading, grader_agent, predictions, ev.config, ev.gateway,
                                                  backend=ev.backend, node=self.node_id, transcripts=transcripts))
         return result.folder / PREDICTIONS

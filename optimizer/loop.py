@@ -33,7 +33,7 @@ from pathlib import Path
 
 from archive.records import GenStart, MetaResult, Node, Status
 from archive.selection import select_parent
-from archive.store import Archive
+from archive.store import META_TRANSCRIPT, Archive, untrusted_dir
 from optimizer.evaluation import (
     BudgetStop,
     Evaluator,
@@ -200,11 +200,7 @@ class Loop:
             return None
 
     def sandbox_out(self, node_id: str, part: str) -> Path:
-        """A folder a sandbox of the node may write (transcripts): untrusted data, apart from
-        the node's records, which live in `nodes/<id>/` where no sandbox can write."""
-        folder = self.run_dir / "untrusted" / node_id / part
-        folder.mkdir(parents=True, exist_ok=True)
-        return folder
+        return untrusted_dir(self.run_dir, node_id, part)
 
     def node_sandbox(self, node_id: str):
         return self.evaluator.node_sandbox(node_id, self.archive.node_dir(node_id),
@@ -248,7 +244,7 @@ class Loop:
         try_command = f"python {box.trusted_script('try_agent.py')} --rows 5"
         argv = [box.python, box.trusted_script("run_meta.py"), "--repo", box.workdir, "--eval_path", FEEDBACK,
                 "--iterations_left", str(self.config.loop.max_generation - generation), "--model", self.meta_model,
-                "--transcript", f"{NODE_OUT}/meta_chat_history.md", "--try_command", try_command,
+                "--transcript", f"{NODE_OUT}/{META_TRANSCRIPT}", "--try_command", try_command,
                 "--max_tool_calls", str(self.config.loop.meta_max_calls)]
         return argv + (["--agent_root", FROZEN_META] if frozen else [])
 
