@@ -428,3 +428,9 @@ def test_an_agent_that_never_finishes_loading_is_stopped(tmp_path, fake_openai):
                 config=str(cfg))
     one_line_error(r, "did not load within 3 s")
     assert time.time() - started < 30 and not (tmp_path / "out" / "r").exists()
+
+
+def test_num_samples_zero_is_refused_before_anything_runs(tmp_path, fake_openai):
+    r = harness(tmp_path, fake_openai, "--domain", "imo_grading", "--num_samples", "0")
+    assert r.returncode == 2 and "--num_samples: must be -1 or 1 or more, got 0" in r.stderr
+    assert not (tmp_path / "out").exists() and fake_openai.count == 0

@@ -48,7 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--agent_path", default="task_agent", help="a .py file or a module path with a TaskAgent")
     ap.add_argument("--output_dir", default="./outputs", help="parent folder of run folders")
     ap.add_argument("--run_id", default=None, help="run folder name (default: a timestamp)")
-    ap.add_argument("--num_samples", type=int_flag(-1), default=-1, help="first N rows only; -1 = all")
+    ap.add_argument("--num_samples", type=int_flag(1, also=-1), default=-1, help="first N rows only; -1 = all")
     ap.add_argument("--save_interval", type=int_flag(1), default=None, help="rewrite predictions.csv every N rows")
     ap.add_argument("--num_workers", type=int_flag(1), default=None, help="rows evaluated in parallel")
     ap.add_argument("--resume_from", default=None, help="an earlier output folder to complete")
