@@ -1,10 +1,12 @@
 """Generations in flight: the same 8 generations at --parallel 1 and --parallel N, side by side.
 
 Each run is `python -m run_optimization --max_generation 8` against one FakeOpenAI server
-that answers every call after a fixed latency: as the meta model it makes one edit and
-stops (2 calls), as the task model it answers a label. The latency is chosen so that the
-models' time, not this machine's 2 cores, bounds a generation (sandboxes and interpreters
-still cost CPU: with N in flight they share the cores).
+that answers every call after a fixed latency: as the meta model it looks around, makes one edit and
+stops (5 calls), each child's code differing from its parent's so that it is evaluated in
+full (10 staged rows, then 10 more train and 10 val rows, 5 at a time); as the task model
+it answers a label. The latency is chosen so that the models' time, not this machine's 2
+cores, bounds a generation (sandboxes and interpreters still cost CPU, about 6 s per
+generation here: with N in flight they share the cores).
 
 The generations' wall time is measured from the moment the initial node is recorded (the
 bench polls archive.jsonl) to the end of the command, so the initial evaluation, the same
@@ -42,17 +44,25 @@ from fake_openai import FakeOpenAI  # noqa: E402
 
 GENERATIONS = 8
 TARGETS = {"local": 3.2, "ray": 2.8}  # speed-up of --parallel 4 over --parallel 1
-EDIT = {"tool_name": "editor", "tool_input": {"command": "str_replace", "path": "/workspace/task_agent/task_agent.py",
-                                              "old_str": "You are an expert grader",
-                                              "new_str": "You are a careful expert grader"}}
+META_TURNS = 4  # tool calls of each meta agent run before it says it is done
 
 
 def respond(request: dict) -> str:
+    """The meta agent looks around a few times, then appends a line naming its generation to the
+    task agent (so every child's code differs and is evaluated in full); the task agent answers a label."""
     messages = request["messages"]
     opening = " ".join(str(m["content"]) for m in messages[:2])
-    if "/feedback" in opening:  # the meta agent: one edit, then done
+    if "/feedback" in opening:
         turns = sum(1 for m in messages if m["role"] == "assistant")
-        return f"<json>{json.dumps(EDIT)}</json>" if turns == 0 else "Done."
+        left = opening.split("Iterations left in this run: ", 1)[-1].split(".", 1)[0]
+        if turns < META_TURNS - 1:
+            action = {"tool_name": "bash", "tool_input": {"command": "ls /workspace/task_agent"}}
+        elif turns == META_TURNS - 1:
+            action = {"tool_name": "bash", "tool_input": {
+                "command": f"echo '# generation with {left} left' >> /workspace/task_agent/task_agent.py"}}
+        else:
+            return "Done."
+        return f"<json>{json.dumps(action)}</json>"
     return '<json>{"response": "partial"}</json>'
 
 
@@ -111,7 +121,7 @@ def local_cluster(nodes: int):
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--parallel", type=int, default=4)
-    ap.add_argument("--latency", type=float, default=4.0, help="seconds the fake server takes for every call")
+    ap.add_argument("--latency", type=float, default=5.0, help="seconds the fake server takes for every call")
     ap.add_argument("--eval_samples", type=int, default=10, help="rows of each full evaluation split")
     ap.add_argument("--eval_workers", type=int, default=5)
     ap.add_argument("--sandbox", default="bwrap")
