@@ -215,23 +215,28 @@ def test_attack(run, attack):
     attack.check(row, run)
 
 
-@pytest.mark.attack("task agent: fills the host's disk through its transcripts folder")
-def test_a_task_agent_that_fills_its_folders_is_stopped_with_the_reason(tmp_path, fake_openai):
-    agent = tmp_path / "filler.py"
-    agent.write_text("import os\nclass TaskAgent:\n    def __init__(self, model, chat_history_file=None):\n"
+def run_one_agent(tmp_path, fake, forward: str, sandbox: str, rows: int):
+    """The harness on `rows` train rows with a TaskAgent whose forward() body is `forward`, one worker,
+    `sandbox` added to the sandbox section of the config, in bwrap; the CompletedProcess."""
+    agent = tmp_path / "agent.py"
+    agent.write_text("import os, sys\nclass TaskAgent:\n    def __init__(self, model, chat_history_file=None):\n"
                      "        self.file = chat_history_file\n"
-                     "    def forward(self, inputs):\n"
-                     "        with open(self.file + '.bin', 'wb') as f:\n"
-                     "            for _ in range(400):\n"
-                     "                f.write(b'x' * 2**20)\n"
-                     "        import time; time.sleep(30)\n")
+                     "    def forward(self, inputs):\n" + textwrap.indent(forward, " " * 8))
     config = tmp_path / "c.yaml"
     config.write_text(FAST_CONFIG.replace("harness:\n", "harness:\n  num_workers: 1\n")
-                      .replace("sandbox:\n", "sandbox:\n  disk_mb: 50\n"))
-    r = run_cli("domains.harness", "--domain", "imo_grading", "--subset", "train", "--num_samples", "1",
-                "--agent_path", str(agent), "--output_dir", str(tmp_path / "out"), "--run_id", "r",
-                "--model", "openai/fake", "--config", str(config), "--sandbox", "bwrap",
-                env=cli_env(fake_openai), timeout=300)
+                      .replace("sandbox:\n", f"sandbox:\n  {sandbox}\n"))
+    return run_cli("domains.harness", "--domain", "imo_grading", "--subset", "train", "--num_samples", str(rows),
+                   "--agent_path", str(agent), "--output_dir", str(tmp_path / "out"), "--run_id", "r",
+                   "--model", "openai/fake", "--config", str(config), "--sandbox", "bwrap",
+                   env=cli_env(fake), timeout=300)
+
+
+@pytest.mark.attack("task agent: fills the host's disk through its transcripts folder")
+def test_a_task_agent_that_fills_its_folders_is_stopped_with_the_reason(tmp_path, fake_openai):
+    r = run_one_agent(tmp_path, fake_openai, "with open(self.file + '.bin', 'wb') as f:\n"
+                      "    for _ in range(400):\n"
+                      "        f.write(b'x' * 2**20)\n"
+                      "import time; time.sleep(30)\n", "disk_mb: 50", rows=1)
     # The evaluation stops with the reason (in a loop: the node is eval_failed with it); nothing is left.
     assert r.returncode == 2 and r.stderr.strip().splitlines()[-1] == \
         "error: the agent's sandbox was stopped for writing more than 50 MB to its folders", r.stderr
@@ -240,19 +245,8 @@ def test_a_task_agent_that_fills_its_folders_is_stopped_with_the_reason(tmp_path
 
 @pytest.mark.attack("task agent: floods stderr on every row, so each of its restarted workers appends to the log")
 def test_a_flooding_agent_that_dies_again_and_again_keeps_the_log_bounded(tmp_path, fake_openai):
-    agent = tmp_path / "flood.py"
-    agent.write_text("import sys\nclass TaskAgent:\n    def __init__(self, model, chat_history_file=None):\n"
-                     "        pass\n"
-                     "    def forward(self, inputs):\n"
-                     "        while True:\n"
-                     "            sys.stderr.write('x' * 65536)\n")
-    config = tmp_path / "c.yaml"
-    config.write_text(FAST_CONFIG.replace("harness:\n", "harness:\n  num_workers: 1\n")
-                      .replace("sandbox:\n", "sandbox:\n  output_cap_mb: 1\n"))
-    r = run_cli("domains.harness", "--domain", "imo_grading", "--subset", "train", "--num_samples", "2",
-                "--agent_path", str(agent), "--output_dir", str(tmp_path / "out"), "--run_id", "r",
-                "--model", "openai/fake", "--config", str(config), "--sandbox", "bwrap",
-                env=cli_env(fake_openai), timeout=300)
+    r = run_one_agent(tmp_path, fake_openai, "while True:\n    sys.stderr.write('x' * 65536)\n",
+                      "output_cap_mb: 1", rows=2)
     assert r.returncode == 0, r.stderr[-2000:]
     df = pd.read_csv(tmp_path / "out" / "r" / "predictions.csv", dtype=str, keep_default_na=False)
     assert all("printing more than" in e for e in df["error"])  # 2 rows x 2 attempts: 4 workers killed
