@@ -201,23 +201,24 @@ def test_sigterm_closes_the_sandbox_and_the_run_resumes(backend, tmp_path, fake_
     deadline = time.time() + 60
     while time.time() < deadline and (not journal.exists() or len(journal.read_text().splitlines()) < 3):
         time.sleep(0.05)
+    assert sandbox_leftovers(backend, folder, proc.pid)  # the check below can see this run's sandbox
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 143 and "interrupted" in err
-    assert not sandbox_leftovers(backend, folder)
+    assert not sandbox_leftovers(backend, folder, proc.pid)
     r = run_cli("domains.harness", "--resume_from", str(folder), *args, env=cli_env(fake_openai))
     assert r.returncode == 0, r.stderr
     assert (pd.read_csv(folder / "predictions.csv", dtype=str)["prediction"] == "partial").all()
 
 
-def sandbox_leftovers(backend: str, folder) -> list:
-    """Host processes of a bwrap sandbox of this run, or any docker sandbox container."""
+def sandbox_leftovers(backend: str, folder, pid: int) -> list:
+    """Host processes of a bwrap sandbox of this run, or the docker containers process `pid` made."""
     if backend == "docker":
         import docker
 
         from services.sandbox.docker_backend import LABEL
 
-        return docker.from_env().containers.list(all=True, filters={"label": LABEL})
+        return docker.from_env().containers.list(all=True, filters={"label": f"{LABEL}={pid}"})
     found = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
