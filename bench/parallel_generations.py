@@ -5,8 +5,12 @@ that answers every call after a fixed latency: as the meta model it looks around
 stops (5 calls), each child's code differing from its parent's so that it is evaluated in
 full (10 staged rows, then 10 more train and 10 val rows, 5 at a time); as the task model
 it answers a label. The latency is chosen so that the models' time, not this machine's 2
-cores, bounds a generation (sandboxes and interpreters still cost CPU, about 6 s per
-generation here: with N in flight they share the cores).
+cores, bounds a generation, as it does with the paper's models (a call takes tens of
+seconds). Sandboxes and interpreters still cost CPU: a generation's meta agent and its
+evaluation worker each import litellm (about 5 s of a core here), so 4 generations starting
+together keep both cores busy for about 20 s before their first call, where one alone waits
+about 6 s. At 10 s a call the models take 90 s of a generation and N=4 reaches 3.4x here;
+at 5 s, 45 s and 3.0x.
 
 The generations' wall time is measured from the moment the initial node is recorded (the
 bench polls archive.jsonl) to the end of the command, so the initial evaluation, the same
@@ -14,7 +18,7 @@ in every run, is not counted. Per generation it prints the node's own wall time,
 of it the models bound (the ledger's latencies: meta calls one after another, task calls
 `--eval_workers` at a time) and the rest, the framework's.
 
-    python bench/parallel_generations.py --parallel 4 --latency 4
+    python bench/parallel_generations.py                    # --parallel 4 --latency 10: ~18 min
     python bench/parallel_generations.py --executor ray    # the same on a local Ray cluster
 
 With --executor ray the runs use a local Ray cluster of `--ray_nodes` worker raylets
@@ -121,7 +125,7 @@ def local_cluster(nodes: int):
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--parallel", type=int, default=4)
-    ap.add_argument("--latency", type=float, default=5.0, help="seconds the fake server takes for every call")
+    ap.add_argument("--latency", type=float, default=10.0, help="seconds the fake server takes for every call")
     ap.add_argument("--eval_samples", type=int, default=10, help="rows of each full evaluation split")
     ap.add_argument("--eval_workers", type=int, default=5)
     ap.add_argument("--sandbox", default="bwrap")

@@ -172,9 +172,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--wait_for_go", action="store_true",
                     help="import litellm, then wait for a line on stdin before loading the agent "
                          "(the harness starts the worker before the agent's files are in place)")
-    ap.add_argument("--import_niceness", type=int, default=0, choices=range(0, 20), metavar="0..19",
-                    help="import litellm on a thread this much lower in CPU priority (a worker started "
-                         "ahead of need takes only spare CPU); the rows run at the worker's own priority")
     return ap.parse_args(argv)
 
 
@@ -217,34 +214,6 @@ def import_litellm(send) -> None:
     finally:
         gc.freeze()
         gc.enable()
-
-
-def import_litellm_niced(send, niceness: int) -> None:
-    """`import_litellm` on a thread of its own, `niceness` lower in CPU priority.
-
-    For a worker started ahead of need (the loop parks one while the meta agent works): beside
-    work the run waits on (the meta agent's own imports, other generations in flight), its
-    imports should take only CPU nobody else wants. Linux keeps a nice value per thread, so only
-    this thread is lowered; the rows run later on threads of the main one, at the priority the
-    worker started with.
-    """
-    failed = []
-
-    def run() -> None:
-        try:
-            os.nice(niceness)
-        except OSError:
-            pass
-        try:
-            import_litellm(send)
-        except SystemExit:
-            failed.append(True)
-
-    thread = threading.Thread(target=run, name="parked-imports")
-    thread.start()
-    thread.join()
-    if failed:
-        sys.exit(1)
 
 
 def warm_up_quietly(providers) -> None:
@@ -314,10 +283,7 @@ def main() -> None:
     if args.transcripts:
         os.makedirs(args.transcripts, exist_ok=True)
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-    if args.import_niceness > 0:
-        import_litellm_niced(send, args.import_niceness)
-    else:
-        import_litellm(send)
+    import_litellm(send)
     if args.wait_for_go and not sys.stdin.readline():
         sys.exit(0)  # the harness went away before the agent was needed
     TaskAgent = load_agent(args, send)

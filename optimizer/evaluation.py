@@ -37,11 +37,6 @@ from services.errors import UserError
 from services.sandbox import open_sandbox
 from services.workspace import discard
 
-# A node's worker is parked while its meta agent works: its imports are speculative and, with
-# several generations in flight, compete with the meta agents' own. At this niceness they take
-# about a tenth of a contended core (Linux weights nice 0 : 10 about 10 : 1).
-PARKED_IMPORT_NICENESS = 10
-
 
 @dataclass
 class SplitScore:
@@ -226,7 +221,7 @@ class NodeSandbox:
                                       "task", self.transcripts, self.node_dir / "worker.log",
                                       also_import=self.check_imports)
             self._stack.callback(self.worker.stop)
-            self.worker.prestart(import_niceness=PARKED_IMPORT_NICENESS)
+            self.worker.prestart()
         except BaseException:
             self._stack.close()
             raise

@@ -1,11 +1,8 @@
 """Start-up costs that are deferred or overlapped must still give the same results."""
 
-import json
 import subprocess
 import sys
 import textwrap
-import time
-from pathlib import Path
 
 from conftest import REPO_ROOT
 
@@ -88,50 +85,3 @@ def test_a_script_beside_the_relay_runs_in_its_process_and_others_in_their_own(t
                                 sys.executable, str(script), str(port)], capture_output=True, text=True, timeout=60)
             assert r.returncode == 3, r.stderr  # its exit code, either way
             assert [p.strip() for p in r.stdout.split("|")] == [where, GATEWAY_SAYS]
-
-
-NICENESS_AGENT = textwrap.dedent("""
-    import os
-
-    class TaskAgent:
-        def __init__(self, model, chat_history_file=None):
-            pass
-
-        def forward(self, inputs):
-            return str(os.getpriority(os.PRIO_PROCESS, 0)), []  # this thread's nice value, on Linux
-""")
-
-
-def _thread_niceness(pid: int) -> set[int]:
-    """The nice values of the threads of process `pid` (field 19 of /proc/PID/task/TID/stat)."""
-    found = set()
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            found.add(int(task.joinpath("stat").read_text().rsplit(")", 1)[1].split()[16]))
-        except (OSError, IndexError):
-            pass
-    return found
-
-
-def test_a_parked_worker_imports_at_a_lower_priority_and_answers_rows_at_its_own(tmp_path):
-    (tmp_path / "agent.py").write_text(NICENESS_AGENT)
-    proc = subprocess.Popen([sys.executable, str(REPO_ROOT / "inside" / "worker.py"), "--agent_path",
-                             str(tmp_path / "agent.py"), "--model", "openai/fake", "--root", str(tmp_path),
-                             "--wait_for_go", "--import_niceness", "7"],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                            env={"PATH": "/usr/bin:/bin", "LITELLM_LOCAL_MODEL_COST_MAP": "True"})
-    try:
-        seen: set[int] = set()
-        deadline = time.monotonic() + 120
-        while 7 not in seen and proc.poll() is None and time.monotonic() < deadline:
-            seen |= _thread_niceness(proc.pid)  # while it imports litellm
-            time.sleep(0.005)
-        assert 7 in seen, f"no thread of the parked worker ran at nice 7 (saw {seen})"
-        proc.stdin.write("\n" + json.dumps({"id": "r1", "inputs": {}}) + "\n")
-        proc.stdin.flush()
-        replies = [json.loads(proc.stdout.readline()) for _ in range(3)]
-    finally:
-        proc.kill()
-        proc.wait()
-    assert replies[0] == {"ready": True} and replies[1] == {"started": "r1"}
-    assert replies[2]["prediction"] == "0", replies[2]  # the row's thread is back at the worker's own priority

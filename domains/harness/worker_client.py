@@ -108,12 +108,11 @@ class AgentWorker:
         self.proc: WorkerProcess | None = None
         self._parked = False  # launched with --wait_for_go and not told to go yet
 
-    def prestart(self, import_niceness: int = 0) -> None:
+    def prestart(self) -> None:
         """Launch the worker now so it pays its imports, but load the agent only at `start()`:
-        the loop calls this before the agent's files exist (while the meta agent writes them),
-        with `import_niceness` > 0 so those imports take only the CPU nothing else wants."""
+        the loop calls this before the agent's files exist (while the meta agent writes them)."""
         self.stop()
-        self._launch(wait_for_go=True, import_niceness=import_niceness)
+        self._launch(wait_for_go=True)
 
     def start(self) -> None:
         """Load the agent in the prestarted worker, or in a fresh one; returns once the agent loaded."""
@@ -148,7 +147,7 @@ class AgentWorker:
                 raise UserError(f"the agent's sandbox was stopped for {self.sandbox.disk_capped}")
             raise UserError(msg.get("fatal") or f"the worker exited before loading the agent (see {self.log_path})")
 
-    def _launch(self, wait_for_go: bool, import_niceness: int = 0) -> None:
+    def _launch(self, wait_for_go: bool) -> None:
         box = self.sandbox
         cmd = [box.python, box.trusted_script("worker.py"), "--agent_path", self.agent_path, "--model", self.model,
                "--workers", str(self.config.harness.num_workers), "--root", box.workdir,
@@ -157,7 +156,6 @@ class AgentWorker:
         cmd += ["--max_prediction_bytes", str(cap)]
         cmd += [arg for entry in self.also_import for arg in ("--also_import", entry)]
         cmd += ["--wait_for_go"] if wait_for_go else []
-        cmd += ["--import_niceness", str(import_niceness)] if import_niceness else []
         env = worker_env(box, box.gateway_url or self.gateway.url, self.key, (self.model,))
         if self.pythonpath:
             env["PYTHONPATH"] = ":".join(self.pythonpath)
