@@ -76,7 +76,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--executor", choices=EXECUTORS, default=None,
                     help="local (default), or ray: every sandbox on a node of a Ray cluster, in that node's backend")
     ap.add_argument("--ray_address", default=None, metavar="ADDR",
-                    help="with --executor ray: auto (this machine's cluster) or HOST:PORT (default: a private instance)")
+                    help="with --executor ray: auto (this machine's cluster), HOST:PORT, or ray://HOST:PORT "
+                         "(Ray Client, from outside the cluster; default: a private instance)")
     return ap
 
 

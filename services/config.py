@@ -79,7 +79,7 @@ class SandboxConfig:
     docker_image: str = "hyperagents-sandbox:latest"  # built by `python -m services.sandbox build-image`
     docker_host: str | None = None  # engine address (default: DOCKER_HOST or the local socket)
     executor: str = "local"  # local | ray: where sandboxes run; ray = on the nodes of a Ray cluster, each in its own backend
-    ray_address: str | None = None  # with executor ray: None = a private Ray instance here, "auto" = this machine's cluster, or HOST:PORT
+    ray_address: str | None = None  # with executor ray: None = a private Ray instance here, "auto" = this machine's cluster, HOST:PORT or ray://HOST:PORT
 
 
 @dataclass
@@ -255,7 +255,7 @@ def _rules() -> dict:
         "sandbox.output_cap_mb": _above(0),
         "sandbox.disk_mb": _above(0),
         "sandbox.executor": _one_of(*EXECUTORS),
-        "sandbox.ray_address": (lambda v: bool(v.strip()), "a Ray address (auto or HOST:PORT)"),
+        "sandbox.ray_address": (lambda v: bool(v.strip()), "a Ray address (auto, HOST:PORT or ray://HOST:PORT)"),
         "loop.max_generation": _at_least(0),
         "loop.parent_selection": _one_of(*PARENT_SELECTIONS),
         "loop.parallel": (lambda v: 1 <= v <= 64, "from 1 to 64"),

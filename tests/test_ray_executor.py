@@ -38,9 +38,12 @@ def cluster():
 
     # Worker nodes are other machines, which never hold the controller's keys: started without them.
     keys = {k: os.environ.pop(k) for k in list(os.environ) if k.endswith("_API_KEY")}
+    client_port = free_port()  # the head's Ray Client server, for ray:// addresses
     try:
         cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "node_ip_address": "127.0.0.1",
-                                                                "include_dashboard": False})
+                                                                "include_dashboard": False,
+                                                                "ray_client_server_port": client_port})
+        cluster.client_port = client_port
         for _ in range(2):
             cluster.add_node(num_cpus=1, node_ip_address="127.0.0.1")
         cluster.wait_for_nodes()
@@ -52,6 +55,14 @@ def cluster():
     finally:
         ray.shutdown()
         cluster.shutdown()
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def ray_config(cluster, **sandbox) -> Config:
@@ -218,6 +229,13 @@ def add_worker(cluster) -> None:
         os.environ.update(keys)
 
 
+def sandbox_hosts() -> int:
+    """How many sandbox host actors the cluster has ever had, alive or not."""
+    from ray._private import state
+
+    return sum(info.get("ActorClassName", "").endswith("SandboxHost") for info in state.actors().values())
+
+
 def busiest(cluster):
     """The worker node that hosts the most sandboxes now (Ray's table of live actors)."""
     from collections import Counter
@@ -279,3 +297,28 @@ def test_a_loop_on_the_cluster_loses_a_node_and_ends_as_a_local_run_with_the_sam
     assert outcome(ray_run) == outcome(tmp_path / "local" / "run")
     assert set(nodes(ray_run)) == {"initial", "1", "2", "3", "4"}
     add_worker(cluster)  # for whatever runs after
+
+
+def test_a_ray_client_address_runs_the_harness_on_the_cluster(cluster, fake_openai, tmp_path):
+    """--ray_address ray://HOST:PORT: a driver elsewhere, through the head's Ray Client server."""
+    import subprocess
+    import sys
+
+    from conftest import REPO_ROOT, cli_env
+
+    while len(cluster.worker_nodes) < 2:  # an earlier test removed one
+        add_worker(cluster)
+    port = cluster.client_port
+    fake_openai.set_replies(['<json>{"response": "Partial"}</json>'])
+    config = tmp_path / "ray.yaml"
+    config.write_text(f"sandbox:\n  executor: ray\n  backend: bwrap\n  ray_address: ray://127.0.0.1:{port}\n")
+    hosts_before = sandbox_hosts()
+    r = subprocess.run([sys.executable, "-m", "domains.harness", "--domain", "imo_grading", "--num_samples", "4",
+                        "--num_workers", "2", "--model", "openai/fake", "--config", str(config), "--output_dir",
+                        str(tmp_path / "out"), "--run_id", "r"], cwd=REPO_ROOT, env=cli_env(fake_openai),
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    rows = [json.loads(line) for line in (tmp_path / "out" / "r" / "predictions.jsonl").read_text().splitlines()]
+    assert len(rows) == 4 and {row["prediction"] for row in rows} == {"partial"}
+    assert fake_openai.count == 4  # every call went out through the controller's gateway
+    assert sandbox_hosts() == hosts_before + 1  # the worker's sandbox was a host actor on the cluster
