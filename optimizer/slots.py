@@ -29,6 +29,7 @@ import time
 
 from archive.records import GenStart, Node, Status
 from optimizer.events import NodeFinished, Warned
+from services.errors import raise_if_stop_was_dropped
 from services.sandbox import SandboxLost, close_all
 
 POLL_S = 0.5  # how long the controller blocks at a time (Ctrl-C is seen between waits)
@@ -53,6 +54,7 @@ class Slots:
             for start in self.archive.pending_generations():
                 self._launch(start)
             while True:
+                raise_if_stop_was_dropped()
                 while not self.stopping and len(self.in_flight) < self.parallel:
                     start = self._next_start()
                     if start is None:

@@ -2,6 +2,7 @@
 
 import signal
 import sys
+import threading
 
 
 class UserError(Exception):
@@ -12,14 +13,29 @@ class Terminated(BaseException):
     """SIGTERM, raised in the main thread so every `finally` (sandboxes, gateway) still runs."""
 
 
-def _raise_terminated(signum, frame):
-    raise Terminated()
+_stop_signals: list[BaseException] = []  # what a Ctrl-C or SIGTERM raised, until the command ends
+
+
+def _raise_stop(signum, frame):
+    """Ctrl-C or SIGTERM: raise its exception in the main thread, and keep it, since Python drops an
+    exception raised while a weakref callback or a __del__ runs (it only prints it)."""
+    error = Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+    _stop_signals.append(error)
+    raise error
+
+
+def raise_if_stop_was_dropped() -> None:
+    """For a loop of the main thread that polls: raise again the exception of a Ctrl-C or SIGTERM
+    that came but never reached a handler (see `_raise_stop`)."""
+    if _stop_signals and threading.current_thread() is threading.main_thread():
+        raise _stop_signals[-1]
 
 
 def exit_on_user_error(main):
     """Run `main()`; a UserError becomes one line on stderr and exit code 2, Ctrl-C exit 130,
     SIGTERM exit 143, each after the cleanup of whatever was open."""
-    signal.signal(signal.SIGTERM, _raise_terminated)
+    signal.signal(signal.SIGTERM, _raise_stop)
+    signal.signal(signal.SIGINT, _raise_stop)
     try:
         return main()
     except UserError as e:

@@ -137,3 +137,41 @@ def test_a_generation_whose_machine_is_lost_runs_again_and_is_reopened_on_resume
     again = Archive(tmp_path)
     again.reopen_unfinished()  # as a resumed run does: the lost node is redone
     assert [s.node_id for s in again.pending_generations()] == ["3"]
+
+
+DROPPED_CTRL_C = """
+import os, signal, sys, time, weakref
+from services.errors import exit_on_user_error, raise_if_stop_was_dropped
+
+class Thing:
+    pass
+
+def main():
+    thing = Thing()
+    # Ctrl-C while a weakref callback runs: Python prints the KeyboardInterrupt and drops it.
+    ref = weakref.ref(thing, lambda _: (os.kill(os.getpid(), signal.SIGINT), time.sleep(0.5)))
+    del thing
+    for _ in range(50):  # a loop that polls, as Slots.run and the harness's scheduler do
+        if sys.argv[1] == "checked":
+            raise_if_stop_was_dropped()
+        time.sleep(0.02)
+    print("went on")
+
+exit_on_user_error(main)
+"""
+
+
+@pytest.mark.parametrize("loop", ["checked", "unchecked"])
+def test_a_ctrl_c_that_python_dropped_still_stops_a_loop_that_polls(loop):
+    import subprocess
+    import sys
+
+    from conftest import REPO_ROOT
+
+    r = subprocess.run([sys.executable, "-c", DROPPED_CTRL_C, loop], cwd=REPO_ROOT, capture_output=True, text=True,
+                       timeout=60)
+    assert "KeyboardInterrupt" in r.stderr  # Python's own note that it dropped one
+    if loop == "checked":
+        assert r.returncode == 130 and "rerun with --resume_from" in r.stderr and "went on" not in r.stdout
+    else:  # what the run did before the check: it went on as if no Ctrl-C came
+        assert r.returncode == 0 and "went on" in r.stdout

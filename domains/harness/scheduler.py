@@ -15,6 +15,8 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Callable
 
+from services.errors import raise_if_stop_was_dropped
+
 
 MAX_ROW_ATTEMPTS = 2  # a row in flight when the worker died is sent once more
 # Rows sent ahead of free worker threads, so a thread that finishes finds its next row
@@ -50,6 +52,7 @@ class Scheduler:
         self.todo.extend(rows)
         stopped_by = None
         while self.todo or self.inflight:
+            raise_if_stop_was_dropped()
             stopped_by = stopped_by or self.budget_left()
             if stopped_by:
                 self.todo.clear()
