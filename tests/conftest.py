@@ -18,19 +18,8 @@ from fake_openai import FakeOpenAI  # noqa: E402
 ATTACKS = pytest.StashKey[dict]()  # description -> node ids of the attack tests collected
 
 
-# Files that take minutes, in the order they should start when files run in parallel
-# (`-n 3 --dist loadfile` hands out whole files in collection order): the longest first, so
-# the run does not end waiting on one of them. Only the order changes; a stale list costs time.
-LONG_FILES = ["test_loop.py", "test_local_model.py", "test_ray_executor.py", "test_parallel.py",
-              "security/test_hostile_meta.py", "security/test_hostile_task.py", "security/test_forged_records.py",
-              "test_sandbox_docker.py", "security/test_worker_protocol.py", "test_answer_domains.py"]
-
-
 def pytest_collection_modifyitems(session, config, items):
-    """Long files first (LONG_FILES); remember the attacks collected (tests marked `attack`), for
-    the check of SECURITY.md."""
-    rank = {TESTS_DIR / name: i for i, name in enumerate(LONG_FILES)}
-    items.sort(key=lambda item: rank.get(item.path, len(rank)))  # stable: the rest keep their order
+    """Remember the attacks collected (tests marked `attack`), for the check of SECURITY.md."""
     found: dict[str, list[str]] = {}
     for item in items:
         mark = item.get_closest_marker("attack")
