@@ -313,12 +313,18 @@ def test_a_ray_client_address_runs_the_harness_on_the_cluster(cluster, fake_open
     config = tmp_path / "ray.yaml"
     config.write_text(f"sandbox:\n  executor: ray\n  backend: bwrap\n  ray_address: ray://127.0.0.1:{port}\n")
     hosts_before = sandbox_hosts()
-    r = subprocess.run([sys.executable, "-m", "domains.harness", "--domain", "imo_grading", "--num_samples", "4",
-                        "--num_workers", "2", "--model", "openai/fake", "--config", str(config), "--output_dir",
-                        str(tmp_path / "out"), "--run_id", "r"], cwd=REPO_ROOT, env=cli_env(fake_openai),
-                       capture_output=True, text=True, timeout=300)
+    for attempt in range(2):
+        r = subprocess.run([sys.executable, "-m", "domains.harness", "--domain", "imo_grading", "--num_samples",
+                            "4", "--num_workers", "2", "--model", "openai/fake", "--config", str(config),
+                            "--output_dir", str(tmp_path / "out"), "--run_id", f"r{attempt}"], cwd=REPO_ROOT,
+                           env=cli_env(fake_openai), capture_output=True, text=True, timeout=300)
+        # Ray Client's server starts a server process per driver, and under load (this suite runs
+        # three files at once) that start can time out: a one-line error, tried once more here.
+        if "Initialization failure from server" not in r.stderr:
+            break
     assert r.returncode == 0, r.stderr[-3000:]
-    rows = [json.loads(line) for line in (tmp_path / "out" / "r" / "predictions.jsonl").read_text().splitlines()]
+    journal = tmp_path / "out" / f"r{attempt}" / "predictions.jsonl"
+    rows = [json.loads(line) for line in journal.read_text().splitlines()]
     assert len(rows) == 4 and {row["prediction"] for row in rows} == {"partial"}
     assert fake_openai.count == 4  # every call went out through the controller's gateway
     assert sandbox_hosts() == hosts_before + 1  # the worker's sandbox was a host actor on the cluster
