@@ -13,22 +13,22 @@ class Terminated(BaseException):
     """SIGTERM, raised in the main thread so every `finally` (sandboxes, gateway) still runs."""
 
 
-_stop_signals: list[BaseException] = []  # what a Ctrl-C or SIGTERM raised, until the command ends
+_stop_signal: BaseException | None = None  # what the last Ctrl-C or SIGTERM raised
 
 
 def _raise_stop(signum, frame):
     """Ctrl-C or SIGTERM: raise its exception in the main thread, and keep it, since Python drops an
     exception raised while a weakref callback or a __del__ runs (it only prints it)."""
-    error = Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
-    _stop_signals.append(error)
-    raise error
+    global _stop_signal
+    _stop_signal = Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+    raise _stop_signal
 
 
 def raise_if_stop_was_dropped() -> None:
     """For a loop of the main thread that polls: raise again the exception of a Ctrl-C or SIGTERM
     that came but never reached a handler (see `_raise_stop`)."""
-    if _stop_signals and threading.current_thread() is threading.main_thread():
-        raise _stop_signals[-1]
+    if _stop_signal is not None and threading.current_thread() is threading.main_thread():
+        raise _stop_signal
 
 
 def exit_on_user_error(main):

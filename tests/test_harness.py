@@ -220,13 +220,13 @@ def sandbox_leftovers(backend: str, folder, pid: int) -> list:
 
         return docker.from_env().containers.list(all=True, filters={"label": f"{LABEL}={pid}"})
     found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
+    for other in filter(str.isdigit, os.listdir("/proc")):
         try:
-            cmd = open(f"/proc/{pid}/cmdline", "rb").read().decode(errors="replace")
+            cmd = open(f"/proc/{other}/cmdline", "rb").read().decode(errors="replace")
         except OSError:
             continue
         if str(folder) in cmd:
-            found.append(pid)
+            found.append(other)
     return found
 
 

@@ -21,6 +21,7 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 ray = pytest.importorskip("ray")
 
 from fake_openai import DEFAULT_REPLY  # noqa: E402
+from test_startup import free_port  # noqa: E402
 from services.config import Config  # noqa: E402
 from services.sandbox import Mount, SandboxLost, open_sandbox  # noqa: E402
 from services.sandbox.bwrap import bwrap_unavailable  # noqa: E402
@@ -55,14 +56,6 @@ def cluster():
     finally:
         ray.shutdown()
         cluster.shutdown()
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def ray_config(cluster, **sandbox) -> Config:

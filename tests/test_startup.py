@@ -61,7 +61,7 @@ PROBE = textwrap.dedent("""
 """)
 
 
-def _free_port() -> int:
+def free_port() -> int:
     import socket
 
     with socket.socket() as s:
@@ -80,7 +80,7 @@ def test_a_script_beside_the_relay_runs_in_its_process_and_others_in_their_own(t
         path.write_text(PROBE)
     with unix_http_server() as sock:
         for script, where in ((beside, "relay's process"), (elsewhere, "own process")):
-            port = _free_port()
+            port = free_port()
             r = subprocess.run([sys.executable, str(relay), "--socket", str(sock), "--port", str(port), "--",
                                 sys.executable, str(script), str(port)], capture_output=True, text=True, timeout=60)
             assert r.returncode == 3, r.stderr  # its exit code, either way
