@@ -35,7 +35,7 @@ from services.config import (
 )
 from services.errors import UserError, exit_on_user_error
 from services.providers import _litellm
-from services.sandbox import choose_backend
+from services.sandbox import SandboxLost, choose_backend
 from services.startup import open_services
 
 
@@ -97,6 +97,15 @@ def removed_on_error(folder: Path):
         raise
 
 
+@contextlib.contextmanager
+def lost_node_is_one_line():
+    """A Ray node lost under the run's sandbox ends the run with one line; what finished stays."""
+    try:
+        yield
+    except SandboxLost as e:
+        raise UserError(f"{e}; the same command goes on from the rows that finished") from None
+
+
 def import_litellm_meanwhile() -> None:
     """Start importing litellm, for the gateway and the key check, in a thread: it runs while this
     thread waits for the sandbox's self-test and the worker's start, which this thread's own
@@ -133,7 +142,7 @@ def evaluate(args, config: Config) -> None:
     backend = choose_backend(config.sandbox)
     asked = {"subset": args.subset, "proofs_dname": args.proofs_dname, "agent_path": args.agent_path,
              "num_samples": args.num_samples}
-    with removed_on_error(folder), run_folder(folder), services, \
+    with removed_on_error(folder), run_folder(folder), lost_node_is_one_line(), services, \
             open_agent_worker(config, args.agent_path, model, services.gateway, folder, backend=backend,
                               node="eval", role=domain.model_role) as worker:
         worker.prestart()

@@ -24,6 +24,7 @@ import logging
 import os
 import sys
 import threading
+import time
 from dataclasses import astuple, fields
 from pathlib import Path
 
@@ -42,6 +43,7 @@ HOST_CPUS = 0.01
 HEAD_RESOURCE = "node:__internal_head__"  # what Ray's head node has (ray._common.constants calls it so)
 HOST_THREADS = 32  # calls a host actor serves at once (a command's two stream reads wait there)
 PLACEMENT_WARN_S = 60.0  # a sandbox still not placed on a node after this is told on the console
+CLIENT_TRIES = 3  # ray:// connections tried when the head's Ray Client server was too slow to take the driver
 DISK_CHECK_S = 2.0  # how often the node is asked whether it stopped the sandbox for what it wrote
 _lock = threading.Lock()
 _connection = None  # the run's Connection while `connect` is entered
@@ -62,13 +64,26 @@ def _ray(address: str | None):
     with _lock:
         if not ray.is_initialized():
             options = {"include_dashboard": False} if address is None else {}
-            try:
-                ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False, **options)
-            except (ConnectionError, RuntimeError, ValueError) as e:
-                where = f"at {address}" if address else "on this machine"
-                raise UserError(f"cannot connect to a Ray cluster {where}: {str(e).splitlines()[0][:300]}") from None
+            for attempt in range(1, CLIENT_TRIES + 1):
+                try:
+                    ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False, **options)
+                    break
+                except (ConnectionError, RuntimeError, ValueError) as e:
+                    if attempt < CLIENT_TRIES and _client_server_was_slow(address, e):
+                        ray.shutdown()
+                        time.sleep(5 * attempt)
+                        continue
+                    where = f"at {address}" if address else "on this machine"
+                    raise UserError(f"cannot connect to a Ray cluster {where}: {str(e).splitlines()[0][:300]}") \
+                        from None
             _started_here = True
     return ray
+
+
+def _client_server_was_slow(address: str | None, error: Exception) -> bool:
+    """Ray Client's server (ray://) starts a server process for each driver and gives it 30 s
+    (the head's RAY_CLIENT_SERVER_CHECK_CHANNEL_TIMEOUT_S); on a busy head that can time out."""
+    return bool(address and address.startswith("ray://") and "Initialization failure from server" in str(error))
 
 
 def describe_cluster(config: SandboxConfig) -> str:
