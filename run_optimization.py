@@ -15,11 +15,16 @@ resume).
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import os
+import select
+import subprocess
+import sys
 from collections import Counter
 from datetime import datetime
 from pathlib import Path
+from urllib.parse import quote
 
 from archive.records import RunRecord
 from optimizer.initial_agents import INITIAL_AGENTS
@@ -50,6 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--run_id", default=None, help="run folder name (default: a timestamp)")
     ap.add_argument("--output_dir", default="./outputs", help="parent folder of runs")
     ap.add_argument("--resume_from", default=None, help="a run folder to continue")
+    ap.add_argument("--dashboard", nargs="?", type=int_flag(0), const=8765, default=None, metavar="PORT",
+                    help="serve this run's live dashboard on 127.0.0.1:PORT (8765; 0: any free port) while it runs")
     ap.add_argument("--max_generation", type=int_flag(0), default=None,
                     help="generations after the initial node (10)")
     ap.add_argument("--eval_samples", type=int_flag(1, also=-1), default=None,
@@ -185,6 +192,23 @@ def summary_lines(loop) -> list[str]:
     return lines
 
 
+def start_dashboard(run_dir: Path, port: int) -> None:
+    """The run's dashboard (python -m archive.dashboard) in a process of its own, which ends with
+    the run, also a killed one. One that cannot start is a warning: the run goes on without it."""
+    proc = subprocess.Popen([sys.executable, "-m", "archive.dashboard", str(run_dir), "--port", str(port),
+                             "--exit_with", str(os.getpid())], cwd=PROJECT_ROOT, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, text=True)  # its errors go to this run's stderr
+    ready, _, _ = select.select([proc.stdout], [], [], 30)
+    line = proc.stdout.readline() if ready else ""
+    if not line.startswith("dashboard: "):
+        proc.kill()
+        print("warning: the dashboard did not start (see above); the run goes on without it", flush=True)
+        return
+    address = line.split()[1]
+    print(f"dashboard {address}runs/{quote(run_dir.name)}", flush=True)
+    atexit.register(proc.terminate)
+
+
 def main(argv=None) -> None:
     from domains.base import use_data_files
     from domains.registry import get_domain
@@ -234,6 +258,8 @@ def main(argv=None) -> None:
         if not resumed:
             RunRepo.create(run_dir / "repo", PROJECT_ROOT, initial_agent.apply)
         atomic_write_json(run_dir / "run.json", RunRecord(domain_names, config.to_dict(), backend).to_dict())
+        if args.dashboard is not None:
+            start_dashboard(run_dir, args.dashboard)
         loop = Loop(run_dir, config, domains, gateway, backend)
         loop.run()
         print("\n".join(summary_lines(loop)))

@@ -107,7 +107,7 @@ def grader_candidates(run_dir: Path) -> list[Candidate]:
     """Nodes of a run that finished the full imo_grading evaluation, with their split reports."""
     from archive.records import Status
     from archive.store import Archive
-    from optimizer.eval_store import EvalStore
+    from archive.eval_store import EvalStore
 
     evals, split = EvalStore(run_dir), selection_split()
     found = []

@@ -21,7 +21,7 @@ START_SCHEMA = 1  # a generation's start, archive.jsonl's gen_start event
 RUN_SCHEMA = 1  # run.json
 
 COMMIT = re.compile(r"[0-9a-f]{40}")  # a commit of the run's repository (git's SHA-1 object names)
-EVAL_KEY = re.compile(r"[0-9a-f]{24}")  # a folder under evals/: optimizer/eval_store.py EvalStore.key
+EVAL_KEY = re.compile(r"[0-9a-f]{24}")  # a folder under evals/: archive/eval_store.py EvalStore.key
 NODE_ID = re.compile(r"initial|[0-9]+")  # the initial node, or a generation's number
 
 

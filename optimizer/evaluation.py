@@ -31,8 +31,8 @@ from domains.harness import (
     worker_mounts,
 )
 from domains.judge import GatewayJudge
-from optimizer.eval_store import EvalStore
-from optimizer.events import Events, SplitDone
+from archive.eval_store import EvalStore
+from optimizer.events import Events, SplitDone, SplitStarted
 from services.errors import UserError
 from services.sandbox import open_sandbox
 from services.workspace import discard
@@ -142,6 +142,7 @@ class Evaluator:
                 if self.store.seed(key, self.store.key(agent_hash, domain.name, split, smaller, self.task_model)):
                     break
         folder = self.store.folder(key)
+        self.events.emit(SplitStarted(node.node_id, domain.name, split, rows, key))
         try:
             rows_to_run = load_rows(domain, split, num_samples=rows)
             self.kept(node.node_id, run_split(domain, rows_to_run, node.worker, folder,

@@ -31,6 +31,17 @@ class MetaFinished:
 
 
 @dataclass(frozen=True)
+class SplitStarted:
+    """A harness run of a node's evaluation began (not one reused): `rows` rows into evals/<key>/."""
+
+    node_id: str
+    domain: str
+    split: str
+    rows: int
+    key: str
+
+
+@dataclass(frozen=True)
 class SplitDone:
     """One harness run of a node's evaluation finished: a stage, a full split, or a grading."""
 
@@ -57,7 +68,7 @@ class Warned:
     message: str
 
 
-Event = Union[GenerationStarted, MetaFinished, SplitDone, CostBooked, NodeFinished, Warned]
+Event = Union[GenerationStarted, MetaFinished, SplitStarted, SplitDone, CostBooked, NodeFinished, Warned]
 Subscriber = Callable[[Event], None]
 
 
@@ -132,7 +143,7 @@ class Pictures:
         best = self.archive.best(self.domains, self.full_sizes)
         best_id = best.node_id if best else None
         try:
-            images = write_plots(self.archive, self.domains, self.full_sizes, best_id, self.run_dir)
-            write_report(self.archive, self.domains, self.full_sizes, best_id, images, self.run_dir / "report.html")
+            write_plots(self.archive, self.domains, self.full_sizes, best_id, self.run_dir)
+            write_report(self.run_dir, self.run_dir / "report.html")
         except Exception as e:
             self.events.emit(Warned(f"plots not updated: {type(e).__name__}: {e}"))

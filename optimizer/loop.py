@@ -26,8 +26,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import random
 import shutil
+import socket
 import time
 from pathlib import Path
 
@@ -48,6 +50,7 @@ from optimizer.events import (
     MetaFinished,
     NodeFinished,
     Pictures,
+    SplitStarted,
     Warned,
     console,
 )
@@ -98,10 +101,19 @@ class Loop:
         self.rng = random.Random()  # parent selection without a seed (with one, see choose_parent)
         self.pictures = Pictures(self.archive, domains, self.full_sizes, run_dir, self.events)
         self.events.subscribe(self.pictures)
+        self.events.subscribe(self._log_split_start)
         self._write_train_data()
 
     # -- the run --------------------------------------------------------------------------
     def run(self) -> None:
+        """The run, from what is on disk; the event log says when a process ran it (for the dashboard)."""
+        self.archive.log("run_start", pid=os.getpid(), host=socket.gethostname())
+        try:
+            self._run()
+        finally:
+            self.archive.log("run_end")
+
+    def _run(self) -> None:
         for leftover in (self.workspaces, self.run_dir / "worktrees"):  # of a killed run (or an older layout)
             discard(leftover)
         self.archive.reopen_unfinished()
@@ -115,6 +127,13 @@ class Loop:
                 return
         loop = self.config.loop
         Slots(self, loop.parallel, loop.replayable).run()
+
+    def _log_split_start(self, event) -> None:
+        """An evaluation as it begins, into the event log: what a watcher of the run (the dashboard)
+        reads to show its rows coming in."""
+        if isinstance(event, SplitStarted):
+            self.archive.log("split_start", node_id=event.node_id, domain=event.domain, split=event.split,
+                             rows=event.rows, key=event.key)
 
     def choose_parent(self, generation: int, upto: int | None = None) -> str:
         """The parent of `generation`, among the nodes of generations up to `upto` (all when None).

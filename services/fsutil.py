@@ -48,3 +48,26 @@ def read_bounded(path, limit: int = 64 * 2**20) -> bytes:
     if len(data) > limit:
         raise OSError(f"{path} is over {limit} bytes")
     return data
+
+
+def read_below(root, relative: str, limit: int) -> tuple[bytes, bool]:
+    """The first `limit` bytes of the regular file `relative` under the folder `root`, and whether
+    there was more. No component of `relative` may be a link, and the file must be a regular
+    one (a fifo would block): OSError otherwise. For files an agent could have planted."""
+    parts = [p for p in str(relative).split("/") if p not in ("", ".")]
+    if not parts or ".." in parts:
+        raise OSError(f"{relative!r} is not a path below {root}")
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for part in parts[:-1]:
+            below = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+            os.close(fd)
+            fd = below
+        file_fd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=fd)
+    finally:
+        os.close(fd)
+    with os.fdopen(file_fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(file_fd).st_mode):
+            raise OSError(f"{relative} is not a regular file")
+        data = f.read(limit + 1)
+    return data[:limit], len(data) > limit

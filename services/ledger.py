@@ -129,3 +129,66 @@ class Ledger:
     def close(self) -> None:
         with self._lock:
             self._db.close()
+
+
+class LedgerReader:
+    """A run's ledger read by someone else (the dashboard), as it is being written: never a write,
+    never a lock that holds the run up, never a file made in the run's folder.
+
+    While the run writes, its WAL files exist and SQLite's read-only mode shares them; when they
+    do not, opening read-only would make them, so the file is read as immutable instead."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+
+    def _connect(self) -> sqlite3.Connection | None:
+        if not self.path.is_file():
+            return None
+        live = Path(f"{self.path}-wal").exists()
+        uri = f"{self.path.resolve().as_uri()}?{'mode=ro' if live else 'immutable=1'}"
+        db = sqlite3.connect(uri, uri=True, timeout=2.0)
+        db.execute("PRAGMA query_only=1")
+        return db
+
+    def _rows(self, sql: str, args: tuple = ()) -> list[tuple]:
+        try:
+            db = self._connect()
+        except sqlite3.Error:
+            return []
+        if db is None:
+            return []
+        try:
+            return db.execute(sql, args).fetchall()
+        except sqlite3.Error:  # a ledger caught mid-checkpoint, or not one: shown as empty, read again later
+            return []
+        finally:
+            db.close()
+
+    def spend(self, node: str | None = None) -> list[dict]:
+        """Calls, tokens and dollars per (role, model), of one node or of the whole run."""
+        where, args = ("WHERE node = ? AND (error IS NULL OR error NOT GLOB ?)", (node, f"{REFUSED}*")) \
+            if node is not None else ("WHERE error IS NULL OR error NOT GLOB ?", (f"{REFUSED}*",))
+        rows = self._rows("SELECT role, model, COUNT(*), COALESCE(SUM(prompt_tokens),0), "
+                          "COALESCE(SUM(completion_tokens),0), COALESCE(SUM(cost_usd),0), COALESCE(SUM(cache_hit),0),"
+                          f" COALESCE(SUM(error IS NOT NULL),0) FROM calls {where} GROUP BY role, model "
+                          "ORDER BY MIN(id)", args)
+        keys = ("role", "model", "calls", "prompt_tokens", "completion_tokens", "cost_usd", "cache_hits", "errors")
+        return [dict(zip(keys, r)) for r in rows]
+
+    def spend_over_time(self, points: int = 120) -> tuple[list[float], dict[str, list[float]]]:
+        """Cumulative dollars by "role · model" at `points` evenly spaced times of the run: the times
+        (Unix seconds) and one series per role and model."""
+        span = self._rows("SELECT MIN(ts), MAX(ts) FROM calls")
+        if not span or span[0][0] is None:
+            return [], {}
+        start, end = span[0]
+        step = max((end - start) / max(points - 1, 1), 1e-9)
+        rows = self._rows("SELECT CAST((ts - ?) / ? AS INTEGER), role, model, SUM(cost_usd) FROM calls "
+                          "GROUP BY 1, 2, 3", (start, step))
+        series: dict[str, list[float]] = {}
+        for bucket, role, model, cost in rows:
+            series.setdefault(f"{role} · {model}", [0.0] * points)[min(int(bucket), points - 1)] += cost or 0.0
+        for values in series.values():
+            for i in range(1, points):
+                values[i] += values[i - 1]
+        return [start + i * step for i in range(points)], series

@@ -282,6 +282,10 @@ class RunRepo:
                        deletions=sum(int(r[1]) for r in rows if r[1].isdigit()), dropped=dropped,
                        dropped_why=snap.dropped)
 
+    def diff(self, a: str, b: str) -> str:
+        """The unified diff from commit `a` to commit `b` (no diff driver or textconv of the tree applies)."""
+        return self._diff("--end-of-options", a, b)
+
     def _diff(self, *args: str) -> str:
         return self.git("diff", "--no-ext-diff", "--no-textconv", "--no-color", *args)
 

@@ -12,7 +12,7 @@ from archive.records import EVAL_KEY, GenStart, MetaResult, Node, Status
 from archive.selection import Candidate, select_parent
 from archive.store import Archive, selection_score
 from domains.registry import get_domain
-from optimizer.eval_store import EvalStore
+from archive.eval_store import EvalStore
 from services.errors import UserError
 from services.workspace import RunRepo, discard
 

@@ -10,7 +10,7 @@ import pytest
 from conftest import REPO_ROOT
 
 from domains.harness import JOURNAL
-from optimizer.eval_store import REPORT, EvalStore
+from archive.eval_store import REPORT, EvalStore
 from services.errors import UserError
 
 SMALL, BIG = EvalStore.key("a" * 64, "imo_grading", "train", 10, "m"), EvalStore.key("a" * 64, "imo_grading",
@@ -42,7 +42,7 @@ def test_a_kill_during_the_copy_leaves_no_cut_journal(tmp_path):
               "signal.signal(signal.SIGXFSZ, signal.SIG_DFL)\n"
               f"resource.setrlimit(resource.RLIMIT_FSIZE, ({len(data) // 3}, {len(data) // 3}))\n"
               "from pathlib import Path\n"
-              "from optimizer.eval_store import EvalStore\n"
+              "from archive.eval_store import EvalStore\n"
               f"EvalStore(Path(sys.argv[1])).seed({BIG!r}, {SMALL!r})\n")
     r = subprocess.run([sys.executable, "-c", script, str(tmp_path)], cwd=REPO_ROOT, capture_output=True,
                        timeout=120)

@@ -132,7 +132,7 @@ class SyntheticRun:
              test: tuple | None = None):
         """A node whose task_agent/task_agent.py ends with `# node <id>` (plus `code`)."""
         from archive.records import Node
-        from optimizer.eval_store import EvalStore
+        from archive.eval_store import EvalStore
         from services.workspace import discard
 
         workspace = self.repo.checkout(self.repo.node_commit("initial"), self.dir / "workspaces" / node_id)

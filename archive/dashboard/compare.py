@@ -1,0 +1,94 @@
+"""Two nodes side by side: their scores, the code diff from one to the other, and the rows whose
+prediction changed, with whether the change made them right or wrong."""
+
+from __future__ import annotations
+
+import subprocess
+
+from archive.dashboard import pieces
+from archive.dashboard.markup import Markup, h, join, url
+from archive.dashboard.pages import compare_form, diff_block, page
+from archive.dashboard.reader import MAX_TEXT, RunData, RunReader, Text
+from archive.records import Node
+from services.workspace import RunRepo
+
+MAX_CHANGED_SHOWN = 500
+
+
+def compare_page(reader: RunReader, data: RunData, a: Node, b: Node) -> str:
+    name = data.name
+    body = join([
+        h("h1", {}, f"Node {a.node_id} and node {b.node_id}"),
+        compare_form(data, a.node_id, b.node_id),
+        h("h2", {}, "Scores"), scores_side_by_side(data, a, b),
+        h("h2", {}, f"Code: from {a.node_id} to {b.node_id}"), diff_block(code_diff(reader, a, b), "code-diff"),
+        h("h2", {}, "Rows whose prediction changed"), changed_rows(reader, a, b)])
+    return page(f"{a.node_id} vs {b.node_id}: {name}", body,
+                [("runs", "/"), (name, url("runs", name)), (f"{a.node_id} vs {b.node_id}", None)],
+                url("runs", name, "live"), reader.version())
+
+
+def scores_side_by_side(data: RunData, a: Node, b: Node) -> Markup:
+    rows = []
+    for domain, split in pieces.splits_of(data):
+        va, vb = a.scores.get(domain, {}).get(split), b.scores.get(domain, {}).get(split)
+        if va is None and vb is None:
+            continue
+        delta = "" if va is None or vb is None else f"{vb - va:+.3f}"
+        rows.append(h("tr", {}, h("td", {}, domain), h("td", {}, split),
+                      h("td", {"class": "num"}, pieces.fmt_score(va), _rows(a, domain, split)),
+                      h("td", {"class": "num"}, pieces.fmt_score(vb), _rows(b, domain, split)),
+                      h("td", {"class": "num delta"}, delta)))
+    head = h("tr", {}, join(h("th", {}, c) for c in ("domain", "split", a.node_id, b.node_id, "change")))
+    return h("table", {"class": "scores"}, head, join(rows)) if rows else h("p", {"class": "empty"},
+                                                                              "Neither node was scored.")
+
+
+def _rows(node: Node, domain: str, split: str) -> Markup:
+    count = node.samples.get(domain, {}).get(split)
+    return h("small", {}, f" ({count})") if count else Markup("")
+
+
+def code_diff(reader: RunReader, a: Node, b: Node) -> Text:
+    """The diff between the two nodes' commits, read from the run's own repository."""
+    if a.commit is None or b.commit is None:
+        return Text(missing="a node without a commit of its own (no change, or not captured)")
+    try:
+        text = RunRepo(reader.path / "repo").diff(a.commit, b.commit)
+    except (OSError, subprocess.CalledProcessError) as e:
+        return Text(missing=f"the run's repository could not tell ({type(e).__name__})")
+    if not text:
+        return Text(missing="the two commits hold the same code")
+    return Text(text[:MAX_TEXT], len(text) > MAX_TEXT)
+
+
+def changed_rows(reader: RunReader, a: Node, b: Node) -> Markup:
+    """Per domain and split both evaluated: the rows in common whose prediction differs."""
+    parts = []
+    for domain, keys in b.eval_keys.items():
+        for split, key_b in keys.items():
+            key_a = a.eval_keys.get(domain, {}).get(split)
+            if key_a is None:
+                continue
+            rows_a, failed_a = reader.split_rows(key_a)
+            rows_b, failed_b = reader.split_rows(key_b)
+            by_id = {r["id"]: r for r in rows_a}
+            common = [r for r in rows_b if r["id"] in by_id]
+            changed = [(by_id[r["id"]], r) for r in common if r["prediction"] != by_id[r["id"]]["prediction"]]
+            verdicts = [_verdict(ra["id"], failed_a, failed_b) for ra, _ in changed]
+            line = (f"{domain} {split}: {len(common)} rows in common, {len(changed)} changed: "
+                    f"{verdicts.count('better')} better, {verdicts.count('worse')} worse")
+            body = join(h("tr", {"class": v}, h("td", {}, ra["id"]), h("td", {"class": "pred"}, ra["prediction"][:300]),
+                          h("td", {"class": "pred"}, rb["prediction"][:300]), h("td", {}, v))
+                        for (ra, rb), v in list(zip(changed, verdicts))[:MAX_CHANGED_SHOWN])
+            head = h("tr", {}, join(h("th", {}, c) for c in ("row", a.node_id, b.node_id, "outcome")))
+            parts.append(h("h3", {"class": "changed-summary"}, line) +
+                         (h("table", {"class": "changed"}, head, body) if changed else Markup("")))
+    return join(parts) or h("p", {"class": "empty"}, "The two nodes share no evaluated split.")
+
+
+def _verdict(row: str, failed_a: set[str] | None, failed_b: set[str] | None) -> str:
+    if failed_a is None or failed_b is None:
+        return "unscored"
+    was, now = row not in failed_a, row not in failed_b
+    return "better" if now and not was else "worse" if was and not now else "same"

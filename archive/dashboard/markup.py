@@ -1,0 +1,58 @@
+"""HTML built so that text is escaped unless it is markup this package made.
+
+Every string that reaches a page goes through `h` or `esc`: a plain `str` is escaped (agent
+text, file names, error messages, anything read from a run), a `Markup` is trusted as it is.
+Only this module and the pieces that call `h` make `Markup`; nothing read from disk becomes
+one, so an agent's `<script>` is shown as text, never run.
+"""
+
+from __future__ import annotations
+
+import html
+from typing import Iterable
+from urllib.parse import quote, urlencode
+
+VOID = frozenset({"br", "hr", "img", "input", "meta", "link", "wbr"})
+
+
+class Markup(str):
+    """HTML made here: inserted as it is."""
+
+    def __add__(self, other) -> "Markup":
+        return Markup(str.__add__(self, esc(other)))
+
+
+def esc(value) -> Markup:
+    """`value` as HTML text: markup as it is, anything else escaped (None is empty)."""
+    if isinstance(value, Markup):
+        return value
+    if value is None:
+        return Markup("")
+    return Markup(html.escape(str(value), quote=True))
+
+
+def join(parts: Iterable, sep: str = "") -> Markup:
+    return Markup(sep.join(esc(p) for p in parts))
+
+
+def h(name: str, attrs: dict | None = None, *children) -> Markup:
+    """The element `name`; attribute values and children are escaped unless they are Markup.
+    An attribute whose value is None or False is left out, True writes it bare."""
+    parts = [name]
+    for key, value in (attrs or {}).items():
+        if value is None or value is False:
+            continue
+        key = key.rstrip("_").replace("_", "-")  # class_ -> class, data_node -> data-node
+        parts.append(key if value is True else f'{key}="{esc(value)}"')
+    opening = f"<{' '.join(parts)}>"
+    if name in VOID:
+        return Markup(opening)
+    return Markup(f"{opening}{join(children)}</{name}>")
+
+
+def url(*segments: str, **query) -> str:
+    """A link inside the dashboard: each path segment quoted (a name read from disk cannot add
+    a segment, a scheme or a query), then the query."""
+    path = "/" + "/".join(quote(str(s), safe="") for s in segments)
+    query = {k: v for k, v in query.items() if v is not None}
+    return path + (f"?{urlencode(query)}" if query else "")

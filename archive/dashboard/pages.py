@@ -1,0 +1,191 @@
+"""The dashboard's pages: the runs of a folder, one run, one node, two nodes side by side.
+
+Every page is whole HTML from `page`; the browser script swaps `<main>` for a fresh copy when
+the run's version changes, so a live page is the same page read again. What agents wrote is
+passed as plain strings and escaped by `markup.h`.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+
+from archive.dashboard import pieces
+from archive.dashboard.markup import Markup, h, join, url
+from archive.dashboard.reader import RunData, RunReader, Text
+from archive.records import Node
+
+MAX_ROWS_SHOWN = 500  # predictions listed on a node page, wrong ones first
+
+
+def static(name: str) -> str:
+    return resources.files("archive.dashboard").joinpath("static", name).read_text(encoding="utf-8")
+
+
+def page(title: str, body: Markup, crumbs: list[tuple[str, str | None]], live: str | None = None,
+         version: str = "") -> str:
+    nav = join(h("a", {"href": link}, text) if link else h("span", {}, text) for text, link in crumbs)
+    return "<!doctype html>\n" + h(
+        "html", {"lang": "en"},
+        h("head", {}, h("meta", {"charset": "utf-8"}),
+          h("meta", {"name": "viewport", "content": "width=device-width, initial-scale=1"}),
+          h("title", {}, title), h("link", {"rel": "icon", "href": "data:,"}),  # no favicon request
+          h("link", {"rel": "stylesheet", "href": "/static/dashboard.css"})),
+        h("body", {}, h("header", {}, h("nav", {}, nav), h("span", {"class": "live-state", "id": "live-state"})),
+          h("main", {"id": "main", "data-live": live, "data-version": version}, body),
+          h("script", {"src": "/static/dashboard.js"})))
+
+
+def index(runs: list[tuple[str, RunData]]) -> str:
+    rows = []
+    for name, data in runs:
+        best = data.best()
+        rows.append(h("tr", {}, h("td", {}, h("a", {"href": url("runs", name)}, name)),
+                      h("td", {}, ", ".join(data.domains)), h("td", {"class": "num"}, len(data.nodes)),
+                      h("td", {}, "running" if data.live else "stopped"),
+                      h("td", {"class": "num"}, len(data.in_flight) if data.live else ""),
+                      h("td", {}, f"{best.node_id}: {pieces.fmt_score(data.score(best))}" if best else ""),
+                      h("td", {"class": "num"}, pieces.fmt_cost(data.cost())), h("td", {}, data.updated())))
+    head = h("tr", {}, join(h("th", {}, c) for c in ("run", "domains", "nodes", "status", "in flight", "best",
+                                                        "cost", "last event")))
+    body = h("h1", {}, "Runs") + (h("table", {"class": "runs"}, head, join(rows)) if rows else
+                                  h("p", {"class": "empty"}, "No run in this folder yet."))
+    return page("Runs", body, [("runs", None)], live="/live")
+
+
+def run_page(reader: RunReader, data: RunData) -> str:
+    name = data.name
+    times, series = reader.ledger.spend_over_time()
+    spend = reader.ledger.spend()
+    body = join([
+        h("h1", {}, f"Run {name}"),
+        pieces.summary(data, sum(r["cost_usd"] for r in spend) if spend else None),
+        in_flight(data),
+        h("h2", {}, "Archive"), pieces.tree(data, lambda n: url("runs", name, "nodes", n)),
+        compare_form(data, None, None),
+        h("h2", {}, "Progress"), pieces.progress(data),
+        h("h2", {}, "Cost"), pieces.cost_chart(times, series), pieces.spend_table(spend),
+        h("h2", {}, "Nodes"), pieces.nodes_table(data, lambda n: url("runs", name, "nodes", n)),
+        h("h2", {}, "Plan"), pieces.plan(data)])
+    return page(f"{name}: runs", body, [("runs", "/"), (name, None)], url("runs", name, "live"),
+                reader.version())
+
+
+def in_flight(data: RunData) -> Markup:
+    if not data.live or not data.in_flight:
+        return Markup("")
+    rows = []
+    for f in data.in_flight:
+        splits = join(h("div", {"class": "split-progress"}, f"{s['domain']} {s['split']}: {s['done']}/{s['rows']} rows",
+                        h("progress", {"max": max(s["rows"], 1), "value": min(s["done"], s["rows"])}))
+                      for s in f.splits)
+        rows.append(h("tr", {"class": "in-flight", "data-node": f.node_id}, h("td", {}, f.node_id),
+                      h("td", {}, f.parent or ""), h("td", {"class": "num"}, f.generation),
+                      h("td", {}, "meta agent at work" if f.phase == "meta" else "evaluating"), h("td", {}, splits),
+                      h("td", {}, f.started)))
+    head = h("tr", {}, join(h("th", {}, c) for c in ("node", "parent", "gen", "phase", "rows", "started")))
+    return h("section", {"class": "flight"}, h("h2", {}, "In flight"), h("table", {}, head, join(rows)))
+
+
+def compare_form(data: RunData, a: str | None, b: str | None) -> Markup:
+    ids = sorted(data.nodes, key=lambda n: (data.nodes[n].generation, n))
+
+    def choice(field: str, chosen: str | None) -> Markup:
+        options = join(h("option", {"value": n, "selected": n == chosen}, n) for n in ids)
+        return h("label", {}, f"{field} ", h("select", {"name": field, "id": f"compare-{field}"}, options))
+
+    return h("form", {"class": "compare-form", "method": "get", "action": url("runs", data.name, "compare")},
+             "Compare nodes ", choice("a", a), " and ", choice("b", b), " ",
+             h("button", {"type": "submit", "id": "compare-go"}, "compare"))
+
+
+def node_page(reader: RunReader, data: RunData, node: Node) -> str:
+    name, node_id = data.name, node.node_id
+    link = (lambda n: url("runs", name, "nodes", n))
+    children = sorted((n for n in data.nodes.values() if n.parent == node_id), key=lambda n: n.generation)
+    facts = [("status", str(node.status)), ("generation", str(node.generation)),
+             ("created", node.created_at), ("score", pieces.fmt_score(data.score(node)))]
+    head = join([
+        h("h1", {}, f"Node {node_id}"),
+        h("p", {"class": "kin"}, "parent: ", h("a", {"href": link(node.parent)}, node.parent) if node.parent else "none",
+          "; children: ", join((h("a", {"href": link(c.node_id)}, c.node_id) for c in children), ", ") if children
+          else "none",
+          *((" · ", h("a", {"href": url("runs", name, "compare", a=node.parent, b=node_id), "id": "vs-parent"},
+                      "compare with its parent")) if node.parent else ())),
+        h("dl", {"class": "facts"}, join(h("div", {}, h("dt", {}, k), h("dd", {}, v)) for k, v in facts)),
+        h("pre", {"class": "error"}, node.error) if node.error else ""])
+    body = join([
+        head,
+        h("h2", {}, "Scores"), scores_table(node),
+        h("h2", {}, "Time"), h("table", {"class": "time"}, join(h("tr", {}, h("th", {}, phase),
+                                                                  h("td", {"class": "num"}, f"{s:.1f} s"))
+                                                             for phase, s in node.seconds.items())),
+        h("h2", {}, "Cost and tokens"), pieces.spend_table(reader.ledger.spend(node_id)),
+        h("h2", {}, "Change"), patch_facts(node), diff_block(reader.patch(node_id), "patch"),
+        h("h2", {}, "Meta agent transcript"), text_block(reader.transcript(node_id), "transcript"),
+        h("h2", {}, "Train predictions, wrong first"), predictions(reader, node)])
+    return page(f"node {node_id}: {name}", body, [("runs", "/"), (name, url("runs", name)), (f"node {node_id}", None)],
+                url("runs", name, "live"), reader.version())
+
+
+def scores_table(node: Node) -> Markup:
+    rows = [h("tr", {}, h("td", {}, domain), h("td", {}, split), h("td", {"class": "num"}, pieces.fmt_score(score)),
+              h("td", {"class": "num"}, node.samples.get(domain, {}).get(split, "")),
+              h("td", {}, "full" if node.full_eval.get(domain) else "staged"))
+            for domain, splits in node.scores.items() for split, score in splits.items()]
+    if not rows:
+        return h("p", {"class": "empty"}, "Not scored.")
+    return h("table", {"class": "scores"}, h("tr", {}, join(h("th", {}, c) for c in ("domain", "split", "score",
+                                                                                     "rows", "evaluation"))),
+             join(rows))
+
+
+def patch_facts(node: Node) -> Markup:
+    patch = node.patch
+    dropped = patch.get("dropped_why") or {p: "" for p in patch.get("dropped", [])}
+    line = f"{patch.get('files', 0)} files changed, +{patch.get('insertions', 0)} -{patch.get('deletions', 0)}"
+    items = join(h("li", {}, path, f": {why}" if why else "") for path, why in dropped.items()) \
+        if isinstance(dropped, dict) else ""
+    return h("p", {}, line, h("ul", {"class": "dropped"}, items) if items else "")
+
+
+def diff_block(text: Text, what: str) -> Markup:
+    if text.missing:
+        return h("p", {"class": "empty"}, f"No {what}: {text.missing}.")
+    lines = []
+    for line in text.text.splitlines():
+        kind = ("file" if line.startswith(("diff --git", "+++ ", "--- ", "index ", "new file", "deleted file"))
+                else "hunk" if line.startswith("@@") else "add" if line.startswith("+")
+                else "del" if line.startswith("-") else "ctx")
+        lines.append(h("span", {"class": kind}, line) + Markup("\n"))
+    return h("pre", {"class": "diff", "id": what}, join(lines)) + cut_note(text)
+
+
+def text_block(text: Text, what: str) -> Markup:
+    if text.missing:
+        return h("p", {"class": "empty"}, f"No {what}: {text.missing}.")
+    return h("pre", {"class": "text", "id": what}, text.text) + cut_note(text)
+
+
+def cut_note(text: Text) -> Markup:
+    return h("p", {"class": "cut"}, "Cut here: the rest is in the run folder.") if text.cut else Markup("")
+
+
+def predictions(reader: RunReader, node: Node) -> Markup:
+    parts = []
+    for domain, keys in node.eval_keys.items():
+        key = keys.get("train")
+        if key is None:
+            continue
+        rows, failed = reader.split_rows(key)
+        if failed is not None:
+            rows = sorted(rows, key=lambda r: r["id"] not in failed)
+        body = join(h("tr", {"class": "wrong" if failed and r["id"] in failed else "right"}, h("td", {}, r["id"]),
+                      h("td", {}, "?" if failed is None else "wrong" if r["id"] in failed else "right"),
+                      h("td", {"class": "pred"}, r["prediction"][:400]), h("td", {}, r["error"][:300]))
+                    for r in rows[:MAX_ROWS_SHOWN])
+        wrong = "" if failed is None else f": {len(failed)} wrong of {len(rows)}"
+        parts.append(h("h3", {}, f"{domain}{wrong}") +
+                     h("table", {"class": "predictions"}, h("tr", {}, join(h("th", {}, c) for c in
+                                                                         ("row", "verdict", "prediction", "error"))),
+                       body))
+    return join(parts) or h("p", {"class": "empty"}, "No train evaluation.")

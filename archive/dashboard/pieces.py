@@ -1,0 +1,157 @@
+"""The parts of a run's pages, shared by the dashboard and report.html: the summary, the tree,
+the progress and cost charts, the table of nodes, spend by role and model."""
+
+from __future__ import annotations
+
+import json
+
+from archive.dashboard.markup import Markup, h, join
+from archive.dashboard.reader import RunData
+from archive.dashboard.svg import TreeNode, line_chart, score_colour, tree_svg
+from archive.records import Node
+
+
+def fmt_score(value) -> str:
+    return "" if value is None else f"{value:.3f}"
+
+
+def fmt_cost(value: float) -> str:
+    return f"${value:.4f}" if value < 10 else f"${value:,.2f}"
+
+
+def splits_of(data: RunData) -> list[tuple[str, str]]:
+    """(domain, split) pairs that some node has a score for, train, val, test in that order."""
+    order = {"train": 0, "val": 1, "test": 2}
+    found = {(d, s) for n in data.nodes.values() for d, splits in n.scores.items() for s in splits}
+    return sorted(found, key=lambda p: (data.domains.index(p[0]) if p[0] in data.domains else 99,
+                                        order.get(p[1], 9), p[1]))
+
+
+def summary(data: RunData, spent: float | None = None) -> Markup:
+    best = data.best()
+    status = ("running" if data.live else "stopped") + (f", {len(data.in_flight)} in flight" if data.in_flight
+                                                       and data.live else "")
+    cut = [f for f in data.in_flight] if not data.live else []
+    facts = [("domains", ", ".join(data.domains) or "?"), ("nodes", str(len(data.nodes))), ("status", status),
+             ("best", f"{best.node_id} ({fmt_score(data.score(best))})" if best else "none yet"),
+             ("cost", fmt_cost(spent if spent is not None else data.cost())), ("last event", data.updated())]
+    if cut:
+        facts.append(("cut short", ", ".join(f.node_id for f in cut) + " (redone when the run resumes)"))
+    items = join(h("div", {"class": "fact"}, h("span", {"class": "key"}, k), h("span", {"class": "value"}, v))
+                 for k, v in facts)
+    problems = h("ul", {"class": "problems"}, join(h("li", {}, p) for p in data.problems)) if data.problems else ""
+    return h("section", {"class": "summary"}, items, problems)
+
+
+def tree(data: RunData, href=None) -> Markup:
+    """The archive tree of the run, with the generations in flight as dashed leaves."""
+    best = data.best()
+    nodes = [TreeNode(n.node_id, n.parent, n.generation, str(n.status), data.score(n), _tooltip(data, n))
+             for n in data.nodes.values()]
+    if data.live:
+        nodes += [TreeNode(f.node_id, f.parent, f.generation, "in_flight", None,
+                           f"node {f.node_id} (parent {f.parent}): in flight, {f.phase}") for f in data.in_flight]
+    legend = h("p", {"class": "tree-legend"}, "Colour: score (", dot(score_colour(0.0)), " 0, ", dot(score_colour(0.5)),
+               " 0.5, ", dot(score_colour(1.0)), " 1; ", dot(score_colour(None)), " none); a ring: not ok; "
+               "thick lines: the best node's lineage; dashed: in flight. Drag to pan, wheel to zoom.")
+    return h("section", {"class": "tree-box"}, legend,
+             h("div", {"class": "tree-view", "tabindex": "0"}, tree_svg(nodes, data.lineage(best.node_id) if best
+                                                                        else [], href)))
+
+
+def dot(colour: str) -> Markup:
+    return h("svg", {"class": "dot-key", "width": 12, "height": 12, "viewBox": "0 0 12 12"},
+             h("circle", {"cx": 6, "cy": 6, "r": 5, "fill": colour}))
+
+
+def _tooltip(data: RunData, node: Node) -> str:
+    scores = ", ".join(f"{d}/{s} {fmt_score(v)} ({node.samples.get(d, {}).get(s, '?')} rows)"
+                       for d, splits in node.scores.items() for s, v in splits.items())
+    error = f"; {node.error[:200]}" if node.error else ""
+    return f"node {node.node_id} (parent {node.parent}, gen {node.generation}): {node.status}; " \
+           f"{scores or 'not scored'}; {fmt_cost(sum(node.cost_usd.values()))}{error}"
+
+
+def progress(data: RunData) -> Markup:
+    """Per domain, each split's scores over generations: a dot per node, a line for the best so far."""
+    charts = []
+    for domain in data.domains:
+        dots, lines = {}, {}
+        for split in ("train", "val", "test"):
+            points = sorted((n.generation, n.scores[domain][split]) for n in data.nodes.values()
+                            if n.scores.get(domain, {}).get(split) is not None
+                            and (split != "train" or n.full_eval.get(domain)))
+            if not points:
+                continue
+            dots[split] = points
+            best, running = float("-inf"), []
+            for generation, score in points:
+                best = max(best, score)
+                running.append((generation, best))
+            lines[f"{split} best so far"] = running
+        charts.append(h("div", {"class": "chart-box"}, h("h3", {}, domain),
+                        line_chart(lines, "generation", "score", dots=dots)))
+    return h("section", {"class": "charts"}, join(charts))
+
+
+def cost_chart(times: list[float], series: dict[str, list[float]]) -> Markup:
+    if not times:
+        return h("p", {"class": "empty"}, "No call in the ledger yet.")
+    start = times[0]
+    lines = {name: [((t - start) / 60, v) for t, v in zip(times, values)] for name, values in series.items()}
+    return line_chart(lines, "minutes since the first call", "dollars spent")
+
+
+def spend_table(rows: list[dict]) -> Markup:
+    if not rows:
+        return h("p", {"class": "empty"}, "No call booked.")
+    head = h("tr", {}, join(h("th", {}, c) for c in ("role", "model", "calls", "prompt tokens",
+                                                        "completion tokens", "cost", "cache hits", "errors")))
+    body = join(h("tr", {}, h("td", {}, r["role"]), h("td", {}, r["model"]), h("td", {"class": "num"}, r["calls"]),
+                  h("td", {"class": "num"}, f"{r['prompt_tokens']:,}"),
+                  h("td", {"class": "num"}, f"{r['completion_tokens']:,}"),
+                  h("td", {"class": "num"}, fmt_cost(r["cost_usd"])), h("td", {"class": "num"}, r["cache_hits"]),
+                  h("td", {"class": "num"}, r["errors"])) for r in rows)
+    total = sum(r["cost_usd"] for r in rows)
+    foot = h("tr", {"class": "total"}, h("td", {}, "total"), h("td", {}), h("td", {"class": "num"},
+             sum(r["calls"] for r in rows)), h("td", {"class": "num"}, f"{sum(r['prompt_tokens'] for r in rows):,}"),
+             h("td", {"class": "num"}, f"{sum(r['completion_tokens'] for r in rows):,}"),
+             h("td", {"class": "num"}, fmt_cost(total)), h("td", {}), h("td", {}))
+    return h("table", {"class": "spend"}, head, body, foot)
+
+
+def nodes_table(data: RunData, href=None, limit: int | None = None) -> Markup:
+    """Nodes, best first: status, parent, scores per domain and split with their row counts, cost, time."""
+    splits = splits_of(data)
+    best = data.best()
+    ranked = sorted(data.nodes.values(), key=lambda n: (n.valid_parent, data.score(n) or 0.0, n.generation),
+                    reverse=True)[:limit]
+    head = h("tr", {}, h("th", {}, "node"), h("th", {}, "parent"), h("th", {}, "gen"), h("th", {}, "status"),
+             join(h("th", {}, f"{d} {s}") for d, s in splits), h("th", {}, "cost"), h("th", {}, "time"))
+    rows = []
+    for n in ranked:
+        name = h("a", {"href": href(n.node_id)}, n.node_id) if href else n.node_id
+        star = Markup(" &#9733;") if best and n.node_id == best.node_id else ""
+        cells = join(h("td", {"class": "num"}, fmt_score(n.scores.get(d, {}).get(s)),
+                       h("small", {}, f" ({n.samples[d][s]})") if n.samples.get(d, {}).get(s) else "")
+                     for d, s in splits)
+        rows.append(h("tr", {"class": f"status-{n.status}"}, h("td", {}, name, star), h("td", {}, n.parent or ""),
+                      h("td", {"class": "num"}, n.generation), h("td", {}, str(n.status)), cells,
+                      h("td", {"class": "num"}, fmt_cost(sum(n.cost_usd.values()))),
+                      h("td", {"class": "num"}, f"{n.seconds.get('total', 0):.0f} s")))
+    return h("table", {"class": "nodes"}, head, join(rows))
+
+
+def plan(data: RunData) -> Markup:
+    """What the run was started with: its domains, sandbox and configuration (run.json)."""
+    if data.record is None:
+        return h("p", {"class": "empty"}, "No run.json to show.")
+    config = data.record.config
+    models = config.get("models", {}) if isinstance(config, dict) else {}
+    facts = [("domains", ", ".join(data.record.domains)), ("sandbox", data.record.sandbox or "?"),
+             *((f"model {role}", str(model)) for role, model in models.items()),
+             ("updated", data.record.updated_at)]
+    return h("section", {"class": "plan"},
+             h("dl", {}, join(h("div", {}, h("dt", {}, k), h("dd", {}, v)) for k, v in facts)),
+             h("details", {}, h("summary", {}, "configuration (run.json)"),
+               h("pre", {}, json.dumps(config, indent=2, default=str))))

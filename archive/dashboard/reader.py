@@ -1,0 +1,303 @@
+"""A run folder as the dashboard reads it: read-only, bounded, and re-read only when it changed.
+
+Records (node.json, run.json, the event log, reports) are read in the shape the core writes
+and checked as the loop checks them; a record that is not one is shown as a problem, not
+trusted. What agents wrote (patches, transcripts, predictions) is read as bounded text,
+without following a link. Nothing here writes to the run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from archive.eval_store import JOURNAL, REPORT
+from archive.records import EVAL_KEY, NODE_ID, GenStart, Node, RunRecord
+from archive.store import META_TRANSCRIPT, UNTRUSTED
+from services.fsutil import read_below, read_bounded
+from services.ledger import LedgerReader
+
+MAX_LOG = 64 * 2**20  # archive.jsonl: a line per event, about 300 bytes each
+MAX_RECORD = 2**20  # node.json, run.json
+MAX_REPORT = 2**24  # evals/<key>/report.json (as the loop reads it)
+MAX_TEXT = 2**20  # a patch or transcript shown on a page; the rest is cut, and the page says so
+MAX_JOURNAL = 2**25  # a split's predictions.jsonl
+
+
+@dataclass
+class Text:
+    """Text read from the run for a page, with why it is missing or whether it was cut."""
+
+    text: str = ""
+    cut: bool = False
+    missing: str | None = None
+
+
+@dataclass
+class InFlight:
+    node_id: str
+    parent: str | None
+    generation: int
+    phase: str  # meta: the meta agent is at work; eval: its change is being evaluated
+    started: str  # time of its gen_start
+    splits: list[dict] = field(default_factory=list)  # domain, split, rows, done (rows in the journal)
+
+
+@dataclass
+class RunData:
+    """One reading of a run: what the pages are made from."""
+
+    name: str
+    path: Path
+    record: RunRecord | None
+    nodes: dict[str, Node]
+    in_flight: list[InFlight]
+    events: list[dict]
+    problems: list[str]  # records that could not be read, with why
+    live: bool  # the loop is running (else a generation started and not recorded was cut short)
+
+    @property
+    def domains(self) -> list[str]:
+        if self.record is not None:
+            return list(self.record.domains)
+        return sorted({d for n in self.nodes.values() for d in n.scores})
+
+    def selection_split(self, domain: str) -> str:
+        """val when any node has a val score on `domain` (the loop selects on val where a domain has one)."""
+        return "val" if any("val" in n.scores.get(domain, {}) for n in self.nodes.values()) else "train"
+
+    def score(self, node: Node) -> float | None:
+        """The node's score as the loop selects on it, averaged over the run's domains: the selection
+        split's after a full evaluation, else the staged train score scaled by its share of the rows."""
+        values = []
+        for domain in self.domains:
+            split = self.selection_split(domain)
+            full = max((n.samples.get(domain, {}).get(split, 0) for n in self.nodes.values()), default=0)
+            scores = node.scores.get(domain, {})
+            if node.full_eval.get(domain) and scores.get(split) is not None:
+                values.append(scores[split])
+            elif scores.get("train") is not None and full:
+                values.append(scores["train"] * node.samples.get(domain, {}).get("train", 0) / full)
+            else:
+                values.append(None)
+        known = [v for v in values if v is not None]
+        return sum(known) / len(values) if known else None
+
+    def best(self) -> Node | None:
+        scored = [(self.score(n), n.generation, n) for n in self.nodes.values() if n.valid_parent]
+        scored = [t for t in scored if t[0] is not None]
+        return max(scored, key=lambda t: (t[0], t[1]))[2] if scored else None
+
+    def lineage(self, node_id: str | None) -> list[str]:
+        """`node_id` and its ancestors, up to the initial node."""
+        chain, seen = [], set()
+        while node_id is not None and node_id in self.nodes and node_id not in seen:
+            chain.append(node_id)
+            seen.add(node_id)
+            node_id = self.nodes[node_id].parent
+        return chain
+
+    def cost(self) -> float:
+        return sum(sum(n.cost_usd.values()) for n in self.nodes.values())
+
+    def updated(self) -> str:
+        return self.events[-1].get("time", "") if self.events else ""
+
+
+class RunReader:
+    """Reads one run folder, again only when its event log, run.json or nodes changed."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.ledger = LedgerReader(self.path / "ledger.sqlite")
+        self._lock = threading.Lock()
+        self._seen: tuple | None = None
+        self._data: RunData | None = None
+        self._split_cache: dict[tuple, tuple] = {}
+
+    def version(self) -> str:
+        """Changes whenever something a page shows may have changed (for the live pages)."""
+        data = self.read()
+        marks = [self._seen]
+        for name in ("ledger.sqlite", "ledger.sqlite-wal", *(f"evals/{s['key']}/{JOURNAL}" for f in data.in_flight
+                                                               for s in f.splits)):
+            try:
+                info = os.stat(self.path / name, follow_symlinks=False)
+                marks.append((info.st_mtime_ns, info.st_size))
+            except OSError:
+                marks.append(None)
+        return format(hash(tuple(marks)) & 0xFFFFFFFFFFFF, "x")
+
+    def read(self) -> RunData:
+        with self._lock:
+            seen = self._marks()
+            if self._data is None or seen != self._seen:
+                self._data, self._seen = self._load(), seen
+            self._refresh_in_flight(self._data)
+            return self._data
+
+    def _marks(self) -> tuple:
+        marks = []
+        for name in ("archive.jsonl", "run.json", "nodes"):
+            try:
+                info = os.stat(self.path / name, follow_symlinks=False)
+                marks.append((info.st_mtime_ns, info.st_size, info.st_ino))
+            except OSError:
+                marks.append(None)
+        return tuple(marks)
+
+    def _load(self) -> RunData:
+        problems: list[str] = []
+        record = None
+        try:
+            record = RunRecord.from_dict(json.loads(read_bounded(self.path / "run.json", MAX_RECORD)))
+        except FileNotFoundError:
+            problems.append("run.json: missing")
+        except (OSError, ValueError) as e:
+            problems.append(f"run.json: not a run record ({e})")
+        nodes = {}
+        folder = self.path / "nodes"
+        for entry in sorted(os.scandir(folder), key=lambda e: e.name) if folder.is_dir() else []:
+            if not NODE_ID.fullmatch(entry.name):
+                continue
+            try:
+                data = json.loads(read_bounded(Path(entry.path) / "node.json", MAX_RECORD))
+                nodes[entry.name] = Node.from_dict(data, entry.name)
+            except FileNotFoundError:
+                continue  # a generation redone after a kill, or one reopened: not recorded (yet)
+            except (OSError, ValueError) as e:
+                problems.append(f"nodes/{entry.name}/node.json: not a node record ({str(e)[:300]})")
+        events = read_events(self.path / "archive.jsonl")
+        return RunData(self.path.name, self.path, record, nodes, in_flight_of(events, nodes), events, problems,
+                       running(events))
+
+    def _refresh_in_flight(self, data: RunData) -> None:
+        for flight in data.in_flight:
+            for split in flight.splits:
+                split["done"] = self.rows_done(split["key"])
+
+    def rows_done(self, key: str) -> int:
+        """Rows in an evaluation's journal so far (its lines; a kill can cut the last one)."""
+        try:
+            data, _ = read_below(self.path, f"evals/{key}/{JOURNAL}", MAX_JOURNAL)
+        except OSError:
+            return 0
+        return data.count(b"\n")
+
+    # -- what a node page shows -----------------------------------------------------------
+    def patch(self, node_id: str) -> Text:
+        return self._text(f"nodes/{node_id}/patch.diff")
+
+    def transcript(self, node_id: str) -> Text:
+        return self._text(f"{UNTRUSTED}/{node_id}/meta/{META_TRANSCRIPT}")
+
+    def _text(self, relative: str) -> Text:
+        try:
+            data, cut = read_below(self.path, relative, MAX_TEXT)
+        except FileNotFoundError:
+            return Text(missing="none was written")
+        except OSError as e:
+            return Text(missing=f"not shown: {e.strerror or e}")
+        return Text(data.decode("utf-8", errors="replace"), cut)
+
+    def split_rows(self, key: str) -> tuple[list[dict], set[str] | None]:
+        """An evaluation's rows (id, prediction, error) and the ids the report marks failed (None
+        when it has no report yet), cached by the journal's size."""
+        if not EVAL_KEY.fullmatch(key):
+            return [], None
+        try:
+            info = os.stat(self.path / "evals" / key / JOURNAL, follow_symlinks=False)
+            mark = (info.st_mtime_ns, info.st_size)
+        except OSError:
+            return [], None
+        cached = self._split_cache.get((key,))
+        if cached and cached[0] == mark:
+            return cached[1], cached[2]
+        rows = read_journal(self.path, key)
+        failed = None
+        try:
+            report = json.loads(read_below(self.path, f"evals/{key}/{REPORT}", MAX_REPORT)[0])
+            if isinstance(report, dict) and isinstance(report.get("question_ids_failed"), list):
+                failed = {str(q) for q in report["question_ids_failed"]}
+        except (OSError, ValueError):
+            pass
+        self._split_cache[(key,)] = (mark, rows, failed)
+        return rows, failed
+
+
+def read_events(path: Path) -> list[dict]:
+    """The event log's records that are JSON objects; a line a kill cut short is skipped."""
+    try:
+        data = read_bounded(path, MAX_LOG)
+    except OSError:
+        return []
+    found = []
+    for line in data.decode("utf-8", errors="replace").splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict):
+            found.append(record)
+    return found
+
+
+def in_flight_of(events: list[dict], nodes: dict[str, Node]) -> list[InFlight]:
+    """Generations started and not recorded, newest start of each, with the evaluations they began."""
+    flights: dict[str, InFlight] = {}
+    for e in events:
+        kind, node_id = e.get("event"), e.get("node_id")
+        if kind == "gen_start":
+            try:
+                start = GenStart.from_dict({k: v for k, v in e.items() if k not in ("event", "time")})
+            except ValueError:
+                continue
+            flights[start.node_id] = InFlight(start.node_id, start.parent, start.generation, "meta",
+                                              str(e.get("time", "")))
+        elif kind in ("node_recorded", "node_reopened") and isinstance(node_id, str):
+            if kind == "node_recorded":
+                flights.pop(node_id, None)
+        elif kind == "meta_done" and node_id in flights:
+            flights[node_id].phase = "eval"
+        elif kind == "split_start" and node_id in flights and EVAL_KEY.fullmatch(str(e.get("key", ""))):
+            rows = e.get("rows")
+            flights[node_id].splits.append({"domain": str(e.get("domain", "")), "split": str(e.get("split", "")),
+                                            "rows": rows if isinstance(rows, int) else 0, "key": e["key"],
+                                            "done": 0})
+    return [f for node_id, f in flights.items() if node_id not in nodes]
+
+
+def running(events: list[dict]) -> bool:
+    """Whether the loop that writes the run is running now: its last `run_start` has no `run_end`
+    after it, and its process is alive on this machine (a run killed with -9 writes no end)."""
+    for e in reversed(events):
+        if e.get("event") == "run_end":
+            return False
+        if e.get("event") == "run_start":
+            pid = e.get("pid")
+            if e.get("host") != socket.gethostname() or type(pid) is not int or pid <= 0:
+                return True  # another machine's run, or an older log: taken as running while it writes
+            return Path(f"/proc/{pid}").exists()
+    return False
+
+
+def read_journal(run_dir: Path, key: str) -> list[dict]:
+    """An evaluation's predictions: id, prediction and error of each row, as text."""
+    try:
+        data, _ = read_below(run_dir, f"evals/{key}/{JOURNAL}", MAX_JOURNAL)
+    except OSError:
+        return []
+    rows = []
+    for line in data.decode("utf-8", errors="replace").splitlines():
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(row, dict) and "id" in row:
+            rows.append({"id": str(row["id"]), "prediction": "" if row.get("prediction") is None
+                         else str(row["prediction"]), "error": "" if row.get("error") is None else str(row["error"])})
+    return rows

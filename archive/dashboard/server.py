@@ -1,0 +1,178 @@
+"""The dashboard's web server: read-only, its own routes only, on the loopback unless told.
+
+Requests name runs and nodes; both are looked up among what exists (a run is a folder of the
+runs folder that holds a run.json, a node one the run recorded), never joined into a path, so
+no request reaches a file outside the runs folder. A Host header other than the server's own
+names is refused (a web page elsewhere cannot reach it by rebinding a name to 127.0.0.1), and
+every page forbids inline script and style, so text an agent wrote can never run as code.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import parse_qs, unquote, urlsplit
+
+from archive.dashboard import pages
+from archive.dashboard.compare import compare_page
+from archive.dashboard.reader import RunReader
+from archive.records import NODE_ID
+
+ASSETS = {"dashboard.js": "text/javascript; charset=utf-8", "dashboard.css": "text/css; charset=utf-8"}
+HEADERS = {
+    "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+                               "connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "X-Frame-Options": "DENY",
+    "Cross-Origin-Resource-Policy": "same-origin",
+    "Cache-Control": "no-store",
+}
+
+
+class NotFound(Exception):
+    pass
+
+
+class Dashboard:
+    """What the server shows: the runs under `root` (or `root` itself when it is a run)."""
+
+    def __init__(self, root: Path):
+        self.root = Path(root)
+        self.one_run = (self.root / "run.json").is_file()
+        self._readers: dict[str, RunReader] = {}
+        self._lock = threading.Lock()
+        self.assets = {name: pages.static(name).encode() for name in ASSETS}
+
+    def runs(self) -> dict[str, Path]:
+        if self.one_run:
+            return {self.root.name: self.root}
+        found = {}
+        for entry in sorted(os.scandir(self.root), key=lambda e: e.name) if self.root.is_dir() else []:
+            if entry.is_dir(follow_symlinks=False) and os.path.isfile(os.path.join(entry.path, "run.json")):
+                found[entry.name] = Path(entry.path)
+        return found
+
+    def reader(self, name: str) -> RunReader:
+        path = self.runs().get(name)
+        if path is None:
+            raise NotFound(f"no run {name!r} here")
+        with self._lock:
+            if name not in self._readers:
+                self._readers[name] = RunReader(path)
+            return self._readers[name]
+
+    def respond(self, target: str) -> tuple[int, str, bytes]:
+        """(status, content type, body) for a GET of `target`."""
+        parts = urlsplit(target)
+        segments = [unquote(s) for s in parts.path.split("/") if s]
+        query = {k: v[0] for k, v in parse_qs(parts.query).items()}
+        try:
+            return self._route(segments, query)
+        except NotFound as e:
+            return 404, "text/plain; charset=utf-8", f"not found: {e}\n".encode()
+
+    def _route(self, segments: list[str], query: dict) -> tuple[int, str, bytes]:
+        html = "text/html; charset=utf-8"
+        if not segments:
+            return 200, html, pages.index([(n, self.reader(n).read()) for n in self.runs()]).encode()
+        if segments == ["live"]:
+            return self._json({"version": "/".join(f"{n}:{self.reader(n).version()}" for n in self.runs())})
+        if len(segments) == 2 and segments[0] == "static" and segments[1] in ASSETS:
+            return 200, ASSETS[segments[1]], self.assets[segments[1]]
+        if len(segments) < 2 or segments[0] != "runs":
+            raise NotFound("no such page")
+        reader = self.reader(segments[1])
+        data = reader.read()
+        rest = segments[2:]
+        if not rest:
+            return 200, html, pages.run_page(reader, data).encode()
+        if rest == ["live"]:
+            return self._json({"version": reader.version()})
+        if len(rest) == 2 and rest[0] == "nodes":
+            return 200, html, pages.node_page(reader, data, self._node(data, rest[1])).encode()
+        if rest == ["compare"]:
+            a, b = self._node(data, query.get("a", "")), self._node(data, query.get("b", ""))
+            return 200, html, compare_page(reader, data, a, b).encode()
+        raise NotFound("no such page")
+
+    @staticmethod
+    def _node(data, node_id: str):
+        if not NODE_ID.fullmatch(node_id) or node_id not in data.nodes:
+            raise NotFound(f"no node {node_id!r} in run {data.name}")
+        return data.nodes[node_id]
+
+    @staticmethod
+    def _json(value) -> tuple[int, str, bytes]:
+        return 200, "application/json", json.dumps(value).encode()
+
+
+def handler_for(dashboard: Dashboard, allowed_hosts: set[str], log=None):
+    class Handler(BaseHTTPRequestHandler):
+        server_version = "hyperagents-dashboard"
+        sys_version = ""
+
+        def do_GET(self) -> None:
+            self._answer(send_body=True)
+
+        def do_HEAD(self) -> None:
+            self._answer(send_body=False)
+
+        def _refuse(self) -> None:
+            self._send(405, "text/plain; charset=utf-8", b"read-only: GET and HEAD only\n", extra={"Allow": "GET, HEAD"})
+
+        do_POST = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = _refuse
+
+        def _answer(self, send_body: bool) -> None:
+            if self.headers.get("Host", "") not in allowed_hosts:
+                self._send(403, "text/plain; charset=utf-8", b"unknown host\n", send_body)
+                return
+            try:
+                status, kind, body = dashboard.respond(self.path)
+            except Exception as e:  # a bug of ours, or a run folder changing under the read: one line, not a thread dump
+                print(f"dashboard: {self.path[:200]}: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+                status, kind, body = 500, "text/plain; charset=utf-8", b"the dashboard failed to read this page\n"
+            self._send(status, kind, body, send_body)
+
+        def _send(self, status: int, kind: str, body: bytes, send_body: bool = True, extra: dict | None = None) -> None:
+            self.send_response(status)
+            for name, value in {**HEADERS, **(extra or {}), "Content-Type": kind,
+                                "Content-Length": str(len(body))}.items():
+                self.send_header(name, value)
+            self.end_headers()
+            if send_body:
+                self.wfile.write(body)
+
+        def log_message(self, format: str, *args) -> None:
+            if log is not None:
+                log(format % args)
+
+    return Handler
+
+
+class Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+
+def serve(root: Path, host: str = "127.0.0.1", port: int = 0, log=None) -> Server:
+    """A dashboard server bound to (host, port), not yet serving (call serve_forever)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    server_class = type("Server", (Server,), {"address_family": family})
+    dashboard = Dashboard(root)
+    server = server_class((host, port), handler_for(dashboard, set()), bind_and_activate=True)
+    bound = server.server_address[1]
+    names = {"127.0.0.1", "localhost", "[::1]", f"[{host}]" if ":" in host else host}
+    server.RequestHandlerClass = handler_for(dashboard, {f"{n}:{bound}" for n in names}, log)
+    server.dashboard = dashboard
+    return server
+
+
+def url_of(server: Server) -> str:
+    host, port = server.server_address[:2]
+    return f"http://{f'[{host}]' if ':' in host else host}:{port}/"

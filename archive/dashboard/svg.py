@@ -1,0 +1,146 @@
+"""Pictures of a run as inline SVG: the archive tree and line charts. Pure functions of the data,
+shared by the dashboard's pages and the static report.html."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from archive.dashboard.markup import Markup, h, join
+
+X_STEP, Y_STEP, RADIUS, MARGIN = 26, 64, 9, 30
+PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
+           "#17becf")
+
+
+def score_colour(score: float | None) -> str:
+    """Red (0) through yellow to green (1); grey when there is no score."""
+    if score is None:
+        return "#d0d0d0"
+    score = min(max(score, 0.0), 1.0)
+    return f"hsl({round(120 * score)},65%,{round(55 - 10 * score)}%)"
+
+
+@dataclass
+class TreeNode:
+    node_id: str
+    parent: str | None
+    generation: int
+    status: str  # a node status, or "in_flight"
+    score: float | None
+    label: str  # the tooltip's text
+
+
+def layout(nodes: list[TreeNode]) -> dict[str, tuple[float, float]]:
+    """(x, y) of each node: depth down, leaves side by side in the order of their generations,
+    a parent centred over its children. Iterative: a lineage can be a thousand deep."""
+    ids = {n.node_id for n in nodes}
+    children: dict[str | None, list[TreeNode]] = {}
+    for n in sorted(nodes, key=lambda n: (n.generation, n.node_id)):
+        children.setdefault(n.parent if n.parent in ids else None, []).append(n)
+    where: dict[str, tuple[float, float]] = {}
+    next_leaf = 0
+    stack = [(n, 0, False) for n in reversed(children.get(None, []))]
+    while stack:
+        node, depth, expanded = stack.pop()
+        kids = children.get(node.node_id, [])
+        if not kids:
+            where[node.node_id] = (next_leaf, depth)
+            next_leaf += 1
+        elif expanded:
+            where[node.node_id] = ((where[kids[0].node_id][0] + where[kids[-1].node_id][0]) / 2, depth)
+        else:
+            stack.append((node, depth, True))
+            stack.extend((kid, depth + 1, False) for kid in reversed(kids))
+    return where
+
+
+def tree_svg(nodes: list[TreeNode], best_line: list[str], href=None) -> Markup:
+    """The archive as a tree: colour by score, a ring for each status that is not ok, dashes for a
+    generation in flight, the best node's lineage drawn thick. `href(node_id)` links each node."""
+    if not nodes:
+        return h("p", {"class": "empty"}, "No node yet.")
+    where = layout(nodes)
+    on_best = set(best_line)
+    best = best_line[0] if best_line else None
+    edges, circles = [], []
+    for n in nodes:
+        x, y = _at(where[n.node_id])
+        if n.parent in where:
+            px, py = _at(where[n.parent])
+            mid = (py + y) / 2
+            edges.append(h("path", {"d": f"M{px:g},{py:g}C{px:g},{mid:g} {x:g},{mid:g} {x:g},{y:g}",
+                                    "class": "edge best" if n.node_id in on_best and n.parent in on_best
+                                    else "edge"}))
+        shape = [h("title", {}, n.label),
+                 h("circle", {"cx": f"{x:g}", "cy": f"{y:g}", "r": RADIUS + 3 * (n.node_id == best),
+                              "fill": score_colour(n.score), "class": f"node-dot status-{n.status}"}),
+                 h("text", {"x": f"{x:g}", "y": f"{y + RADIUS + 12:g}", "class": "node-label"}, n.node_id)]
+        attrs = {"class": "tree-node" + " on-best" * (n.node_id in on_best), "data-node": n.node_id}
+        if href is not None and n.status != "in_flight":
+            circles.append(h("a", {**attrs, "href": href(n.node_id)}, *shape))
+        else:
+            circles.append(h("g", attrs, *shape))
+    width = max(x for x, _ in where.values()) * X_STEP + 2 * MARGIN
+    height = max(y for _, y in where.values()) * Y_STEP + 2 * MARGIN + 12
+    return h("svg", {"class": "tree", "viewBox": f"0 0 {width:g} {height:g}", "data-width": f"{width:g}",
+                     "data-height": f"{height:g}", "xmlns": "http://www.w3.org/2000/svg", "role": "img",
+                     "aria-label": f"archive tree of {len(nodes)} nodes"},
+             h("g", {"class": "edges"}, join(edges)), h("g", {"class": "nodes"}, join(circles)))
+
+
+def _at(position: tuple[float, float]) -> tuple[float, float]:
+    return MARGIN + position[0] * X_STEP, MARGIN + position[1] * Y_STEP
+
+
+def line_chart(series: dict[str, list[tuple[float, float]]], x_label: str, y_label: str, *,
+               dots: dict[str, list[tuple[float, float]]] | None = None, width: int = 640, height: int = 260,
+               y_range: tuple[float, float] | None = None) -> Markup:
+    """Lines (and dots) on shared axes, with a legend; every value a plain number."""
+    points = [p for line in series.values() for p in line] + [p for d in (dots or {}).values() for p in d]
+    if not points:
+        return h("p", {"class": "empty"}, "Nothing to draw yet.")
+    left, right, top, bottom = 56, 16, 12, 40
+    xs, ys = [p[0] for p in points], [p[1] for p in points]
+    x0, x1 = min(xs), max(xs)
+    y0, y1 = y_range or (min(0.0, min(ys)), max(ys) or 1.0)
+    x1, y1 = (x1 if x1 > x0 else x0 + 1), (y1 if y1 > y0 else y0 + 1)
+
+    def at(x: float, y: float) -> str:
+        px = left + (x - x0) / (x1 - x0) * (width - left - right)
+        py = top + (1 - (y - y0) / (y1 - y0)) * (height - top - bottom)
+        return f"{px:.1f},{py:.1f}"
+
+    parts = [h("line", {"x1": left, "y1": height - bottom, "x2": width - right, "y2": height - bottom,
+                        "class": "axis"}),
+             h("line", {"x1": left, "y1": top, "x2": left, "y2": height - bottom, "class": "axis"})]
+    for i in range(5):
+        yv = y0 + (y1 - y0) * i / 4
+        _, py = at(x0, yv).split(",")
+        parts.append(h("text", {"x": left - 6, "y": py, "class": "tick y"}, _number(yv)))
+        xv = x0 + (x1 - x0) * i / 4
+        px, _ = at(xv, y0).split(",")
+        parts.append(h("text", {"x": px, "y": height - bottom + 16, "class": "tick x"}, _number(xv)))
+    parts.append(h("text", {"x": (left + width - right) / 2, "y": height - 6, "class": "axis-label"}, x_label))
+    parts.append(h("text", {"x": 12, "y": top + (height - top - bottom) / 2, "class": "axis-label y",
+                            "transform": f"rotate(-90 12 {top + (height - top - bottom) / 2:.1f})"}, y_label))
+    names = list(dict.fromkeys([*series, *(dots or {})]))
+    legend = []
+    for i, name in enumerate(names):
+        colour = PALETTE[i % len(PALETTE)]
+        if series.get(name):
+            parts.append(h("polyline", {"points": " ".join(at(x, y) for x, y in series[name]), "stroke": colour,
+                                        "class": "series"}))
+        for x, y in (dots or {}).get(name, []):
+            cx, cy = at(x, y).split(",")
+            parts.append(h("circle", {"cx": cx, "cy": cy, "r": 2.5, "fill": colour, "class": "dot"}))
+        legend.append(h("li", {}, h("span", {"class": f"swatch c{i % len(PALETTE)}"}), name))
+    return h("figure", {"class": "chart"},
+             h("svg", {"viewBox": f"0 0 {width} {height}", "xmlns": "http://www.w3.org/2000/svg", "role": "img",
+                       "aria-label": y_label}, join(parts)),
+             h("ul", {"class": "legend"}, join(legend)))
+
+
+def _number(value: float) -> str:
+    if abs(value) >= 100:
+        return f"{value:.0f}"
+    return f"{value:.3g}"

@@ -1,0 +1,150 @@
+"""The dashboard in a real headless Chromium, watching a real run (the loop, the fake OpenAI
+server, bwrap): open the run, see a generation in flight, open a node (its diff and the meta
+agent's transcript), compare it with its parent, then watch the next node appear without a
+reload. Screenshots go to tests/artifacts/ (the README's picture is one of them)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+
+import pytest
+from browser import chromium_missing, js_errors, open_browser, screenshot
+from conftest import REPO_ROOT, cli_env
+from test_loop import IMPROVE, MARKER, loop_config, responder
+
+pytestmark = pytest.mark.skipif(chromium_missing() is not None, reason=str(chromium_missing()))
+
+
+def read_lines(stream, lines: list[str]) -> threading.Thread:
+    def run() -> None:
+        for line in stream:
+            lines.append(line)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+def wait_for(condition, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_watch_a_run_open_a_node_compare_and_see_the_next_node_arrive(tmp_path, fake_openai):
+    from selenium.webdriver.common.by import By
+
+    # Generation 1's meta agent makes the improving edit; generation 2's is held at its first
+    # call until the browser has looked at the run, so node 2 is in flight meanwhile; generation
+    # 3's until the browser saw node 2 arrive (the dashboard ends with the run).
+    answer, starts = responder({1: [IMPROVE]}, []), []
+    held, released, finish = threading.Event(), threading.Event(), threading.Event()
+
+    def respond(request: dict) -> str:
+        messages = request["messages"]
+        opening = " ".join(str(m["content"]) for m in messages[:2])
+        if "/workspace" in opening and "/feedback" in opening and not any(m["role"] == "assistant" for m in messages):
+            starts.append(1)
+            if len(starts) == 2:
+                held.set()
+                released.wait(300)
+            elif len(starts) == 3:
+                finish.wait(300)
+        return answer(request)
+
+    fake_openai.set_responder(respond)
+    run = subprocess.Popen([sys.executable, "-m", "run_optimization", "--domain", "imo_grading", "--run_id", "run",
+                            "--output_dir", str(tmp_path / "out"), "--task_model", "openai/fake", "--meta_model",
+                            "openai/fake-meta", "--config", loop_config(tmp_path), "--max_generation", "3",
+                            "--parent_selection", "latest", "--dashboard", "0"], cwd=REPO_ROOT,
+                           env=cli_env(fake_openai), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out: list[str] = []
+    read_lines(run.stdout, out)
+    try:
+        line = wait_for(lambda: next((x for x in out if x.startswith("dashboard http")), None), 120,
+                        "the dashboard's address")
+        address = line.split()[1]
+        assert address.startswith("http://127.0.0.1:") and address.endswith("/runs/run")
+        wait_for(held.is_set, 300, "generation 2's meta agent")
+        with open_browser() as driver:
+            driver.get(address)
+            assert driver.title.startswith("run") and "Run run" in driver.find_element(By.TAG_NAME, "h1").text
+            shown = {e.get_attribute("data-node") for e in driver.find_elements(By.CSS_SELECTOR, "a.tree-node")}
+            assert shown == {"initial", "1"}
+            assert driver.find_elements(By.CSS_SELECTOR, 'g.tree-node[data-node="2"] .status-in_flight')
+            assert "meta agent at work" in driver.find_element(By.CSS_SELECTOR, "section.flight").text
+            screenshot(driver, "dashboard-run-in-flight")
+
+            # A node: its diff and its meta agent's transcript.
+            driver.find_element(By.CSS_SELECTOR, 'a.tree-node[data-node="1"]').click()
+            wait_for(lambda: driver.find_elements(By.ID, "patch"), 10, "node 1's page")
+            assert "Node 1" in driver.find_element(By.TAG_NAME, "h1").text
+            patch = driver.find_element(By.ID, "patch")
+            assert MARKER in patch.text and patch.find_elements(By.CSS_SELECTOR, "span.add")
+            assert "task_agent.py" in driver.find_element(By.ID, "transcript").text
+            assert driver.find_elements(By.CSS_SELECTOR, "table.predictions tr.right")
+            screenshot(driver, "dashboard-node")
+
+            # Node 1 against its parent: the code diff and rows whose prediction changed for the better.
+            driver.find_element(By.ID, "vs-parent").click()
+            wait_for(lambda: driver.find_elements(By.ID, "code-diff"), 10, "the comparison")
+            assert MARKER in driver.find_element(By.ID, "code-diff").text
+            summaries = [e.text for e in driver.find_elements(By.CSS_SELECTOR, ".changed-summary")]
+            assert summaries and all(" 0 worse" in s for s in summaries), summaries
+            assert any(" 0 better" not in s for s in summaries), summaries
+            screenshot(driver, "dashboard-compare")
+
+            # Back to the run: node 2 arrives without a reload.
+            driver.get(address)
+            driver.execute_script("window.sameDocument = 1;")
+            released.set()
+            wait_for(lambda: driver.find_elements(By.CSS_SELECTOR, 'a.tree-node[data-node="2"]'), 240,
+                     "node 2 in the tree")
+            assert driver.execute_script("return window.sameDocument") == 1
+            flying = {e.get_attribute("data-node") for e in driver.find_elements(By.CSS_SELECTOR, "tr.in-flight")}
+            assert flying == {"3"}  # node 2 was recorded, node 3's meta agent is held
+            screenshot(driver, "dashboard-run")
+            assert js_errors(driver) == []
+        finish.set()
+        assert run.wait(300) == 0, run.stderr.read()[-3000:]
+    finally:
+        released.set()
+        finish.set()
+        if run.poll() is None:
+            run.kill()
+    # The dashboard ended with the run.
+    wait_for(lambda: not reachable(address), 10, "the dashboard to stop")
+
+
+def reachable(address: str) -> bool:
+    try:
+        with urllib.request.urlopen(address, timeout=2) as answer:
+            return answer.status == 200
+    except OSError:
+        return False
+
+
+def test_report_html_is_one_file_made_of_the_same_pieces(tmp_path):
+    """report.html of a run: no script, nothing fetched from beside it or elsewhere."""
+    from selenium.webdriver.common.by import By
+
+    from archive.report import write_report
+    from synthetic_run import make_run
+
+    make_run(tmp_path / "run", nodes=30, seed=3)
+    page = write_report(tmp_path / "run", tmp_path / "report.html").read_text()
+    assert "<script" not in page and " src=" not in page and "<link" not in page
+    assert page.count('class="tree-node') == 30 and "<style>" in page
+    with open_browser() as driver:
+        driver.get((tmp_path / "report.html").as_uri())
+        assert len(driver.find_elements(By.CSS_SELECTOR, "svg.tree .tree-node")) == 30
+        assert js_errors(driver) == []
+        screenshot(driver, "report")
