@@ -47,8 +47,8 @@ candidates = archive.candidates(domains, sizes)
 rng = random.Random(0)
 for name in STRATEGIES:
     select_parent(candidates, name, rng)
-images = write_plots(archive, domains, sizes, candidates[0].node_id, run_dir)
-write_report(archive, domains, sizes, candidates[0].node_id, images, run_dir / "report.html")
+write_plots(archive, domains, sizes, candidates[0].node_id, run_dir)
+write_report(run_dir, run_dir / "report.html")
 hwm = next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmHWM"))
 print(json.dumps({"nodes": len(archive.nodes), "candidates": len(candidates), "peak_kb": hwm}))
 """

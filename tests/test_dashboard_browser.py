@@ -148,3 +148,45 @@ def test_report_html_is_one_file_made_of_the_same_pieces(tmp_path):
         assert len(driver.find_elements(By.CSS_SELECTOR, "svg.tree .tree-node")) == 30
         assert js_errors(driver) == []
         screenshot(driver, "report")
+
+
+def test_hostile_text_never_runs_and_the_tree_pans_and_zooms(tmp_path):
+    """A run whose agents wrote script, handlers and javascript: links everywhere: in a real
+    browser none of it runs (the page would have set window.__pwned, or Chromium would report a
+    refused inline script), and the tree of 60 nodes can be zoomed and dragged."""
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+
+    from archive.dashboard.server import serve
+    from synthetic_run import make_run
+
+    summary = make_run(tmp_path / "runs" / "hostile", nodes=60, seed=5, hostile=True)
+    attacks = summary["hostile"]["patch"]
+    srv = serve(tmp_path / "runs", "127.0.0.1", 0)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{srv.server_address[1]}/runs/hostile"
+    try:
+        with open_browser() as driver:
+            driver.get(base)
+            tree = driver.find_element(By.CSS_SELECTOR, ".tree-view svg.tree")
+            assert len(tree.find_elements(By.CSS_SELECTOR, ".tree-node")) == 60
+            screenshot(driver, "dashboard-tree")
+            before = [float(v) for v in tree.get_dom_attribute("viewBox").split()]
+            driver.find_element(By.XPATH, "//button[text()='zoom in']").click()
+            zoomed = [float(v) for v in tree.get_dom_attribute("viewBox").split()]
+            assert zoomed[2] < before[2] * 0.8
+            ActionChains(driver).move_to_element_with_offset(tree, 5, 5).click_and_hold().move_by_offset(120, 40) \
+                .release().perform()
+            dragged = [float(v) for v in tree.get_dom_attribute("viewBox").split()]
+            assert dragged[0] < zoomed[0] and dragged[2] == zoomed[2]  # moved right: the view's left edge went left
+            for page in (base, f"{base}/nodes/{attacks}", f"{base}/compare?a=initial&b={attacks}",
+                         f"{base}/nodes/{summary['hostile']['error']}"):
+                driver.get(page)
+                assert driver.execute_script("return window.__pwned") is None, page
+                assert js_errors(driver) == [], page
+            driver.get(f"{base}/nodes/{attacks}")
+            assert "<script>window.__pwned=1</script>" in driver.find_element(By.ID, "patch").text
+            screenshot(driver, "dashboard-hostile-node")
+    finally:
+        srv.shutdown()
+        srv.server_close()

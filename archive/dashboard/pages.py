@@ -61,7 +61,7 @@ def run_page(reader: RunReader, data: RunData) -> str:
         pieces.summary(data, sum(r["cost_usd"] for r in spend) if spend else None),
         in_flight(data),
         h("h2", {}, "Archive"), pieces.tree(data, lambda n: url("runs", name, "nodes", n)),
-        compare_form(data, None, None),
+        compare_form(data, *((best.parent, best.node_id) if (best := data.best()) else (None, None))),
         h("h2", {}, "Progress"), pieces.progress(data),
         h("h2", {}, "Cost"), pieces.cost_chart(times, series), pieces.spend_table(spend),
         h("h2", {}, "Nodes"), pieces.nodes_table(data, lambda n: url("runs", name, "nodes", n)),
@@ -145,7 +145,8 @@ def patch_facts(node: Node) -> Markup:
     line = f"{patch.get('files', 0)} files changed, +{patch.get('insertions', 0)} -{patch.get('deletions', 0)}"
     items = join(h("li", {}, path, f": {why}" if why else "") for path, why in dropped.items()) \
         if isinstance(dropped, dict) else ""
-    return h("p", {}, line, h("ul", {"class": "dropped"}, items) if items else "")
+    return h("p", {}, line, "; left out of the commit:" if items else "",
+             h("ul", {"class": "dropped"}, items) if items else "")
 
 
 def diff_block(text: Text, what: str) -> Markup:

@@ -34,6 +34,8 @@ function setUpTree() {
   const svg = treeSvg();
   if (!svg) return;
   const box = svg.closest(".tree-view");
+  const tall = parseFloat(svg.dataset.height);
+  if (tall < box.clientHeight) box.style.height = Math.max(tall + 20, 160) + "px"; // a small tree, no blank
   if (view) setBox(svg, view); else setBox(svg, fullBox(svg));
   if (!box.previousElementSibling || !box.previousElementSibling.classList.contains("tree-tools")) {
     const tools = document.createElement("div");

@@ -1,0 +1,235 @@
+"""The dashboard's server over real HTTP, against synthetic runs full of hostile text: its own
+routes only, nothing outside the runs folder, escaped agent text, a refused foreign Host,
+never a write to a run, and a ledger read while the loop writes it."""
+
+from __future__ import annotations
+
+import http.client
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+from conftest import REPO_ROOT
+from synthetic_run import make_run
+
+from archive.dashboard.server import serve
+from services.ledger import Call, Ledger
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("runs")
+    hostile = make_run(root / "hostile", nodes=40, seed=1, hostile=True)
+    make_run(root / "plain", nodes=12, seed=2)
+    (root / "not-a-run").mkdir()
+    os.symlink(root / "plain", root / "linked")  # a link in the runs folder is not a run of it
+    return root, hostile
+
+
+@pytest.fixture(scope="module")
+def server(runs):
+    root, _ = runs
+    srv = serve(root, "127.0.0.1", 0)
+    thread = threading.Thread(target=srv.serve_forever, daemon=True)
+    thread.start()
+    yield srv.server_address[1]
+    srv.shutdown()
+    srv.server_close()
+
+
+def get(port: int, path: str, host: str | None = None, method: str = "GET") -> tuple[int, dict, str]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    conn.putrequest(method, path, skip_host=True)
+    conn.putheader("Host", host or f"127.0.0.1:{port}")
+    conn.endheaders()
+    answer = conn.getresponse()
+    body = answer.read().decode("utf-8", errors="replace")
+    conn.close()
+    return answer.status, {k.lower(): v for k, v in answer.getheaders()}, body
+
+
+class Elements(HTMLParser):
+    """Every start tag of a page with its attributes, as the browser would parse them."""
+
+    def __init__(self):
+        super().__init__()
+        self.tags: list[tuple[str, dict]] = []
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append((tag, dict(attrs)))
+
+
+def assert_inert(body: str) -> None:
+    """Nothing on the page can run but the dashboard's own script, and no link leaves it."""
+    parser = Elements()
+    parser.feed(body)
+    for tag, attrs in parser.tags:
+        assert tag not in ("iframe", "object", "embed", "img", "base", "form") or tag == "form" and \
+            attrs.get("action", "").startswith("/runs/"), (tag, attrs)
+        assert not [a for a in attrs if a.lower().startswith("on")], (tag, attrs)
+        if tag == "script":
+            assert attrs == {"src": "/static/dashboard.js"}
+        for name in ("href", "src", "action", "xlink:href"):
+            if name in attrs:
+                value = attrs[name]
+                assert value.startswith("/") and not value.startswith("//") or value == "data:,", (tag, attrs)
+
+
+def pages_of(port: int, run: str) -> list[str]:
+    """The run page, every node page and a comparison of every node with its parent."""
+    _, _, page = get(port, f"/runs/{run}")
+    parser = Elements()
+    parser.feed(page)
+    links = {a["href"] for t, a in parser.tags if t == "a" and "href" in a}
+    nodes = sorted(link for link in links if link.startswith(f"/runs/{run}/nodes/"))
+    compares = []
+    for link in nodes:
+        _, _, node_page = get(port, link)
+        sub = Elements()
+        sub.feed(node_page)
+        compares += [a["href"] for t, a in sub.tags if t == "a" and a.get("id") == "vs-parent"]
+    return [f"/runs/{run}", *nodes, *compares]
+
+
+def test_agent_text_is_shown_as_text_on_every_page(runs, server):
+    _, hostile = runs
+    paths = pages_of(server, "hostile")
+    assert len(paths) > 40
+    bodies = []
+    for path in ["/", *paths]:
+        status, headers, body = get(server, path)
+        assert status == 200, (path, body[:300])
+        assert "script-src 'self'" in headers["content-security-policy"] and headers["x-content-type-options"] \
+            == "nosniff"
+        assert_inert(body)
+        bodies.append(body)
+    text = "\n".join(bodies)
+    # The attacks are there, escaped: what the agent wrote can be read, not run.
+    assert "&lt;script&gt;window.__pwned=1&lt;/script&gt;" in text and "<script>window.__pwned" not in text
+    assert "&lt;img src=x onerror=" in text
+
+
+def test_nothing_outside_the_runs_folder_is_served(runs, server):
+    root, hostile = runs
+    for path in ["/runs/../../../../etc/passwd", "/runs/hostile/../../../../etc/passwd", "/static/../reader.py",
+                 "/static/%2e%2e/reader.py", "/static/..%2fserver.py", "/runs/hostile/nodes/..%2f..%2frun.json",
+                 "/runs/%2e%2e/plain", "/runs/linked", "/runs/not-a-run", "/runs/hostile/nodes/999",
+                 "/runs/hostile/nodes/initial/node.json", "//etc/passwd", "/runs/hostile/compare?a=../x&b=1",
+                 "/runs/hostile/evals", "/etc/passwd", "/runs/hostile/repo/config"]:
+        status, _, body = get(server, path)
+        assert status == 404, path
+        assert "root:" not in body and "[core]" not in body
+    _, _, index = get(server, "/")
+    assert "/runs/hostile" in index and "/runs/plain" in index
+    assert "/runs/linked" not in index and "not-a-run" not in index
+
+
+def test_planted_links_fifos_and_huge_transcripts_are_not_followed(runs, server):
+    _, hostile = runs
+    started = time.monotonic()
+    planted = hostile["hostile"]
+    for node, expect in ((planted["symlink"], "No transcript: not shown"), (planted["fifo"], "No transcript: not shown"),
+                         (planted["big_transcript"], "Cut here")):
+        status, _, body = get(server, f"/runs/hostile/nodes/{node}")
+        assert status == 200 and expect in body, node
+        assert "root:x:0:0" not in body
+    assert time.monotonic() - started < 5  # a fifo would have blocked the read
+
+
+def test_a_foreign_host_and_writes_are_refused(server):
+    assert get(server, "/")[0] == 200
+    assert get(server, "/", host=f"localhost:{server}")[0] == 200
+    status, _, body = get(server, "/", host=f"attacker.example:{server}")  # a name rebound to 127.0.0.1
+    assert status == 403 and "unknown host" in body
+    assert get(server, "/", host="127.0.0.1")[0] == 403  # not this server's port
+    for method in ("POST", "PUT", "DELETE", "PATCH"):
+        status, headers, _ = get(server, "/runs/plain", method=method)
+        assert status == 405 and headers["allow"] == "GET, HEAD"
+
+
+def snapshot(root: Path) -> dict:
+    found = {}
+    for folder, dirs, files in os.walk(root):
+        for name in dirs + files:
+            path = Path(folder) / name
+            info = path.lstat()
+            found[str(path.relative_to(root))] = (info.st_size, info.st_mtime_ns)
+    return found
+
+
+def test_browsing_every_page_writes_nothing_to_the_runs(runs, server):
+    root, _ = runs
+    before = snapshot(root)
+    for run in ("hostile", "plain"):
+        for path in ["/", "/live", f"/runs/{run}/live", *pages_of(server, run)]:
+            get(server, path)
+    assert snapshot(root) == before  # no file made, changed or touched: no ledger -wal or -shm either
+
+
+def test_the_ledger_is_read_while_the_loop_writes_it(tmp_path):
+    from services.ledger import LedgerReader
+
+    make_run(tmp_path / "live", nodes=6, seed=4)
+    ledger = Ledger(tmp_path / "live" / "ledger.sqlite")  # the run's writer, WAL mode, as the gateway holds it
+    srv = serve(tmp_path / "live", "127.0.0.1", 0)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    port, problems, written, seen = srv.server_address[1], [], [], []
+
+    def write() -> None:
+        try:
+            deadline = time.monotonic() + 3
+            while time.monotonic() < deadline:
+                ledger.record(Call("live", "9999", "task", "openai/fake", 10, 1, 0.01))
+                written.append(1)
+                time.sleep(0.002)
+        except Exception as e:  # a reader that locked the writer out
+            problems.append(e)
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    reader = LedgerReader(tmp_path / "live" / "ledger.sqlite")
+    while writer.is_alive():
+        assert get(port, "/runs/live")[0] == 200
+        seen.append(sum(r["calls"] for r in reader.spend("9999")))
+    writer.join()
+    srv.shutdown()
+    srv.server_close()
+    seen.append(sum(r["calls"] for r in reader.spend("9999")))
+    ledger.close()
+    assert problems == [] and len(written) > 100
+    assert seen == sorted(seen) and len(set(seen)) > 2 and seen[-1] == len(written)
+
+
+def test_the_command_says_what_is_wrong_in_one_line(tmp_path):
+    def run(*args):
+        return subprocess.run([sys.executable, "-m", "archive.dashboard", *args], cwd=REPO_ROOT,
+                              capture_output=True, text=True, timeout=60)
+
+    r = run(str(tmp_path / "missing"))
+    assert r.returncode == 2 and r.stderr.strip().count("\n") == 0 and "is not a folder" in r.stderr
+    busy = serve(tmp_path, "127.0.0.1", 0)
+    try:
+        r = run(str(tmp_path), "--port", str(busy.server_address[1]))
+        assert r.returncode == 2 and r.stderr.strip() == \
+            f"error: port {busy.server_address[1]} is in use: pass --port N (0: any free port)"
+    finally:
+        busy.server_close()
+    r = run(str(tmp_path), "--port", "70000")
+    assert r.returncode == 2 and "--port must be 0 to 65535" in r.stderr
+    # By default it listens on the loopback only, and Ctrl-C ends it quietly.
+    proc = subprocess.Popen([sys.executable, "-m", "archive.dashboard", str(tmp_path), "--port", "0"], cwd=REPO_ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("dashboard: http://127.0.0.1:")
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(10) == 0 and proc.stderr.read() == ""
+    finally:
+        if proc.poll() is None:
+            proc.kill()
