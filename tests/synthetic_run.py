@@ -281,11 +281,10 @@ class _Maker:
         self.eval_runs: list[dict] = []  # run.json of each harness run, with run seconds for its times
         self.reports: dict[str, dict] = {}
         self.report_texts: dict[str, str] = {}
-        self.journals: dict[str, list[str]] = {}  # the staged runs' journal lines, which longer runs start from
+        self.journals: dict[str, list[_Row]] = {}  # the staged runs' rows, in their journal's order
         self.outcomes: dict[tuple[str, str], list[_Row]] = {}
         self.feedback_csv: dict[str, str] = {}  # train key -> its predictions as feedback shows them
         self.spent: dict[str, dict[str, list]] = {}  # node -> role -> [dollars, tokens]
-        self.budget_usd: float | None = None
         self.run_name = run_dir.name  # the gateway's run_id
         self.start = self.end = 0.0
 
@@ -411,7 +410,7 @@ class _Maker:
     def _generation(self, gen: _Gen, t: float) -> float:
         """A recorded generation from its start at `t`; returns when its node was recorded."""
         gen.start = t
-        self.events.append((t, "gen_start", GenStart(gen.node_id, gen.parent, gen.generation).to_dict()))
+        self._started(gen)
         node = gen.node = Node(gen.node_id, gen.parent, gen.generation)
         if gen.parent is None:
             gen.created = t
@@ -433,12 +432,15 @@ class _Maker:
         self.events.append((end, "node_recorded", gen))
         return end
 
+    def _started(self, gen: _Gen) -> None:
+        self.events.append((gen.start, "gen_start", GenStart(gen.node_id, gen.parent, gen.generation).to_dict()))
+
     def _flights(self, flights: list[_Gen], t: float) -> float:
         """The generations at work when the run is read: the first evaluating its change, the
         others with their meta agent at work. Returns the time the run is read at."""
         first = flights[0]
         first.start = t + self.rng.uniform(1, 5)
-        self.events.append((first.start, "gen_start", GenStart(first.node_id, first.parent, first.generation).to_dict()))
+        self._started(first)
         self._meta(first, first.start)
         self.events.append((first.meta_end, "meta_done", first))
         self._node_files(first)
@@ -447,7 +449,7 @@ class _Maker:
         now = end + self.rng.uniform(1, 5)
         for gen in flights[1:]:
             gen.start = self.rng.uniform(first.start, now - 5)
-            self.events.append((gen.start, "gen_start", GenStart(gen.node_id, gen.parent, gen.generation).to_dict()))
+            self._started(gen)
             self._meta(gen, gen.start, until=now)
             self._node_files(gen)
         return now
@@ -817,9 +819,10 @@ class _Maker:
             db.execute("COMMIT")
         finally:
             ledger.close()
-        totals = list(accumulate(((c.cost_usd, c.prompt_tokens, c.completion_tokens, 1) for _, c in self.calls),
-                                 lambda a, b: tuple(x + y for x, y in zip(a, b))))
-        return [t for t, _ in self.calls], totals
+        calls = [c for _, c in self.calls]
+        totals = zip(accumulate(c.cost_usd for c in calls), accumulate(c.prompt_tokens for c in calls),
+                     accumulate(c.completion_tokens for c in calls), range(1, len(calls) + 1))
+        return [t for t, _ in self.calls], list(totals)
 
     @staticmethod
     def _at(cumulative, t: float) -> tuple[float, int, int, int]:
@@ -832,12 +835,11 @@ class _Maker:
         stopped = [g for g in self.gens if g.status == Status.BUDGET_STOPPED]
         if not stopped:
             return
-        self.budget_usd = float(int(self._at(cumulative, stopped[0].stop_run["end"])[0]))
-        self.config.gateway.budget_usd = self.budget_usd
+        budget = self.config.gateway.budget_usd = float(int(self._at(cumulative, stopped[0].stop_run["end"])[0]))
         for gen in stopped:
             run = gen.stop_run
             run["stopped_by"] = (f"budget exhausted: spent ${self._at(cumulative, run['end'])[0]:.4f} of "
-                                 f"${self.budget_usd:.4f}")
+                                 f"${budget:.4f}")
             gen.node.error = (f"{run['stopped_by']}; {run['not_run'] + run['errors']} rows not evaluated: raise the "
                               f"budget and rerun with --resume_from {self.store.folder(run['key'])}")
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from synthetic_run import ATTACKS, BIG_TRANSCRIPT, DOMAIN, TASK_MODEL, make_run, shown_rows
 
 from archive.eval_store import EvalStore
 from archive.records import Status
@@ -21,7 +22,6 @@ from domains.harness import JOURNAL, PREDICTIONS, Journal, write_predictions
 from domains.registry import get_domain
 from services.ledger import Ledger
 from services.workspace import RunRepo
-from synthetic_run import ATTACKS, BIG_TRANSCRIPT, DOMAIN, TASK_MODEL, make_run, shown_rows
 
 NODES, IN_FLIGHT = 120, 3
 
