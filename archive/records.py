@@ -7,6 +7,7 @@ status. Every record carries `schema_version`; one of an older shape is migrated
 
 from __future__ import annotations
 
+import functools
 import re
 import typing
 from dataclasses import MISSING, asdict, dataclass, field, fields
@@ -37,6 +38,12 @@ class Status(StrEnum):
     LOST = "lost"  # the machine of its sandbox was lost on every try (a Ray worker node); reopened on resume
 
 
+@functools.cache
+def _hints(cls) -> dict:
+    """The field types of record class `cls` (typing evaluates them from text: done once per class)."""
+    return {k: v for k, v in typing.get_type_hints(cls).items() if k != "SCHEMA"}
+
+
 def _checked(cls, data, extra: dict) -> dict:
     """`data` as the fields of dataclass `cls`, after its schema version; ValueError naming what is wrong."""
     if not isinstance(data, dict):
@@ -47,7 +54,7 @@ def _checked(cls, data, extra: dict) -> dict:
         raise ValueError(f"schema_version must be an integer 0 or more, got {show(version)}")
     if version > cls.SCHEMA:
         raise ValueError(f"schema_version {version} is newer than this version of the project reads ({cls.SCHEMA})")
-    hints = {k: v for k, v in typing.get_type_hints(cls).items() if k != "SCHEMA"}
+    hints = _hints(cls)
     unknown = sorted(set(data) - set(hints))
     if unknown:
         raise ValueError(f"unknown keys {', '.join(map(str, unknown))}")

@@ -104,6 +104,7 @@ def main() -> None:
             try:
                 results = {}
                 with open_browser() as driver:
+                    load(driver, files_base)  # the browser's own first page, so that "cold" is the server's
                     for name, address in pages.items():
                         server_side = measure(driver, address, args.repeat)
                         static_side = measure(driver, f"{files_base}{name.split()[0]}.html", args.repeat)
@@ -115,13 +116,15 @@ def main() -> None:
             server.kill()
     failed = False
     for name, (ours, flat) in results.items():
-        cold = ours["cold"]["load"] / 1000
-        ok = cold < TARGET_S and ours["load"] < TARGET_S
+        first = ours["cold"]
+        ok = ours["paint"] < TARGET_S and ours["load"] < TARGET_S
         failed |= not ok
-        print(f"{name:10} first paint {ours['paint']:.3f} s, loaded {ours['load']:.3f} s warm; cold (the server "
-              f"reads the run) loaded {cold:.3f} s; same HTML as a static file {flat['load']:.3f} s: ratio "
-              f"{ours['load'] / flat['load']:.2f}; {ours['nodes']} tree nodes on the page "
-              f"[{'PASS' if ok else 'FAIL'} < {TARGET_S:g} s]")
+        print(f"{name:10} first paint {ours['paint']:.3f} s, loaded {ours['load']:.3f} s (median of {args.repeat}); "
+              f"the same HTML as a static file: {flat['paint']:.3f} s, {flat['load']:.3f} s; ratio of load times "
+              f"{ours['load'] / flat['load']:.2f} [{'PASS' if ok else 'FAIL'} < {TARGET_S:g} s]")
+        print(f"{'':10} first visit after the server started: painted {first['paint'] / 1000:.3f} s, loaded "
+              f"{first['load'] / 1000:.3f} s, answered at {first['response'] / 1000:.3f} s (static file: "
+              f"{flat['cold']['load'] / 1000:.3f} s); {ours['nodes']} tree nodes on the page")
     print(f"peak RSS of the dashboard server: {rss:.0f} MB [{'PASS' if rss < TARGET_MB else 'FAIL'} "
           f"< {TARGET_MB:g} MB]")
     failed |= rss >= TARGET_MB

@@ -15,6 +15,7 @@ from archive.dashboard.reader import RunData, RunReader, Text
 from archive.records import Node
 
 MAX_ROWS_SHOWN = 500  # predictions listed on a node page, wrong ones first
+TOP_NODES = 50  # nodes in the run page's table (all of them: /runs/<run>/nodes)
 
 
 def static(name: str) -> str:
@@ -54,8 +55,8 @@ def index(runs: list[tuple[str, RunData]]) -> str:
 
 def run_page(reader: RunReader, data: RunData) -> str:
     name = data.name
-    times, series = reader.ledger.spend_over_time()
-    spend = reader.ledger.spend()
+    times, series = reader.spend_over_time()
+    spend = reader.spend()
     body = join([
         h("h1", {}, f"Run {name}"),
         pieces.summary(data, sum(r["cost_usd"] for r in spend) if spend else None),
@@ -64,10 +65,24 @@ def run_page(reader: RunReader, data: RunData) -> str:
         compare_form(data, *((best.parent, best.node_id) if (best := data.best()) else (None, None))),
         h("h2", {}, "Progress"), pieces.progress(data),
         h("h2", {}, "Cost"), pieces.cost_chart(times, series), pieces.spend_table(spend),
-        h("h2", {}, "Nodes"), pieces.nodes_table(data, lambda n: url("runs", name, "nodes", n)),
+        h("h2", {}, "Nodes"), nodes_list(data, TOP_NODES),
         h("h2", {}, "Plan"), pieces.plan(data)])
     return page(f"{name}: runs", body, [("runs", "/"), (name, None)], url("runs", name, "live"),
                 reader.version())
+
+
+def nodes_list(data: RunData, limit: int | None) -> Markup:
+    """The table of nodes, best first; on the run page the first `limit`, with a link to them all."""
+    link = (lambda n: url("runs", data.name, "nodes", n))
+    more = h("p", {}, h("a", {"href": url("runs", data.name, "nodes"), "id": "all-nodes"},
+                        f"all {len(data.nodes)} nodes")) if limit is not None and len(data.nodes) > limit else ""
+    return pieces.nodes_table(data, link, limit) + more
+
+
+def nodes_page(reader: RunReader, data: RunData) -> str:
+    body = h("h1", {}, f"Nodes of run {data.name}") + nodes_list(data, None)
+    return page(f"nodes: {data.name}", body, [("runs", "/"), (data.name, url("runs", data.name)), ("nodes", None)],
+                url("runs", data.name, "live"), reader.version())
 
 
 def in_flight(data: RunData) -> Markup:
@@ -119,7 +134,7 @@ def node_page(reader: RunReader, data: RunData, node: Node) -> str:
         h("h2", {}, "Time"), h("table", {"class": "time"}, join(h("tr", {}, h("th", {}, phase),
                                                                   h("td", {"class": "num"}, f"{s:.1f} s"))
                                                              for phase, s in node.seconds.items())),
-        h("h2", {}, "Cost and tokens"), pieces.spend_table(reader.ledger.spend(node_id)),
+        h("h2", {}, "Cost and tokens"), pieces.spend_table(reader.spend(node_id)),
         h("h2", {}, "Change"), patch_facts(node), diff_block(reader.patch(node_id), "patch"),
         h("h2", {}, "Meta agent transcript"), text_block(reader.transcript(node_id), "transcript"),
         h("h2", {}, "Train predictions, wrong first"), predictions(reader, node)])

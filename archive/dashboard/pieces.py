@@ -65,11 +65,10 @@ def dot(colour: str) -> Markup:
 
 
 def _tooltip(data: RunData, node: Node) -> str:
-    scores = ", ".join(f"{d}/{s} {fmt_score(v)} ({node.samples.get(d, {}).get(s, '?')} rows)"
-                       for d, splits in node.scores.items() for s, v in splits.items())
-    error = f"; {node.error[:200]}" if node.error else ""
-    return f"node {node.node_id} (parent {node.parent}, gen {node.generation}): {node.status}; " \
-           f"{scores or 'not scored'}; {fmt_cost(sum(node.cost_usd.values()))}{error}"
+    """What hovering a node of the tree says (its page says the rest)."""
+    error = f"; {node.error[:120]}" if node.error else ""
+    return f"node {node.node_id} from {node.parent}: {node.status}, score {fmt_score(data.score(node)) or 'none'}, " \
+           f"{fmt_cost(sum(node.cost_usd.values()))}{error}"
 
 
 def progress(data: RunData) -> Markup:

@@ -13,6 +13,7 @@ import os
 import socket
 import threading
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 from archive.eval_store import JOURNAL, REPORT
@@ -59,6 +60,7 @@ class RunData:
     events: list[dict]
     problems: list[str]  # records that could not be read, with why
     live: bool  # the loop is running (else a generation started and not recorded was cut short)
+    _scores: dict = field(default_factory=dict, repr=False)  # node id -> score(), read once per reading
 
     @property
     def domains(self) -> list[str]:
@@ -66,31 +68,42 @@ class RunData:
             return list(self.record.domains)
         return sorted({d for n in self.nodes.values() for d in n.scores})
 
-    def selection_split(self, domain: str) -> str:
-        """val when any node has a val score on `domain` (the loop selects on val where a domain has one)."""
-        return "val" if any("val" in n.scores.get(domain, {}) for n in self.nodes.values()) else "train"
+    @cached_property
+    def _sizes(self) -> dict[str, tuple[str, int]]:
+        """Per domain: the split selection scores on (val when any node has a val score, as the loop
+        selects on val where a domain has one) and its full size (the most rows any node had there)."""
+        sizes = {}
+        for domain in self.domains:
+            split = "val" if any("val" in n.scores.get(domain, {}) for n in self.nodes.values()) else "train"
+            sizes[domain] = split, max((n.samples.get(domain, {}).get(split, 0) for n in self.nodes.values()),
+                                       default=0)
+        return sizes
 
     def score(self, node: Node) -> float | None:
         """The node's score as the loop selects on it, averaged over the run's domains: the selection
         split's after a full evaluation, else the staged train score scaled by its share of the rows."""
-        values = []
-        for domain in self.domains:
-            split = self.selection_split(domain)
-            full = max((n.samples.get(domain, {}).get(split, 0) for n in self.nodes.values()), default=0)
-            scores = node.scores.get(domain, {})
-            if node.full_eval.get(domain) and scores.get(split) is not None:
-                values.append(scores[split])
-            elif scores.get("train") is not None and full:
-                values.append(scores["train"] * node.samples.get(domain, {}).get("train", 0) / full)
-            else:
-                values.append(None)
-        known = [v for v in values if v is not None]
-        return sum(known) / len(values) if known else None
+        if node.node_id not in self._scores:
+            values = []
+            for domain, (split, full) in self._sizes.items():
+                scores = node.scores.get(domain, {})
+                if node.full_eval.get(domain) and scores.get(split) is not None:
+                    values.append(scores[split])
+                elif scores.get("train") is not None and full:
+                    values.append(scores["train"] * node.samples.get(domain, {}).get("train", 0) / full)
+                else:
+                    values.append(None)
+            known = [v for v in values if v is not None]
+            self._scores[node.node_id] = sum(known) / len(values) if known else None
+        return self._scores[node.node_id]
 
-    def best(self) -> Node | None:
+    @cached_property
+    def _best(self) -> Node | None:
         scored = [(self.score(n), n.generation, n) for n in self.nodes.values() if n.valid_parent]
         scored = [t for t in scored if t[0] is not None]
         return max(scored, key=lambda t: (t[0], t[1]))[2] if scored else None
+
+    def best(self) -> Node | None:
+        return self._best
 
     def lineage(self, node_id: str | None) -> list[str]:
         """`node_id` and its ancestors, up to the initial node."""
@@ -118,6 +131,9 @@ class RunReader:
         self._seen: tuple | None = None
         self._data: RunData | None = None
         self._split_cache: dict[tuple, tuple] = {}
+        self._nodes: dict[str, tuple] = {}  # node id -> (its node.json's stat, the record read from it)
+        self._ledger_marks: list | None = None
+        self._ledger_cache: dict[tuple, object] = {}
 
     def version(self) -> str:
         """Changes whenever something a page shows may have changed (for the live pages)."""
@@ -159,18 +175,25 @@ class RunReader:
             problems.append("run.json: missing")
         except (OSError, ValueError) as e:
             problems.append(f"run.json: not a run record ({e})")
-        nodes = {}
+        nodes, kept = {}, {}
         folder = self.path / "nodes"
         for entry in sorted(os.scandir(folder), key=lambda e: e.name) if folder.is_dir() else []:
             if not NODE_ID.fullmatch(entry.name):
                 continue
+            path = Path(entry.path) / "node.json"
             try:
-                data = json.loads(read_bounded(Path(entry.path) / "node.json", MAX_RECORD))
-                nodes[entry.name] = Node.from_dict(data, entry.name)
+                info = os.stat(path, follow_symlinks=False)
+                mark = (info.st_mtime_ns, info.st_size, info.st_ino)
+                if self._nodes.get(entry.name, (None,))[0] == mark:  # written once, atomically: unchanged
+                    nodes[entry.name] = self._nodes[entry.name][1]
+                else:
+                    nodes[entry.name] = Node.from_dict(json.loads(read_bounded(path, MAX_RECORD)), entry.name)
+                kept[entry.name] = (mark, nodes[entry.name])
             except FileNotFoundError:
                 continue  # a generation redone after a kill, or one reopened: not recorded (yet)
             except (OSError, ValueError) as e:
                 problems.append(f"nodes/{entry.name}/node.json: not a node record ({str(e)[:300]})")
+        self._nodes = kept
         events = read_events(self.path / "archive.jsonl")
         return RunData(self.path.name, self.path, record, nodes, in_flight_of(events, nodes), events, problems,
                        running(events))
@@ -187,6 +210,30 @@ class RunReader:
         except OSError:
             return 0
         return data.count(b"\n")
+
+    # -- the ledger, read again only when it changed -----------------------------------------
+    def spend(self, node: str | None = None) -> list[dict]:
+        return self._ledger(("spend", node), lambda: self.ledger.spend(node))
+
+    def spend_over_time(self) -> tuple[list[float], dict[str, list[float]]]:
+        return self._ledger(("over_time",), self.ledger.spend_over_time)
+
+    def _ledger(self, what: tuple, query):
+        marks = []
+        for name in ("ledger.sqlite", "ledger.sqlite-wal"):
+            try:
+                info = os.stat(self.path / name, follow_symlinks=False)
+                marks.append((info.st_mtime_ns, info.st_size))
+            except OSError:
+                marks.append(None)
+        with self._lock:
+            if self._ledger_marks != marks:
+                self._ledger_marks, self._ledger_cache = marks, {}
+            if what not in self._ledger_cache:
+                if len(self._ledger_cache) > 256:  # node pages of a big run: keep the latest
+                    self._ledger_cache.clear()
+                self._ledger_cache[what] = query()
+            return self._ledger_cache[what]
 
     # -- what a node page shows -----------------------------------------------------------
     def patch(self, node_id: str) -> Text:
@@ -251,7 +298,7 @@ def in_flight_of(events: list[dict], nodes: dict[str, Node]) -> list[InFlight]:
     flights: dict[str, InFlight] = {}
     for e in events:
         kind, node_id = e.get("event"), e.get("node_id")
-        if kind == "gen_start":
+        if kind == "gen_start" and node_id not in nodes:
             try:
                 start = GenStart.from_dict({k: v for k, v in e.items() if k not in ("event", "time")})
             except ValueError:

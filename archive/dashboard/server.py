@@ -67,6 +67,17 @@ class Dashboard:
                 self._readers[name] = RunReader(path)
             return self._readers[name]
 
+    def read_all(self) -> None:
+        """Read every run once, so that the first page opened does not wait for it."""
+        for name in self.runs():
+            try:
+                reader = self.reader(name)
+                reader.read()
+                reader.spend()
+                reader.spend_over_time()
+            except Exception:
+                pass  # the page that shows this run will say what is wrong
+
     def respond(self, target: str) -> tuple[int, str, bytes]:
         """(status, content type, body) for a GET of `target`."""
         parts = urlsplit(target)
@@ -94,6 +105,8 @@ class Dashboard:
             return 200, html, pages.run_page(reader, data).encode()
         if rest == ["live"]:
             return self._json({"version": reader.version()})
+        if rest == ["nodes"]:
+            return 200, html, pages.nodes_page(reader, data).encode()
         if len(rest) == 2 and rest[0] == "nodes":
             return 200, html, pages.node_page(reader, data, self._node(data, rest[1])).encode()
         if rest == ["compare"]:
@@ -170,6 +183,7 @@ def serve(root: Path, host: str = "127.0.0.1", port: int = 0, log=None) -> Serve
     names = {"127.0.0.1", "localhost", "[::1]", f"[{host}]" if ":" in host else host}
     server.RequestHandlerClass = handler_for(dashboard, {f"{n}:{bound}" for n in names}, log)
     server.dashboard = dashboard
+    threading.Thread(target=dashboard.read_all, name="first-read", daemon=True).start()
     return server
 
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from archive.dashboard.markup import Markup, h, join
 
 X_STEP, Y_STEP, RADIUS, MARGIN = 26, 64, 9, 30
+LABEL_ALL = 300  # trees up to this size have every node's id written under it (hover tells it on bigger ones)
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
            "#17becf")
 
@@ -61,6 +62,10 @@ def tree_svg(nodes: list[TreeNode], best_line: list[str], href=None) -> Markup:
         return h("p", {"class": "empty"}, "No node yet.")
     where = layout(nodes)
     on_best = set(best_line)
+
+    def labelled(n: TreeNode) -> bool:  # a label is text to lay out: on a big tree, the nodes that matter
+        return len(nodes) <= LABEL_ALL or n.node_id in on_best or n.status == "in_flight"
+
     best = best_line[0] if best_line else None
     edges, circles = [], []
     for n in nodes:
@@ -74,7 +79,8 @@ def tree_svg(nodes: list[TreeNode], best_line: list[str], href=None) -> Markup:
         shape = [h("title", {}, n.label),
                  h("circle", {"cx": f"{x:g}", "cy": f"{y:g}", "r": RADIUS + 3 * (n.node_id == best),
                               "fill": score_colour(n.score), "class": f"node-dot status-{n.status}"}),
-                 h("text", {"x": f"{x:g}", "y": f"{y + RADIUS + 12:g}", "class": "node-label"}, n.node_id)]
+                 h("text", {"x": f"{x:g}", "y": f"{y + RADIUS + 12:g}", "class": "node-label"}, n.node_id)
+                 if labelled(n) else ""]
         attrs = {"class": "tree-node" + " on-best" * (n.node_id in on_best), "data-node": n.node_id}
         if href is not None and n.status != "in_flight":
             circles.append(h("a", {**attrs, "href": href(n.node_id)}, *shape))
