@@ -19,8 +19,8 @@ TOP = 15  # nodes in the table
 def write_report(run_dir: Path, out: Path) -> Path:
     reader = RunReader(run_dir)
     data = reader.read()
-    times, series = reader.ledger.spend_over_time()
-    spend = reader.ledger.spend()
+    times, series = reader.spend_over_time()
+    spend = reader.spend()
     body = join([
         h("h1", {}, f"Run {data.name}"),
         pieces.summary(data, sum(r["cost_usd"] for r in spend) if spend else None),

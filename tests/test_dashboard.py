@@ -5,6 +5,7 @@ never a write to a run, and a ledger read while the loop writes it."""
 from __future__ import annotations
 
 import http.client
+import json
 import os
 import signal
 import subprocess
@@ -233,3 +234,33 @@ def test_the_command_says_what_is_wrong_in_one_line(tmp_path):
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_a_running_run_shows_its_generations_in_flight_and_their_rows(tmp_path):
+    """The loop's pid in run_start is alive (this test's), so the run is live: the generation whose
+    evaluation is under way shows the rows its journal has so far; when the run has ended, the
+    same generations are cut short, not in flight."""
+    live = make_run(tmp_path / "runs" / "live", nodes=20, seed=6, in_flight=2)
+    make_run(tmp_path / "runs" / "dead", nodes=20, seed=6, in_flight=2, pid=2**22 + 1)  # no such process
+    srv = serve(tmp_path / "runs", "127.0.0.1", 0)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    port = srv.server_address[1]
+    try:
+        status, _, page = get(port, "/runs/live")
+        assert status == 200 and "running, 2 in flight" in page
+        parser = Elements()
+        parser.feed(page)
+        flying = {a["data-node"] for t, a in parser.tags if t == "tr" and a.get("class") == "in-flight"}
+        assert flying == set(live["in_flight"])
+        # The evaluation under way: its rows done are its journal's lines, of the rows its split_start names.
+        run_dir = tmp_path / "runs" / "live"
+        start = [json.loads(line) for line in (run_dir / "archive.jsonl").read_text().splitlines()
+                 if '"split_start"' in line and f'"node_id": "{live["evaluating"]}"' in line][-1]
+        lines = (run_dir / "evals" / start["key"] / "predictions.jsonl").read_text().count("\n")
+        done = [a for t, a in parser.tags if t == "progress"]
+        assert [(int(a["value"]), int(a["max"])) for a in done] == [(lines, start["rows"])] and 0 < lines < start["rows"]
+        _, _, dead = get(port, "/runs/dead")
+        assert "stopped" in dead and "cut short" in dead and 'class="in-flight"' not in dead
+    finally:
+        srv.shutdown()
+        srv.server_close()
