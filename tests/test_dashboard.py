@@ -264,3 +264,15 @@ def test_a_running_run_shows_its_generations_in_flight_and_their_rows(tmp_path):
     finally:
         srv.shutdown()
         srv.server_close()
+
+
+def test_a_run_goes_on_when_its_dashboard_cannot_start(tmp_path, capsys):
+    from run_optimization import start_dashboard
+
+    make_run(tmp_path / "run", nodes=3, seed=7)
+    busy = serve(tmp_path, "127.0.0.1", 0)
+    try:
+        start_dashboard(tmp_path / "run", busy.server_address[1])
+    finally:
+        busy.server_close()
+    assert "warning: the dashboard did not start (see above); the run goes on without it" in capsys.readouterr().out

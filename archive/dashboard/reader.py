@@ -178,7 +178,7 @@ class RunReader:
         nodes, kept = {}, {}
         folder = self.path / "nodes"
         for entry in sorted(os.scandir(folder), key=lambda e: e.name) if folder.is_dir() else []:
-            if not NODE_ID.fullmatch(entry.name):
+            if not NODE_ID.fullmatch(entry.name) or not entry.is_dir(follow_symlinks=False):
                 continue
             path = Path(entry.path) / "node.json"
             try:
