@@ -58,15 +58,15 @@ def main(argv=None) -> None:
         if e.errno == errno.EADDRINUSE:
             raise UserError(f"port {args.port} is in use: pass --port N (0: any free port)") from None
         raise UserError(f"cannot listen on {args.host}:{args.port}: {e.strerror or e}") from None
-    if args.host not in ("127.0.0.1", "localhost", "::1"):
-        print(f"warning: listening on {args.host}: whoever reaches it can read these runs", file=sys.stderr)
-    print(f"dashboard: {url_of(server)} (Ctrl-C stops it)", flush=True)
-    if args.exit_with is not None:
-        stop_when_gone(server, args.exit_with)
-    try:
+    try:  # from here on, Ctrl-C (or SIGTERM) is the way to stop it: nothing to save, nothing to say
+        if args.host not in ("127.0.0.1", "localhost", "::1"):
+            print(f"warning: listening on {args.host}: whoever reaches it can read these runs", file=sys.stderr)
+        print(f"dashboard: {url_of(server)} (Ctrl-C stops it)", flush=True)
+        if args.exit_with is not None:
+            stop_when_gone(server, args.exit_with)
         server.serve_forever(poll_interval=0.25)
     except (KeyboardInterrupt, Terminated):
-        pass  # the way to stop it: nothing to save
+        pass
     finally:
         server.server_close()
 

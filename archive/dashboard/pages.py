@@ -36,7 +36,7 @@ def page(title: str, body: Markup, crumbs: list[tuple[str, str | None]], live: s
           h("script", {"src": "/static/dashboard.js"})))
 
 
-def index(runs: list[tuple[str, RunData]]) -> str:
+def index(runs: list[tuple[str, RunData]], version: str) -> str:
     rows = []
     for name, data in runs:
         best = data.best()
@@ -50,7 +50,7 @@ def index(runs: list[tuple[str, RunData]]) -> str:
                                                         "cost", "last event")))
     body = h("h1", {}, "Runs") + (h("table", {"class": "runs"}, head, join(rows)) if rows else
                                   h("p", {"class": "empty"}, "No run in this folder yet."))
-    return page("Runs", body, [("runs", None)], live="/live")
+    return page("Runs", body, [("runs", None)], "/live", version)
 
 
 def run_page(reader: RunReader, data: RunData) -> str:

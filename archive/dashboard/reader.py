@@ -136,17 +136,20 @@ class RunReader:
         self._ledger_cache: dict[tuple, object] = {}
 
     def version(self) -> str:
-        """Changes whenever something a page shows may have changed (for the live pages)."""
+        """Changes whenever something a page shows may have changed (for the live pages): records
+        and rows done before the dash, the ledger after it (calls come often: pages follow them
+        at a slower pace)."""
         data = self.read()
-        marks = [self._seen]
-        for name in ("ledger.sqlite", "ledger.sqlite-wal", *(f"evals/{s['key']}/{JOURNAL}" for f in data.in_flight
-                                                               for s in f.splits)):
-            try:
-                info = os.stat(self.path / name, follow_symlinks=False)
-                marks.append((info.st_mtime_ns, info.st_size))
-            except OSError:
-                marks.append(None)
-        return format(hash(tuple(marks)) & 0xFFFFFFFFFFFF, "x")
+        rows = [self._seen, *(self._stat(f"evals/{s['key']}/{JOURNAL}") for f in data.in_flight for s in f.splits)]
+        spend = [self._stat("ledger.sqlite"), self._stat("ledger.sqlite-wal")]
+        return f"{hash(tuple(rows)) & 0xFFFFFFFFFFFF:x}-{hash(tuple(spend)) & 0xFFFFFFFFFFFF:x}"
+
+    def _stat(self, relative: str) -> tuple | None:
+        try:
+            info = os.stat(self.path / relative, follow_symlinks=False)
+        except OSError:
+            return None
+        return info.st_mtime_ns, info.st_size
 
     def read(self) -> RunData:
         with self._lock:
@@ -219,13 +222,7 @@ class RunReader:
         return self._ledger(("over_time",), self.ledger.spend_over_time)
 
     def _ledger(self, what: tuple, query):
-        marks = []
-        for name in ("ledger.sqlite", "ledger.sqlite-wal"):
-            try:
-                info = os.stat(self.path / name, follow_symlinks=False)
-                marks.append((info.st_mtime_ns, info.st_size))
-            except OSError:
-                marks.append(None)
+        marks = [self._stat("ledger.sqlite"), self._stat("ledger.sqlite-wal")]
         with self._lock:
             if self._ledger_marks != marks:
                 self._ledger_marks, self._ledger_cache = marks, {}

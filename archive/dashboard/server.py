@@ -91,9 +91,10 @@ class Dashboard:
     def _route(self, segments: list[str], query: dict) -> tuple[int, str, bytes]:
         html = "text/html; charset=utf-8"
         if not segments:
-            return 200, html, pages.index([(n, self.reader(n).read()) for n in self.runs()]).encode()
+            runs = [(n, self.reader(n).read()) for n in self.runs()]
+            return 200, html, pages.index(runs, self._version()).encode()
         if segments == ["live"]:
-            return self._json({"version": "/".join(f"{n}:{self.reader(n).version()}" for n in self.runs())})
+            return self._json({"version": self._version()})
         if len(segments) == 2 and segments[0] == "static" and segments[1] in ASSETS:
             return 200, ASSETS[segments[1]], self.assets[segments[1]]
         if len(segments) < 2 or segments[0] != "runs":
@@ -113,6 +114,12 @@ class Dashboard:
             a, b = self._node(data, query.get("a", "")), self._node(data, query.get("b", ""))
             return 200, html, compare_page(reader, data, a, b).encode()
         raise NotFound("no such page")
+
+    def _version(self) -> str:
+        """The versions of all runs in one, of the same two parts (records-spend)."""
+        parts = [(name, *self.reader(name).version().split("-")) for name in self.runs()]
+        records, spend = hash(tuple(p[:2] for p in parts)), hash(tuple(p[2] for p in parts))
+        return f"{records & 0xFFFFFFFFFFFF:x}-{spend & 0xFFFFFFFFFFFF:x}"
 
     @staticmethod
     def _node(data, node_id: str):

@@ -4,7 +4,9 @@
 "use strict";
 
 const POLL_MS = 2000;
+const SPEND_MS = 15000; // when only the ledger moved (calls come often), the page follows at this pace
 let view = null; // the tree's viewBox the user chose, kept across live updates
+let shown = Date.now(); // when <main> was last made
 
 function treeSvg() { return document.querySelector(".tree-view svg.tree"); }
 
@@ -101,12 +103,16 @@ async function poll() {
     state.textContent = "live, checked " + new Date().toLocaleTimeString();
     const busy = document.activeElement && main.contains(document.activeElement) &&
       document.activeElement.tagName === "SELECT";
-    if (version !== main.dataset.version && !busy) {
+    const [records, spend] = version.split("-");
+    const [oldRecords, oldSpend] = (main.dataset.version || "-").split("-");
+    const stale = records !== oldRecords || (spend !== oldSpend && Date.now() - shown > SPEND_MS);
+    if (stale && !busy) {
       const page = await fetch(window.location.href, { cache: "no-store" });
       const fresh = new DOMParser().parseFromString(await page.text(), "text/html").getElementById("main");
       if (fresh) {
         main.replaceChildren(...fresh.childNodes);
         main.dataset.version = fresh.dataset.version;
+        shown = Date.now();
         setUpTree();
       }
     }
