@@ -108,9 +108,11 @@ def test_watch_a_run_open_a_node_compare_and_see_the_next_node_arrive(tmp_path, 
             released.set()
             wait_for(lambda: driver.find_elements(By.CSS_SELECTOR, 'a.tree-node[data-node="2"]'), 240,
                      "node 2 in the tree")
+            # Node 2 was recorded, then node 3 started (its meta agent is held): the page follows both.
+            wait_for(lambda: {e.get_attribute("data-node") for e in driver.find_elements(By.CSS_SELECTOR,
+                                                                                         "tr.in-flight")} == {"3"},
+                     60, "node 3 in flight")
             assert driver.execute_script("return window.sameDocument") == 1
-            flying = {e.get_attribute("data-node") for e in driver.find_elements(By.CSS_SELECTOR, "tr.in-flight")}
-            assert flying == {"3"}  # node 2 was recorded, node 3's meta agent is held
             screenshot(driver, "dashboard-run")
             assert js_errors(driver) == []
         finish.set()
