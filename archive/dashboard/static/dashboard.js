@@ -1,4 +1,4 @@
-// The dashboard's only script: pan and zoom of the archive tree, and live pages.
+// The dashboard's only script: pan and zoom of the archive tree, and live pages (hyperagents-imo, MIT license).
 // Pages come whole from the server with every text escaped there; this script never builds
 // markup from data: it moves the tree's viewBox and swaps <main> for the server's fresh copy.
 "use strict";
