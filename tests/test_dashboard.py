@@ -220,3 +220,19 @@ def test_a_run_goes_on_when_its_dashboard_cannot_start(tmp_path, capsys):
     finally:
         busy.server_close()
     assert "warning: the dashboard did not start (see above); the run goes on without it" in capsys.readouterr().out
+
+
+def test_a_record_that_is_not_one_is_listed_as_a_problem_not_shown(tmp_path):
+    make_run(tmp_path / "runs" / "odd", nodes=8, seed=8)
+    forged = tmp_path / "runs" / "odd" / "nodes" / "3" / "node.json"
+    forged.write_text('{"node_id": "3", "status": "<b>best</b>", "parent": "initial", "generation": 3}')
+    srv = serve(tmp_path / "runs", "127.0.0.1", 0)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        status, _, page = get(srv.server_address[1], "/runs/odd")
+        assert status == 200 and "nodes/3/node.json: not a node record" in page and "&lt;b&gt;best" in page
+        assert 'data-node="3"' not in page  # not in the tree, not in the table
+        assert get(srv.server_address[1], "/runs/odd/nodes/3")[0] == 404
+    finally:
+        srv.shutdown()
+        srv.server_close()
