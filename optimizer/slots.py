@@ -29,7 +29,7 @@ import time
 
 from archive.records import GenStart, Node, Status
 from optimizer.events import NodeFinished, Warned
-from services.errors import raise_if_stop_was_dropped
+from services.errors import raise_if_stop_was_dropped, stop_was_caught
 from services.sandbox import SandboxLost, close_all
 
 POLL_S = 0.5  # how long the controller blocks at a time (Ctrl-C is seen between waits)
@@ -66,7 +66,8 @@ class Slots:
                     self._take(*self.finished.get(timeout=POLL_S))
                 except queue.Empty:
                     continue
-        except BaseException:
+        except BaseException as e:
+            stop_was_caught(e)
             self._cancel()
             raise
 

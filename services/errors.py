@@ -31,6 +31,14 @@ def raise_if_stop_was_dropped() -> None:
         raise _stop_signal
 
 
+def stop_was_caught(error: BaseException) -> None:
+    """`error` reached a handler: if it is the kept Ctrl-C or SIGTERM, it was not dropped, and a
+    later poll (a resumed loop in the same process) must not raise it again."""
+    global _stop_signal
+    if error is _stop_signal:
+        _stop_signal = None
+
+
 def exit_on_user_error(main):
     """Run `main()`; a UserError becomes one line on stderr and exit code 2, Ctrl-C exit 130,
     SIGTERM exit 143, each after the cleanup of whatever was open."""
@@ -42,5 +50,6 @@ def exit_on_user_error(main):
         print(f"error: {e}", file=sys.stderr)
         raise SystemExit(2)
     except (KeyboardInterrupt, Terminated) as e:
+        stop_was_caught(e)
         print("interrupted: progress so far is saved; rerun with --resume_from to continue", file=sys.stderr)
         raise SystemExit(143 if isinstance(e, Terminated) else 130)
