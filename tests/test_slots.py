@@ -89,23 +89,7 @@ def test_a_budget_stop_starts_nothing_new_and_lets_the_slots_in_flight_finish(tm
     assert loop.archive.pending_generations() == []
 
 
-@pytest.fixture(params=["python's handler", "the commands' handler"])
-def ctrl_c_handler(request):
-    """Ctrl-C as Python raises it, or as a command of the project does (services.errors keeps it,
-    in case Python drops it): a resume in the same process must not see that Ctrl-C again."""
-    import signal
-
-    from services.errors import exit_on_user_error
-
-    saved = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
-    if request.param != "python's handler":
-        exit_on_user_error(lambda: None)  # installs the commands' handlers, as an earlier in-process run did
-    yield
-    signal.signal(signal.SIGINT, saved[0])
-    signal.signal(signal.SIGTERM, saved[1])
-
-
-def test_ctrl_c_records_what_came_back_and_leaves_the_rest_to_resume(tmp_path, ctrl_c_handler):
+def test_ctrl_c_records_what_came_back_and_leaves_the_rest_to_resume(tmp_path):
     loop = StandIn(tmp_path, 5, lambda g: 0.0, hang=lambda g: g != 1)  # 1 comes back at once, the rest hang
     loop.release.clear()
 
