@@ -279,6 +279,11 @@ def read_events(path: Path) -> list[dict]:
         data = read_bounded(path, MAX_LOG)
     except OSError:
         return []
+    return json_objects(data)
+
+
+def json_objects(data: bytes) -> list[dict]:
+    """The lines of a JSON-lines file that are JSON objects; a line a kill cut short is skipped."""
     found = []
     for line in data.decode("utf-8", errors="replace").splitlines():
         try:
@@ -302,9 +307,8 @@ def in_flight_of(events: list[dict], nodes: dict[str, Node]) -> list[InFlight]:
                 continue
             flights[start.node_id] = InFlight(start.node_id, start.parent, start.generation, "meta",
                                               str(e.get("time", "")))
-        elif kind in ("node_recorded", "node_reopened") and isinstance(node_id, str):
-            if kind == "node_recorded":
-                flights.pop(node_id, None)
+        elif kind == "node_recorded" and isinstance(node_id, str):
+            flights.pop(node_id, None)
         elif kind == "meta_done" and node_id in flights:
             flights[node_id].phase = "eval"
         elif kind == "split_start" and node_id in flights and EVAL_KEY.fullmatch(str(e.get("key", ""))):
@@ -336,12 +340,8 @@ def read_journal(run_dir: Path, key: str) -> list[dict]:
     except OSError:
         return []
     rows = []
-    for line in data.decode("utf-8", errors="replace").splitlines():
-        try:
-            row = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(row, dict) and "id" in row:
+    for row in json_objects(data):
+        if "id" in row:
             rows.append({"id": str(row["id"]), "prediction": "" if row.get("prediction") is None
                          else str(row["prediction"]), "error": "" if row.get("error") is None else str(row["error"])})
     return rows
