@@ -1,0 +1,141 @@
+"""Whether a screening stage lets a child go on to the next, costlier evaluation.
+
+The HyperAgents paper promotes a child whose screening score is above 0; on 10 rows that
+promotes by luck as often as by merit. The other rules compare the child with its parent, or
+with the best node so far, on the rows both answered (the same questions, so the comparison is
+paired and the rows' own difficulty cancels out):
+
+- `score_above` (default): the stage's floor alone, the paper's rule;
+- `not_worse_than_parent`: and no significant evidence, by a one-sided paired test, that the
+  child is worse than its parent;
+- `sica`: and the child's mean at least the lower bound of the best node's confidence
+  interval: within noise of the best so far, not merely above zero.
+
+Every rule first requires the floor: a child scoring 0 on screening is broken whatever its
+parent did. Pure: the caller reads the reports (`row_scores`) and records the verdict.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from archive.stats import interval, paired_p
+
+# By the names the config accepts (services.config.PROMOTION_RULES; tests/test_layers.py checks both agree).
+RULES = ("score_above", "not_worse_than_parent", "sica")
+TESTS = ("exact", "bootstrap")
+
+RowScores = dict[str, float]  # question id -> score in [0, 1]
+
+
+@dataclass(frozen=True)
+class Promotion:
+    rule: str = "score_above"
+    level: float = 0.05  # significance of not_worse_than_parent's one-sided test
+    test: str = "exact"  # "exact" | "bootstrap": the paired test of not_worse_than_parent
+    confidence: float = 0.95  # SICA's interval on the best node's score
+
+
+@dataclass(frozen=True)
+class Verdict:
+    promote: bool
+    reason: str  # one line for a person, in the console and the node record
+
+
+def check(rule: Promotion) -> None:
+    """Raise ValueError with a one-line message when `rule` cannot be applied."""
+    if rule.rule not in RULES:
+        raise ValueError(f"promotion rule must be one of {', '.join(RULES)}, got {rule.rule!r}")
+    if rule.test not in TESTS:
+        raise ValueError(f"promotion test must be one of {', '.join(TESTS)}, got {rule.test!r}")
+    for name, value in (("level", rule.level), ("confidence", rule.confidence)):
+        if not (isinstance(value, (int, float)) and 0.0 < value < 1.0):
+            raise ValueError(f"promotion {name} must be between 0 and 1, got {value!r}")
+
+
+def _shared(child: RowScores, other: RowScores | None) -> tuple[list[float], list[float]]:
+    """The two sides' scores on the questions both answered, in the same order."""
+    ids = sorted(set(child) & set(other or {}))
+    return [child[i] for i in ids], [other[i] for i in ids]
+
+
+def _not_worse(rule: Promotion, child: RowScores, parent: RowScores | None, floor: str) -> Verdict:
+    mine, theirs = _shared(child, parent)
+    if not mine:
+        why = "no parent scores" if parent is None else "no rows shared with the parent"
+        return Verdict(True, f"{floor}; {why}, so the floor alone")
+    p = paired_p(mine, theirs, "less", rule.test)
+    worse = p < rule.level
+    return Verdict(not worse, f"{'worse' if worse else 'not worse'} than parent: {sum(mine) / len(mine):.2f} vs "
+                              f"{sum(theirs) / len(theirs):.2f} on {len(mine)} shared rows, "
+                              f"p={p:.2g} {'<' if worse else '>='} {rule.level:g}")
+
+
+def _sica(rule: Promotion, child: RowScores, best: RowScores | None, floor: str) -> Verdict:
+    mine, theirs = _shared(child, best)
+    if not mine:
+        why = "no best node scores" if best is None else "no rows shared with the best node"
+        return Verdict(True, f"{floor}; {why}, so the floor alone")
+    band = interval(theirs, rule.confidence)
+    mean = sum(mine) / len(mine)
+    ok = mean >= band.low
+    return Verdict(ok, f"sica: {mean:.2f} {'>=' if ok else '<'} {band.low:.2f}, the low end of the best node's "
+                       f"{rule.confidence:.0%} interval {band.mean:.2f} [{band.low:.2f}, {band.high:.2f}] "
+                       f"on {len(mine)} shared rows")
+
+
+def decide(rule: Promotion, above: float, child: RowScores, parent: RowScores | None = None,
+           best: RowScores | None = None) -> Verdict:
+    """The stage's verdict on a child from its per-row scores, `parent`'s and `best`'s (each
+    None when unknown). The floor first: the child's mean over its rows must be > `above`."""
+    check(rule)
+    if not child:
+        return Verdict(False, "no row scores for the child")
+    score = sum(child.values()) / len(child)
+    if not score > above:
+        return Verdict(False, f"score {score:.3f} <= {above:g}")
+    floor = f"score {score:.3f} > {above:g}"
+    if rule.rule == "not_worse_than_parent":
+        return _not_worse(rule, child, parent, floor)
+    if rule.rule == "sica":
+        return _sica(rule, child, best, floor)
+    return Verdict(True, floor)
+
+
+def _is_share(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0.0 <= value <= 1.0
+
+
+def _from_passed(report: dict, score_key: str) -> RowScores | None:
+    """Older reports: 1.0 for a passed question, 0.0 for a failed one, but only when that is the
+    report's score (proof reports pass only full marks, so their points score is not)."""
+    passed, failed = report.get("question_ids_passed"), report.get("question_ids_failed")
+    score = report.get(score_key)
+    if not (isinstance(passed, list) and isinstance(failed, list) and passed + failed
+            and all(isinstance(i, str) for i in passed + failed)):
+        return None
+    if len(set(passed + failed)) != len(passed) + len(failed):
+        return None
+    if not (isinstance(score, (int, float)) and not isinstance(score, bool) and math.isfinite(score)
+            and abs(len(passed) / (len(passed) + len(failed)) - score) <= 1e-9):
+        return None
+    return {**{i: 1.0 for i in passed}, **{i: 0.0 for i in failed}}
+
+
+def row_scores(report: dict, score_key: str) -> RowScores | None:
+    """The per-row scores of an evaluation report, or None when it has none that can be trusted.
+
+    The report was written from an agent's predictions, so it is checked rather than believed:
+    `row_scores` must map question ids to numbers in [0, 1]; a report without them (written
+    before they existed) is rebuilt from its passed and failed ids when those reproduce the score.
+    """
+    if not isinstance(report, dict):
+        return None
+    if "row_scores" not in report:
+        return _from_passed(report, score_key)
+    given = report["row_scores"]
+    if not (isinstance(given, dict) and given
+            and all(isinstance(k, str) and _is_share(v) for k, v in given.items())):
+        return None
+    return {k: float(v) for k, v in given.items()}
