@@ -28,6 +28,7 @@ from urllib.parse import quote
 
 from archive.records import RunRecord
 from optimizer.initial_agents import INITIAL_AGENTS
+from optimizer.transfer import TRANSFERS
 from services.config import (
     BASELINES,
     EXECUTORS,
@@ -68,7 +69,10 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--parallel", type=int_flag(1), default=None,
                     help="generations in flight at once (1); the budget and the gateway are shared")
     ap.add_argument("--skip_staged_eval", action="store_true", default=None, help="no 10-row stage first")
-    ap.add_argument("--eval_test", action="store_true", default=None, help="also evaluate the test split")
+    ap.add_argument("--final_test", action="store_true", default=None,
+                    help="at the end, evaluate the test split once, for the node chosen on val and the initial node "
+                         "(final_test.json; the loop never reads it); with --resume_from, also for a finished run")
+    ap.add_argument("--eval_test", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--edit_select_parent", action="store_true", default=None,
                     help="the workspace's select_next_parent.py chooses parents")
     ap.add_argument("--run_baseline", choices=BASELINES, default=None, help="a baseline of the paper")
@@ -79,6 +83,16 @@ def build_parser() -> argparse.ArgumentParser:
                     help="the data file of a domain that is not bundled, e.g. amo_bench=AMO-Bench.jsonl")
     ap.add_argument("--initial_agent", choices=sorted(INITIAL_AGENTS), default=None,
                     help="the task agent the run starts from (default: default)")
+    ap.add_argument("--initial_from", default=None, metavar="RUN[:NODE]",
+                    help="start from another run's node (default: its best), on any domain; see --transfer")
+    ap.add_argument("--transfer", choices=TRANSFERS, default=None,
+                    help="with --initial_from: meta keeps the node's meta agent and agent/ and takes the task agent "
+                         "from --initial_agent (the paper's transfer experiment); all keeps the whole node (meta)")
+    ap.add_argument("--replicates", type=int_flag(1), default=None, metavar="K",
+                    help="K runs of this configuration, seeds --seed (0) to --seed+K-1, into one folder of runs "
+                         "(--resume_from it continues them all; python -m archive.analyze reads it)")
+    ap.add_argument("--replicates_at_once", type=int_flag(1), default=None, metavar="N",
+                    help="with --replicates: runs at once (default 1; all K with --executor ray)")
     ap.add_argument("--sandbox", choices=SANDBOX_BACKENDS, default=None, help="where agent code runs (auto)")
     ap.add_argument("--executor", choices=EXECUTORS, default=None,
                     help="local (default), or ray: every sandbox on a node of a Ray cluster, in that node's backend")
@@ -88,7 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
-LOOP_FLAGS = ("max_generation", "eval_samples", "parent_selection", "seed", "parallel", "skip_staged_eval", "eval_test",
+LOOP_FLAGS = ("max_generation", "eval_samples", "parent_selection", "seed", "parallel", "skip_staged_eval", "final_test",
               "edit_select_parent", "run_baseline", "initial_agent")
 
 
@@ -118,11 +132,12 @@ def check_writable(path: Path, flag: str) -> None:
         raise UserError(f"{flag}: {existing} is not writable")
 
 
-def load_run(resume_from: str) -> tuple[Path, list[str], Config]:
-    """The folder, domain names and config of a run to resume, each checked before anything starts."""
+def load_run(resume_from: str, where: str | None = None, writable: bool = True) -> tuple[Path, RunRecord, Config]:
+    """The folder, record and config of a run to resume (or to start from), each checked before
+    anything starts."""
     from archive.store import Archive
 
-    run_dir, where = Path(resume_from).resolve(), f"--resume_from {resume_from}"
+    run_dir, where = Path(resume_from).resolve(), where or f"--resume_from {resume_from}"
     saved = run_dir / "run.json"
     if not run_dir.is_dir():
         raise UserError(f"{where}: no such folder")
@@ -146,17 +161,53 @@ def load_run(resume_from: str) -> tuple[Path, list[str], Config]:
     except UserError as e:
         raise UserError(f"{saved}: {e}") from None
     Archive(run_dir)  # reads every node record: a garbled one stops the resume before the gateway starts
-    check_writable(run_dir, where)
-    return run_dir, record.domains, config
+    if writable:
+        check_writable(run_dir, where)
+    return run_dir, record, config
+
+
+def initial_code(initial_agent, transfer):
+    """How the fresh copy of the project's evolvable code becomes the initial node's: the chosen task
+    agent, and with --initial_from the source node's code (all of it, or all but the task agent)."""
+    def prepare(workspace: Path) -> None:
+        if transfer is not None:
+            transfer.apply(workspace)
+        if transfer is None or transfer.keep == "meta":
+            initial_agent.apply(workspace)
+    return prepare
+
+
+def transfer_of(args, full_sizes):
+    """The node a new run starts from (--initial_from, --transfer), checked; None without --initial_from."""
+    from domains.base import use_data_files
+    from domains.registry import get_domain
+    from optimizer.transfer import pick_transfer, split_spec
+
+    if args.initial_from is None:
+        if args.transfer is not None:
+            raise UserError("--transfer needs --initial_from RUN[:NODE]")
+        return None
+    if args.resume_from:
+        raise UserError("--initial_from starts a new run; a resumed run keeps where it started from")
+    keep = args.transfer or "meta"
+    if keep == "all" and args.initial_agent is not None:
+        raise UserError("--initial_agent has no effect with --transfer all (the node's task agent is kept)")
+    folder, node_id = split_spec(args.initial_from)
+    run_dir, record, config = load_run(folder, where=f"--initial_from {args.initial_from}", writable=False)
+    use_data_files(config.harness.data_files)
+    domains = [get_domain(n) for n in record.domains]
+    return pick_transfer(run_dir, node_id, domains, full_sizes(domains, config), keep,
+                         f"--initial_from {args.initial_from}")
 
 
 def plan_lines(run_dir: Path, domains, config: Config, backend: str, resumed: bool,
-               why_models: str | None = None, why_backend: str | None = None) -> list[str]:
+               why_models: str | None = None, why_backend: str | None = None,
+               initial_from: dict | None = None) -> list[str]:
     from optimizer.evaluation import split_rows
 
     lines = [f"run      {run_dir} ({'resumed' if resumed else 'new'})"]
     for d in domains:
-        full = [f"{s} {split_rows(d, s, config.loop.eval_samples)}" for s in d.full_splits(config.loop.eval_test)]
+        full = [f"{s} {split_rows(d, s, config.loop.eval_samples)}" for s in d.full_splits()]
         staged = "".join(f"staged {s.rows} train rows (on if {d.score_key} > {s.above:g}), then "
                          for s in d.screening(config.loop))
         lines.append(f"domain   {d.name}: {staged}{' + '.join(full)} (score: {d.score_key})")
@@ -164,7 +215,11 @@ def plan_lines(run_dir: Path, domains, config: Config, backend: str, resumed: bo
             lines.append(f"         {d.score_key} is {d.score_note}")
     lines += [line for d in domains if (line := d.scorer.plan_line(d, config))]
     loop = config.loop
-    lines += [f"agent    initial task agent {loop.initial_agent}",
+    source = initial_from and f"node {initial_from['node']} of {initial_from['run']}"
+    agent = (f"all of {source}" if initial_from and initial_from["keep"] == "all" else
+             f"meta agent of {source}, task agent {loop.initial_agent}" if initial_from else
+             f"initial task agent {loop.initial_agent}")
+    lines += [f"agent    {agent}",
               f"models   task {config.resolve_model('task')}, meta {config.resolve_model('meta')}"
               + (f"\n         chosen because {why_models}; override with --task_model/--meta_model"
                  if why_models else ""),
@@ -186,8 +241,7 @@ def summary_lines(loop) -> list[str]:
              f"cost ${spent.cost_usd:.4f} in {spent.calls} model calls ({spent.cache_hits} cached)"]
     best = loop.best()
     if best:
-        scores = ", ".join(f"{d}/{s} {v:.3f}" for d, sp in best.scores.items() for s, v in sp.items() if v is not None)
-        lines.append(f"best node {best.node_id} (generation {best.generation}): {scores}")
+        lines.append(f"best node {best.node_id} (generation {best.generation}): {best.scores_text()}")
     lines.append(f"report: {loop.run_dir / 'report.html'}")
     return lines
 
@@ -209,6 +263,31 @@ def start_dashboard(run_dir: Path, port: int) -> None:
     atexit.register(proc.terminate)
 
 
+def run_replicates(parser, args) -> None:
+    """--replicates K, or --resume_from a folder of replicates: each replicate a run of its own."""
+    from optimizer.replicates import read_group, replicate_argv, run_group, start_group
+
+    if args.resume_from:
+        group_dir = Path(args.resume_from).resolve()
+        group = read_group(group_dir)
+    else:
+        if not args.domain:
+            raise UserError("pass --domain (e.g. --domain imo_grading), or --resume_from GROUP_DIR")
+        group_dir = (Path(args.output_dir) / (args.run_id or datetime.now().strftime("%Y%m%d_%H%M%S"))).resolve()
+        check_writable(group_dir, f"--output_dir {args.output_dir}")
+        group = start_group(group_dir, replicate_argv(parser, args), args.replicates, args.seed or 0)
+    argv = group["argv"]
+    ray = "--executor" in argv[:-1] and argv[argv.index("--executor") + 1] == "ray"
+    at_once = args.replicates_at_once or (len(group["runs"]) if ray else 1)
+    print(f"group    {group_dir}: {len(group['runs'])} replicates, seeds {', '.join(map(str, group['seeds']))}, "
+          f"{at_once} at once" + ("; watch them with python -m archive.dashboard " + str(group_dir)
+                                  if args.dashboard is not None else ""), flush=True)
+    failed = run_group(group_dir, group, at_once)
+    print(f"analyze: python -m archive.analyze {group_dir}", flush=True)
+    if failed:
+        raise UserError(f"{failed} of {len(group['runs'])} replicates did not finish (see above)")
+
+
 def main(argv=None) -> None:
     from domains.base import use_data_files
     from domains.registry import get_domain
@@ -220,9 +299,19 @@ def main(argv=None) -> None:
     from services.startup import open_services
     from services.workspace import RunRepo
 
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.eval_test:
+        raise UserError("--eval_test is gone: the test split is evaluated once, at the end, for the node chosen on "
+                        "val: pass --final_test")
+    if args.replicates or (args.resume_from and (Path(args.resume_from) / "group.json").exists()):
+        return run_replicates(parser, args)
+    transfer = transfer_of(args, lambda ds, cfg: {d.name: split_rows(d, d.selection_split, cfg.loop.eval_samples)
+                                                  for d in ds})
+    initial_from = transfer.to_dict() if transfer else None
     if args.resume_from:
-        run_dir, domain_names, config = load_run(args.resume_from)
+        run_dir, record, config = load_run(args.resume_from)
+        domain_names, initial_from = record.domains, record.initial_from
     else:
         if not args.domain:
             raise UserError("pass --domain (e.g. --domain imo_grading), or --resume_from RUN_DIR")
@@ -245,8 +334,8 @@ def main(argv=None) -> None:
     backend, why_backend = choose_backend_why(config.sandbox)
     resumed = (run_dir / "run.json").exists()
     costs = estimate(domains, config, lambda d, split: split_rows(d, split, config.loop.eval_samples))
-    print("\n".join(plan_lines(run_dir, domains, config, backend, resumed, services.why_models, why_backend)
-                    + [costs.line()]), flush=True)
+    print("\n".join(plan_lines(run_dir, domains, config, backend, resumed, services.why_models, why_backend,
+                               initial_from) + [costs.line()]), flush=True)
     first = costs.initial_usd + costs.generation_usd
     if config.gateway.budget_usd is not None and not resumed and config.gateway.budget_usd < first:
         print(f"warning: the budget of ${config.gateway.budget_usd:g} is below the estimate for the initial "
@@ -256,8 +345,9 @@ def main(argv=None) -> None:
     with services:  # a new run folder is removed again if the preflight calls fail
         gateway = services.gateway
         if not resumed:
-            RunRepo.create(run_dir / "repo", PROJECT_ROOT, initial_agent.apply)
-        atomic_write_json(run_dir / "run.json", RunRecord(domain_names, config.to_dict(), backend).to_dict())
+            RunRepo.create(run_dir / "repo", PROJECT_ROOT, initial_code(initial_agent, transfer))
+        atomic_write_json(run_dir / "run.json", RunRecord(domain_names, config.to_dict(), backend,
+                                                          initial_from).to_dict())
         if args.dashboard is not None:
             start_dashboard(run_dir, args.dashboard)
         loop = Loop(run_dir, config, domains, gateway, backend)

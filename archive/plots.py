@@ -51,7 +51,7 @@ def write_plots(archive: Archive, domains: list, full_sizes: dict[str, int], bes
 
     written = []
     for domain in domains:
-        for split in domain.full_splits(with_test=True):
+        for split in domain.full_splits():
             series = progress_series(archive, domain.name, split, best_id)
             if not series["generation"]:
                 continue

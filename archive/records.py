@@ -16,10 +16,10 @@ from enum import StrEnum
 
 from services.config import conforms, describe, show
 
-NODE_SCHEMA = 1  # node.json
+NODE_SCHEMA = 2  # node.json; 2 adds intervals and screening
 META_SCHEMA = 1  # the meta agent's result, in archive.jsonl's meta_done event
 START_SCHEMA = 1  # a generation's start, archive.jsonl's gen_start event
-RUN_SCHEMA = 1  # run.json
+RUN_SCHEMA = 2  # run.json; 2 adds initial_from
 
 COMMIT = re.compile(r"[0-9a-f]{40}")  # a commit of the run's repository (git's SHA-1 object names)
 EVAL_KEY = re.compile(r"[0-9a-f]{24}")  # a folder under evals/: archive/eval_store.py EvalStore.key
@@ -127,6 +127,8 @@ class Node:
     samples: dict[str, dict[str, int]] = field(default_factory=dict)  # domain -> split -> rows scored
     full_eval: dict[str, bool] = field(default_factory=dict)  # domain -> whether the full evaluation ran
     eval_keys: dict[str, dict[str, str]] = field(default_factory=dict)  # domain -> split -> address under evals/
+    intervals: dict[str, dict[str, list[float]]] = field(default_factory=dict)  # domain -> split -> [low, high] (95%)
+    screening: dict[str, list[str]] = field(default_factory=dict)  # domain -> each stage's verdict, as a line
     cost_usd: dict[str, float] = field(default_factory=dict)  # role -> dollars spent for this node
     tokens: dict[str, int] = field(default_factory=dict)  # role -> tokens
     seconds: dict[str, float] = field(default_factory=dict)  # phase (meta, check, eval, total) -> wall seconds
@@ -153,6 +155,19 @@ class Node:
                                      f"(24 hex digits), got {show(key)}")
         return cls(**data)
 
+    def scores_text(self) -> str:
+        """The scores with their 95% interval and rows, for a person: `imo_grading/val=0.620 [0.522, 0.710] n=100`."""
+        shown = []
+        for d, splits in self.scores.items():
+            for s, v in splits.items():
+                if v is None:
+                    continue
+                band = self.intervals.get(d, {}).get(s)
+                rows = self.samples.get(d, {}).get(s)
+                shown.append(f"{d}/{s}={v:.3f}" + (f" [{band[0]:.3f}, {band[1]:.3f}]" if band else "")
+                             + (f" n={rows}" if rows else ""))
+        return ", ".join(shown) or "not scored"
+
     @property
     def valid_parent(self) -> bool:
         """Only a node that loaded and was scored can be built on (a no-op child is its parent again)."""
@@ -167,6 +182,7 @@ class RunRecord:
     domains: list[str]  # domain names, in the order given
     config: dict  # Config.to_dict() of the run's configuration, flags applied
     sandbox: str = ""  # the backend the run chose
+    initial_from: dict | None = None  # the node the run started from (--initial_from): run, node, commit, keep
     updated_at: str = field(default_factory=lambda: datetime.now().isoformat(timespec="seconds"))
 
     def to_dict(self) -> dict:

@@ -38,6 +38,7 @@ def answer_metrics(df: pd.DataFrame, checks: dict[str, Check], qid_col: str, pre
         "no_answer": sum(1 for out in outputs if final_answer(out) is None),
         "question_ids_passed": [i for i, ok in zip(ids, main) if ok],
         "question_ids_failed": [i for i, ok in zip(ids, main) if not ok],
+        "row_scores": {i: float(ok) for i, ok in zip(ids, main)},
     }
     for col in group_cols:
         if col in df.columns:

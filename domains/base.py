@@ -23,10 +23,12 @@ def use_data_files(files: dict[str, str]) -> None:
 @dataclass(frozen=True)
 class Stage:
     """A screening stage of the evaluation: the first `rows` train rows, after which the evaluation
-    goes on only if every domain of the run scores above `above` (its `score_key`)."""
+    goes on only if every domain of the run scores above `above` (its `score_key`) and passes the
+    stage's promotion `rule` (archive/promotion.py; None: the run's `loop.promotion`)."""
 
     rows: int
     above: float = 0.0
+    rule: str | None = None
 
 
 @dataclass(frozen=True)
@@ -105,16 +107,17 @@ class Domain:
         if loop.skip_staged_eval:
             return ()
         stages = loop.stages.get(self.name) if isinstance(loop.stages, dict) else loop.stages
-        return self.stages if stages is None else tuple(Stage(rows, above) for rows, above in stages)
+        return self.stages if stages is None else tuple(Stage(*stage) for stage in stages)
 
     @property
     def selection_split(self) -> str:
         """The split parent selection scores on: val where the domain has one, else train."""
         return "val" if "val" in self.splits else "train"
 
-    def full_splits(self, with_test: bool = False) -> list[str]:
-        """The splits a full evaluation covers, in order; test only when asked (it is never selected on)."""
-        return [s for s in ("train", "val", "test") if s in self.splits and (s != "test" or with_test)]
+    def full_splits(self) -> list[str]:
+        """The splits a full evaluation covers, in order: never test, which is evaluated once, at the
+        end, for the node chosen on val (`loop.final_test`)."""
+        return [s for s in ("train", "val") if s in self.splits]
 
     def format_inputs(self, row: dict) -> dict:
         """The agent's view of a row: only the declared input columns, never a label."""

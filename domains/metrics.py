@@ -1,7 +1,8 @@
 """Scores for IMO-GradingBench and IMO-ProofBench predictions: pure functions, no I/O.
 
 Every returned value is a plain int, float, str, list or dict, so a report can
-be written with `json.dump` as is.
+be written with `json.dump` as is. `row_scores` gives each question's share of the
+score (in [0, 1], their mean is the score): paired comparisons and intervals use it.
 """
 
 import math
@@ -86,6 +87,7 @@ def grading_metrics(df: pd.DataFrame, label_col: str = "Reward", qid_col: str = 
         "random_guess_accuracy": sum(p * p for p in truth_fraction.values()),
         "question_ids_passed": passed,
         "question_ids_failed": [i for i, t, p in zip(ids, truths, preds) if p != t],
+        "row_scores": {i: float(p == t) for i, t, p in zip(ids, truths, preds)},
     }
 
 
@@ -114,6 +116,7 @@ def proof_metrics(df: pd.DataFrame, qid_col: str = "Problem ID", pred_col: str =
         "per_category": _points_by_group(df, "Category", points, ()),
         "question_ids_passed": [i for i, pt in zip(ids, points) if pt == MAX_POINTS],
         "question_ids_failed": [i for i, pt in zip(ids, points) if pt != MAX_POINTS],
+        "row_scores": {i: pt / MAX_POINTS for i, pt in zip(ids, points)},
     }
 
 

@@ -19,7 +19,7 @@ from domains.imo.data import load_csv
 from services.errors import UserError
 
 Judge = Callable[[str], str]  # prompt -> the judge's reply
-REPORT_SCHEMA = 1  # report.json: the metrics of one evaluation (domains/metrics.py, answer_metrics.py)
+REPORT_SCHEMA = 2  # report.json: the metrics of one evaluation (domains/metrics.py, answer_metrics.py); 2 adds row_scores
 
 
 class Domain(Protocol):

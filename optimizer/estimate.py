@@ -25,6 +25,7 @@ class Estimate:
     meta_usd: float  # one meta agent run, all its calls used
     evaluation_usd: float  # one child's staged and full evaluation
     generations: int
+    final_test_usd: float = 0.0  # the test split, once, for the chosen node and the initial one (loop.final_test)
 
     @property
     def generation_usd(self) -> float:
@@ -32,12 +33,13 @@ class Estimate:
 
     @property
     def run_usd(self) -> float:
-        return self.initial_usd + self.generations * self.generation_usd
+        return self.initial_usd + self.generations * self.generation_usd + self.final_test_usd
 
     def line(self) -> str:
+        final = f", final test ~${self.final_test_usd:.2f}" if self.final_test_usd else ""
         return (f"estimate ~${self.run_usd:.2f} for the run: initial evaluation ~${self.initial_usd:.2f}, "
                 f"each generation up to ~${self.generation_usd:.2f} (meta agent ~${self.meta_usd:.2f}, "
-                f"evaluation ~${self.evaluation_usd:.2f})")
+                f"evaluation ~${self.evaluation_usd:.2f}){final}")
 
 
 def call_usd(model: str, prices: dict, prompt_tokens: float, completion_tokens: float) -> float:
@@ -46,8 +48,9 @@ def call_usd(model: str, prices: dict, prompt_tokens: float, completion_tokens: 
     return prompt_tokens * pricing.input_usd + completion_tokens * pricing.output_usd
 
 
-def evaluation_usd(domains: list, config, rows_of) -> float:
-    """One node's evaluation, staged and full, assuming it passes the first stage.
+def evaluation_usd(domains: list, config, rows_of, test: bool = False) -> float:
+    """One node's evaluation, staged and full, assuming it passes the first stage (`test`: its test
+    split instead, as the final test runs it).
 
     `rows_of(domain, split)` is how many rows the full evaluation runs on that split.
     """
@@ -56,7 +59,8 @@ def evaluation_usd(domains: list, config, rows_of) -> float:
         df = d.load("train")
         row_tokens = INSTRUCTION_TOKENS + sum(df[c].astype(str).str.len().mean() for c in d.inputs.values()) \
             / CHARS_PER_TOKEN
-        rows = sum(rows_of(d, s) for s in d.full_splits(config.loop.eval_test))  # staged rows are reused
+        splits = ["test"] if test else d.full_splits()
+        rows = sum(rows_of(d, s) for s in splits if s in d.splits)  # staged rows are reused
         total += rows * call_usd(config.resolve_model("task"), config.gateway.prices, row_tokens, COMPLETION_TOKENS)
         for model in d.scorer.models(config):  # a grader or judge reads the problem, reference, guidelines, answer
             total += rows * call_usd(model, config.gateway.prices, 3 * row_tokens + COMPLETION_TOKENS,
@@ -68,4 +72,5 @@ def estimate(domains: list, config, rows_of) -> Estimate:
     evaluation = evaluation_usd(domains, config, rows_of)
     meta = config.loop.meta_max_calls * call_usd(config.resolve_model("meta"), config.gateway.prices,
                                                  META_PROMPT_TOKENS, META_COMPLETION_TOKENS)
-    return Estimate(evaluation, meta, evaluation, config.loop.max_generation)
+    final = 2 * evaluation_usd(domains, config, rows_of, test=True) if config.loop.final_test else 0.0
+    return Estimate(evaluation, meta, evaluation, config.loop.max_generation, final)

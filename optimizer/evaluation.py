@@ -2,8 +2,10 @@
 
 A node is first screened: each stage runs every domain's train split on its first rows
 (10 by default, `Domain.screening`), and the next stage, then the full evaluation
-(grading: train and val; proofs: all problems; test too with --eval_test), runs only if
-every domain scored above the stage's bar (0 by default). Each (task-agent code, model,
+(grading: train and val; proofs: all problems), runs only if every domain passes the
+stage's promotion rule (archive/promotion.py: by default the paper's, a score above the
+stage's bar, 0; or a paired comparison with the parent or the best node on the rows they
+share). The test split is never part of it (`optimizer.final_test`). Each (task-agent code, model,
 domain, split, rows) has its folder in the run's EvalStore: a task agent that did not
 change is never paid for twice, and an evaluation a kill interrupted resumes from its
 journal. A longer train run starts from the rows of the longest screening run before
@@ -20,6 +22,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from archive.promotion import Promotion, RowScores, Verdict, decide, row_scores
+from archive.stats import Estimate, interval
 from archive.store import untrusted_dir
 from domains.harness import (
     PREDICTIONS,
@@ -43,12 +47,27 @@ class SplitScore:
     score: float | None
     rows: int
     key: str  # where the evaluation is kept (EvalStore)
+    row_scores: RowScores | None = None  # question id -> its share of the score (None: a report without them)
+
+    @property
+    def interval(self) -> Estimate | None:
+        return interval(list(self.row_scores.values())) if self.row_scores else None
 
 
 @dataclass
 class DomainResult:
     splits: dict[str, SplitScore] = field(default_factory=dict)
     full: bool = False
+    screening: list[str] = field(default_factory=list)  # each stage's verdict, as a line to read
+
+
+@dataclass
+class Peers:
+    """What a child's screening compares it with, by domain: the row scores of its parent's and of the
+    archive's best node's train evaluations (None where there is none)."""
+
+    parent: dict[str, RowScores | None] = field(default_factory=dict)
+    best: dict[str, RowScores | None] = field(default_factory=dict)
 
 
 class BudgetStop(Exception):
@@ -85,12 +104,13 @@ class Evaluator:
         return NodeSandbox(self, workspace, node_id, node_dir, transcripts, list(check_imports))
 
     def evaluate(self, domains: list, node: "NodeSandbox", agent_hash: str,
-                 timings: dict | None = None) -> dict[str, DomainResult]:
+                 timings: dict | None = None, peers: Peers | None = None) -> dict[str, DomainResult]:
         """Staged, then full evaluation of every domain; raises BudgetStop when the money runs out
         and LoadFailed when the task agent or one of the node's entry points does not load.
 
         Every split runs through the node's one worker, whose loading of the agent is the load
         check (timed as "check" in `timings`); evaluations already done are reused as they are.
+        Each stage's promotion rule compares the child with `peers` on the rows they share.
         """
         results = {d.name: DomainResult() for d in domains}
         timings = timings if timings is not None else {}
@@ -111,15 +131,40 @@ class Evaluator:
             staged = [(d, screening[d.name][k]) for d in domains if k < len(screening[d.name])]
             for d, stage in staged:
                 run(d, "train", stage.rows)
-            if any((results[d.name].splits["train"].score or 0) <= stage.above for d, stage in staged):
+            verdicts = [self._screen(d, stage, results[d.name], peers or Peers()) for d, stage in staged]
+            if not all(v.promote for v in verdicts):
                 timings["eval"] = round(time.monotonic() - started, 3)
                 return results
         for d in domains:
-            for split in d.full_splits(self.config.loop.eval_test):
+            for split in d.full_splits():
                 run(d, split, self.config.loop.eval_samples)
             results[d.name].full = True
         timings["eval"] = round(time.monotonic() - started, 3)
         return results
+
+    def evaluate_splits(self, domains: list, node: "NodeSandbox", agent_hash: str, split: str) -> dict[str, SplitScore]:
+        """`split` of every domain, all its rows (`loop.eval_samples`), no stages: the final test."""
+        try:
+            node.worker.start()
+        except UserError as e:
+            raise LoadFailed(str(e)) from None
+        return {d.name: self._split(d, split, split_rows(d, split, self.config.loop.eval_samples), node, agent_hash)
+                for d in domains}
+
+    def _screen(self, domain, stage, result: DomainResult, peers: Peers) -> Verdict:
+        """The stage's verdict on one domain, also kept (as a line) in `result.screening`."""
+        loop = self.config.loop
+        rule = Promotion(stage.rule or loop.promotion, loop.promotion_level, loop.promotion_test)
+        train = result.splits["train"]
+        if train.row_scores is None:  # an evaluation kept before reports had row scores
+            score = train.score or 0
+            verdict = Verdict(score > stage.above, f"score {score:.3f} {'>' if score > stage.above else '<='} "
+                                                   f"{stage.above:g} (no row scores to compare)")
+        else:
+            verdict = decide(rule, stage.above, train.row_scores, peers.parent.get(domain.name),
+                             peers.best.get(domain.name))
+        result.screening.append(f"{stage.rows} rows: {'on' if verdict.promote else 'stopped'}: {verdict.reason}")
+        return verdict
 
     def _split(self, domain, split: str, rows: int, node: "NodeSandbox", agent_hash: str) -> SplitScore:
         """The score of one split; two generations in flight with the same task agent (a child that
@@ -134,7 +179,7 @@ class Evaluator:
                     key: str) -> SplitScore:
         report = self.store.report(key)
         if report is not None:
-            return SplitScore(report.get(domain.score_key), rows, key)
+            return self._scored(domain, report, rows, key)
         if split == "train":  # a longer train run starts from a screening run's rows, its first rows
             # A stage below `rows` is within the split, so its evaluation ran exactly its rows.
             shorter = {s.rows for s in domain.screening(self.config.loop) if s.rows < rows}
@@ -154,7 +199,11 @@ class Evaluator:
                 raise BudgetStop(str(e)) from None
             raise
         self.store.save_report(key, report)
-        return SplitScore(report.get(domain.score_key), rows, key)
+        return self._scored(domain, report, rows, key)
+
+    @staticmethod
+    def _scored(domain, report: dict, rows: int, key: str) -> SplitScore:
+        return SplitScore(report.get(domain.score_key), rows, key, row_scores(report, domain.score_key))
 
     def kept(self, node_id: str, result: SplitResult) -> SplitResult:
         """`result`, told as an event; BudgetStop if the budget left rows unsent."""

@@ -68,7 +68,14 @@ class Warned:
     message: str
 
 
-Event = Union[GenerationStarted, MetaFinished, SplitStarted, SplitDone, CostBooked, NodeFinished, Warned]
+@dataclass(frozen=True)
+class FinalTested:
+    """A line of the final test's result (optimizer/final_test.py)."""
+
+    line: str
+
+
+Event = Union[GenerationStarted, MetaFinished, SplitStarted, SplitDone, CostBooked, NodeFinished, Warned, FinalTested]
 Subscriber = Callable[[Event], None]
 
 
@@ -103,12 +110,13 @@ def console_line(event: Event) -> str | None:
         return event.summary
     if isinstance(event, NodeFinished):
         node = event.node
-        scores = ", ".join(f"{d}/{s}={v:.3f}" for d, splits in node.scores.items() for s, v in splits.items()
-                           if v is not None) or "not scored"
-        return f"node {node.node_id} (parent {node.parent}): {node.status}; {scores}; " \
-               f"cost ${sum(node.cost_usd.values()):.4f}"
+        stopped = [f"; {d} {lines[-1]}" for d, lines in node.screening.items() if ": stopped: " in lines[-1]]
+        return f"node {node.node_id} (parent {node.parent}): {node.status}; {node.scores_text()}; " \
+               f"cost ${sum(node.cost_usd.values()):.4f}" + "".join(stopped)
     if isinstance(event, Warned):
         return f"warning: {event.message}"
+    if isinstance(event, FinalTested):
+        return event.line
     return None
 
 

@@ -36,16 +36,19 @@ from pathlib import Path
 from archive.records import GenStart, MetaResult, Node, Status
 from archive.selection import select_parent
 from archive.store import META_TRANSCRIPT, Archive, untrusted_dir
+from archive.promotion import row_scores
 from optimizer.evaluation import (
     BudgetStop,
     Evaluator,
     LoadFailed,
     NodeSandbox,
+    Peers,
     split_rows,
 )
 from optimizer.events import (
     CostBooked,
     Events,
+    FinalTested,
     GenerationStarted,
     MetaFinished,
     NodeFinished,
@@ -127,6 +130,19 @@ class Loop:
                 return
         loop = self.config.loop
         Slots(self, loop.parallel, loop.replayable).run()
+        if loop.final_test and not self.gateway.budget_left_message():
+            self._final_test()
+
+    def _final_test(self) -> None:
+        from optimizer.final_test import final_test_lines, run_final_test
+
+        try:
+            path = run_final_test(self)
+        except (BudgetStop, LoadFailed) as e:
+            self.events.emit(Warned(f"final test not done: {e}"))
+            return
+        for line in final_test_lines(path) if path else ["final test: no domain of the run has a test split"]:
+            self.events.emit(Warned(line) if line.startswith("final test: no") else FinalTested(line))
 
     def _log_split_start(self, event) -> None:
         """An evaluation as it begins, into the event log: what a watcher of the run (the dashboard)
@@ -274,7 +290,7 @@ class Loop:
                 box = prepared or stack.enter_context(self.node_sandbox(node.node_id))
                 box.fill(self.repo, node.commit)
                 results = self.evaluator.evaluate(self.domains, box, self.repo.task_agent_hash(node.commit),
-                                                  node.seconds)
+                                                  node.seconds, self._peers(node.parent))
         except LoadFailed as e:
             node.status, node.error = Status.LOAD_FAILED, str(e)[:500]
             return node
@@ -290,9 +306,23 @@ class Loop:
             node.scores[name] = {s: r.score for s, r in result.splits.items()}
             node.samples[name] = {s: r.rows for s, r in result.splits.items()}
             node.eval_keys[name] = {s: r.key for s, r in result.splits.items()}
+            node.intervals[name] = {s: r.interval.to_list() for s, r in result.splits.items() if r.interval}
             node.full_eval[name] = result.full
+            if result.screening:
+                node.screening[name] = result.screening
         self._publish_feedback(node)
         return node
+
+    def _peers(self, parent_id: str | None) -> Peers:
+        """The train row scores a child's screening compares with: its parent's and the best node's."""
+        best = self.best()
+        peers = Peers()
+        for d in self.domains:
+            for found, node in ((peers.parent, self.archive.nodes.get(parent_id or "")), (peers.best, best)):
+                key = node.eval_keys.get(d.name, {}).get("train") if node else None
+                report = self.evaluator.store.report(key) if key else None
+                found[d.name] = row_scores(report, d.score_key) if report else None
+        return peers
 
     def entry_points(self) -> list[str]:
         """What must import, besides TaskAgent, for a node to count (checked in the sandbox)."""

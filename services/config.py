@@ -91,8 +91,11 @@ class LoopConfig:
     replayable: bool = True  # with parallel > 1: generation g picks its parent among generations <= g - parallel, waiting for them, so a seeded run replays; false: from every node finished when a slot frees (faster when generations take uneven time, not replayable)
     eval_samples: int = -1  # rows of each full evaluation split (-1 = all)
     skip_staged_eval: bool = False  # go straight to the full evaluation
-    stages: list | dict | None = None  # screening stages before the full evaluation, [[rows, above], ...], for every domain or by domain name ({imo_grading: [[10, 0]], ...}; a domain not named keeps its own): each runs the first rows of train and the next runs only if every domain scores above `above`; null = each domain's own (10 rows, above 0)
-    eval_test: bool = False  # also evaluate the test split (reported, never used for selection)
+    stages: list | dict | None = None  # screening stages before the full evaluation, [[rows, above], ...] or [[rows, above, rule], ...], for every domain or by domain name ({imo_grading: [[10, 0]], ...}; a domain not named keeps its own): each runs the first rows of train and the next runs only if every domain passes the stage's promotion rule (`promotion` when the stage names none); null = each domain's own (10 rows, above 0)
+    promotion: str = "score_above"  # how a stage promotes a child (archive/promotion.py): score_above (the paper's: score > above) | not_worse_than_parent (and not worse than its parent on the rows both ran, by a one-sided paired test at promotion_level) | sica (and at least the lower bound of the best node's 95% interval on those rows)
+    promotion_level: float = 0.05  # not_worse_than_parent: a child is rejected when the test's p-value is below this
+    promotion_test: str = "exact"  # not_worse_than_parent's test: exact (sign test; sign-flip permutation for partial credit) | bootstrap (paired)
+    final_test: bool = False  # once the last generation is recorded, evaluate the test split once, for the node chosen on val and the initial node (the loop never reads test scores)
     edit_select_parent: bool = False  # the workspace's select_next_parent.py chooses parents
     run_baseline: str | None = None  # no_selfimprove (meta agent frozen) | no_archive (always the latest node)
     initial_agent: str = "default"  # the task agent of node `initial` (optimizer/initial_agents.py)
@@ -122,7 +125,10 @@ class Config:
 
     @classmethod
     def from_dict(cls, data: dict) -> Config:
-        """A validated config from a saved dict (run.json's "config"); fields it lacks keep their defaults."""
+        """A validated config from a saved dict (run.json's "config"); fields it lacks keep their defaults.
+        A run saved before `loop.eval_test` became `loop.final_test` still resumes (without the test split)."""
+        if isinstance(data, dict) and isinstance(data.get("loop"), dict) and "eval_test" in data["loop"]:
+            data = {**data, "loop": {k: v for k, v in data["loop"].items() if k != "eval_test"}}
         return validate(_merge(cls(), data, ""))
 
 
@@ -137,6 +143,8 @@ class Baseline(StrEnum):
 
 BASELINES = tuple(Baseline)
 PARENT_SELECTIONS = ("random", "latest", "best", "score_prop", "score_child_prop")  # each in archive/selection.py
+PROMOTION_RULES = ("score_above", "not_worse_than_parent", "sica")  # each in archive/promotion.py
+PROMOTION_TESTS = ("exact", "bootstrap")
 ROLE_ALIASES = tuple(f.name for f in dataclasses.fields(ModelsConfig))
 
 
@@ -213,9 +221,9 @@ def _stages(value: list | dict) -> bool:
 
 
 def _stage_list(value: list) -> bool:
-    pairs = all(conforms(v, list) and len(v) == 2 and type(v[0]) is int and v[0] >= 1 and conforms(v[1], float)
-                and math.isfinite(v[1]) for v in value)
-    return pairs and all(a[0] < b[0] for a, b in zip(value, value[1:]))
+    stages = all(conforms(v, list) and len(v) in (2, 3) and type(v[0]) is int and v[0] >= 1 and conforms(v[1], float)
+                 and math.isfinite(v[1]) and (len(v) == 2 or v[2] in PROMOTION_RULES) for v in value)
+    return stages and all(a[0] < b[0] for a, b in zip(value, value[1:]))
 
 
 def _rules() -> dict:
@@ -259,8 +267,11 @@ def _rules() -> dict:
         "loop.max_generation": _at_least(0),
         "loop.parent_selection": _one_of(*PARENT_SELECTIONS),
         "loop.parallel": (lambda v: 1 <= v <= 64, "from 1 to 64"),
-        "loop.stages": (_stages, "a list of [rows, above] pairs (rows 1 or more and growing, above a number), "
-                        "or domain name -> such a list"),
+        "loop.stages": (_stages, "a list of [rows, above] or [rows, above, rule] (rows 1 or more and growing, "
+                        f"above a number, rule one of {', '.join(PROMOTION_RULES)}), or domain name -> such a list"),
+        "loop.promotion": _one_of(*PROMOTION_RULES),
+        "loop.promotion_level": (lambda v: 0 < v < 1, "a number between 0 and 1"),
+        "loop.promotion_test": _one_of(*PROMOTION_TESTS),
         "loop.eval_samples": (lambda v: v == -1 or v >= 1, "-1 (all rows) or 1 or more"),
         "loop.run_baseline": _one_of(*BASELINES),
         "loop.meta_timeout_s": _above(0),

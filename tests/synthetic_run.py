@@ -600,7 +600,7 @@ class _Maker:
                               "which it never started")
             return t
         if score is not None and score > self.stage.above:
-            for split in self.domain.full_splits(self.config.loop.eval_test):
+            for split in self.domain.full_splits():
                 score, key, t = self._split(gen, split, len(self.ids[split]), t)
                 splits[split] = (score, len(self.ids[split]), key)
             node.full_eval[DOMAIN] = True

@@ -173,3 +173,10 @@ def test_config_accepts_exactly_the_selection_strategies_the_archive_has():
     from archive.selection import STRATEGIES
 
     assert set(STRATEGIES) == set(PARENT_SELECTIONS)
+
+
+def test_config_accepts_exactly_the_promotion_rules_the_archive_has():
+    from archive.promotion import RULES
+    from services.config import PROMOTION_RULES
+
+    assert tuple(RULES) == tuple(PROMOTION_RULES)

@@ -297,19 +297,32 @@ MUTATE_META = {"tool_name": "editor", "tool_input": {
 
 
 @pytest.mark.parametrize("baseline", [None, "no_selfimprove"])
-def test_the_meta_agent_improves_itself_unless_frozen_and_eval_test_scores_the_test_split(
+def test_the_meta_agent_improves_itself_unless_frozen_and_the_final_test_scores_the_chosen_node_once(
         baseline, tmp_path, fake_openai):
     meta_calls = []
     fake_openai.set_responder(responder({1: [IMPROVE, MUTATE_META]}, meta_calls))
     extra = ["--run_baseline", baseline] if baseline else []
-    r = run_loop(tmp_path, fake_openai, "--max_generation", "2", "--parent_selection", "best", "--eval_test",
+    r = run_loop(tmp_path, fake_openai, "--max_generation", "2", "--parent_selection", "best", "--final_test",
                  *extra, config=loop_config(tmp_path))
     assert r.returncode == 0, r.stderr[-3000:]
     run_dir = tmp_path / "out" / "run"
     found = nodes(run_dir)
     assert found["1"]["status"] == "ok" and found["1"]["patch"]["dropped"] == []
-    assert found["1"]["samples"]["imo_grading"] == {"train": 20, "val": 20, "test": 20}
-    assert found["1"]["scores"]["imo_grading"]["test"] == 1.0
+    # No node record holds a test score: the test split is the final test's alone.
+    assert found["1"]["samples"]["imo_grading"] == {"train": 20, "val": 20}
+    final = json.loads((run_dir / "final_test.json").read_text())
+    assert final["best"] == "1" and final["chosen_on"] == "val"
+    assert final["nodes"]["1"]["imo_grading"]["score"] == 1.0 and final["nodes"]["1"]["imo_grading"]["rows"] == 20
+    assert final["nodes"]["initial"]["imo_grading"]["score"] < 1.0
+    assert "final test: node 1 (chosen on val) imo_grading/test=1.000" in r.stdout
+    def graded() -> int:
+        return sum("## Student's answer" in json.dumps(e["json"]) for e in fake_openai.requests)
+
+    calls = graded()
+    again = run_cli("run_optimization", "--resume_from", str(run_dir), "--final_test", env=cli_env(fake_openai))
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert "final test: node 1 (chosen on val)" in again.stdout
+    assert graded() == calls  # once: the same node's test evaluation is reused, not paid again
     # Generation 2 starts from node 1, whose meta agent rewrote its own prompt: it runs
     # with that prompt, except in the baseline, where the initial meta agent runs.
     assert found["2"]["parent"] == "1"

@@ -143,15 +143,21 @@ def node_page(reader: RunReader, data: RunData, node: Node) -> str:
 
 
 def scores_table(node: Node) -> Markup:
+    def band(domain: str, split: str) -> str:
+        low_high = node.intervals.get(domain, {}).get(split)
+        return f"{low_high[0]:.3f} – {low_high[1]:.3f}" if low_high else ""
+
     rows = [h("tr", {}, h("td", {}, domain), h("td", {}, split), h("td", {"class": "num"}, pieces.fmt_score(score)),
+              h("td", {"class": "num"}, band(domain, split)),
               h("td", {"class": "num"}, node.samples.get(domain, {}).get(split, "")),
               h("td", {}, "full" if node.full_eval.get(domain) else "staged"))
             for domain, splits in node.scores.items() for split, score in splits.items()]
     if not rows:
         return h("p", {"class": "empty"}, "Not scored.")
-    return h("table", {"class": "scores"}, h("tr", {}, join(h("th", {}, c) for c in ("domain", "split", "score",
-                                                                                     "rows", "evaluation"))),
-             join(rows))
+    screening = [h("li", {}, f"{domain}: {line}") for domain, lines in node.screening.items() for line in lines]
+    return join([h("table", {"class": "scores"}, h("tr", {}, join(h("th", {}, c) for c in (
+        "domain", "split", "score", "95% interval", "rows", "evaluation"))), join(rows)),
+        h("ul", {"class": "screening"}, join(screening)) if screening else Markup("")])
 
 
 def patch_facts(node: Node) -> Markup:

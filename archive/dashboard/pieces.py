@@ -119,6 +119,17 @@ def spend_table(rows: list[dict]) -> Markup:
     return h("table", {"class": "spend"}, head, body, foot)
 
 
+def score_note(node: Node, domain: str, split: str) -> Markup:
+    """After a score: half its 95% interval and its rows, ` ±0.094 (100)`, the interval whole on hover."""
+    rows, band = node.samples.get(domain, {}).get(split), node.intervals.get(domain, {}).get(split)
+    if not rows:
+        return Markup("")
+    if not band:
+        return h("small", {}, f" ({rows})")
+    return h("small", {"title": f"95% interval {band[0]:.3f} to {band[1]:.3f}, {rows} rows"},
+             f" ±{(band[1] - band[0]) / 2:.3f} ({rows})")
+
+
 def nodes_table(data: RunData, href=None, limit: int | None = None) -> Markup:
     """Nodes, best first: status, parent, scores per domain and split with their row counts, cost, time."""
     splits = splits_of(data)
@@ -131,8 +142,7 @@ def nodes_table(data: RunData, href=None, limit: int | None = None) -> Markup:
     for n in ranked:
         name = h("a", {"href": href(n.node_id)}, n.node_id) if href else n.node_id
         star = Markup(" &#9733;") if best and n.node_id == best.node_id else ""
-        cells = join(h("td", {"class": "num"}, fmt_score(n.scores.get(d, {}).get(s)),
-                       h("small", {}, f" ({n.samples[d][s]})") if n.samples.get(d, {}).get(s) else "")
+        cells = join(h("td", {"class": "num"}, fmt_score(n.scores.get(d, {}).get(s)), score_note(n, d, s))
                      for d, s in splits)
         rows.append(h("tr", {"class": f"status-{n.status}"}, h("td", {}, name, star), h("td", {}, n.parent or ""),
                       h("td", {"class": "num"}, n.generation), h("td", {}, str(n.status)), cells,

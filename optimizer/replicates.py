@@ -1,0 +1,123 @@
+"""K runs of one configuration with K seeds, into one folder (`--replicates K`).
+
+The paper reports each configuration over 5 runs: one run is one draw of a noisy search.
+A group folder holds `group.json` (its runs, their seeds and the command they share) and
+one run folder per seed, `seed-<s>/`, each an ordinary run: resumable on its own, and
+together with `--resume_from GROUP`, readable by `python -m archive.analyze GROUP`.
+
+Each replicate is a `run_optimization` process of its own, so one that fails or is
+killed leaves the others alone; `at_once` of them run together (with `--executor ray`
+their sandboxes share the cluster). Each replicate has the whole `--budget_usd`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+from services.config import PROJECT_ROOT
+from services.errors import UserError
+from services.fsutil import atomic_write_json, read_bounded
+
+GROUP = "group.json"
+GROUP_SCHEMA = 1
+RUN_NAME = re.compile(r"seed-[0-9]+")
+# Flags each replicate gets its own value of, or that belong to the group's command alone.
+GROUP_FLAGS = ("replicates", "replicates_at_once", "run_id", "output_dir", "seed", "resume_from", "dashboard")
+
+
+def replicate_argv(parser, args) -> list[str]:
+    """The command line every replicate shares: the flags given, minus the group's own."""
+    argv = []
+    for action in parser._actions:
+        value = getattr(args, action.dest, None)
+        if not action.option_strings or action.dest in GROUP_FLAGS or value in (None, False):
+            continue
+        flag = action.option_strings[-1]
+        if value is True:
+            argv.append(flag)
+        elif isinstance(value, list) and action.nargs is None:  # an append flag (--data): once per value
+            argv += [x for v in value for x in (flag, str(v))]
+        elif isinstance(value, list):  # nargs "+" (--domain)
+            argv += [flag, *map(str, value)]
+        else:
+            argv += [flag, str(value)]
+    return argv
+
+
+def start_group(group_dir: Path, argv: list[str], replicates: int, first_seed: int) -> dict:
+    if (group_dir / GROUP).exists() or (group_dir / "run.json").exists():
+        raise UserError(f"{group_dir} already holds a run: pass --resume_from {group_dir}, or another --run_id")
+    seeds = list(range(first_seed, first_seed + replicates))
+    group = {"schema_version": GROUP_SCHEMA, "runs": [f"seed-{s}" for s in seeds], "seeds": seeds, "argv": argv}
+    group_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(group_dir / GROUP, group)
+    return group
+
+
+def read_group(group_dir: Path) -> dict | None:
+    """group.json as the core wrote it, None when the folder has none; a UserError when it is not one."""
+    path = group_dir / GROUP
+    try:
+        group = json.loads(read_bounded(path, 2**20).decode("utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as e:
+        raise UserError(f"{path}: not a group of replicates the run wrote ({e})") from None
+    ok = (isinstance(group, dict) and group.get("schema_version") == GROUP_SCHEMA
+          and isinstance(group.get("runs"), list) and all(isinstance(r, str) and RUN_NAME.fullmatch(r)
+                                                           for r in group["runs"])
+          and isinstance(group.get("seeds"), list) and all(type(s) is int for s in group["seeds"])
+          and len(group["seeds"]) == len(group["runs"])
+          and isinstance(group.get("argv"), list) and all(isinstance(a, str) for a in group["argv"]))
+    if not ok:
+        raise UserError(f"{path}: not a group of replicates the run wrote")
+    return group
+
+
+def run_group(group_dir: Path, group: dict, at_once: int) -> int:
+    """Run (or resume) every replicate, `at_once` together; the number that failed."""
+    commands = []
+    for name, seed in zip(group["runs"], group["seeds"]):
+        run_dir = group_dir / name
+        if (run_dir / "run.json").exists():
+            commands.append((name, ["--resume_from", str(run_dir)]))
+        else:
+            commands.append((name, [*group["argv"], "--output_dir", str(group_dir), "--run_id", name,
+                                    "--seed", str(seed)]))
+    failed, lock = [], threading.Lock()
+    pending = list(commands)
+
+    def worker() -> None:
+        while True:
+            with lock:
+                if not pending:
+                    return
+                name, argv = pending.pop(0)
+            if _replicate(name, argv) != 0:
+                with lock:
+                    failed.append(name)
+
+    threads = [threading.Thread(target=worker, daemon=True) for _ in range(max(1, min(at_once, len(commands))))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for name in failed:
+        print(f"[{name}] failed; continue it with --resume_from {group_dir}", flush=True)
+    return len(failed)
+
+
+def _replicate(name: str, argv: list[str]) -> int:
+    """One replicate's process; its lines printed with its name in front, its progress bars off."""
+    proc = subprocess.Popen([sys.executable, "-m", "run_optimization", *argv], cwd=PROJECT_ROOT,
+                            env={**os.environ, "TQDM_DISABLE": "1"}, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, errors="replace")
+    for line in proc.stdout:
+        print(f"[{name}] {line.rstrip()}", flush=True)
+    return proc.wait()

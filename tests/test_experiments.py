@@ -1,0 +1,140 @@
+"""The paper's experiments as commands, end to end against the fake OpenAI server: a run started
+from another run's node (--initial_from, --transfer), replicates into one folder (--replicates),
+promotion rules that compare a child with its parent, and the analysis of groups of runs."""
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import cli_env, run_cli, run_loop
+from test_loop import IMPROVE, MARKER, MUTATE_META, loop_config, nodes, responder
+
+WORSE = {"tool_name": "bash", "tool_input": {
+    "command": "sed -i 's/You are an expert grader/ANSWER-ALMOST You are an expert grader/' "
+               "/workspace/task_agent/task_agent.py"}}
+
+
+def meta_openings(requests: list) -> list[str]:
+    """The opening of each meta agent run, in order."""
+    return [" ".join(str(m["content"]) for m in r["messages"][:2]) for r in requests
+            if not any(m["role"] == "assistant" for m in r["messages"])]
+
+
+@pytest.fixture
+def source_run(tmp_path_factory, fake_openai):
+    """A run whose node 1 has an improved task agent and a rewritten meta agent prompt."""
+    tmp = tmp_path_factory.mktemp("source")
+    fake_openai.set_responder(responder({1: [IMPROVE, MUTATE_META]}, []))
+    r = run_loop(tmp, fake_openai, "--max_generation", "1", config=loop_config(tmp))
+    assert r.returncode == 0, r.stderr[-3000:]
+    fake_openai.reset()
+    return tmp / "out" / "run"
+
+
+def test_transfer_meta_keeps_the_meta_agent_and_resets_the_task_agent_all_keeps_both(
+        tmp_path, fake_openai, source_run):
+    meta_calls = []
+    fake_openai.set_responder(responder({}, meta_calls))
+    r = run_loop(tmp_path, fake_openai, "--max_generation", "1", "--initial_from", f"{source_run}:1",
+                 "--transfer", "meta", config=loop_config(tmp_path))
+    assert r.returncode == 0, r.stderr[-3000:]
+    run_dir = tmp_path / "out" / "run"
+    assert f"agent    meta agent of node 1 of {source_run}, task agent default" in r.stdout
+    record = json.loads((run_dir / "run.json").read_text())
+    assert record["initial_from"]["node"] == "1" and record["initial_from"]["keep"] == "meta"
+    assert record["initial_from"]["run"] == str(source_run)
+    # The task agent is the initial one again (it does not score 1.0); the meta agent that runs is node 1's.
+    assert nodes(run_dir)["initial"]["scores"]["imo_grading"]["val"] < 1.0
+    assert "MUTATED META PROMPT" in meta_openings(meta_calls)[0]
+
+    r = run_loop(tmp_path / "all", fake_openai, "--max_generation", "0", "--initial_from", str(source_run),
+                 "--transfer", "all", config=loop_config(tmp_path))
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert nodes(tmp_path / "all" / "out" / "run")["initial"]["scores"]["imo_grading"]["val"] == 1.0  # the best node
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--initial_from", "/no/such/run"], "--initial_from /no/such/run: no such folder"),
+    (["--initial_from", "{source}:99"], "the run has no node '99'"),
+    (["--transfer", "meta"], "--transfer needs --initial_from"),
+    (["--initial_from", "{source}", "--transfer", "all", "--initial_agent", "proofautograder"],
+     "--initial_agent has no effect with --transfer all"),
+    (["--eval_test"], "--eval_test is gone"),
+])
+def test_bad_experiment_flags_are_one_line_errors(args, message, tmp_path, fake_openai, source_run):
+    args = [a.replace("{source}", str(source_run)) for a in args]
+    r = run_loop(tmp_path, fake_openai, *args, config=loop_config(tmp_path))
+    assert r.returncode == 2 and message in r.stderr and "Traceback" not in r.stderr, r.stderr[-2000:]
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_not_worse_than_parent_stops_a_child_the_paper_s_rule_promotes(tmp_path, fake_openai):
+    """The child answers `almost` to everything: above 0 on the first 10 rows, so the paper's rule
+    evaluates it in full, but worse than its parent on the rows both ran."""
+    def respond(request):
+        user = str(request["messages"][-1]["content"])
+        if "ANSWER-ALMOST" in user and "## Student's answer" in user:
+            return '<json>{"response": "almost"}</json>'
+        return base(request)
+
+    base = responder({1: [WORSE]}, [])
+    fake_openai.set_responder(respond)
+    found = {}
+    for rule in ("score_above", "not_worse_than_parent"):
+        (tmp_path / rule).mkdir()
+        config = loop_config(tmp_path / rule)
+        with open(config, "a") as f:
+            f.write(f"  promotion: {rule}\n  promotion_level: 0.2\n")
+        r = run_loop(tmp_path / rule, fake_openai, "--max_generation", "1", config=config)
+        assert r.returncode == 0, r.stderr[-3000:]
+        found[rule] = (nodes(tmp_path / rule / "out" / "run")["1"], r.stdout)
+        base = responder({1: [WORSE]}, [])  # the next run's meta agent starts its script again
+    paper, stdout = found["score_above"]
+    assert paper["full_eval"] == {"imo_grading": True}
+    assert paper["screening"]["imo_grading"][0].startswith("10 rows: on: ")
+    child, stdout = found["not_worse_than_parent"]
+    assert child["full_eval"] == {"imo_grading": False} and child["samples"]["imo_grading"] == {"train": 10}
+    line = child["screening"]["imo_grading"][0]
+    assert line.startswith("10 rows: stopped: ") and "p=" in line and "parent" in line
+    assert f"imo_grading {line}" in stdout
+    # Every score carries its interval and rows.
+    low, high = child["intervals"]["imo_grading"]["train"]
+    assert low <= child["scores"]["imo_grading"]["train"] <= high
+
+
+def test_replicates_run_into_one_folder_and_resume_together(tmp_path, fake_openai):
+    fake_openai.set_responder(responder({}, []))
+    r = run_cli("run_optimization", "--domain", "imo_grading", "--output_dir", str(tmp_path / "out"),
+                "--run_id", "group", "--task_model", "openai/fake", "--meta_model", "openai/fake-meta",
+                "--config", loop_config(tmp_path), "--max_generation", "0", "--replicates", "2", "--seed", "5",
+                env=cli_env(fake_openai), timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:] + r.stdout[-3000:]
+    group_dir = tmp_path / "out" / "group"
+    group = json.loads((group_dir / "group.json").read_text())
+    assert group["runs"] == ["seed-5", "seed-6"] and group["seeds"] == [5, 6]
+    assert "--replicates" not in group["argv"] and "--seed" not in group["argv"]
+    for name, seed in (("seed-5", 5), ("seed-6", 6)):
+        record = json.loads((group_dir / name / "run.json").read_text())
+        assert record["config"]["loop"]["seed"] == seed
+        assert (group_dir / name / "nodes" / "initial" / "node.json").exists()
+    assert "[seed-5] " in r.stdout and "[seed-6] " in r.stdout
+    assert f"analyze: python -m archive.analyze {group_dir}" in r.stdout
+    # A replicate killed before it began starts on resume; the finished one resumes and pays nothing.
+    import shutil
+
+    shutil.rmtree(group_dir / "seed-6")
+    calls = fake_openai.count
+    r = run_cli("run_optimization", "--resume_from", str(group_dir), env=cli_env(fake_openai), timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:] + r.stdout[-3000:]
+    assert (group_dir / "seed-6" / "nodes" / "initial" / "node.json").exists()
+    assert fake_openai.count > calls
+
+
+def test_a_forged_group_file_is_refused(tmp_path):
+    group_dir = tmp_path / "group"
+    group_dir.mkdir()
+    (group_dir / "group.json").write_text(json.dumps({"schema_version": 1, "runs": ["../../etc"], "seeds": [1],
+                                                     "argv": ["--domain", "imo_grading"]}))
+    r = run_cli("run_optimization", "--resume_from", str(group_dir))
+    assert r.returncode == 2 and "not a group of replicates the run wrote" in r.stderr
+    assert not Path(tmp_path / "etc").exists()
