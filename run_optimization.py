@@ -73,6 +73,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="at the end, evaluate the test split once, for the node chosen on val and the initial node "
                          "(final_test.json; the loop never reads it); with --resume_from, also for a finished run")
     ap.add_argument("--eval_test", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--dry_run", action="store_true",
+                    help="print the plan and the cost estimate, then stop: no folder is made and no model called")
     ap.add_argument("--edit_select_parent", action="store_true", default=None,
                     help="the workspace's select_next_parent.py chooses parents")
     ap.add_argument("--run_baseline", choices=BASELINES, default=None, help="a baseline of the paper")
@@ -200,6 +202,17 @@ def transfer_of(args, full_sizes):
                          f"--initial_from {args.initial_from}")
 
 
+def promotion_text(domain, stage, loop) -> str:
+    """When a stage lets a child on, for the plan."""
+    rule = stage.rule or loop.promotion
+    above = f"{domain.score_key} > {stage.above:g}"
+    if rule == "score_above":
+        return above
+    if rule == "not_worse_than_parent":
+        return f"{above} and not worse than its parent at level {loop.promotion_level:g}, {loop.promotion_test} test"
+    return f"{above} and its mean reaches the best node's 95% lower bound (sica)"
+
+
 def plan_lines(run_dir: Path, domains, config: Config, backend: str, resumed: bool,
                why_models: str | None = None, why_backend: str | None = None,
                initial_from: dict | None = None) -> list[str]:
@@ -208,7 +221,7 @@ def plan_lines(run_dir: Path, domains, config: Config, backend: str, resumed: bo
     lines = [f"run      {run_dir} ({'resumed' if resumed else 'new'})"]
     for d in domains:
         full = [f"{s} {split_rows(d, s, config.loop.eval_samples)}" for s in d.full_splits()]
-        staged = "".join(f"staged {s.rows} train rows (on if {d.score_key} > {s.above:g}), then "
+        staged = "".join(f"staged {s.rows} train rows (on if {promotion_text(d, s, config.loop)}), then "
                          for s in d.screening(config.loop))
         lines.append(f"domain   {d.name}: {staged}{' + '.join(full)} (score: {d.score_key})")
         if d.score_note:
@@ -263,9 +276,21 @@ def start_dashboard(run_dir: Path, port: int) -> None:
     atexit.register(proc.terminate)
 
 
+def print_dry_run(run_dir: Path, domains, config: Config, initial_from: dict | None) -> None:
+    """--dry_run: the plan and the cost estimate, with no folder made and no call."""
+    from optimizer.estimate import estimate
+    from optimizer.evaluation import split_rows
+
+    backend, why_backend = choose_backend_why(config.sandbox)
+    costs = estimate(domains, config, lambda d, split: split_rows(d, split, config.loop.eval_samples))
+    print("\n".join(plan_lines(run_dir, domains, config, backend, (run_dir / "run.json").exists(), None,
+                               why_backend, initial_from) + [costs.line(), "dry run: nothing started"]))
+
+
 def run_replicates(parser, args) -> None:
     """--replicates K, or --resume_from a folder of replicates: each replicate a run of its own."""
-    from optimizer.replicates import read_group, replicate_argv, run_group, start_group
+    from archive.experiments import read_group
+    from optimizer.replicates import replicate_argv, run_group, start_group
 
     if args.resume_from:
         group_dir = Path(args.resume_from).resolve()
@@ -329,6 +354,8 @@ def main(argv=None) -> None:
         if "train" not in d.splits:
             raise UserError(f"domain {d.name} has no train split and cannot be optimized")
         d.scorer.check_ready(d)
+    if args.dry_run:
+        return print_dry_run(run_dir, domains, config, initial_from)
     services = open_services(config, run_dir, ["meta"], preflight=True)
     services.require(*(model for d in domains for model in d.models_needed(config)))
     backend, why_backend = choose_backend_why(config.sandbox)

@@ -56,6 +56,32 @@ def mean_score(node: Node, domains: list, full_sizes: dict[str, int]) -> float:
     return sum(selection_score(node, d, full_sizes) or 0 for d in domains) / len(domains)
 
 
+def observed_sizes(domains: list[str], nodes) -> dict[str, tuple[str, int]]:
+    """For readers without the domains' data (dashboard, analysis): per domain, the split the loop
+    selects on (val when any node has a val score) and its full size (the most rows any node had there)."""
+    sizes = {}
+    for domain in domains:
+        split = "val" if any("val" in n.scores.get(domain, {}) for n in nodes) else "train"
+        sizes[domain] = split, max((n.samples.get(domain, {}).get(split, 0) for n in nodes), default=0)
+    return sizes
+
+
+def observed_score(node: Node, sizes: dict[str, tuple[str, int]]) -> float | None:
+    """`mean_score` from `observed_sizes`: the selection split's score after a full evaluation, else
+    the staged train score scaled by its share of the rows; None when no domain has a score."""
+    values = []
+    for domain, (split, full) in sizes.items():
+        scores = node.scores.get(domain, {})
+        if node.full_eval.get(domain) and scores.get(split) is not None:
+            values.append(scores[split])
+        elif scores.get("train") is not None and full:
+            values.append(scores["train"] * node.samples.get(domain, {}).get("train", 0) / full)
+        else:
+            values.append(None)
+    known = [v for v in values if v is not None]
+    return sum(known) / len(values) if known else None
+
+
 class Archive:
     def __init__(self, run_dir: str | Path):
         self.run_dir = Path(run_dir)

@@ -11,15 +11,12 @@ chose the same node, pays nothing.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
+from archive.experiments import FINAL_TEST, FINAL_TEST_SCHEMA, read_final_test
 from archive.store import untrusted_dir
-from services.errors import UserError
-from services.fsutil import atomic_write_json, read_bounded
+from services.fsutil import atomic_write_json
 
-FINAL_TEST = "final_test.json"
-FINAL_TEST_SCHEMA = 1
 
 
 def tested_domains(domains: list) -> list:
@@ -52,21 +49,6 @@ def _evaluate(loop, node, domains: list) -> dict:
         scores = evaluator.evaluate_splits(domains, box, loop.repo.task_agent_hash(node.commit), "test")
     return {name: {"score": s.score, "rows": s.rows, "interval": s.interval.to_list() if s.interval else None,
                    "key": s.key} for name, s in scores.items()}
-
-
-def read_final_test(path: Path) -> dict | None:
-    """final_test.json as the core wrote it, or None when there is none; a UserError when it is not one."""
-    try:
-        record = json.loads(read_bounded(path, 2**20).decode("utf-8"))
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError) as e:
-        raise UserError(f"{path}: not a final test record the run wrote ({e})") from None
-    if not isinstance(record, dict) or record.get("schema_version") != FINAL_TEST_SCHEMA \
-            or not isinstance(record.get("nodes"), dict):
-        raise UserError(f"{path}: not a final test record the run wrote (schema_version {FINAL_TEST_SCHEMA} "
-                        "and nodes expected)")
-    return record
 
 
 def final_test_lines(path: Path) -> list[str]:

@@ -12,21 +12,17 @@ their sandboxes share the cluster). Each replicate has the whole `--budget_usd`.
 
 from __future__ import annotations
 
-import json
 import os
-import re
 import subprocess
 import sys
 import threading
 from pathlib import Path
 
+from archive.experiments import GROUP, GROUP_SCHEMA
 from services.config import PROJECT_ROOT
 from services.errors import UserError
-from services.fsutil import atomic_write_json, read_bounded
+from services.fsutil import atomic_write_json
 
-GROUP = "group.json"
-GROUP_SCHEMA = 1
-RUN_NAME = re.compile(r"seed-[0-9]+")
 # Flags each replicate gets its own value of, or that belong to the group's command alone.
 GROUP_FLAGS = ("replicates", "replicates_at_once", "run_id", "output_dir", "seed", "resume_from", "dashboard")
 
@@ -57,26 +53,6 @@ def start_group(group_dir: Path, argv: list[str], replicates: int, first_seed: i
     group = {"schema_version": GROUP_SCHEMA, "runs": [f"seed-{s}" for s in seeds], "seeds": seeds, "argv": argv}
     group_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_json(group_dir / GROUP, group)
-    return group
-
-
-def read_group(group_dir: Path) -> dict | None:
-    """group.json as the core wrote it, None when the folder has none; a UserError when it is not one."""
-    path = group_dir / GROUP
-    try:
-        group = json.loads(read_bounded(path, 2**20).decode("utf-8"))
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError) as e:
-        raise UserError(f"{path}: not a group of replicates the run wrote ({e})") from None
-    ok = (isinstance(group, dict) and group.get("schema_version") == GROUP_SCHEMA
-          and isinstance(group.get("runs"), list) and all(isinstance(r, str) and RUN_NAME.fullmatch(r)
-                                                           for r in group["runs"])
-          and isinstance(group.get("seeds"), list) and all(type(s) is int for s in group["seeds"])
-          and len(group["seeds"]) == len(group["runs"])
-          and isinstance(group.get("argv"), list) and all(isinstance(a, str) for a in group["argv"]))
-    if not ok:
-        raise UserError(f"{path}: not a group of replicates the run wrote")
     return group
 
 

@@ -210,7 +210,8 @@ def test_harness_and_report_on_aime(tmp_path, fake_openai):
     r = run_cli("domains.report", "--domain", "aime2025", "--dname", str(tmp_path / "out" / "a"), env=env)
     assert r.returncode == 0, r.stderr[-2000:]
     report = json.loads((tmp_path / "out" / "a" / "report.json").read_text())
-    assert report["schema_version"] == 1
+    assert report["schema_version"] == 2  # 2 adds row_scores: each row id -> 1 if right, 0 if not
+    assert report["row_scores"] == {"aime2025_i_1": 1.0, "aime2025_i_2": 1.0, "aime2025_i_3": 0.0}
     assert report["accuracy"] == pytest.approx(2 / 3) and report["question_ids_failed"] == ["aime2025_i_3"]
     assert report["per_subset"] == {"AIME2025-I": {"accuracy": pytest.approx(2 / 3), "correct": 2, "total": 3}}
     assert "accuracy_any_number" in report and "accuracy" in r.stdout

@@ -8,7 +8,7 @@ from collections import Counter
 
 import pytest
 
-from archive.records import EVAL_KEY, GenStart, MetaResult, Node, Status
+from archive.records import EVAL_KEY, NODE_SCHEMA, GenStart, MetaResult, Node, Status
 from archive.selection import Candidate, select_parent
 from archive.store import Archive, selection_score
 from domains.registry import get_domain
@@ -91,11 +91,11 @@ def test_records_carry_a_schema_version_and_records_of_the_older_shape_still_loa
     archive = Archive(tmp_path)
     archive.record(Node("1", "initial", 1, status=Status.NO_CHANGE))
     saved = json.loads((tmp_path / "nodes" / "1" / "node.json").read_text())
-    assert saved["schema_version"] == 1 and saved["status"] == "no_change"
+    assert saved["schema_version"] == NODE_SCHEMA == 2 and saved["status"] == "no_change"
     del saved["schema_version"]  # as every record was written before versions existed
     assert Node.from_dict(saved, "1").status is Status.NO_CHANGE
     with pytest.raises(ValueError, match="newer"):
-        Node.from_dict({**saved, "schema_version": 2}, "1")
+        Node.from_dict({**saved, "schema_version": NODE_SCHEMA + 1}, "1")
     with pytest.raises(ValueError, match="status must be one of"):
         Node.from_dict({**saved, "status": "great"}, "1")
     # the meta agent's result, as logged before it had a type: the same fields, no version
@@ -212,12 +212,12 @@ def test_checkout_keeps_the_executable_bit_and_costs_the_same_at_any_depth(tmp_p
 
 
 def test_run_json_is_versioned_and_the_older_shape_still_reads():
-    from archive.records import RunRecord
+    from archive.records import RUN_SCHEMA, RunRecord
     from services.config import Config
 
     record = RunRecord(["imo_grading"], Config().to_dict(), "bwrap")
     saved = json.loads(json.dumps(record.to_dict()))
-    assert saved["schema_version"] == 1 and RunRecord.from_dict(saved) == record
+    assert saved["schema_version"] == RUN_SCHEMA == 2 and RunRecord.from_dict(saved) == record
     older = {k: v for k, v in saved.items() if k != "schema_version"}  # as runs wrote it before versions
     assert RunRecord.from_dict(older) == record
     for bad, why in [({**saved, "domains": "imo_grading"}, "domains must be"), ({**saved, "domains": []}, "at least one"),

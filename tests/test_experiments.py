@@ -2,7 +2,9 @@
 from another run's node (--initial_from, --transfer), replicates into one folder (--replicates),
 promotion rules that compare a child with its parent, and the analysis of groups of runs."""
 
+import csv
 import json
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -31,10 +33,22 @@ def source_run(tmp_path_factory, fake_openai):
     return tmp / "out" / "run"
 
 
-def test_transfer_meta_keeps_the_meta_agent_and_resets_the_task_agent_all_keeps_both(
-        tmp_path, fake_openai, source_run):
+def test_transfer_experiment_end_to_end_ensemble_transfer_and_analysis(tmp_path, fake_openai, source_run):
+    """The paper's transfer experiment in small: a source run; an ensemble over its archive, which pays
+    no call; a run from its meta agent (--transfer meta) beside one with the initial meta agent; their
+    analysis with imp@k and a p-value; --transfer all keeps the task agent too."""
+    from test_loop import TRUTH
+
+    calls, ledger_rows = fake_openai.count, ledger_count(source_run)
+    r = run_cli("archive.ensemble", str(source_run), "--split", "val", "--top", "2")
+    assert r.returncode == 0, r.stderr
+    assert fake_openai.count == calls and ledger_count(source_run) == ledger_rows
+    members = json.loads((source_run / "ensembles" / "val-majority-top2" / "members.json").read_text())
+    assert [m["node"] for m in members["members"]] == ["1", "initial"] and members["rows"] == 20
+    assert members["score"] == 1.0  # every tie goes to node 1, right everywhere
+
     meta_calls = []
-    fake_openai.set_responder(responder({}, meta_calls))
+    fake_openai.set_responder(responder({1: [IMPROVE]}, meta_calls))
     r = run_loop(tmp_path, fake_openai, "--max_generation", "1", "--initial_from", f"{source_run}:1",
                  "--transfer", "meta", config=loop_config(tmp_path))
     assert r.returncode == 0, r.stderr[-3000:]
@@ -44,13 +58,45 @@ def test_transfer_meta_keeps_the_meta_agent_and_resets_the_task_agent_all_keeps_
     assert record["initial_from"]["node"] == "1" and record["initial_from"]["keep"] == "meta"
     assert record["initial_from"]["run"] == str(source_run)
     # The task agent is the initial one again (it does not score 1.0); the meta agent that runs is node 1's.
-    assert nodes(run_dir)["initial"]["scores"]["imo_grading"]["val"] < 1.0
+    transfer = nodes(run_dir)
+    assert transfer["initial"]["scores"]["imo_grading"]["val"] < 1.0
     assert "MUTATED META PROMPT" in meta_openings(meta_calls)[0]
+
+    fake_openai.set_responder(responder({}, []))  # the initial meta agent, which here changes nothing
+    fixed_dir = tmp_path / "fixed"
+    r = run_loop(fixed_dir, fake_openai, "--max_generation", "1", config=loop_config(tmp_path))
+    assert r.returncode == 0, r.stderr[-3000:]
+    r = run_cli("archive.analyze", "--label", f"transfer={run_dir},fixed={fixed_dir / 'out' / 'run'}", "--k", "1",
+                "--out", str(tmp_path / "analysis"))
+    assert r.returncode == 0, r.stderr
+    rows = {(x["group"], x["metric"]): x for x in csv.DictReader((tmp_path / "analysis" / "analysis.csv").open())}
+    gain = transfer["1"]["scores"]["imo_grading"]["val"] - transfer["initial"]["scores"]["imo_grading"]["val"]
+    assert gain > 0 and float(rows[("transfer", "imp@1")]["value"]) == pytest.approx(gain)
+    assert float(rows[("fixed", "imp@1")]["value"]) == 0.0
+    assert float(rows[("transfer vs fixed", "p:imp@1")]["value"]) == 1.0  # one run each: 2 relabelings
+    # Row by row, the best nodes differ on the val rows not labeled Incorrect (all right vs all "incorrect"):
+    # an exact two-sided sign test, 2 * (1/2)**d.
+    val = [TRUTH[a] for a in json_rows(run_dir, transfer["1"]["eval_keys"]["imo_grading"]["val"])]
+    d = sum(label != "Incorrect" for label in val)
+    p = rows[("transfer vs fixed", "p:rows:imo_grading/val")]
+    assert int(p["n"]) == 20 and float(p["value"]) == pytest.approx(min(1.0, 2 * 0.5 ** d), abs=1e-6)  # the csv keeps 6 places
 
     r = run_loop(tmp_path / "all", fake_openai, "--max_generation", "0", "--initial_from", str(source_run),
                  "--transfer", "all", config=loop_config(tmp_path))
     assert r.returncode == 0, r.stderr[-3000:]
     assert nodes(tmp_path / "all" / "out" / "run")["initial"]["scores"]["imo_grading"]["val"] == 1.0  # the best node
+
+
+def ledger_count(run_dir: Path) -> int:
+    with sqlite3.connect(run_dir / "ledger.sqlite") as db:
+        return db.execute("SELECT COUNT(*) FROM calls").fetchone()[0]
+
+
+def json_rows(run_dir: Path, key: str) -> list[str]:
+    """The graded responses of an evaluation's rows, in order."""
+    import pandas as pd
+
+    return [r.strip() for r in pd.read_csv(run_dir / "evals" / key / "predictions.csv")["Response"]]
 
 
 @pytest.mark.parametrize("args, message", [

@@ -28,7 +28,7 @@ from services.config import PARENT_SELECTIONS, PROJECT_ROOT
 
 LAYERS = {"inside": 0, "services": 1, "domains": 2, "archive": 3, "optimizer": 4,
           "run_optimization": 5, "setup_proofgrader_repo": 5}
-AGENT_CODE = ("agent", "task_agent", "meta_agent", "select_next_parent")
+AGENT_CODE = ("agent", "task_agent", "meta_agent", "select_next_parent", "ensemble")
 TRUSTED = tuple(LAYERS)
 MAX_MODULE_LINES = 400
 MAX_FUNCTION_LINES = 80
@@ -132,9 +132,9 @@ def test_the_cycle_finder_finds_a_circle():
 
 
 # Besides the standard library and litellm: math_verify, with which answers.py compares answers as
-# the metrics do; task_agent, meta_agent and select_next_parent, the workspace's agent code that the scripts
-# exist to load.
-ALSO_INSIDE = {"litellm", "math_verify", "task_agent", "meta_agent", "select_next_parent", "inside"}
+# the metrics do; task_agent, meta_agent, select_next_parent and ensemble, the workspace's agent code that
+# the scripts exist to load.
+ALSO_INSIDE = {"litellm", "math_verify", "task_agent", "meta_agent", "select_next_parent", "ensemble", "inside"}
 
 
 def _allowed_inside(name: str, siblings: set[str]) -> bool:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from archive.eval_store import JOURNAL, REPORT
 from archive.records import EVAL_KEY, NODE_ID, GenStart, Node, RunRecord
-from archive.store import META_TRANSCRIPT, UNTRUSTED
+from archive.store import META_TRANSCRIPT, UNTRUSTED, observed_score, observed_sizes
 from services.fsutil import read_below, read_bounded
 from services.ledger import LedgerReader
 
@@ -70,30 +70,12 @@ class RunData:
 
     @cached_property
     def _sizes(self) -> dict[str, tuple[str, int]]:
-        """Per domain: the split selection scores on (val when any node has a val score, as the loop
-        selects on val where a domain has one) and its full size (the most rows any node had there)."""
-        sizes = {}
-        for domain in self.domains:
-            split = "val" if any("val" in n.scores.get(domain, {}) for n in self.nodes.values()) else "train"
-            sizes[domain] = split, max((n.samples.get(domain, {}).get(split, 0) for n in self.nodes.values()),
-                                       default=0)
-        return sizes
+        return observed_sizes(self.domains, list(self.nodes.values()))
 
     def score(self, node: Node) -> float | None:
-        """The node's score as the loop selects on it, averaged over the run's domains: the selection
-        split's after a full evaluation, else the staged train score scaled by its share of the rows."""
+        """The node's score as the loop selects on it, averaged over the run's domains."""
         if node.node_id not in self._scores:
-            values = []
-            for domain, (split, full) in self._sizes.items():
-                scores = node.scores.get(domain, {})
-                if node.full_eval.get(domain) and scores.get(split) is not None:
-                    values.append(scores[split])
-                elif scores.get("train") is not None and full:
-                    values.append(scores["train"] * node.samples.get(domain, {}).get("train", 0) / full)
-                else:
-                    values.append(None)
-            known = [v for v in values if v is not None]
-            self._scores[node.node_id] = sum(known) / len(values) if known else None
+            self._scores[node.node_id] = observed_score(node, self._sizes)
         return self._scores[node.node_id]
 
     @cached_property

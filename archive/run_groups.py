@@ -1,0 +1,173 @@
+"""Runs and groups of runs as `python -m archive.analyze` reads them: read only, records checked.
+
+A group is what one argument names: a run folder (run.json), a folder of replicates
+(group.json) or a folder whose subfolders are runs. A run's scores are the loop's selection
+scores (archive.store.observed_score), so nothing here reads test except the final test.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+
+from archive.eval_store import EvalStore
+from archive.experiments import FINAL_TEST, RUN_NAME, read_final_test, read_group
+from archive.promotion import row_scores
+from archive.records import Node, RunRecord
+from archive.store import Archive, observed_score, observed_sizes
+from services.errors import UserError
+from services.fsutil import read_bounded
+from services.ledger import LedgerReader
+
+MAX_RECORD = 2**20
+
+
+def read_run_record(run_dir: Path) -> RunRecord:
+    """run.json as the core wrote it; a UserError naming the file otherwise."""
+    try:
+        return RunRecord.from_dict(json.loads(read_bounded(run_dir / "run.json", MAX_RECORD).decode("utf-8")))
+    except FileNotFoundError:
+        raise UserError(f"{run_dir}: not a run folder (no run.json)") from None
+    except (OSError, ValueError) as e:
+        raise UserError(f"{run_dir / 'run.json'}: not a run record ({str(e)[:200]})") from None
+
+
+@dataclass
+class Run:
+    name: str
+    path: Path
+    record: RunRecord
+    nodes: dict[str, Node]
+
+    @classmethod
+    def load(cls, path: Path, name: str) -> Run:
+        run = cls(name, path, read_run_record(path), Archive(path).nodes)
+        if run.score(run.nodes.get("initial")) is None:
+            raise UserError(f"{path}: the initial node has no score, so no improvement can be measured from it")
+        return run
+
+    @property
+    def seed(self) -> int | None:
+        seed = self.record.config.get("loop", {}).get("seed")
+        return seed if type(seed) is int else None
+
+    @property
+    def generations(self) -> int:
+        return max(n.generation for n in self.nodes.values())
+
+    @cached_property
+    def sizes(self) -> dict[str, tuple[str, int]]:
+        """Per domain: the split the loop selects on and its full size."""
+        return observed_sizes(self.record.domains, list(self.nodes.values()))
+
+    def score(self, node: Node | None) -> float | None:
+        return observed_score(node, self.sizes) if node is not None and node.valid_parent else None
+
+    def curve(self, last: int) -> list[float]:
+        """The best score reached by each generation 0..last."""
+        best_at: dict[int, float] = {}
+        for node in self.nodes.values():
+            score = self.score(node)
+            if score is not None:
+                best_at[node.generation] = max(score, best_at.get(node.generation, score))
+        curve, best = [], self.score(self.nodes["initial"])
+        for generation in range(last + 1):
+            best = max(best, best_at.get(generation, best))
+            curve.append(best)
+        return curve
+
+    def imp(self, k: int) -> float:
+        return self.curve(k)[k] - self.curve(0)[0]
+
+    def best(self) -> Node:
+        """The node the loop would call best: the highest score, the latest among equals."""
+        scored = [(self.score(n), n.generation, n) for n in self.nodes.values()]
+        return max((t for t in scored if t[0] is not None), key=lambda t: (t[0], t[1]))[2]
+
+    def test_scores(self) -> dict[str, float | None] | None:
+        """The final test's mean score per node it tested ("initial" and the chosen one), or None."""
+        record = read_final_test(self.path / FINAL_TEST)
+        if record is None:
+            return None
+        means = {}
+        for node_id, domains in record["nodes"].items():
+            scores = [s["score"] for s in domains.values()]
+            means[node_id] = sum(scores) / len(scores) if scores and None not in scores else None
+        return {"best": record.get("best"), **{f"node {k}": v for k, v in means.items()}}
+
+    def spend(self) -> dict[str, tuple[float, int]]:
+        """Dollars and tokens per role: the ledger's, or the nodes' records where it has none."""
+        spend: dict[str, tuple[float, int]] = {}
+        for row in LedgerReader(self.path / "ledger.sqlite").spend():
+            usd, tokens = spend.get(row["role"], (0.0, 0))
+            spend[row["role"]] = (usd + row["cost_usd"], tokens + row["prompt_tokens"] + row["completion_tokens"])
+        if not spend:
+            for node in self.nodes.values():
+                for role, usd in node.cost_usd.items():
+                    old = spend.get(role, (0.0, 0))
+                    spend[role] = (old[0] + usd, old[1] + node.tokens.get(role, 0))
+        return spend
+
+    def rows_of(self, node: Node) -> dict[str, dict[str, float]]:
+        """Per domain: the node's per-row scores on the split it is selected on, from its report."""
+        from domains.registry import get_domain
+
+        store, found = EvalStore(self.path), {}
+        for domain, (split, _) in self.sizes.items():
+            key = node.eval_keys.get(domain, {}).get(split)
+            report = store.report(key) if key and node.full_eval.get(domain) else None
+            rows = row_scores(report, get_domain(domain).score_key) if report else None
+            if rows:
+                found[f"{domain}/{split}"] = rows
+        return found
+
+
+@dataclass
+class Group:
+    name: str
+    runs: list[Run]
+
+
+def _runs_in(path: Path) -> list[Run]:
+    """The runs a folder holds: itself, its group's replicates, or its subfolders that are runs."""
+    if path.is_symlink() or not path.is_dir():
+        raise UserError(f"{path}: not a folder (a run folder or a folder of runs)")
+    if (path / "run.json").is_file():
+        return [Run.load(path, path.name)]
+    group = read_group(path)
+    if group is not None:
+        missing = [r for r in group["runs"] if not (path / r / "run.json").is_file()]
+        if missing:
+            raise UserError(f"{path}: replicate {missing[0]} has not started: "
+                            f"python -m run_optimization --resume_from {path}")
+        return [Run.load(path / r, r) for r in group["runs"]]
+    runs = [Run.load(p, p.name) for p in sorted(path.iterdir())
+            if p.is_dir() and not p.is_symlink() and (p / "run.json").is_file()]
+    if not runs:
+        raise UserError(f"{path}: not a run (no run.json) nor a folder of runs")
+    return runs
+
+
+def load_groups(paths: list[str], labels: list[str]) -> list[Group]:
+    named: dict[str, list[Run]] = {}
+    for item in [p for text in labels for p in text.split(",") if p.strip()]:
+        name, sep, path = item.partition("=")
+        if not sep or not name.strip() or not path.strip():
+            raise UserError(f"--label {item!r}: expected NAME=PATH")
+        named.setdefault(name.strip(), []).extend(_runs_in(Path(path.strip()).resolve()))
+    for text in paths:
+        path = Path(text).resolve()
+        if path.name in named:
+            raise UserError(f"two groups are named {path.name!r}: name them with --label NAME=PATH")
+        named[path.name] = _runs_in(path)
+    if not named:
+        raise UserError("name at least one run or group of runs (a folder under outputs/)")
+    for name, runs in named.items():
+        if len({r.path for r in runs}) != len(runs):
+            raise UserError(f"group {name!r} holds the same run twice")
+        if any(RUN_NAME.fullmatch(r.name) for r in runs) and len({r.path.parent for r in runs}) > 1:
+            for r in runs:  # replicates of several groups in one: keep their names apart
+                r.name = f"{r.path.parent.name}/{r.name}"
+    return [Group(name, runs) for name, runs in named.items()]
