@@ -32,7 +32,7 @@ def replicate_argv(parser, args) -> list[str]:
     argv = []
     for action in parser._actions:
         value = getattr(args, action.dest, None)
-        if not action.option_strings or action.dest in GROUP_FLAGS or value in (None, False):
+        if not action.option_strings or action.dest in GROUP_FLAGS or value is None or value is False:  # 0 is a value
             continue
         flag = action.option_strings[-1]
         if value is True:

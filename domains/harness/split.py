@@ -115,8 +115,9 @@ def _run_rows(domain: Domain, rows, worker: AgentWorker, keep: "_Keeper", label:
     if todo:
         worker.ensure_started()
     # After the agent loaded, so a load error is the only thing on the screen.
+    # `disable` only when asked, so TQDM_DISABLE=1 (set for each of --replicates' processes) turns bars off.
     keep.bar = tqdm(total=len(rows), initial=len(rows) - len(todo), unit="row", dynamic_ncols=True, desc=label,
-                    disable=not show_progress)
+                    **({} if show_progress else {"disable": True}))
     try:
         settings = worker.config.harness
         return Scheduler(worker, settings.num_workers, settings.row_timeout_s, keep,
