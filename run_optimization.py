@@ -72,6 +72,10 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--final_test", action="store_true", default=None,
                     help="at the end, evaluate the test split once, for the node chosen on val and the initial node "
                          "(final_test.json; the loop never reads it); with --resume_from, also for a finished run")
+    ap.add_argument("--evaluate", metavar="NODE[,NODE...]", default=None,
+                    help="with --resume_from and --split: evaluate that split in full for these nodes of a finished "
+                         "run, no generation (evaluations.json; rows already answered are not paid again)")
+    ap.add_argument("--split", default=None, help="the split --evaluate evaluates (e.g. test)")
     ap.add_argument("--eval_test", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--dry_run", action="store_true",
                     help="print the plan and the cost estimate, then stop: no folder is made and no model called")
@@ -276,15 +280,22 @@ def start_dashboard(run_dir: Path, port: int) -> None:
     atexit.register(proc.terminate)
 
 
-def print_dry_run(run_dir: Path, domains, config: Config, initial_from: dict | None) -> None:
-    """--dry_run: the plan and the cost estimate, with no folder made and no call."""
+def print_dry_run(run_dir: Path, domains, config: Config, initial_from: dict | None, replicates: int | None) -> None:
+    """--dry_run: the plan and the cost estimate (of each replicate and of the group), with no folder made
+    and no call."""
     from optimizer.estimate import estimate
     from optimizer.evaluation import split_rows
+    from services.sandbox import choose_backend_why
 
     backend, why_backend = choose_backend_why(config.sandbox)
     costs = estimate(domains, config, lambda d, split: split_rows(d, split, config.loop.eval_samples))
-    print("\n".join(plan_lines(run_dir, domains, config, backend, (run_dir / "run.json").exists(), None,
-                               why_backend, initial_from) + [costs.line(), "dry run: nothing started"]))
+    lines = plan_lines(run_dir, domains, config, backend, (run_dir / "run.json").exists(), None, why_backend,
+                       initial_from) + [costs.line()]
+    if replicates:
+        seed = config.loop.seed or 0
+        lines.append(f"group    {replicates} replicates, seeds {seed} to {seed + replicates - 1}, each run as above: "
+                     f"~${replicates * costs.run_usd:.2f} in all")
+    print("\n".join(lines + ["dry run: nothing started"]))
 
 
 def run_replicates(parser, args) -> None:
@@ -329,7 +340,15 @@ def main(argv=None) -> None:
     if args.eval_test:
         raise UserError("--eval_test is gone: the test split is evaluated once, at the end, for the node chosen on "
                         "val: pass --final_test")
-    if args.replicates or (args.resume_from and (Path(args.resume_from) / "group.json").exists()):
+    if (args.evaluate is None) != (args.split is None):
+        raise UserError("--evaluate NODES and --split SPLIT go together")
+    if args.evaluate is not None and (not args.resume_from or args.replicates or args.dry_run):
+        raise UserError("--evaluate evaluates nodes of a run: pass --resume_from RUN (no --replicates, no --dry_run)")
+    group = args.resume_from and (Path(args.resume_from) / "group.json").exists()
+    if args.dry_run and group:
+        raise UserError(f"--dry_run plans a run before it starts; {args.resume_from} is a group that has started "
+                        "(pass --dry_run --resume_from one of its seed-<s> runs)")
+    if not args.dry_run and (args.replicates or group):
         return run_replicates(parser, args)
     transfer = transfer_of(args, lambda ds, cfg: {d.name: split_rows(d, d.selection_split, cfg.loop.eval_samples)
                                                   for d in ds})
@@ -355,14 +374,19 @@ def main(argv=None) -> None:
             raise UserError(f"domain {d.name} has no train split and cannot be optimized")
         d.scorer.check_ready(d)
     if args.dry_run:
-        return print_dry_run(run_dir, domains, config, initial_from)
-    services = open_services(config, run_dir, ["meta"], preflight=True)
+        return print_dry_run(run_dir, domains, config, initial_from, args.replicates)
+    if args.evaluate:  # refused before a model is called
+        from archive.store import Archive
+        from optimizer.final_test import check_evaluate
+
+        check_evaluate(Archive(run_dir).nodes, domains, [n for n in args.evaluate.split(",") if n], args.split)
+    services = open_services(config, run_dir, [] if args.evaluate else ["meta"], preflight=True)
     services.require(*(model for d in domains for model in d.models_needed(config)))
     backend, why_backend = choose_backend_why(config.sandbox)
     resumed = (run_dir / "run.json").exists()
     costs = estimate(domains, config, lambda d, split: split_rows(d, split, config.loop.eval_samples))
     print("\n".join(plan_lines(run_dir, domains, config, backend, resumed, services.why_models, why_backend,
-                               initial_from) + [costs.line()]), flush=True)
+                               initial_from) + ([] if args.evaluate else [costs.line()])), flush=True)
     first = costs.initial_usd + costs.generation_usd
     if config.gateway.budget_usd is not None and not resumed and config.gateway.budget_usd < first:
         print(f"warning: the budget of ${config.gateway.budget_usd:g} is below the estimate for the initial "
@@ -378,8 +402,13 @@ def main(argv=None) -> None:
         if args.dashboard is not None:
             start_dashboard(run_dir, args.dashboard)
         loop = Loop(run_dir, config, domains, gateway, backend)
-        loop.run()
-        print("\n".join(summary_lines(loop)))
+        if args.evaluate:
+            from optimizer.final_test import run_evaluations
+
+            print("\n".join(run_evaluations(loop, [n for n in args.evaluate.split(",") if n], args.split)))
+        else:
+            loop.run()
+            print("\n".join(summary_lines(loop)))
         stopped = gateway.budget_left_message()
         if stopped:
             print(f"stopped: {stopped}; raise --budget_usd and rerun with --resume_from {run_dir} to continue")

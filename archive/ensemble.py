@@ -5,7 +5,11 @@
 Members are the `--top` K valid nodes with the best selection scores (val where the domain has
 one, else train: never test) among those evaluated on `--split`. Their predictions are
 combined on the rows every member answered, from what the run stored (evals/<key>/), so an
-ensemble costs no model call. Rules:
+ensemble costs no model call. With `--rows all` the members are the K best nodes of the whole
+archive, and those not yet evaluated on all of `--split` (on test, all but the node the final
+test chose) are evaluated first by the run's own command, `python -m run_optimization
+--resume_from RUN --evaluate NODES --split SPLIT`: in the run's sandbox, under its budget, paying
+only for rows not already answered. Rules:
 
 - `majority`: the most frequent answer per row (grading labels as the metrics read them, final
   answers as the answer checker extracts them), ties to the member with the better score;
@@ -27,6 +31,8 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import subprocess
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,12 +40,13 @@ from pathlib import Path
 import pandas as pd
 
 from archive.eval_store import EvalStore
-from archive.experiments import FINAL_TEST, read_final_test
+from archive.experiments import EVALUATIONS, FINAL_TEST, read_evaluations, read_final_test
 from archive.promotion import row_scores
 from archive.records import Node
 from archive.run_groups import read_run_record
 from archive.stats import interval, paired_p
 from archive.store import Archive, observed_score, observed_sizes
+from services.config import PROJECT_ROOT
 from services.errors import UserError, exit_on_user_error
 from services.fsutil import atomic_write_csv, atomic_write_json, read_bounded
 
@@ -77,15 +84,40 @@ def read_answers(path: Path, qid: str) -> dict[str, str]:
 
 
 def split_keys(run_dir: Path, archive: Archive, domain: str, split: str) -> dict[str, str]:
-    """node id -> the key of its evaluation of `split`: the loop's, or for test the final test's."""
+    """node id -> the key of its full evaluation of `split`: the loop's, the final test's, or one
+    evaluated after the run (evaluations.json)."""
     keys = {n.node_id: n.eval_keys[domain][split] for n in archive.nodes.values()
             if n.full_eval.get(domain) and split in n.eval_keys.get(domain, {})}
     final = read_final_test(run_dir / FINAL_TEST) if split == "test" else None
-    for node_id, tested in (final or {}).get("nodes", {}).items():
-        key = tested.get(domain, {}).get("key")
-        if node_id in archive.nodes and isinstance(key, str):
-            keys[node_id] = key
+    later = read_evaluations(run_dir / EVALUATIONS)
+    found = [(node_id, tested.get(domain, {})) for node_id, tested in (final or {}).get("nodes", {}).items()]
+    found += [(node_id, evaluated.get(domain, {}).get(split, {}))
+              for node_id, evaluated in (later or {}).get("nodes", {}).items()]
+    for node_id, scored in found:
+        if node_id in archive.nodes and scored.get("key"):
+            keys[node_id] = scored["key"]
     return keys
+
+
+def evaluate_missing(run_dir: Path, domain, split: str, top: int, out=print) -> None:
+    """--rows all: the `top` best nodes of the archive, each evaluated on all of `split` (those not
+    yet evaluated on it by the run's own command, which pays only for rows not answered before)."""
+    archive = Archive(run_dir)
+    sizes = observed_sizes(read_run_record(run_dir).domains, list(archive.nodes.values()))
+    ranked = sorted(((observed_score(n, sizes), n) for n in archive.nodes.values() if n.valid_parent),
+                    key=lambda t: (-(t[0] if t[0] is not None else -1), -t[1].generation))
+    best = [n.node_id for score, n in ranked if score is not None][:top]
+    keys = split_keys(run_dir, archive, domain.name, split)
+    missing = [n for n in best if n not in keys]
+    if not missing:
+        return
+    command = [sys.executable, "-m", "run_optimization", "--resume_from", str(run_dir), "--evaluate",
+               ",".join(missing), "--split", split]
+    out(f"evaluating node{'s' if len(missing) > 1 else ''} {', '.join(missing)} on {domain.name}/{split} first: "
+        f"{' '.join(command[1:])}")
+    if subprocess.run(command, stdin=subprocess.DEVNULL, cwd=PROJECT_ROOT).returncode != 0:
+        raise UserError(f"the evaluation of node(s) {', '.join(missing)} on {split} did not finish (see above); "
+                        f"run it again, or combine what is stored with --rows shared")
 
 
 def choose_members(run_dir: Path, domain, split: str, top: int, out=print) -> list[Member]:
@@ -210,9 +242,13 @@ def _score(domain, rows: pd.DataFrame, predictions: list[str], path: Path) -> di
     return domain.scorer.score(domain, path)
 
 
-def build(run_dir: Path, domain, split: str, rule: str, top: int, out=print, agent: str | None = None) -> dict:
+def build(run_dir: Path, domain, split: str, rule: str, top: int, out=print, agent: str | None = None,
+          rows_of: str = "shared") -> dict:
     """Build, score and save the ensemble; returns members.json's content. With rule `agent`, the
-    ensemble.py of node `agent` (default: the best member) combines the answers."""
+    ensemble.py of node `agent` (default: the best member) combines the answers; with `rows_of`
+    "all", the members missing an evaluation of the whole split get one first."""
+    if rows_of == "all":
+        evaluate_missing(run_dir, domain, split, top, out)
     members = choose_members(run_dir, domain, split, top, out)
     data = domain.load(split)
     shared = set.intersection(*(set(m.answers) for m in members))
@@ -282,8 +318,10 @@ def build_parser() -> argparse.ArgumentParser:
                                                        "val (train where a domain has no val), never on test")
     ap.add_argument("--agent", metavar="NODE", help="with --rule agent: the node whose ensemble.py combines "
                                                      "the answers, in a sandbox (default: the best member)")
-    ap.add_argument("--rows", choices=("shared",), default="shared",
-                    help="combine on the rows every member answered (stored predictions, no model call)")
+    ap.add_argument("--rows", choices=("shared", "all"), default="shared",
+                    help="shared: the rows every member answered (stored predictions, no model call); all: the "
+                         "K best nodes of the archive, each evaluated on the whole split first where it was not "
+                         "(only rows not answered before are paid)")
     return ap
 
 
@@ -307,7 +345,7 @@ def main(argv=None) -> None:
         raise UserError(f"{name}: its predictions are proofs, which cannot be voted on")
     if args.agent is not None and args.rule != "agent":
         raise UserError("--agent NODE goes with --rule agent")
-    for line in lines(build(run_dir, domain, args.split, args.rule, args.top, agent=args.agent)):
+    for line in lines(build(run_dir, domain, args.split, args.rule, args.top, agent=args.agent, rows_of=args.rows)):
         print(line)
 
 

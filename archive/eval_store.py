@@ -17,6 +17,7 @@ from pathlib import Path
 
 from domains.harness import GRADINGS, JOURNAL, PREDICTIONS
 from domains.scoring import REPORT_SCHEMA
+from archive.records import EVAL_KEY
 from services.errors import UserError
 from services.fsutil import atomic_write_json, read_bounded
 
@@ -34,6 +35,8 @@ class EvalStore:
         return hashlib.sha256(text.encode()).hexdigest()[:24]
 
     def folder(self, key: str) -> Path:
+        if not isinstance(key, str) or not EVAL_KEY.fullmatch(key):  # a key read from a record is never a path
+            raise UserError(f"not an evaluation's key (24 hex digits): {str(key)[:40]!r}")
         return self.root / key
 
     def report_path(self, key: str) -> Path:

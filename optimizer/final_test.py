@@ -1,4 +1,5 @@
-"""The test split, evaluated once, at the end, for the node chosen on val (and the initial node).
+"""The test split, evaluated once, at the end, for the node chosen on val (and the initial node);
+and whole splits evaluated after a run for nodes of one's choosing (`--evaluate`).
 
 The loop selects parents and its best node on val (train where a domain has no val) and
 never sees a test score: `loop.final_test` (`--final_test`) evaluates the test split after
@@ -7,16 +8,24 @@ baseline the improvement is measured from. The scores go to `final_test.json` at
 run's root, never into node records, so nothing the loop reads can depend on them.
 Evaluations are content-addressed (EvalStore): running it again, or after a resume that
 chose the same node, pays nothing.
+
+`--resume_from RUN --evaluate NODES --split S` evaluates S in full for the nodes named, for
+what reads finished runs (an ensemble over the archive's best nodes on test needs each
+member's test predictions: `archive.ensemble --rows all` asks for it). The scores go to
+`evaluations.json`, which the loop never reads either; rows a node already answered with the
+same task agent and model (a 10-row stage, an evaluation cut short) are not paid again.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from archive.experiments import FINAL_TEST, FINAL_TEST_SCHEMA, read_final_test
+from archive.experiments import (EVALUATIONS, EVALUATIONS_SCHEMA, FINAL_TEST, FINAL_TEST_SCHEMA, read_evaluations,
+                                 read_final_test)
 from archive.store import untrusted_dir
+from optimizer.evaluation import BudgetStop, LoadFailed
+from services.errors import UserError
 from services.fsutil import atomic_write_json
-
 
 
 def tested_domains(domains: list) -> list:
@@ -36,19 +45,60 @@ def run_final_test(loop) -> Path | None:
     record["best"] = best.node_id
     for node_id in dict.fromkeys([best.node_id, "initial"]):
         node = loop.archive.nodes[node_id]
-        record["nodes"][node_id] = _evaluate(loop, node, domains)
+        record["nodes"][node_id] = _evaluate(loop, node, domains, "test")
         atomic_write_json(path, record)  # each node as soon as it is done: a kill loses at most one
     return path
 
 
-def _evaluate(loop, node, domains: list) -> dict:
+def check_evaluate(nodes: dict, domains: list, node_ids: list[str], split: str) -> list:
+    """The domains `split` is evaluated on; a UserError for a node or a split the run lacks."""
+    if not node_ids:
+        raise UserError("--evaluate: name at least one node")
+    for node_id in node_ids:
+        node = nodes.get(node_id)
+        if node is None:
+            raise UserError(f"--evaluate {node_id}: the run has no such node")
+        if not node.valid_parent:
+            raise UserError(f"--evaluate {node_id}: node {node_id} is {node.status}, it has no agent to evaluate")
+    found = [d for d in domains if split in d.splits]
+    if not found:
+        raise UserError(f"--split {split}: no domain of the run has it")
+    return found
+
+
+def run_evaluations(loop, node_ids: list[str], split: str) -> list[str]:
+    """Evaluate `split` in full for each node named (every domain of the run that has it), into
+    evaluations.json; a line per node and domain."""
+    domains = check_evaluate(loop.archive.nodes, loop.domains, node_ids, split)
+    path = loop.run_dir / EVALUATIONS
+    record = read_evaluations(path) or {"schema_version": EVALUATIONS_SCHEMA, "nodes": {}}
+    lines = []
+    for node_id in dict.fromkeys(node_ids):
+        try:
+            scores = _evaluate(loop, loop.archive.nodes[node_id], domains, split)
+        except (BudgetStop, LoadFailed) as e:  # what is done is kept: evaluations.json holds the nodes before
+            raise UserError(f"node {node_id} not evaluated on {split}: {e}") from None
+        for name, s in scores.items():
+            record["nodes"].setdefault(node_id, {}).setdefault(name, {})[split] = s
+            lines.append(f"evaluated: node {node_id} {name}/{split}={_shown(s)}")
+        atomic_write_json(path, record)
+    return lines
+
+
+def _evaluate(loop, node, domains: list, split: str) -> dict:
     evaluator = loop.evaluator
-    transcripts = untrusted_dir(loop.run_dir, node.node_id, "final_test")
-    with evaluator.node_sandbox(f"{node.node_id}-test", loop.archive.node_dir(node.node_id), transcripts) as box:
+    part = "final_test" if split == "test" else f"evaluate_{split}"
+    transcripts = untrusted_dir(loop.run_dir, node.node_id, part)
+    with evaluator.node_sandbox(f"{node.node_id}-{split}", loop.archive.node_dir(node.node_id), transcripts) as box:
         box.fill(loop.repo, node.commit)
-        scores = evaluator.evaluate_splits(domains, box, loop.repo.task_agent_hash(node.commit), "test")
+        scores = evaluator.evaluate_splits(domains, box, loop.repo.task_agent_hash(node.commit), split)
     return {name: {"score": s.score, "rows": s.rows, "interval": s.interval.to_list() if s.interval else None,
                    "key": s.key} for name, s in scores.items()}
+
+
+def _shown(s: dict) -> str:
+    band = f" [{s['interval'][0]:.3f}, {s['interval'][1]:.3f}]" if s.get("interval") else ""
+    return ("none" if s["score"] is None else f"{s['score']:.3f}") + f"{band} n={s['rows']}"
 
 
 def final_test_lines(path: Path) -> list[str]:
@@ -58,7 +108,5 @@ def final_test_lines(path: Path) -> list[str]:
     for node_id, domains in record["nodes"].items():
         role = "chosen on " + record.get("chosen_on", "val") if node_id == record.get("best") else "baseline"
         for name, s in domains.items():
-            band = f" [{s['interval'][0]:.3f}, {s['interval'][1]:.3f}]" if s.get("interval") else ""
-            score = "none" if s["score"] is None else f"{s['score']:.3f}"
-            lines.append(f"final test: node {node_id} ({role}) {name}/test={score}{band} n={s['rows']}")
+            lines.append(f"final test: node {node_id} ({role}) {name}/test={_shown(s)}")
     return lines

@@ -164,6 +164,33 @@ def test_a_failing_ensemble_py_is_one_line(run):
     give_node_code(run, "2", "def ensemble(rows, members):\n    print('[1, 2]')\n    return None\n")
     with pytest.raises(UserError, match="node 2's ensemble.py printed no mapping"):
         main([str(run), "--rule", "agent", "--agent", "2"])
+    give_node_code(run, "2", "def ensemble(rows, members):\n    print('[' * 200000)\n    return None\n")
+    with pytest.raises(UserError, match="node 2's ensemble.py printed no mapping"):  # nested past recursion
+        main([str(run), "--rule", "agent", "--agent", "2"])
+
+
+def test_an_oversized_answer_of_ensemble_py_is_not_kept(run, capsys):
+    give_node_code(run, "2", "def ensemble(rows, members):\n"
+                             "    return {r['id']: ('almost' * 10**6 if i == 0 else r['answers']['1'])\n"
+                             "            for i, r in enumerate(rows)}\n")  # 6 MB for row 0: over the 1 MB cap
+    main([str(run), "--rule", "agent", "--top", "3", "--agent", "2"])
+    assert "node 2's ensemble.py chose 6 of 7 rows" in capsys.readouterr().out
+    made = pd.read_csv(run / "ensembles" / "val-agent-top3-node2" / "predictions.csv", dtype=str,
+                       keep_default_na=False)
+    assert [normalize_label(p) for p in made["prediction"]] == [label(i, ANSWERS["1"][i]) for i in range(7)]
+
+
+@pytest.mark.parametrize("name, record, message", [
+    ("final_test.json", {"schema_version": 1, "chosen_on": "val", "best": "1", "nodes": {"1": {D: {
+        "score": 1.0, "rows": 8, "interval": None, "key": "../../../etc"}}}}, "not a final test record"),
+    ("evaluations.json", {"schema_version": 1, "nodes": {"1": {D: {"test": {
+        "score": 1.0, "rows": 8, "interval": None, "key": "/etc/passwd"}}}}}, "not a record of evaluations"),
+    ("evaluations.json", {"schema_version": 1, "nodes": {"1": {D: {"test": [1]}}}}, "not a record of evaluations"),
+])
+def test_a_forged_record_of_test_scores_is_refused_not_followed(run, name, record, message):
+    atomic_write_json(run / name, record)
+    with pytest.raises(UserError, match=message):
+        main([str(run), "--split", "test"])
 
 
 @pytest.mark.parametrize("args, message", [

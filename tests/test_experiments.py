@@ -100,6 +100,33 @@ def json_rows(run_dir: Path, key: str) -> list[str]:
     return [r.strip() for r in pd.read_csv(run_dir / "evals" / key / "predictions.csv")["Response"]]
 
 
+def test_an_ensemble_over_all_rows_evaluates_the_missing_members_once(fake_openai, source_run):
+    """--rows all on test: neither node has test predictions, so both are evaluated first (20 rows
+    each, with the run's command); again, or on val where both were evaluated, it pays nothing."""
+    fake_openai.set_responder(responder({}, []))  # task prompts graded as in the source run
+    calls = fake_openai.count
+    r = run_cli("archive.ensemble", str(source_run), "--split", "test", "--top", "2", "--rows", "all",
+                env=cli_env(fake_openai))
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "evaluating nodes 1, initial on imo_grading/test first" in r.stdout
+    assert fake_openai.count - calls == 41  # 20 test rows per node, and one tiny call checking the task model
+    evaluated = json.loads((source_run / "evaluations.json").read_text())["nodes"]
+    assert {n: e["imo_grading"]["test"]["rows"] for n, e in evaluated.items()} == {"1": 20, "initial": 20}
+    assert evaluated["1"]["imo_grading"]["test"]["score"] == 1.0  # node 1 grades right everywhere
+    members = json.loads((source_run / "ensembles" / "test-majority-top2" / "members.json").read_text())
+    assert members["rows"] == 20 and [m["node"] for m in members["members"]] == ["1", "initial"]
+    assert not any(n.get("full_eval", {}).get("test") for n in nodes(source_run).values())  # no node record changed
+    for split in ("test", "val"):
+        calls = fake_openai.count
+        r = run_cli("archive.ensemble", str(source_run), "--split", split, "--top", "2", "--rows", "all",
+                    env=cli_env(fake_openai))
+        assert r.returncode == 0 and "evaluating" not in r.stdout and fake_openai.count == calls, r.stderr[-2000:]
+    r = run_cli("run_optimization", "--resume_from", str(source_run), "--evaluate", "1,99", "--split", "test",
+                env=cli_env(fake_openai))
+    assert r.returncode == 2 and r.stderr.strip() == "error: --evaluate 99: the run has no such node"
+    assert fake_openai.count == calls  # refused before any call
+
+
 BAD_FLAGS = [
     (["--initial_from", "/no/such/run"], "--initial_from /no/such/run: no such folder"),
     (["--initial_from", "{source}:99"], "the run has no node '99'"),
@@ -179,6 +206,18 @@ def test_replicates_run_into_one_folder_and_resume_together(tmp_path, fake_opena
     assert r.returncode == 0, r.stderr[-3000:] + r.stdout[-3000:]
     assert (group_dir / "seed-6" / "nodes" / "initial" / "node.json").exists()
     assert fake_openai.count > calls
+
+
+def test_dry_run_prints_the_plan_and_the_estimate_and_starts_nothing(tmp_path, fake_openai):
+    r = run_loop(tmp_path, fake_openai, "--max_generation", "3", "--final_test", "--replicates", "4", "--seed", "2",
+                 "--dry_run", config=loop_config(tmp_path))
+    assert r.returncode == 0, r.stderr[-2000:]
+    lines = r.stdout.splitlines()
+    assert lines[-1] == "dry run: nothing started" and any(x.startswith("loop     3 generations") for x in lines)
+    run_usd = float(next(x for x in lines if x.startswith("estimate ~$")).split("$")[1].split()[0])
+    group = next(x for x in lines if x.startswith("group    "))
+    assert "4 replicates, seeds 2 to 5" in group and f"~${4 * run_usd:.2f} in all" in group
+    assert fake_openai.count == 0 and not (tmp_path / "out").exists()  # no call, no folder
 
 
 def test_a_forged_group_file_is_refused(tmp_path):
