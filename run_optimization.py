@@ -21,13 +21,13 @@ import os
 import select
 import subprocess
 import sys
-from collections import Counter
 from datetime import datetime
 from pathlib import Path
 from urllib.parse import quote
 
 from archive.records import RunRecord
 from optimizer.initial_agents import INITIAL_AGENTS
+from optimizer.plan import plan_lines, print_dry_run, summary_lines
 from optimizer.transfer import TRANSFERS
 from services.config import (
     BASELINES,
@@ -186,6 +186,7 @@ def initial_code(initial_agent, transfer):
 def transfer_of(args, full_sizes):
     """The node a new run starts from (--initial_from, --transfer), checked; None without --initial_from."""
     from domains.base import use_data_files
+    from archive.promotion import BestChoice
     from domains.registry import get_domain
     from optimizer.transfer import pick_transfer, split_spec
 
@@ -203,64 +204,7 @@ def transfer_of(args, full_sizes):
     use_data_files(config.harness.data_files)
     domains = [get_domain(n) for n in record.domains]
     return pick_transfer(run_dir, node_id, domains, full_sizes(domains, config), keep,
-                         f"--initial_from {args.initial_from}")
-
-
-def promotion_text(domain, stage, loop) -> str:
-    """When a stage lets a child on, for the plan."""
-    rule = stage.rule or loop.promotion
-    above = f"{domain.score_key} > {stage.above:g}"
-    if rule == "score_above":
-        return above
-    if rule == "not_worse_than_parent":
-        return f"{above} and not worse than its parent at level {loop.promotion_level:g}, {loop.promotion_test} test"
-    return f"{above} and its mean reaches the best node's 95% lower bound (sica)"
-
-
-def plan_lines(run_dir: Path, domains, config: Config, backend: str, resumed: bool,
-               why_models: str | None = None, why_backend: str | None = None,
-               initial_from: dict | None = None) -> list[str]:
-    from optimizer.evaluation import split_rows
-
-    lines = [f"run      {run_dir} ({'resumed' if resumed else 'new'})"]
-    for d in domains:
-        full = [f"{s} {split_rows(d, s, config.loop.eval_samples)}" for s in d.full_splits()]
-        staged = "".join(f"staged {s.rows} train rows (on if {promotion_text(d, s, config.loop)}), then "
-                         for s in d.screening(config.loop))
-        lines.append(f"domain   {d.name}: {staged}{' + '.join(full)} (score: {d.score_key})")
-        if d.score_note:
-            lines.append(f"         {d.score_key} is {d.score_note}")
-    lines += [line for d in domains if (line := d.scorer.plan_line(d, config))]
-    loop = config.loop
-    source = initial_from and f"node {initial_from['node']} of {initial_from['run']}"
-    agent = (f"all of {source}" if initial_from and initial_from["keep"] == "all" else
-             f"meta agent of {source}, task agent {loop.initial_agent}" if initial_from else
-             f"initial task agent {loop.initial_agent}")
-    lines += [f"agent    {agent}",
-              f"models   task {config.resolve_model('task')}, meta {config.resolve_model('meta')}"
-              + (f"\n         chosen because {why_models}; override with --task_model/--meta_model"
-                 if why_models else ""),
-              f"sandbox  {backend}" + (f" ({why_backend})" if why_backend else ""),
-              "budget   " + (f"${config.gateway.budget_usd:g}" if config.gateway.budget_usd is not None else "none"),
-              f"loop     {loop.max_generation} generations, parent selection {loop.parent_selection}"
-              + (f", seed {loop.seed}" if loop.seed is not None else "")
-              + (f", {loop.parallel} in flight" + ("" if loop.replayable else " (not replayable)")
-                 if loop.parallel > 1 else "")
-              + (f", baseline {loop.run_baseline}" if loop.run_baseline else "")]
-    return lines
-
-
-def summary_lines(loop) -> list[str]:
-    nodes = loop.archive.ordered()
-    counts = Counter(n.status for n in nodes)
-    spent = loop.gateway.spent()
-    lines = [f"{len(nodes)} nodes: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())),
-             f"cost ${spent.cost_usd:.4f} in {spent.calls} model calls ({spent.cache_hits} cached)"]
-    best = loop.best()
-    if best:
-        lines.append(f"best node {best.node_id} (generation {best.generation}): {best.scores_text()}")
-    lines.append(f"report: {loop.run_dir / 'report.html'}")
-    return lines
+                         f"--initial_from {args.initial_from}", BestChoice.of(config.loop))
 
 
 def start_dashboard(run_dir: Path, port: int) -> None:
@@ -280,22 +224,20 @@ def start_dashboard(run_dir: Path, port: int) -> None:
     atexit.register(proc.terminate)
 
 
-def print_dry_run(run_dir: Path, domains, config: Config, initial_from: dict | None, replicates: int | None) -> None:
-    """--dry_run: the plan and the cost estimate (of each replicate and of the group), with no folder made
-    and no call."""
-    from optimizer.estimate import estimate
-    from optimizer.evaluation import split_rows
-    from services.sandbox import choose_backend_why
-
-    backend, why_backend = choose_backend_why(config.sandbox)
-    costs = estimate(domains, config, lambda d, split: split_rows(d, split, config.loop.eval_samples))
-    lines = plan_lines(run_dir, domains, config, backend, (run_dir / "run.json").exists(), None, why_backend,
-                       initial_from) + [costs.line()]
-    if replicates:
-        seed = config.loop.seed or 0
-        lines.append(f"group    {replicates} replicates, seeds {seed} to {seed + replicates - 1}, each run as above: "
-                     f"~${replicates * costs.run_usd:.2f} in all")
-    print("\n".join(lines + ["dry run: nothing started"]))
+def check_flags(args) -> bool:
+    """Flags that cannot go together, refused before anything starts; whether --resume_from names a group."""
+    if args.eval_test:
+        raise UserError("--eval_test is gone: the test split is evaluated once, at the end, for the node chosen on "
+                        "val: pass --final_test")
+    if (args.evaluate is None) != (args.split is None):
+        raise UserError("--evaluate NODES and --split SPLIT go together")
+    if args.evaluate is not None and (not args.resume_from or args.replicates or args.dry_run):
+        raise UserError("--evaluate evaluates nodes of a run: pass --resume_from RUN (no --replicates, no --dry_run)")
+    group = bool(args.resume_from) and (Path(args.resume_from) / "group.json").exists()
+    if args.dry_run and group:
+        raise UserError(f"--dry_run plans a run before it starts; {args.resume_from} is a group that has started "
+                        "(pass --dry_run --resume_from one of its seed-<s> runs)")
+    return group
 
 
 def run_replicates(parser, args) -> None:
@@ -337,17 +279,7 @@ def main(argv=None) -> None:
 
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.eval_test:
-        raise UserError("--eval_test is gone: the test split is evaluated once, at the end, for the node chosen on "
-                        "val: pass --final_test")
-    if (args.evaluate is None) != (args.split is None):
-        raise UserError("--evaluate NODES and --split SPLIT go together")
-    if args.evaluate is not None and (not args.resume_from or args.replicates or args.dry_run):
-        raise UserError("--evaluate evaluates nodes of a run: pass --resume_from RUN (no --replicates, no --dry_run)")
-    group = args.resume_from and (Path(args.resume_from) / "group.json").exists()
-    if args.dry_run and group:
-        raise UserError(f"--dry_run plans a run before it starts; {args.resume_from} is a group that has started "
-                        "(pass --dry_run --resume_from one of its seed-<s> runs)")
+    group = check_flags(args)
     if not args.dry_run and (args.replicates or group):
         return run_replicates(parser, args)
     transfer = transfer_of(args, lambda ds, cfg: {d.name: split_rows(d, d.selection_split, cfg.loop.eval_samples)

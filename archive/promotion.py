@@ -139,3 +139,71 @@ def row_scores(report: dict, score_key: str) -> RowScores | None:
             and all(isinstance(k, str) and _is_share(v) for k, v in given.items())):
         return None
     return {k: float(v) for k, v in given.items()}
+
+
+# -- which node is the run's best ----------------------------------------------------------
+# By the names the config accepts (services.config.BEST_CHOICES; tests/test_layers.py checks both agree).
+BEST_RULES = ("highest", "paired")
+
+
+@dataclass(frozen=True)
+class BestChoice:
+    """How a run names its best node.
+
+    `highest` (the paper's): the highest selection score, the latest among equals. Over many
+    children the highest of noisy scores is often a lucky one (the winner's curse), so
+    `paired` walks the nodes in generation order and lets a node replace the best so far only
+    when it scores higher and a one-sided paired test on the rows both were evaluated on finds
+    it better at `level`. Two nodes without shared rows compare by score alone.
+    """
+
+    rule: str = "highest"
+    level: float = 0.05
+    test: str = "exact"
+
+    @classmethod
+    def of(cls, loop) -> BestChoice:
+        """From a loop config (services.config.LoopConfig) or its dict in run.json (checked)."""
+        get = loop.get if isinstance(loop, dict) else lambda name, default: getattr(loop, name, default)
+        choice = cls(get("best_choice", "highest"), get("best_level", 0.05), get("promotion_test", "exact"))
+        if choice.rule not in BEST_RULES or choice.test not in TESTS or not (
+                isinstance(choice.level, (int, float)) and 0.0 < choice.level < 1.0):
+            raise ValueError(f"best choice must be one of {', '.join(BEST_RULES)} with a level between 0 and 1 "
+                             f"and a test among {', '.join(TESTS)}, got {choice}")
+        return choice
+
+
+def replaces(choice: BestChoice, score: float, incumbent_score: float, rows: RowScores,
+             incumbent_rows: RowScores) -> Verdict:
+    """Whether a node (its mean `score`, per-row `rows`) takes the best node's place under `choice`."""
+    if not score > incumbent_score:
+        return Verdict(False, f"{score:.3f} <= {incumbent_score:.3f}")
+    mine, theirs = _shared(rows, incumbent_rows)
+    if choice.rule == "highest" or not mine:
+        return Verdict(True, f"{score:.3f} > {incumbent_score:.3f}" + ("" if choice.rule == "highest" else
+                                                                        ", no shared rows to pair"))
+    p = paired_p(mine, theirs, "greater", choice.test)
+    better = p < choice.level
+    return Verdict(better, f"{sum(mine) / len(mine):.2f} vs {sum(theirs) / len(theirs):.2f} on {len(mine)} shared "
+                           f"rows, p={p:.2g} {'<' if better else '>='} {choice.level:g}")
+
+
+def choose_best(nodes: list, score, rows, choice: BestChoice):
+    """The best of `nodes` (each with .node_id and .generation) under `choice`, or None.
+
+    `score(node)`: its selection score, None when it has none (left out); `rows(node)`: its
+    per-row scores on the selection split, asked only by the paired rule."""
+    scored = [(s, n) for n in nodes if (s := score(n)) is not None]
+    if not scored:
+        return None
+    if choice.rule == "highest":
+        return max(scored, key=lambda t: (t[0], t[1].generation))[1]
+    scored.sort(key=lambda t: (t[1].generation, t[1].node_id))
+    best_score, best = scored[0]
+    best_rows = rows(best)
+    for s, node in scored[1:]:
+        if s > best_score:  # the test is paid only for a node that scores higher
+            mine = rows(node)
+            if replaces(choice, s, best_score, mine, best_rows).promote:
+                best_score, best, best_rows = s, node, mine
+    return best

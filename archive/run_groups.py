@@ -16,7 +16,7 @@ from archive.eval_store import EvalStore
 from archive.experiments import FINAL_TEST, RUN_NAME, read_final_test, read_group
 from archive.promotion import row_scores
 from archive.records import Node, RunRecord
-from archive.store import Archive, observed_score, observed_sizes
+from archive.store import Archive, observed_best, observed_score, observed_sizes
 from services.errors import UserError
 from services.fsutil import read_bounded
 from services.ledger import LedgerReader
@@ -81,10 +81,16 @@ class Run:
     def imp(self, k: int) -> float:
         return self.curve(k)[k] - self.curve(0)[0]
 
+    @cached_property
+    def _best(self) -> Node:
+        try:
+            return observed_best(list(self.nodes.values()), self.sizes, self.path, self.record.config.get("loop"))
+        except ValueError as e:
+            raise UserError(f"{self.path / 'run.json'}: {e}") from None
+
     def best(self) -> Node:
-        """The node the loop would call best: the highest score, the latest among equals."""
-        scored = [(self.score(n), n.generation, n) for n in self.nodes.values()]
-        return max((t for t in scored if t[0] is not None), key=lambda t: (t[0], t[1]))[2]
+        """The node the run calls best, by its own loop.best_choice (the initial node has a score)."""
+        return self._best
 
     def test_scores(self) -> dict[str, float | None] | None:
         """The final test's mean score per node it tested ("initial" and the chosen one), or None."""

@@ -16,6 +16,7 @@ from collections import Counter
 from datetime import datetime
 from pathlib import Path
 
+from archive.promotion import BestChoice, RowScores, choose_best, row_scores
 from archive.records import GenStart, MetaResult, Node, Status
 from archive.selection import Candidate
 from services.errors import UserError
@@ -80,6 +81,38 @@ def observed_score(node: Node, sizes: dict[str, tuple[str, int]]) -> float | Non
             values.append(None)
     known = [v for v in values if v is not None]
     return sum(known) / len(values) if known else None
+
+
+def selection_rows(node: Node, splits: dict[str, tuple[str, str]], store) -> RowScores:
+    """The node's per-row scores on the split it is selected on, every domain's rows together
+    (keys "domain/question id"); `splits`: domain -> (split, score key); `store`: the run's
+    archive.eval_store.EvalStore. Only full evaluations count; a report that cannot be read
+    counts as no rows."""
+    found: RowScores = {}
+    for domain, (split, score_key) in splits.items():
+        key = node.eval_keys.get(domain, {}).get(split)
+        if not (key and node.full_eval.get(domain)):
+            continue
+        try:
+            report = store.report(key)
+        except UserError:
+            continue
+        found.update({f"{domain}/{q}": v for q, v in (row_scores(report, score_key) or {}).items()})
+    return found
+
+
+def observed_best(nodes: list[Node], sizes: dict[str, tuple[str, int]], run_dir: Path, loop: dict) -> Node | None:
+    """The best node as the run chose it (its loop config `loop`, from run.json), for readers without
+    the domains' data: scores from `observed_score`, rows from the run's reports."""
+    from archive.eval_store import EvalStore
+    from domains.registry import get_domain
+
+    choice = BestChoice.of(loop if isinstance(loop, dict) else {})
+    store, splits = EvalStore(run_dir), {}
+    if choice.rule == "paired":
+        splits = {d: (split, get_domain(d).score_key) for d, (split, _) in sizes.items()}
+    return choose_best([n for n in nodes if n.valid_parent], lambda n: observed_score(n, sizes),
+                       lambda n: selection_rows(n, splits, store), choice)
 
 
 class Archive:
@@ -221,7 +254,13 @@ class Archive:
             recorded = [n.generation for n in self.nodes.values()]
         return 1 + max(recorded + [s.generation for s in self.started().values()], default=0)
 
-    def best(self, domains: list, full_sizes: dict[str, int]) -> Node | None:
-        """The valid node with the highest selection score (the latest among equals)."""
-        scored = [(mean_score(n, domains, full_sizes), n) for n in self.nodes.values() if n.valid_parent]
-        return max(scored, key=lambda t: (t[0], t[1].generation))[1] if scored else None
+    def best(self, domains: list, full_sizes: dict[str, int], choice: BestChoice = BestChoice()) -> Node | None:
+        """The run's best valid node under `choice` (archive.promotion.BestChoice; by default the
+        highest selection score, the latest among equals)."""
+        from archive.eval_store import EvalStore
+
+        store, splits = EvalStore(self.run_dir), {d.name: (d.selection_split, d.score_key) for d in domains}
+        with self._lock:
+            nodes = [n for n in self.nodes.values() if n.valid_parent]
+        return choose_best(nodes, lambda n: mean_score(n, domains, full_sizes),
+                           lambda n: selection_rows(n, splits, store), choice)

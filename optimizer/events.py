@@ -12,6 +12,7 @@ import threading
 from dataclasses import dataclass
 from typing import Callable, Union
 
+from archive.promotion import BestChoice
 from archive.records import MetaResult, Node
 
 
@@ -134,9 +135,10 @@ class Pictures:
     """Redraws the run's plots and report.html after every node. A picture is never worth a run:
     a failure to draw is a warning event, and the run goes on."""
 
-    def __init__(self, archive, domains: list, full_sizes: dict[str, int], run_dir, events: Events):
+    def __init__(self, archive, domains: list, full_sizes: dict[str, int], run_dir, events: Events,
+                 choice: BestChoice = BestChoice()):
         self.archive, self.domains, self.full_sizes, self.run_dir = archive, domains, full_sizes, run_dir
-        self.events = events
+        self.events, self.choice = events, choice
 
     def __call__(self, event: Event) -> None:
         if isinstance(event, NodeFinished):
@@ -148,7 +150,7 @@ class Pictures:
         )
         from archive.report import write_report
 
-        best = self.archive.best(self.domains, self.full_sizes)
+        best = self.archive.best(self.domains, self.full_sizes, self.choice)
         best_id = best.node_id if best else None
         try:
             write_plots(self.archive, self.domains, self.full_sizes, best_id, self.run_dir)

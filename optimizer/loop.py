@@ -36,7 +36,7 @@ from pathlib import Path
 from archive.records import GenStart, MetaResult, Node, Status
 from archive.selection import select_parent
 from archive.store import META_TRANSCRIPT, Archive, untrusted_dir
-from archive.promotion import row_scores
+from archive.promotion import BestChoice, row_scores
 from optimizer.evaluation import (
     BudgetStop,
     Evaluator,
@@ -102,7 +102,8 @@ class Loop:
         gateway.allow_models(self.meta_model, self.task_model)
         self.full_sizes = {d.name: split_rows(d, d.selection_split, config.loop.eval_samples) for d in domains}
         self.rng = random.Random()  # parent selection without a seed (with one, see choose_parent)
-        self.pictures = Pictures(self.archive, domains, self.full_sizes, run_dir, self.events)
+        self.pictures = Pictures(self.archive, domains, self.full_sizes, run_dir, self.events,
+                                 BestChoice.of(config.loop))
         self.events.subscribe(self.pictures)
         self.events.subscribe(self._log_split_start)
         self._write_train_data()
@@ -392,4 +393,4 @@ class Loop:
                 self.events.emit(CostBooked(node.node_id, role, node.cost_usd[role], spent.tokens))
 
     def best(self) -> Node | None:
-        return self.archive.best(self.domains, self.full_sizes)
+        return self.archive.best(self.domains, self.full_sizes, BestChoice.of(self.config.loop))

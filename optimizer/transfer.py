@@ -17,6 +17,7 @@ import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from archive.promotion import BestChoice
 from archive.records import NODE_ID
 from archive.store import Archive
 from services.errors import UserError
@@ -55,8 +56,9 @@ def split_spec(spec: str) -> tuple[str, str | None]:
 
 
 def pick_transfer(run_dir: Path, node_id: str | None, domains: list, full_sizes: dict[str, int], keep: str,
-                  where: str) -> Transfer:
-    """The node of the (checked) source run to start from: `node_id`, by default its best node."""
+                  where: str, choice: BestChoice = BestChoice()) -> Transfer:
+    """The node of the (checked) source run to start from: `node_id`, by default its best node
+    (as the source run chose it: `choice` is its loop.best_choice)."""
     archive = Archive(run_dir)
     if node_id is not None:
         node = archive.nodes.get(node_id)
@@ -64,7 +66,7 @@ def pick_transfer(run_dir: Path, node_id: str | None, domains: list, full_sizes:
             known = ", ".join(n.node_id for n in archive.ordered()[:20])
             raise UserError(f"{where}: the run has no node {node_id!r} (it has {known or 'none'})")
     else:
-        node = archive.best(domains, full_sizes)
+        node = archive.best(domains, full_sizes, choice)
         if node is None:
             raise UserError(f"{where}: the run has no valid node to start from")
     if node.commit is None:

@@ -95,6 +95,8 @@ class LoopConfig:
     promotion: str = "score_above"  # how a stage promotes a child (archive/promotion.py): score_above (the paper's: score > above) | not_worse_than_parent (and not worse than its parent on the rows both ran, by a one-sided paired test at promotion_level) | sica (and at least the lower bound of the best node's 95% interval on those rows)
     promotion_level: float = 0.05  # not_worse_than_parent: a child is rejected when the test's p-value is below this
     promotion_test: str = "exact"  # not_worse_than_parent's test: exact (sign test; sign-flip permutation for partial credit) | bootstrap (paired)
+    best_choice: str = "highest"  # which node is the run's best (report, --final_test, transfer, sica's peer): highest (the paper's: the highest selection score, the latest among equals) | paired (nodes in generation order; a node replaces the best so far only when a one-sided paired test on the selection split's shared rows finds it better at best_level)
+    best_level: float = 0.05  # best_choice paired: a node replaces the best so far when the test's p-value is below this (the test is promotion_test)
     final_test: bool = False  # once the last generation is recorded, evaluate the test split once, for the node chosen on val and the initial node (the loop never reads test scores)
     edit_select_parent: bool = False  # the workspace's select_next_parent.py chooses parents
     run_baseline: str | None = None  # no_selfimprove (meta agent frozen) | no_archive (always the latest node)
@@ -145,6 +147,7 @@ BASELINES = tuple(Baseline)
 PARENT_SELECTIONS = ("random", "latest", "best", "score_prop", "score_child_prop")  # each in archive/selection.py
 PROMOTION_RULES = ("score_above", "not_worse_than_parent", "sica")  # each in archive/promotion.py
 PROMOTION_TESTS = ("exact", "bootstrap")
+BEST_CHOICES = ("highest", "paired")  # each in archive/promotion.py
 ROLE_ALIASES = tuple(f.name for f in dataclasses.fields(ModelsConfig))
 
 
@@ -272,6 +275,8 @@ def _rules() -> dict:
         "loop.promotion": _one_of(*PROMOTION_RULES),
         "loop.promotion_level": (lambda v: 0 < v < 1, "a number between 0 and 1"),
         "loop.promotion_test": _one_of(*PROMOTION_TESTS),
+        "loop.best_choice": _one_of(*BEST_CHOICES),
+        "loop.best_level": (lambda v: 0 < v < 1, "a number between 0 and 1"),
         "loop.eval_samples": (lambda v: v == -1 or v >= 1, "-1 (all rows) or 1 or more"),
         "loop.run_baseline": _one_of(*BASELINES),
         "loop.meta_timeout_s": _above(0),

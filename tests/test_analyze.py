@@ -190,3 +190,42 @@ def test_a_run_without_an_initial_score_is_refused(tmp_path):
     r = run_cli("archive.analyze", str(tmp_path / "r"), "--out", str(tmp_path / "o"))
     assert r.returncode == 2 and "the initial node has no score" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
+
+
+def paired_run(run: Path, best_choice: str) -> Path:
+    """initial 0.5 (20 of 40), node 1 0.55 (two rows more: p = 0.25), node 2 0.525 (one row more),
+    node 3 staged only: under best_choice paired the run's best stays the initial node."""
+    base = {f"q{i}": float(i % 2) for i in range(40)}
+    write_run(run, 0, [0.5, 0.55, 0.525, 0.9], **{"initial": {"key": "0" * 24}, "1": {"key": "1" * 24},
+                                                  "2": {"key": "2" * 24}, "3": {"staged": True}})
+    atomic_write_json(run / "run.json", RunRecord([D], {"loop": {"seed": 0, "best_choice": best_choice}},
+                                                  "bwrap").to_dict())
+    write_report(run, "0" * 24, base)
+    write_report(run, "1" * 24, {**base, "q0": 1.0, "q2": 1.0})
+    write_report(run, "2" * 24, {**base, "q0": 1.0})
+    return run
+
+
+@pytest.mark.parametrize("best_choice, best", [("highest", "1"), ("paired", "initial")])
+def test_every_reader_names_the_best_node_the_run_chose(best_choice, best, tmp_path):
+    from archive.dashboard.reader import RunReader
+    from archive.promotion import BestChoice
+    from archive.store import Archive
+    from domains.registry import get_domain
+
+    run = paired_run(tmp_path / best_choice, best_choice)
+    choice = BestChoice.of({"best_choice": best_choice})
+    assert Archive(run).best([get_domain(D)], {D: 100}, choice).node_id == best  # the loop, final test, transfer
+    assert load_groups([str(run)], [])[0].runs[0].best().node_id == best  # archive.analyze
+    assert RunReader(run).read().best().node_id == best  # the dashboard
+
+
+def test_a_report_that_is_not_one_counts_as_no_rows_for_the_best_choice(tmp_path):
+    from archive.store import Archive
+    from archive.promotion import BestChoice
+    from domains.registry import get_domain
+
+    run = paired_run(tmp_path / "run", "paired")
+    (run / "evals" / ("1" * 24) / "report.json").write_text("{not json")
+    # Node 1 has no rows left to pair with: it is compared by score (0.55 > 0.5) and replaces the initial node.
+    assert Archive(run).best([get_domain(D)], {D: 100}, BestChoice("paired")).node_id == "1"

@@ -29,6 +29,7 @@ BAD_CONFIGS = {
     "gateway:\n  prices: {openai/x: [1]}\n": "gateway.prices",
     "loop:\n  stages: [[10, 0], [5, 0]]\n": "loop.stages",  # rows must grow
     "loop:\n  stages: {imo_grading: [[0, 0]]}\n": "loop.stages",  # by domain, each list checked
+    "loop:\n  best_choice: luckiest\n": "loop.best_choice",
 }
 
 

@@ -228,3 +228,24 @@ def test_a_forged_group_file_is_refused(tmp_path):
     r = run_cli("run_optimization", "--resume_from", str(group_dir))
     assert r.returncode == 2 and "not a group of replicates the run wrote" in r.stderr
     assert not Path(tmp_path / "etc").exists()
+
+
+def test_a_paired_best_choice_keeps_the_initial_node_until_a_child_is_significantly_better(
+        tmp_path, fake_openai, source_run):
+    """The source run's node 1 scores higher on val, so the paper's choice calls it best; at a level no
+    val set of this size can reach, the paired choice keeps the initial node, and the final test follows."""
+    from archive.run_groups import load_groups
+
+    assert load_groups([str(source_run)], [])[0].runs[0].best().node_id == "1"
+    fake_openai.set_responder(responder({1: [IMPROVE, MUTATE_META]}, []))
+    config = loop_config(tmp_path)
+    with open(config, "a") as f:
+        f.write("  best_choice: paired\n  best_level: 0.000001\n")
+    r = run_loop(tmp_path, fake_openai, "--max_generation", "1", "--final_test", config=config)
+    assert r.returncode == 0, r.stderr[-3000:]
+    run = tmp_path / "out" / "run"
+    scores = {n: v["scores"]["imo_grading"]["val"] for n, v in nodes(run).items()}
+    assert scores["1"] > scores["initial"]  # the same child as the source run's
+    assert "best node initial (generation 0, chosen by paired tests at level 1e-06)" in r.stdout
+    assert json.loads((run / "final_test.json").read_text())["best"] == "initial"
+    assert load_groups([str(run)], [])[0].runs[0].best().node_id == "initial"

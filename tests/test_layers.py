@@ -176,7 +176,8 @@ def test_config_accepts_exactly_the_selection_strategies_the_archive_has():
 
 
 def test_config_accepts_exactly_the_promotion_rules_the_archive_has():
-    from archive.promotion import RULES
-    from services.config import PROMOTION_RULES
+    from archive.promotion import BEST_RULES, RULES
+    from services.config import BEST_CHOICES, PROMOTION_RULES
 
     assert tuple(RULES) == tuple(PROMOTION_RULES)
+    assert tuple(BEST_RULES) == tuple(BEST_CHOICES)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from archive.promotion import RULES, Promotion, check, decide, row_scores
+from archive.promotion import RULES, BestChoice, Promotion, check, choose_best, decide, replaces, row_scores
 from archive.stats import wilson
 
 
@@ -162,3 +162,63 @@ def test_forged_passed_and_failed_ids_are_none(passed, failed):
 
 def test_a_report_that_is_not_a_dict_has_none():
     assert row_scores(["row_scores"], "overall_accuracy") is None
+
+
+# -- the best node ------------------------------------------------------------------------
+class Pick:
+    """A node as choose_best sees it: id, generation, score and per-row scores."""
+
+    def __init__(self, node_id: str, generation: int, score: float, rows: dict[str, float]):
+        self.node_id, self.generation, self.score, self.rows = node_id, generation, score, rows
+
+
+def best_of(picks: list[Pick], choice: BestChoice) -> str:
+    return choose_best(picks, lambda p: p.score, lambda p: p.rows, choice).node_id
+
+
+BASE = {f"q{i}": float(i % 2) for i in range(40)}  # 20 of 40 right
+LUCKY = {**BASE, "q0": 1.0, "q2": 1.0}  # two rows more: one-sided sign test p = (1/2)**2
+# Right unless i % 5 == 0: against BASE, 16 rows for it (even i, not a multiple of 10) and 4 against (5, 15, 25, 35).
+STRONG = {k: 0.0 if int(k[1:]) % 5 == 0 else 1.0 for k in BASE}
+STRONG_P = (4845 + 1140 + 190 + 20 + 1) / 2**20  # P(X >= 16), X ~ Binomial(20, 1/2)
+
+
+def test_a_node_two_rows_better_is_not_evidence_of_being_better():
+    verdict = replaces(BestChoice("paired"), 0.55, 0.5, LUCKY, BASE)
+    assert not verdict.promote and "p=0.25 >= 0.05" in verdict.reason and "40 shared rows" in verdict.reason
+
+
+def test_sixteen_rows_against_four_replace_the_best():
+    verdict = replaces(BestChoice("paired"), 0.8, 0.5, STRONG, BASE)
+    assert verdict.promote and f"p={STRONG_P:.2g} < 0.05" in verdict.reason
+    assert not replaces(BestChoice("paired", level=0.005), 0.8, 0.5, STRONG, BASE).promote  # p = 0.0059
+
+
+def test_the_paper_takes_the_highest_score_and_paired_keeps_the_best_until_a_node_beats_it():
+    picks = [Pick("initial", 0, 0.5, BASE), Pick("1", 1, 0.55, LUCKY), Pick("2", 2, 0.525, BASE)]
+    assert best_of(picks, BestChoice("highest")) == "1"
+    assert best_of(picks, BestChoice("paired")) == "initial"
+    # Compared with the best so far (initial), not with the highest seen: 3 beats initial, not 1's luck.
+    picks.append(Pick("3", 3, 0.8, STRONG))
+    assert best_of(picks, BestChoice("paired")) == "3"
+
+
+def test_a_lower_score_never_replaces_the_best_and_the_highest_takes_the_latest_of_equals():
+    picks = [Pick("initial", 0, 0.9, BASE), Pick("1", 1, 0.5, STRONG), Pick("2", 2, 0.9, BASE)]
+    assert best_of(picks, BestChoice("paired")) == "initial"
+    assert best_of(picks, BestChoice("highest")) == "2"
+
+
+def test_nodes_without_shared_rows_compare_by_score():
+    picks = [Pick("initial", 0, 0.5, {}), Pick("1", 1, 0.6, LUCKY)]
+    assert best_of(picks, BestChoice("paired")) == "1"
+    assert "no shared rows" in replaces(BestChoice("paired"), 0.6, 0.5, LUCKY, {"other": 1.0}).reason
+
+
+def test_best_choice_from_a_config_is_checked():
+    assert BestChoice.of({"best_choice": "paired", "best_level": 0.1, "promotion_test": "bootstrap"}) == \
+        BestChoice("paired", 0.1, "bootstrap")
+    assert BestChoice.of({}) == BestChoice()
+    for bad in ({"best_choice": "luckiest"}, {"best_level": 1.5}, {"best_level": "0.1"}, {"promotion_test": "t"}):
+        with pytest.raises(ValueError, match="best choice must be one of highest, paired"):
+            BestChoice.of(bad)

@@ -18,7 +18,8 @@ from pathlib import Path
 
 from archive.eval_store import JOURNAL, REPORT
 from archive.records import EVAL_KEY, NODE_ID, GenStart, Node, RunRecord
-from archive.store import META_TRANSCRIPT, UNTRUSTED, observed_score, observed_sizes
+from archive.store import META_TRANSCRIPT, UNTRUSTED, observed_best, observed_score, observed_sizes
+from services.errors import UserError
 from services.fsutil import read_below, read_bounded
 from services.ledger import LedgerReader
 
@@ -80,9 +81,12 @@ class RunData:
 
     @cached_property
     def _best(self) -> Node | None:
-        scored = [(self.score(n), n.generation, n) for n in self.nodes.values() if n.valid_parent]
-        scored = [t for t in scored if t[0] is not None]
-        return max(scored, key=lambda t: (t[0], t[1]))[2] if scored else None
+        loop = self.record.config.get("loop") if self.record is not None else None
+        try:
+            return observed_best(list(self.nodes.values()), self._sizes, self.path, loop)
+        except (ValueError, UserError) as e:  # a run.json this reader cannot follow: the highest score
+            self.problems.append(f"run.json: best node by the highest score ({e})")
+            return observed_best(list(self.nodes.values()), self._sizes, self.path, {})
 
     def best(self) -> Node | None:
         return self._best

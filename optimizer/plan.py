@@ -1,0 +1,86 @@
+"""What a run prints about itself: its plan before it starts (and, with --dry_run, instead of
+starting), and its summary when it stops. Text only: nothing here starts or changes a run."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+from services.config import Config
+
+
+def promotion_text(domain, stage, loop) -> str:
+    """When a stage lets a child on, for the plan."""
+    rule = stage.rule or loop.promotion
+    above = f"{domain.score_key} > {stage.above:g}"
+    if rule == "score_above":
+        return above
+    if rule == "not_worse_than_parent":
+        return f"{above} and not worse than its parent at level {loop.promotion_level:g}, {loop.promotion_test} test"
+    return f"{above} and its mean reaches the best node's 95% lower bound (sica)"
+
+
+def plan_lines(run_dir: Path, domains, config: Config, backend: str, resumed: bool,
+               why_models: str | None = None, why_backend: str | None = None,
+               initial_from: dict | None = None) -> list[str]:
+    from optimizer.evaluation import split_rows
+
+    lines = [f"run      {run_dir} ({'resumed' if resumed else 'new'})"]
+    for d in domains:
+        full = [f"{s} {split_rows(d, s, config.loop.eval_samples)}" for s in d.full_splits()]
+        staged = "".join(f"staged {s.rows} train rows (on if {promotion_text(d, s, config.loop)}), then "
+                         for s in d.screening(config.loop))
+        lines.append(f"domain   {d.name}: {staged}{' + '.join(full)} (score: {d.score_key})")
+        if d.score_note:
+            lines.append(f"         {d.score_key} is {d.score_note}")
+    lines += [line for d in domains if (line := d.scorer.plan_line(d, config))]
+    loop = config.loop
+    source = initial_from and f"node {initial_from['node']} of {initial_from['run']}"
+    agent = (f"all of {source}" if initial_from and initial_from["keep"] == "all" else
+             f"meta agent of {source}, task agent {loop.initial_agent}" if initial_from else
+             f"initial task agent {loop.initial_agent}")
+    lines += [f"agent    {agent}",
+              f"models   task {config.resolve_model('task')}, meta {config.resolve_model('meta')}"
+              + (f"\n         chosen because {why_models}; override with --task_model/--meta_model"
+                 if why_models else ""),
+              f"sandbox  {backend}" + (f" ({why_backend})" if why_backend else ""),
+              "budget   " + (f"${config.gateway.budget_usd:g}" if config.gateway.budget_usd is not None else "none"),
+              f"loop     {loop.max_generation} generations, parent selection {loop.parent_selection}"
+              + (f", seed {loop.seed}" if loop.seed is not None else "")
+              + (f", {loop.parallel} in flight" + ("" if loop.replayable else " (not replayable)")
+                 if loop.parallel > 1 else "")
+              + (f", baseline {loop.run_baseline}" if loop.run_baseline else "")]
+    return lines
+
+
+def summary_lines(loop) -> list[str]:
+    nodes = loop.archive.ordered()
+    counts = Counter(n.status for n in nodes)
+    spent = loop.gateway.spent()
+    lines = [f"{len(nodes)} nodes: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())),
+             f"cost ${spent.cost_usd:.4f} in {spent.calls} model calls ({spent.cache_hits} cached)"]
+    best = loop.best()
+    if best:
+        how = "" if loop.config.loop.best_choice == "highest" else (
+            f", chosen by paired tests at level {loop.config.loop.best_level:g}")
+        lines.append(f"best node {best.node_id} (generation {best.generation}{how}): {best.scores_text()}")
+    lines.append(f"report: {loop.run_dir / 'report.html'}")
+    return lines
+
+
+def print_dry_run(run_dir: Path, domains, config: Config, initial_from: dict | None, replicates: int | None) -> None:
+    """--dry_run: the plan and the cost estimate (of each replicate and of the group), with no folder made
+    and no call."""
+    from optimizer.estimate import estimate
+    from optimizer.evaluation import split_rows
+    from services.sandbox import choose_backend_why
+
+    backend, why_backend = choose_backend_why(config.sandbox)
+    costs = estimate(domains, config, lambda d, split: split_rows(d, split, config.loop.eval_samples))
+    lines = plan_lines(run_dir, domains, config, backend, (run_dir / "run.json").exists(), None, why_backend,
+                       initial_from) + [costs.line()]
+    if replicates:
+        seed = config.loop.seed or 0
+        lines.append(f"group    {replicates} replicates, seeds {seed} to {seed + replicates - 1}, each run as above: "
+                     f"~${replicates * costs.run_usd:.2f} in all")
+    print("\n".join(lines + ["dry run: nothing started"]))
