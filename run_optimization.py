@@ -42,7 +42,7 @@ from services.config import (
     validate,
 )
 from services.errors import UserError, exit_on_user_error
-from services.fsutil import atomic_write_json
+from services.fsutil import atomic_write_json, hold_folder
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -240,6 +240,18 @@ def check_flags(args) -> bool:
     return group
 
 
+def claim_run(run_dir: Path, domains, args) -> None:
+    """What is refused before any model call: a run another process writes (one at a time), and
+    --evaluate of a node or a split the run lacks."""
+    if (run_dir / "run.json").exists():
+        hold_folder(run_dir, "run")
+    if args.evaluate:
+        from archive.store import Archive
+        from optimizer.final_test import check_evaluate
+
+        check_evaluate(Archive(run_dir).nodes, domains, [n for n in args.evaluate.split(",") if n], args.split)
+
+
 def run_replicates(parser, args) -> None:
     """--replicates K, or --resume_from a folder of replicates: each replicate a run of its own."""
     from archive.experiments import read_group
@@ -254,6 +266,7 @@ def run_replicates(parser, args) -> None:
         group_dir = (Path(args.output_dir) / (args.run_id or datetime.now().strftime("%Y%m%d_%H%M%S"))).resolve()
         check_writable(group_dir, f"--output_dir {args.output_dir}")
         group = start_group(group_dir, replicate_argv(parser, args), args.replicates, args.seed or 0)
+    hold_folder(group_dir, "group")  # its runs are held each by its own process
     argv = group["argv"]
     ray = "--executor" in argv[:-1] and argv[argv.index("--executor") + 1] == "ray"
     at_once = args.replicates_at_once or (len(group["runs"]) if ray else 1)
@@ -307,11 +320,7 @@ def main(argv=None) -> None:
         d.scorer.check_ready(d)
     if args.dry_run:
         return print_dry_run(run_dir, domains, config, initial_from, args.replicates)
-    if args.evaluate:  # refused before a model is called
-        from archive.store import Archive
-        from optimizer.final_test import check_evaluate
-
-        check_evaluate(Archive(run_dir).nodes, domains, [n for n in args.evaluate.split(",") if n], args.split)
+    claim_run(run_dir, domains, args)
     services = open_services(config, run_dir, [] if args.evaluate else ["meta"], preflight=True)
     services.require(*(model for d in domains for model in d.models_needed(config)))
     backend, why_backend = choose_backend_why(config.sandbox)
@@ -326,6 +335,7 @@ def main(argv=None) -> None:
               "is scored; raise --budget_usd or lower --eval_samples", flush=True)
 
     with services:  # a new run folder is removed again if the preflight calls fail
+        hold_folder(run_dir, "run")  # a new run's folder exists from here on
         gateway = services.gateway
         if not resumed:
             RunRepo.create(run_dir / "repo", PROJECT_ROOT, initial_code(initial_agent, transfer))

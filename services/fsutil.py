@@ -71,3 +71,35 @@ def read_below(root, relative: str, limit: int) -> tuple[bytes, bool]:
             raise OSError(f"{relative} is not a regular file")
         data = f.read(limit + 1)
     return data[:limit], len(data) > limit
+
+
+_HELD: dict[str, int] = {}  # folder -> the open lock file this process holds it by, until it exits
+
+
+def hold_folder(folder, what: str) -> None:
+    """Hold `folder` for this process, through an exclusive lock on `folder/.lock` that the kernel
+    drops when the process ends (also on kill -9): a second process that would write the same
+    run (a resumed loop, an --evaluate) gets a UserError naming the holder's pid. Holding twice
+    is a no-op. `what` names the folder in the message ("run", "group")."""
+    import fcntl
+
+    from services.errors import UserError
+
+    path = Path(folder) / ".lock"
+    if str(path) in _HELD:
+        return
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    except OSError as e:
+        raise UserError(f"{folder}: cannot lock the {what} ({e.strerror})") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+        os.close(fd)
+        raise UserError(f"{folder}: the {what} is in use by another process"
+                        + (f" (pid {holder})" if holder.isdigit() else "")
+                        + "; wait for it to end or stop it, then rerun") from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, str(os.getpid()).encode(), 0)
+    _HELD[str(path)] = fd

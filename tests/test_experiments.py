@@ -249,3 +249,29 @@ def test_a_paired_best_choice_keeps_the_initial_node_until_a_child_is_significan
     assert "best node initial (generation 0, chosen by paired tests at level 1e-06)" in r.stdout
     assert json.loads((run / "final_test.json").read_text())["best"] == "initial"
     assert load_groups([str(run)], [])[0].runs[0].best().node_id == "initial"
+
+
+def test_a_run_another_process_holds_is_refused_before_any_call(fake_openai, source_run):
+    """A loop or an --evaluate already writing the run holds it: a second one is one line, pays nothing,
+    and the run can be used again once the holder is gone (its lock dies with it, even on kill -9)."""
+    import subprocess
+    import sys
+
+    holder = subprocess.Popen([sys.executable, "-c", "import sys; from services.fsutil import hold_folder; "
+                               f"hold_folder({str(source_run)!r}, 'run'); print('held', flush=True); sys.stdin.read()"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline() == "held\n"
+    calls = fake_openai.count
+    for args in (["--evaluate", "1", "--split", "test"], ["--max_generation", "2"]):
+        r = run_cli("run_optimization", "--resume_from", str(source_run), *args, env=cli_env(fake_openai))
+        assert r.returncode == 2 and r.stderr.strip() == (
+            f"error: {source_run}: the run is in use by another process (pid {holder.pid}); "
+            "wait for it to end or stop it, then rerun"), r.stderr[-2000:]
+    assert fake_openai.count == calls
+    holder.kill()
+    holder.wait()
+    fake_openai.set_responder(responder({}, []))
+    r = run_cli("run_optimization", "--resume_from", str(source_run), "--evaluate", "initial", "--split", "test",
+                env=cli_env(fake_openai))
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert json.loads((source_run / "evaluations.json").read_text())["nodes"]["initial"]["imo_grading"]["test"]
