@@ -40,9 +40,13 @@ def cluster():
     # Worker nodes are other machines, which never hold the controller's keys: started without them.
     keys = {k: os.environ.pop(k) for k in list(os.environ) if k.endswith("_API_KEY")}
     client_port = free_port()  # the head's Ray Client server, for ray:// addresses
-    # That server gives a driver's own server process 30 s to start; under this suite's load (three
-    # files at once on two cores) that is not always enough. A head's setting, as a user's would be.
-    os.environ.setdefault("RAY_CLIENT_SERVER_CHECK_CHANNEL_TIMEOUT_S", "180")
+    # That server forks a server process for each driver while gRPC threads run; with gRPC's fork
+    # handlers on, the child sometimes dies at once (SIGSEGV, 4 first connections of 26 here), and the
+    # driver learns it only after the channel timeout. A failure then costs minutes. It allows 30 s for
+    # the process to start; under this suite's load (three files at once on two cores) 60. Head
+    # settings, as the README tells users.
+    os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
+    os.environ.setdefault("RAY_CLIENT_SERVER_CHECK_CHANNEL_TIMEOUT_S", "60")
     try:
         cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "node_ip_address": "127.0.0.1",
                                                                 "include_dashboard": False,
@@ -323,11 +327,16 @@ def test_a_ray_client_address_runs_the_harness_on_the_cluster(cluster, fake_open
     config = tmp_path / "ray.yaml"
     config.write_text(f"sandbox:\n  executor: ray\n  backend: bwrap\n  ray_address: ray://127.0.0.1:{port}\n")
     hosts_before = sandbox_hosts()
-    r = subprocess.run([sys.executable, "-m", "domains.harness", "--domain", "imo_grading", "--num_samples", "4",
-                        "--num_workers", "2", "--model", "openai/fake", "--config", str(config), "--output_dir",
-                        str(tmp_path / "out"), "--run_id", "r"], cwd=REPO_ROOT, env=cli_env(fake_openai),
-                       capture_output=True, text=True, timeout=400)
-    assert r.returncode == 0, r.stderr[-3000:]
+    harness = subprocess.Popen([sys.executable, "-m", "domains.harness", "--domain", "imo_grading", "--num_samples",
+                                "4", "--num_workers", "2", "--model", "openai/fake", "--config", str(config),
+                                "--output_dir", str(tmp_path / "out"), "--run_id", "r"], cwd=REPO_ROOT,
+                               env=cli_env(fake_openai), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _, stderr = harness.communicate(timeout=400)
+    except subprocess.TimeoutExpired:
+        harness.kill()
+        pytest.fail("the harness did not end in 400 s:\n" + harness.communicate()[1][-3000:])
+    assert harness.returncode == 0, stderr[-3000:]
     journal = tmp_path / "out" / "r" / "predictions.jsonl"
     rows = [json.loads(line) for line in journal.read_text().splitlines()]
     assert len(rows) == 4 and {row["prediction"] for row in rows} == {"partial"}

@@ -74,15 +74,18 @@ def _ray(address: str | None):
                         time.sleep(5 * attempt)
                         continue
                     where = f"at {address}" if address else "on this machine"
-                    raise UserError(f"cannot connect to a Ray cluster {where}: {str(e).splitlines()[0][:300]}") \
+                    hint = ("; if the head's ray_client_server.err says 'SpecificServer startup failed', start "
+                            "the head with GRPC_ENABLE_FORK_SUPPORT=0" if _client_server_was_slow(address, e) else "")
+                    raise UserError(f"cannot connect to a Ray cluster {where}: {str(e).splitlines()[0][:300]}{hint}") \
                         from None
             _started_here = True
     return ray
 
 
 def _client_server_was_slow(address: str | None, error: Exception) -> bool:
-    """Ray Client's server (ray://) starts a server process for each driver and gives it 30 s
-    (the head's RAY_CLIENT_SERVER_CHECK_CHANNEL_TIMEOUT_S); on a busy head that can time out."""
+    """Ray Client's server (ray://) starts a server process for each driver: on a busy head it may
+    not start within the head's RAY_CLIENT_SERVER_CHECK_CHANNEL_TIMEOUT_S (30 s), and with gRPC's
+    fork handlers on (a head started without GRPC_ENABLE_FORK_SUPPORT=0) it sometimes dies at once."""
     return bool(address and address.startswith("ray://") and "Initialization failure from server" in str(error))
 
 
