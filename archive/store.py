@@ -254,13 +254,15 @@ class Archive:
             recorded = [n.generation for n in self.nodes.values()]
         return 1 + max(recorded + [s.generation for s in self.started().values()], default=0)
 
-    def best(self, domains: list, full_sizes: dict[str, int], choice: BestChoice = BestChoice()) -> Node | None:
+    def best(self, domains: list, full_sizes: dict[str, int], choice: BestChoice = BestChoice(),
+             upto: int | None = None) -> Node | None:
         """The run's best valid node under `choice` (archive.promotion.BestChoice; by default the
-        highest selection score, the latest among equals)."""
+        highest selection score, the latest among equals), among the nodes of generations up to
+        `upto` (all when None)."""
         from archive.eval_store import EvalStore
 
         store, splits = EvalStore(self.run_dir), {d.name: (d.selection_split, d.score_key) for d in domains}
         with self._lock:
-            nodes = [n for n in self.nodes.values() if n.valid_parent]
+            nodes = [n for n in self.nodes.values() if n.valid_parent and (upto is None or n.generation <= upto)]
         return choose_best(nodes, lambda n: mean_score(n, domains, full_sizes),
                            lambda n: selection_rows(n, splits, store), choice)

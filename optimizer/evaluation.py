@@ -68,6 +68,7 @@ class Peers:
 
     parent: dict[str, RowScores | None] = field(default_factory=dict)
     best: dict[str, RowScores | None] = field(default_factory=dict)
+    best_node: str | None = None  # whose rows `best` holds
 
 
 class BudgetStop(Exception):
@@ -163,6 +164,8 @@ class Evaluator:
         else:
             verdict = decide(rule, stage.above, train.row_scores, peers.parent.get(domain.name),
                              peers.best.get(domain.name))
+            if rule.rule == "sica" and peers.best_node is not None:
+                verdict = Verdict(verdict.promote, f"{verdict.reason} (best node {peers.best_node})")
         result.screening.append(f"{stage.rows} rows: {'on' if verdict.promote else 'stopped'}: {verdict.reason}")
         return verdict
 

@@ -57,7 +57,7 @@ from optimizer.events import (
     Warned,
     console,
 )
-from optimizer.slots import Slots, run_generation
+from optimizer.slots import Slots, horizon, run_generation
 from services.config import Baseline, Config
 from services.errors import UserError
 from services.fsutil import atomic_write_csv, atomic_write_text
@@ -291,7 +291,7 @@ class Loop:
                 box = prepared or stack.enter_context(self.node_sandbox(node.node_id))
                 box.fill(self.repo, node.commit)
                 results = self.evaluator.evaluate(self.domains, box, self.repo.task_agent_hash(node.commit),
-                                                  node.seconds, self._peers(node.parent))
+                                                  node.seconds, self._peers(node.parent, node.generation))
         except LoadFailed as e:
             node.status, node.error = Status.LOAD_FAILED, str(e)[:500]
             return node
@@ -314,10 +314,11 @@ class Loop:
         self._publish_feedback(node)
         return node
 
-    def _peers(self, parent_id: str | None) -> Peers:
-        """The train row scores a child's screening compares with: its parent's and the best node's."""
-        best = self.best()
-        peers = Peers()
+    def _peers(self, parent_id: str | None, generation: int) -> Peers:
+        """The train row scores a child's screening compares with: its parent's and the best node's
+        among those its generation chose its parent from."""
+        best = self.best(horizon(generation, self.config.loop.parallel, self.config.loop.replayable))
+        peers = Peers(best_node=best.node_id if best else None)
         for d in self.domains:
             for found, node in ((peers.parent, self.archive.nodes.get(parent_id or "")), (peers.best, best)):
                 key = node.eval_keys.get(d.name, {}).get("train") if node else None
@@ -392,5 +393,5 @@ class Loop:
                 node.tokens[role] = spent.tokens
                 self.events.emit(CostBooked(node.node_id, role, node.cost_usd[role], spent.tokens))
 
-    def best(self) -> Node | None:
-        return self.archive.best(self.domains, self.full_sizes, BestChoice.of(self.config.loop))
+    def best(self, upto: int | None = None) -> Node | None:
+        return self.archive.best(self.domains, self.full_sizes, BestChoice.of(self.config.loop), upto)

@@ -37,6 +37,14 @@ DRAIN_S = 15.0  # after a cancel, how long to wait for the threads to hand back 
 LOST_TRIES = 3  # runs of a generation whose sandbox's machine is lost (a Ray worker node) before it is given up
 
 
+def horizon(generation: int, parallel: int, replayable: bool) -> int | None:
+    """The last generation that `generation` chooses its parent from and screens against: when the
+    run replays, generation - parallel (the ones it waits for; 0 is the initial node, recorded before
+    any slot starts), so what it sees does not depend on which slot finished first; else None, every
+    node recorded by then."""
+    return max(generation - parallel, 0) if replayable else None
+
+
 class Slots:
     def __init__(self, loop, parallel: int, replayable: bool):
         self.loop = loop
@@ -77,11 +85,9 @@ class Slots:
         generation = self.archive.next_generation()
         if generation > self.loop.config.loop.max_generation:
             return None
-        upto = None
-        if self.replayable:
-            upto = max(generation - self.parallel, 0)  # 0: the initial node, recorded before any slot starts
-            if any(s.generation <= upto for s in self.in_flight.values()):
-                return None  # wait: what this generation chooses from is not all recorded yet
+        upto = horizon(generation, self.parallel, self.replayable)
+        if upto is not None and any(s.generation <= upto for s in self.in_flight.values()):
+            return None  # wait: what this generation chooses from is not all recorded yet
         start = GenStart(str(generation), self.loop.choose_parent(generation, upto), generation)
         self.archive.log_start(start)
         return start

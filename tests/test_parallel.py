@@ -57,6 +57,42 @@ def test_seeded_parallel_runs_replay_and_keep_two_generations_in_flight(tmp_path
     assert sorted(recorded) == sorted(found)  # each node recorded once
 
 
+def test_sica_screens_against_the_best_of_what_the_generation_chose_from_not_of_what_finished_first(
+        tmp_path, fake_openai):
+    """--parallel 2: generation 3 chooses among generations <= 1, and node 2 (which scores 1.0) is
+    recorded before generation 3 is screened. SICA's peer is the best of what generation 3 chose
+    from, so its verdict does not depend on which slot finished first: a replayed run agrees."""
+    run_dir = tmp_path / "out" / "run"
+    base = responder({2: [META_ONLY], 1: [IMPROVE], 0: [META_ONLY]}, [], by_iterations_left=True)
+
+    def respond(request):
+        opening = " ".join(str(m["content"]) for m in request["messages"][:2])
+        if "Iterations left in this run: 0." in opening:  # generation 3's meta agent waits for node 2
+            deadline = time.time() + 120
+            while time.time() < deadline and not (run_dir / "nodes" / "2" / "node.json").exists():
+                time.sleep(0.05)
+        return base(request)
+
+    fake_openai.set_responder(respond)
+    config = loop_config(tmp_path)
+    with open(config, "a") as f:
+        f.write("  promotion: sica\n")
+    r = run_cli("run_optimization", "--domain", "imo_grading", "--output_dir", str(tmp_path / "out"), "--run_id",
+                "run", "--task_model", "openai/fake", "--meta_model", "openai/fake-meta", "--config", config,
+                "--max_generation", "3", "--parallel", "2", "--seed", "5", "--eval_samples", "10",
+                env=cli_env(fake_openai), timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    found = nodes(run_dir)
+    assert found["2"]["scores"]["imo_grading"]["train"] == 1.0  # the improved agent, recorded before 3's screening
+    recorded = [e["node_id"] for e in events(run_dir) if e["event"] == "node_recorded"]
+    assert recorded.index("2") < recorded.index("3")
+    line = found["3"]["screening"]["imo_grading"][0]
+    # Generation 3 (same task agent as the initial one) is compared with the best of generations <= 1,
+    # which it matches; against node 2 it would have been stopped.
+    assert line.startswith("10 rows: on: sica: ") and line.endswith(("(best node initial)", "(best node 1)")), line
+    assert found["3"]["full_eval"] == {"imo_grading": True}
+
+
 def test_ctrl_c_and_kill_with_generations_in_flight_then_resume_pays_nothing_twice(tmp_path, fake_openai):
     meta_calls = []
     fake_openai.set_responder(responder({3: [IMPROVE], 2: [META_ONLY], 1: [META_ONLY]}, meta_calls,
