@@ -225,7 +225,8 @@ def start_dashboard(run_dir: Path, port: int) -> None:
 
 
 def check_flags(args) -> bool:
-    """Flags that cannot go together, refused before anything starts; whether --resume_from names a group."""
+    """Flags that cannot go together, refused before anything starts; whether --resume_from names a group.
+    --evaluate becomes its list of node ids (checked against the run by claim_run)."""
     if args.eval_test:
         raise UserError("--eval_test is gone: the test split is evaluated once, at the end, for the node chosen on "
                         "val: pass --final_test")
@@ -233,6 +234,8 @@ def check_flags(args) -> bool:
         raise UserError("--evaluate NODES and --split SPLIT go together")
     if args.evaluate is not None and (not args.resume_from or args.replicates or args.dry_run):
         raise UserError("--evaluate evaluates nodes of a run: pass --resume_from RUN (no --replicates, no --dry_run)")
+    if args.evaluate is not None:
+        args.evaluate = [n for n in args.evaluate.split(",") if n]
     group = bool(args.resume_from) and (Path(args.resume_from) / "group.json").exists()
     if args.dry_run and group:
         raise UserError(f"--dry_run plans a run before it starts; {args.resume_from} is a group that has started "
@@ -245,11 +248,11 @@ def claim_run(run_dir: Path, domains, args) -> None:
     --evaluate of a node or a split the run lacks."""
     if (run_dir / "run.json").exists():
         hold_folder(run_dir, "run")
-    if args.evaluate:
+    if args.evaluate is not None:
         from archive.store import Archive
         from optimizer.final_test import check_evaluate
 
-        check_evaluate(Archive(run_dir).nodes, domains, [n for n in args.evaluate.split(",") if n], args.split)
+        check_evaluate(Archive(run_dir).nodes, domains, args.evaluate, args.split)
 
 
 def run_replicates(parser, args) -> None:
@@ -321,13 +324,13 @@ def main(argv=None) -> None:
     if args.dry_run:
         return print_dry_run(run_dir, domains, config, initial_from, args.replicates)
     claim_run(run_dir, domains, args)
-    services = open_services(config, run_dir, [] if args.evaluate else ["meta"], preflight=True)
+    services = open_services(config, run_dir, [] if args.evaluate is not None else ["meta"], preflight=True)
     services.require(*(model for d in domains for model in d.models_needed(config)))
     backend, why_backend = choose_backend_why(config.sandbox)
     resumed = (run_dir / "run.json").exists()
     costs = estimate(domains, config, lambda d, split: split_rows(d, split, config.loop.eval_samples))
     print("\n".join(plan_lines(run_dir, domains, config, backend, resumed, services.why_models, why_backend,
-                               initial_from) + ([] if args.evaluate else [costs.line()])), flush=True)
+                               initial_from) + ([] if args.evaluate is not None else [costs.line()])), flush=True)
     first = costs.initial_usd + costs.generation_usd
     if config.gateway.budget_usd is not None and not resumed and config.gateway.budget_usd < first:
         print(f"warning: the budget of ${config.gateway.budget_usd:g} is below the estimate for the initial "
@@ -344,10 +347,10 @@ def main(argv=None) -> None:
         if args.dashboard is not None:
             start_dashboard(run_dir, args.dashboard)
         loop = Loop(run_dir, config, domains, gateway, backend)
-        if args.evaluate:
+        if args.evaluate is not None:
             from optimizer.final_test import run_evaluations
 
-            print("\n".join(run_evaluations(loop, [n for n in args.evaluate.split(",") if n], args.split)))
+            print("\n".join(run_evaluations(loop, args.evaluate, args.split)))
         else:
             loop.run()
             print("\n".join(summary_lines(loop)))

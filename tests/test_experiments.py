@@ -124,6 +124,10 @@ def test_an_ensemble_over_all_rows_evaluates_the_missing_members_once(fake_opena
     r = run_cli("run_optimization", "--resume_from", str(source_run), "--evaluate", "1,99", "--split", "test",
                 env=cli_env(fake_openai))
     assert r.returncode == 2 and r.stderr.strip() == "error: --evaluate 99: the run has no such node"
+    for empty in ("", ","):  # no node named is refused, not taken for a resumed loop
+        r = run_cli("run_optimization", "--resume_from", str(source_run), "--evaluate", empty, "--split", "test",
+                    env=cli_env(fake_openai))
+        assert r.returncode == 2 and r.stderr.strip() == "error: --evaluate: name at least one node", r.stderr
     assert fake_openai.count == calls  # refused before any call
 
 
