@@ -99,14 +99,20 @@ def split_keys(run_dir: Path, archive: Archive, domain: str, split: str) -> dict
     return keys
 
 
+def ranked(run_dir: Path, archive: Archive, nodes: list[Node]) -> list[tuple[float | None, Node]]:
+    """The valid ones of `nodes` with their selection scores, best first (the latest among equals;
+    no score counts as 0)."""
+    sizes = observed_sizes(read_run_record(run_dir).domains, list(archive.nodes.values()))
+    return sorted(((observed_score(n, sizes), n) for n in nodes if n.valid_parent),
+                  key=lambda t: (-(t[0] or 0), -t[1].generation))
+
+
 def evaluate_missing(run_dir: Path, domain, split: str, top: int, out=print) -> None:
     """--rows all: the `top` best nodes of the archive, each evaluated on all of `split` (those not
     yet evaluated on it by the run's own command, which pays only for rows not answered before)."""
     archive = Archive(run_dir)
-    sizes = observed_sizes(read_run_record(run_dir).domains, list(archive.nodes.values()))
-    ranked = sorted(((observed_score(n, sizes), n) for n in archive.nodes.values() if n.valid_parent),
-                    key=lambda t: (-(t[0] if t[0] is not None else -1), -t[1].generation))
-    best = [n.node_id for score, n in ranked if score is not None][:top]
+    best = [n.node_id for score, n in ranked(run_dir, archive, list(archive.nodes.values()))
+            if score is not None][:top]
     keys = split_keys(run_dir, archive, domain.name, split)
     missing = [n for n in best if n not in keys]
     if not missing:
@@ -122,13 +128,9 @@ def evaluate_missing(run_dir: Path, domain, split: str, top: int, out=print) -> 
 
 def choose_members(run_dir: Path, domain, split: str, top: int, out=print) -> list[Member]:
     archive = Archive(run_dir)
-    record = read_run_record(run_dir)
-    sizes = observed_sizes(record.domains, list(archive.nodes.values()))
     keys = split_keys(run_dir, archive, domain.name, split)
-    ranked = sorted(((observed_score(archive.nodes[i], sizes), archive.nodes[i]) for i in keys
-                     if archive.nodes[i].valid_parent), key=lambda t: (-(t[0] or 0), -t[1].generation))
     store, members = EvalStore(run_dir), []
-    for score, node in ranked:
+    for score, node in ranked(run_dir, archive, [archive.nodes[i] for i in keys]):
         if len(members) == top:
             break
         try:
