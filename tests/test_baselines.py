@@ -1,5 +1,8 @@
 """The baseline task agents, with litellm talking to the real fake server."""
 
+import re
+import time
+
 import pytest
 
 from task_agent.baselines import proof_solver, proofautograder
@@ -19,40 +22,100 @@ def prompts(fake) -> list[str]:
 # -- ProofAutoGrader: parsing ------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("Checked.\n<points>6 out of 7</points>", 6),
-    ("<points>0 out of 7</points>", 0),
-    ("<POINTS>  7   OUT OF 7 </Points>", 7),
-    ("<points>\n3\nout of\n7\n</points>", 3),
-    ("<points>1 out of 7</points> then <points>7 out of 7</points>", 7),
-    ("<points>7 out of 7</points> on reflection <points>1 out of 7</points>", 1),
-    ("The solution deserves 7 out of 7.", None),
-    ("", None),
-    ("<points>8 out of 7</points>", None),
-    ("<points>-1 out of 7</points>", None),
-    ("<points>5 out of 7</points> final: <points>8 out of 7</points>", None),
-    ("<points>six out of 7</points>", None),
-    ("<points>5.5 out of 7</points>", None),
-    ("<points>5 out of 10</points>", None),
-    ("<points>5 out of 7", None),
-    ('{"points": 6}', 6),  # constrained decoding's shape (small local models)
+def reference_label(text: str) -> str:
+    """The HyperAgents reference's reading (baselines/imo_grading/proofautograder.py), written out
+    as the oracle: the first points block by a lazy dot-all regex, its first digit run, four values."""
+    block = re.search(r"<points>(.*?)</points>", text, re.DOTALL)
+    digits = re.search(r"\d+", block.group(1)) if block else None
+    try:
+        return {0: "incorrect", 1: "partial", 6: "almost", 7: "correct"}.get(int(digits.group()), "None")
+    except (AttributeError, ValueError):
+        return "None"
+
+
+# Every reply the earlier tests used, and the cases where the reference's reading is not the obvious one.
+REPLIES = [
+    ("Checked.\n<points>6 out of 7</points>", "almost"),
+    ("<points>0 out of 7</points>", "incorrect"),
+    ("Step 1 is fine.\n<points>7 out of 7</points>", "correct"),
+    ("Only the first lemma.\n<points>1 out of 7</points>", "partial"),
+    # the first block counts, not the last
+    ("<points>1 out of 7</points> then <points>7 out of 7</points>", "partial"),
+    ("<points>7 out of 7</points> on reflection <points>1 out of 7</points>", "correct"),
+    ("<points>5 out of 7</points> final: <points>8 out of 7</points>", "None"),
+    ("<points>out of</points> <points>7 out of 7</points>", "None"),  # a first block without digits
+    ("<points>draft <points>6 out of 7</points>", "almost"),  # the block runs to the first closing tag
+    # 2 to 5 are not on the reference's scale
+    ("<points>2 out of 7</points>", "None"),
+    ("<points>3 out of 7</points>", "None"),
+    ("<points>4 out of 7</points>", "None"),
+    ("<points>5 out of 7</points>", "None"),
+    ("<points>8 out of 7</points>", "None"),
+    ("<points>9 out of 7</points>", "None"),
+    # the first digit run inside the block, whatever surrounds it
+    ("<points>-1 out of 7</points>", "partial"),
+    ("<points>six out of 7</points>", "correct"),
+    ("<points>5.5 out of 7</points>", "None"),
+    ("<points>5 out of 10</points>", "None"),
+    ("<points>07 out of 7</points>", "correct"),
+    ("<points>6/7</points>", "almost"),
+    ("<points>Score: 1</points>", "partial"),
+    ("<points>\u0667 out of 7</points>", "correct"),  # an Arabic-Indic seven is a digit to \d
+    # whitespace anywhere, newlines included; tag names only in lower case
+    ("<points>\n3\nout of\n7\n</points>", "None"),
+    ("<points>  6\n out of 7 </points>", "almost"),
+    ("<points>\n\n0\n</points>", "incorrect"),
+    ("<POINTS>  7   OUT OF 7 </Points>", "None"),
+    ("<Points>6 out of 7</Points>", "None"),
+    ("<points>6 out of 7</POINTS>", "None"),
+    ("<points >6 out of 7</points>", "None"),
+    # no block at all
+    ("The solution deserves 7 out of 7.", "None"),
+    ("I would give it six points.", "None"),
+    ("", "None"),
+    ("<points>5 out of 7", "None"),
+    ('{"points": 6}', "None"),  # JSON counts only for a model under constrained decoding (below)
+    ("<points>" + "0" * 5000 + "7</points>", "None"),  # too many digits for int(): the reference fails too
+]
+
+
+@pytest.mark.parametrize("text, label", REPLIES)
+def test_replies_are_read_as_the_reference_reads_them(text, label):
+    assert reference_label(text) == label  # the table itself is the reference's reading
+    assert (points_to_label(parse_points(text)) or "None") == label
+
+
+@pytest.mark.parametrize("points, label", [
+    (0, "incorrect"), (1, "partial"), (6, "almost"), (7, "correct"),
+    (2, None), (3, None), (4, None), (5, None), (8, None), (-1, None), (None, None),
+])
+def test_points_to_label(points, label):
+    assert points_to_label(points) == label
+
+
+@pytest.mark.parametrize("text, points", [
+    ('{"points": 6}', 6),
     ('{"points": 0}', 0),
-    ('{"points": 8}', None),
+    ('{"points": 5}', 5),  # read, then invalid like a 5 in a tag
     ('{"points": "6"}', None),
     ('{"points": true}', None),
     ('{"score": 6}', None),
     ('[6]', None),
+    ("not json", None),
+    ("<points>7 out of 7</points>", 7),
+    ('{"points": 0, "why": "<points>7 out of 7</points>"}', 7),  # a points block: the reference's reading
+    ('{"points": 6, "why": "<points>none</points>"}', None),
 ])
-def test_parse_points(text, expected):
-    assert parse_points(text) == expected
+def test_a_constrained_model_is_read_by_its_json_only_without_a_points_block(text, points):
+    assert parse_points(text, constrained=True) == points
 
 
-@pytest.mark.parametrize("points, label", [
-    (0, "incorrect"), (1, "partial"), (2, "partial"), (3, "partial"), (4, "partial"),
-    (5, "almost"), (6, "almost"), (7, "correct"), (None, None),
-])
-def test_points_to_label(points, label):
-    assert points_to_label(points) == label
+def test_reading_is_linear_in_the_reply():
+    # A lazy regex search retries from every opening tag: quadratic on this reply; the reading is not.
+    hostile = "<points>" * 200_000 + " 7"
+    started = time.monotonic()
+    assert parse_points(hostile) is None and parse_points(hostile + "</points>") == 7
+    assert time.monotonic() - started < 2
 
 
 # -- ProofAutoGrader: through the fake server --------------------------------------------------
@@ -63,8 +126,10 @@ def test_points_to_label(points, label):
     ("A small slip in step 3.\n<points>6 out of 7</points>", "almost"),
     ("Only the first lemma.\n<points>1 out of 7</points>", "partial"),
     ("Nothing useful.\n<points>0 out of 7</points>", "incorrect"),
+    ("<points>7 out of 7</points>\nOn reflection, step 4 fails.\n<points>1 out of 7</points>", "correct"),
+    ("Good progress.\n<points>4 out of 7</points>", "None"),
     ("I would give it six points.", "None"),
-    ("<points>9 out of 7</points>", "None"),
+    ('{"points": 6}', "None"),
 ])
 def test_autograder_forward_returns_the_label(provider, tmp_path, reply, expected):
     provider.set_replies([reply])
@@ -78,24 +143,39 @@ def test_autograder_forward_returns_the_label(provider, tmp_path, reply, expecte
     assert reply in text and f"label: {expected}" in text
 
 
-def test_autograder_prompt_carries_all_inputs_and_the_precedence_rule(provider):
+def test_autograder_prompt_has_the_references_sections_in_its_order(provider):
     provider.set_replies(["<points>7 out of 7</points>"])
     proofautograder.TaskAgent(model=MODEL).forward(dict(GRADING_INPUTS, domain="imo_proof_grading"))
     (prompt,) = prompts(provider)
-    for value in ("PROBLEM-TEXT", "REFERENCE-TEXT", "GUIDELINES-TEXT", "STUDENT-TEXT"):
-        assert value in prompt
-    assert "Where they differ from the general rubric, follow the grading guidelines." in prompt
-    assert "<points>N out of 7</points>" in prompt
-    assert prompt.index("REFERENCE-TEXT") < prompt.index("GUIDELINES-TEXT") < prompt.index("STUDENT-TEXT")
+    assert "\n" not in prompt.split("## How points are awarded")[0].strip()  # one opening paragraph
+    order = ["## How points are awarded", "7 points (correct)", "6 points (almost correct)",
+             "1 point (partial progress)", "0 points (incorrect)", "## What you are given", "## How to grade",
+             "1. Study the references", "2. Check every step", "3. Measure the progress", "4. Decide the score",
+             "## How to answer", "<points>N out of 7</points>", "only the first points tag", "PROBLEM-TEXT",
+             "REFERENCE-TEXT", "GUIDELINES-TEXT", "STUDENT-TEXT", "<points>7 out of 7</points>",
+             "<points>6 out of 7</points>", "<points>1 out of 7</points>", "<points>0 out of 7</points>"]
+    places = [prompt.find(part) for part in order]
+    assert -1 not in places and places == sorted(places)
+    assert prompt.rstrip().endswith("<points>0 out of 7</points>")
+    assert "the guidelines decide" in prompt  # they take precedence over the general scale
+
+
+def test_autograder_answers_none_without_a_call_when_an_input_is_missing(provider, tmp_path):
+    inputs = {k: v for k, v in GRADING_INPUTS.items() if k != "grading_guidelines"}
+    transcript = tmp_path / "chat.md"
+    prediction, history = proofautograder.TaskAgent(model=MODEL, chat_history_file=str(transcript)).forward(inputs)
+    assert (prediction, history) == ("None", [])
+    assert provider.requests == [] and "missing inputs: grading_guidelines" in transcript.read_text()
 
 
 def test_autograder_asks_small_models_for_points_as_json(provider, monkeypatch):
-    provider.set_replies(['{"points": 6}'])
+    provider.set_replies(['{"points": 6}', '{"points": 5}'])
     monkeypatch.setenv("AGENT_STRUCTURED_MODELS", MODEL)  # what a run sets for its local models
-    prediction, _ = proofautograder.TaskAgent(model=MODEL).forward(GRADING_INPUTS)
-    assert prediction == "almost"
+    agent = proofautograder.TaskAgent(model=MODEL)
+    assert agent.forward(GRADING_INPUTS)[0] == "almost"
+    assert agent.forward(GRADING_INPUTS)[0] == "None"
     sent = provider.requests[-1]["json"]["response_format"]
-    assert sent["schema"]["properties"]["points"] == {"type": "integer", "minimum": 0, "maximum": 7}
+    assert sent["schema"]["properties"]["points"] == {"type": "integer", "enum": [0, 1, 6, 7]}
 
 
 def test_autograder_lets_strong_models_reason_to_the_tag(provider):

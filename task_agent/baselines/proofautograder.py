@@ -1,21 +1,28 @@
-"""ProofAutoGrader, the proof-grading baseline of IMO-Bench (Luong et al. 2025).
+"""ProofAutoGrader, the proof grader of IMO-Bench (Luong et al. 2025, arXiv 2511.01846), as the
+HyperAgents reference runs it (facebookresearch/HyperAgents, baselines/imo_grading/proofautograder.py).
 
-One model call: the grader sees the general IMO 7-point rubric, the problem, a reference
-solution, the problem-specific grading guidelines and the proposed solution, verifies the
-proposed solution step by step, and ends with `<points>N out of 7</points>`.
+IMO-Bench's own repository (google-deepmind/superhuman, imobench/) publishes the data sets, not
+the grader; the reference carries its prompt, and two unmerged pull requests to IMO-Bench's
+repository (#3, #7) transcribe the same one. Here the prompt is reworded, with the reference's
+sections in the reference's order: who grades and how strictly, the 0/1/6/7 scale and what each
+score excludes, the four inputs and how to read them, four grading steps, the answer format,
+the four inputs, then a request for the reasoning and one of the four score tags.
 
-The grading domains score four labels, not points, so the points are bucketed:
+One model call. The reply is read exactly as the reference reads it:
 
-    7    -> "correct"    complete and rigorous
-    5-6  -> "almost"     the rubric's 6; a 5 is still much nearer "minor errors" than
-                         "substantial progress"
-    1-4  -> "partial"    the rubric's 1; 2-4 mean more progress, but still not a proof
-    0    -> "incorrect"  no substantial progress
+- the first `<points>` ... `</points>` block (tag names in lower case, the block may span
+  lines, and it ends at the first closing tag after the opening one); a later block never counts;
+- inside it, the first run of digits (Python's `\\d`, so any script's decimal digits), as an integer:
+  "-1 out of 7" reads as 1, "six out of 7" as 7, "5.5" as 5, "07" as 7;
+- 0 -> "incorrect", 1 -> "partial", 6 -> "almost", 7 -> "correct"; any other number (2-5 among
+  them), a block without digits or no block is an invalid prediction, "None".
 
-The rubric only names 7, 6, 1 and 0, but models do answer with the other values; each
-is put in the label whose rubric description it is closest to, rather than dropped.
-A reply without a well-formed points tag is an invalid prediction ("None"), not a guess.
-Small local models, which answer under constrained decoding, reply `{"points": N}` instead.
+A row without one of the four inputs is "None" without a call, as the reference answers it.
+
+One addition: a model that the run decodes under a JSON schema (its small local models, see
+`agent.llm.needs_constrained_decoding`) cannot write the tag; it answers `{"points": N}` with N
+one of 0, 1, 6, 7, read with the same map. That reading applies only to such a model and only
+when its reply has no `<points>` block, i.e. where the reference would call every reply invalid.
 """
 
 from __future__ import annotations
@@ -24,77 +31,110 @@ import json
 import re
 
 from agent.base_agent import AgentSystem
-from agent.llm import get_response
+from agent.llm import get_response, needs_constrained_decoding
 
 DOMAINS = ("imo_grading", "imo_proof_grading")
+INPUTS = ("problem", "solution", "grading_guidelines", "student_answer")
+LABELS = {0: "incorrect", 1: "partial", 6: "almost", 7: "correct"}  # the reference's only valid scores
 
-# A signed integer is still "well formed" so that an out-of-range final answer (8, -1)
-# invalidates the prediction instead of letting an earlier tag win.
-_POINTS = re.compile(r"<points>\s*([+-]?\d+)\s+out\s+of\s+7\s*</points>", re.I)
+OPEN, CLOSE = "<points>", "</points>"
+_DIGITS = re.compile(r"\d+")
 
-
-# The answer's shape for models that only answer well under constrained decoding (small local
-# ones, see agent/llm.py): they reply with this JSON object instead of reasoning to a tag.
-POINTS_SCHEMA = {"type": "object", "properties": {"points": {"type": "integer", "minimum": 0, "maximum": 7}},
+# The answer's shape for a model under constrained decoding: it cannot reason to the tag, so it
+# picks one of the four scores the prompt offers.
+POINTS_SCHEMA = {"type": "object", "properties": {"points": {"type": "integer", "enum": sorted(LABELS)}},
                  "required": ["points"]}
 
 
-def parse_points(text: str) -> int | None:
-    """Points in the last well-formed `<points>N out of 7</points>` tag, or in a bare
-    `{"points": N}` reply (constrained decoding); None if absent or not in 0..7."""
-    found = _POINTS.findall(text or "")
-    if found:
-        points = int(found[-1])
-    else:
-        try:
-            reply = json.loads(text or "")
-            points = reply["points"] if isinstance(reply, dict) and type(reply.get("points")) is int else None
-        except ValueError:
-            points = None
-    return points if points is not None and 0 <= points <= 7 else None
+def points_block(text: str) -> str | None:
+    """What lies between the first `<points>` and the first `</points>` after it; None without both.
+
+    The same as a lazy, dot-matches-newline regex search for the pair, in linear time: when the
+    first opening tag has no closing tag after it, no later opening tag has one either."""
+    start = text.find(OPEN)
+    if start < 0:
+        return None
+    end = text.find(CLOSE, start + len(OPEN))
+    return None if end < 0 else text[start + len(OPEN):end]
+
+
+def read_points(text: str) -> int | None:
+    """The number the reference reads from a reply: the first digit run of the first points block."""
+    block = points_block(text or "")
+    found = _DIGITS.search(block) if block is not None else None
+    if found is None:
+        return None
+    try:
+        return int(found.group())
+    except ValueError:  # more digits than int() takes: the reference's own error, an invalid answer
+        return None
+
+
+def read_json_points(text: str) -> int | None:
+    """N of a reply that is the JSON object `{"points": N}` with N an integer; else None."""
+    try:
+        reply = json.loads(text or "")
+    except ValueError:
+        return None
+    points = reply.get("points") if isinstance(reply, dict) else None
+    return points if type(points) is int else None
 
 
 def points_to_label(points: int | None) -> str | None:
-    """The grading label for a 0..7 score (see the module docstring for why these buckets)."""
-    if points is None:
-        return None
-    if points == 7:
-        return "correct"
-    if points >= 5:
-        return "almost"
-    if points >= 1:
-        return "partial"
-    return "incorrect"
+    return LABELS.get(points) if points is not None else None
+
+
+def parse_points(text: str, constrained: bool = False) -> int | None:
+    """The points of a reply: the reference's reading, or for a `constrained` model whose reply
+    has no points block, its JSON answer."""
+    if constrained and points_block(text or "") is None:
+        return read_json_points(text)
+    return read_points(text)
 
 
 def grading_prompt(inputs: dict) -> str:
-    return f"""You are grading a proposed solution to an International Mathematical Olympiad problem.
+    return f"""You are grading a proposed solution to a problem from the International Mathematical Olympiad. Grade it the way an IMO coordinator would: strictly, holding it to the competition's very high bar, so that credit goes only to reasoning that is sound, complete and exact.
 
-# General rubric (IMO 7-point scale)
-- 7 points: the solution is complete and rigorous.
-- 6 points: the solution is almost complete; it has only minor errors or omissions that are easily fixed.
-- 1 point: the solution makes substantial progress, as defined by the grading guidelines below, but is far from complete.
-- 0 points: anything else, including a correct answer without a valid justification.
+## How points are awarded
+The scale runs from 0 to 7 points, and four scores on it are used:
+- 7 points (correct): a complete, fully rigorous solution without errors. Abandoned attempts or wrong turns earlier in the text cost nothing as long as the solution finally given is complete and correct.
+- 6 points (almost correct): the central argument is sound and only small slips remain, such as a computational mistake or a minor gap in the logic. A solution that leaves a major part unproved, asserts claims it does not justify or only sketches an argument does not qualify.
+- 1 point (partial progress): the solution reaches substantial progress of a kind that the grading guidelines name explicitly. First observations, a restatement of the problem that gets no further, and partial results the guidelines do not name normally do not qualify.
+- 0 points (incorrect): the solution makes no substantial progress on a key step of a full solution, or its approach is flawed at the root. Progress that lacks the key results, or lacks rigor, also gets 0.
 
-The grading guidelines below are written for this specific problem. Where they differ from the general rubric, follow the grading guidelines.
+## What you are given
+1. The problem: the olympiad problem itself.
+2. A reference solution: take it to be correct; it shows one valid way to solve the problem, not the only one.
+3. Grading guidelines for this problem: what earns credit here. Where they and the scale above disagree, above all on partial credit, the guidelines decide.
+4. The proposed solution: the submission you grade.
 
-# Problem
-{inputs.get("problem", "")}
+## How to grade
+Work through these four steps in order:
+1. Study the references: read the problem and the reference solution closely and go through the grading guidelines; work out which steps a complete solution needs and what earns partial credit.
+2. Check every step: test every step the proposed solution takes for validity and rigor, and note every flaw, gap, unstated assumption and error. Follow the logic of each step until you understand all of it, and be wary of a solution that only looks correct.
+3. Measure the progress: decide how much non-trivial progress the solution makes.
+4. Decide the score: hold what you found against the grading guidelines and the scale above, and settle on the final score.
 
-# Reference solution
-{inputs.get("solution", "")}
+## How to answer
+Give the final score as <points>N out of 7</points>. Write that tag a single time in your whole answer: only the first points tag in the answer is read.
 
-# Grading guidelines
-{inputs.get("grading_guidelines", "")}
+**PROBLEM**
+{inputs['problem']}
 
-# Proposed solution
-{inputs.get("student_answer", "")}
+**REFERENCE SOLUTION**
+{inputs['solution']}
 
-# Your task
-Verify the proposed solution step by step. For each step, decide whether it is correct and fully justified; note every error, gap and unproved claim, and how much it matters. The proposed solution may take a different route from the reference solution; judge it on its own merits. Then compare what it achieves with the grading guidelines and the rubric.
+**GRADING GUIDELINES FOR THIS PROBLEM**
+{inputs['grading_guidelines']}
 
-Finish with exactly one final line in this form, where N is an integer from 0 to 7:
-<points>N out of 7</points>
+**PROPOSED SOLUTION**
+{inputs['student_answer']}
+
+Set out your reasoning in detail and justify the score by the scale and the grading guidelines; then end with your final score, written as exactly one of these four:
+<points>7 out of 7</points>
+<points>6 out of 7</points>
+<points>1 out of 7</points>
+<points>0 out of 7</points>
 """
 
 
@@ -104,12 +144,16 @@ class TaskAgent(AgentSystem):
         if domain not in DOMAINS:
             # Grading another domain's inputs would only produce garbage labels; fail loudly.
             raise ValueError(f"proofautograder grades {', '.join(DOMAINS)}, not domain {domain!r}")
+        missing = [key for key in INPUTS if key not in inputs]
+        if missing:
+            self.log(f"## prediction\n\nmissing inputs: {', '.join(missing)}\nlabel: None")
+            return "None", []
         messages = [{"role": "user", "content": grading_prompt(inputs)}]
         reply = get_response(messages, model=self.model, schema=POINTS_SCHEMA)
         history = messages + [{"role": "assistant", "content": reply.text}]
         self.log_messages(history)
 
-        points = parse_points(reply.text)
+        points = parse_points(reply.text, constrained=needs_constrained_decoding(self.model))
         label = points_to_label(points)
         prediction = label if label is not None else "None"  # "None" marks an invalid prediction
         self.log(f"## prediction\n\npoints: {points}\nlabel: {prediction}")
