@@ -4,6 +4,9 @@
     setup_proofgrader_repo --generate_dir outputs/RUN   # from the best grader of an imo_grading run
     pip install -e ./proofgrader_repo
 
+Which node of a run is the best grader: `--choose paper` (the default), the HyperAgents
+reference's rule, or `--choose full_eval`; archive/grader_choice.py has both and why they differ.
+
 The package holds the grader's code only, `agent/` and `task_agent/` moved under the
 `proofgrader.` namespace, and the packaging files of `proofgrader_template/`. Before it
 is put in place, two checks run on the built copy: it imports, in a sandbox, with the project's own
@@ -16,7 +19,6 @@ setup.py or edit pyproject.toml of the package that `pip install` later runs on 
 from __future__ import annotations
 
 import argparse
-import functools
 import hashlib
 import json
 import os
@@ -30,6 +32,8 @@ from importlib import metadata
 from pathlib import Path
 from string import Template
 
+from archive import grader_choice
+from archive.grader_choice import GRADING_DOMAIN
 from services.config import PROJECT_ROOT, Config, load_config
 from services.errors import UserError, exit_on_user_error
 from services.fsutil import read_bounded
@@ -38,8 +42,6 @@ from services.startup import choose_run_models
 TEMPLATE = PROJECT_ROOT / "proofgrader_template"
 PACKAGED = ("agent", "task_agent")  # the grader's code; the meta agent and the rest stay behind
 RESOURCES = {".py", ".txt", ".md", ".json", ".yaml", ".yml"}  # files an agent may read at run time
-GRADING_DOMAIN = "imo_grading"
-TOP_N = 3
 LEAK_SNIPPET = 80  # letters and digits from the middle of a data set answer that must not appear in the package
 
 _FROM_IMPORT = re.compile(r"^(\s*)from\s+(agent|task_agent)((?:\.\w+)*)\s+import\b", re.M)
@@ -72,14 +74,6 @@ class Grader:
     provenance: dict = field(default_factory=dict)
 
 
-@dataclass
-class Candidate:
-    node_id: str
-    generation: int
-    commit: str
-    scores: dict  # split -> that split's report
-
-
 def namespace_imports(source: str) -> str:
     """Rewrite `agent`/`task_agent` imports to `proofgrader.agent`/`proofgrader.task_agent`."""
     source = _FROM_IMPORT.sub(r"\1from proofgrader.\2\3 import", source)
@@ -94,61 +88,7 @@ def namespace_imports(source: str) -> str:
     return _IMPORT.sub(plain, source)
 
 
-# -- choosing the node --------------------------------------------------------------------
-@functools.cache
-def selection_split() -> str:
-    """The split graders are ranked on: the one parent selection of the grading domain scores on."""
-    from domains.registry import get_domain
-
-    return get_domain(GRADING_DOMAIN).selection_split
-
-
-def grader_candidates(run_dir: Path) -> list[Candidate]:
-    """Nodes of a run that finished the full imo_grading evaluation, with their split reports."""
-    from archive.records import Status
-    from archive.store import Archive
-    from archive.eval_store import EvalStore
-
-    evals, split = EvalStore(run_dir), selection_split()
-    found = []
-    for node in Archive(run_dir).ordered():
-        keys = node.eval_keys.get(GRADING_DOMAIN, {})
-        if node.status != Status.OK or not node.full_eval.get(GRADING_DOMAIN) or split not in keys:
-            continue
-        scores = {}
-        for name, key in keys.items():
-            report = evals.report(key)
-            if report is not None:
-                scores[name] = report
-        if split in scores:
-            found.append(Candidate(node.node_id, node.generation, node.commit, scores))
-    return found
-
-
-def rank_key(c: Candidate) -> tuple:
-    """Lowest normalized MAE on the selection split, then highest accuracy there, then the earlier node."""
-    ranked = c.scores[selection_split()]
-    return ranked["normalized_mean_absolute_error"], -ranked["overall_accuracy"], c.generation, c.node_id
-
-
-def choose_grader(candidates: list[Candidate]) -> Candidate:
-    return min(candidates, key=rank_key)
-
-
-def ranking_lines(candidates: list[Candidate]) -> list[str]:
-    split = selection_split()
-
-    def row(c: Candidate) -> str:
-        ranked = c.scores[split]
-        return (f"  node {c.node_id:>8} (generation {c.generation}): {split} normalized MAE "
-                f"{ranked['normalized_mean_absolute_error']:.3f}, {split} accuracy {ranked['overall_accuracy']:.3f}")
-
-    by_mae = sorted(candidates, key=rank_key)[:TOP_N]
-    by_acc = sorted(candidates, key=lambda c: (-c.scores[split]["overall_accuracy"], rank_key(c)))[:TOP_N]
-    return [f"top {len(by_mae)} by {split} normalized MAE (lower is better):", *map(row, by_mae),
-            f"top {len(by_acc)} by {split} accuracy:", *map(row, by_acc)]
-
-
+# -- where the grader comes from ------------------------------------------------------------
 def read_run_record(run_dir: Path):
     """run.json of the run folder `run_dir`, checked; a one-line UserError when it is not one the loop wrote."""
     from archive.records import RunRecord
@@ -169,19 +109,23 @@ def read_run_record(run_dir: Path):
         raise UserError(f"{where}: not a run folder ({saved}: {e})") from None
 
 
-def from_run(run_dir: Path, scratch: Path) -> Grader:
+def from_run(run_dir: Path, scratch: Path, choice: str = "paper") -> Grader:
     from services.workspace import RunRepo
 
     record = read_run_record(run_dir)
     if GRADING_DOMAIN not in record.domains:
         raise UserError(f"--generate_dir {run_dir}: the run did not optimize {GRADING_DOMAIN} "
                         f"(its domains: {', '.join(record.domains)})")
-    candidates = grader_candidates(run_dir)
-    if not candidates:
-        raise UserError(f"--generate_dir {run_dir}: no node finished the full {GRADING_DOMAIN} evaluation "
-                        f"with a {selection_split()} score yet; resume the run or pass --proofautograder")
-    print("\n".join(ranking_lines(candidates)))
-    best = choose_grader(candidates)
+    candidates = grader_choice.collect(run_dir)
+    best = grader_choice.choose(candidates, choice)
+    if best is None:
+        split = grader_choice.selection_split()
+        which = ("no node has" if choice == "paper" else
+                 f"no node finished the full {GRADING_DOMAIN} evaluation with")
+        raise UserError(f"--generate_dir {run_dir}: {which} a {split} normalized MAE yet; "
+                        "resume the run or pass --proofautograder")
+    print("\n".join(grader_choice.ranking_lines(candidates, choice)))
+    print(f"chosen: node {best.node_id}, by {grader_choice.describe(choice)} (--choose {choice})")
     RunRepo(run_dir / "repo").export(best.commit, scratch)
     config = Config.from_dict(record.config)
     model = config.resolve_model("task")
@@ -190,7 +134,7 @@ def from_run(run_dir: Path, scratch: Path) -> Grader:
     origin = f"node {best.node_id} (generation {best.generation}) of the run {run_dir}, commit {best.commit[:12]}"
     return Grader(scratch, f"evolved grader, node {best.node_id} of {run_dir.name}", origin, model, scores,
                   {"source": "run", "run_dir": str(run_dir), "node_id": best.node_id, "generation": best.generation,
-                   "commit": best.commit})
+                   "commit": best.commit, "chosen_by": choice})
 
 
 def proofautograder(model: str | None, scratch: Path) -> Grader:
@@ -203,7 +147,8 @@ def proofautograder(model: str | None, scratch: Path) -> Grader:
         config = load_config()
         choose_run_models(config)
         model = config.resolve_model("grader")
-    origin = f"the ProofAutoGrader baseline of IMO-Bench, as written in hyperagents-imo {_framework_version()}"
+    origin = ("IMO-Bench's ProofAutoGrader as the HyperAgents reference runs it (its prompt reworded, its reading "
+              f"of the reply kept: task_agent/baselines/proofautograder.py) in hyperagents-imo {_framework_version()}")
     return Grader(scratch, "ProofAutoGrader baseline", origin, model, {}, {"source": "proofautograder"})
 
 
@@ -373,6 +318,10 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--force", action="store_true", help="replace an existing --dst")
     ap.add_argument("--model", default=None,
                     help="--proofautograder only: its default model (default: the config's grader model)")
+    ap.add_argument("--choose", choices=grader_choice.CHOICES, default=None,
+                    help="--generate_dir only: which node is the best grader; paper (the default): the lowest val "
+                         "normalized MAE of any node, ties to the earlier; full_eval: among nodes that finished the "
+                         "full evaluation, ties to the higher val accuracy")
     return ap
 
 
@@ -380,9 +329,11 @@ def main(argv=None) -> None:
     args = build_parser().parse_args(argv)
     if args.model and not args.proofautograder:
         raise UserError("--model goes with --proofautograder; a run's grader keeps the model it was evaluated with")
+    if args.choose and not args.generate_dir:
+        raise UserError("--choose goes with --generate_dir: it picks a node of the run")
     with tempfile.TemporaryDirectory(prefix="proofgrader-src-") as scratch:
         grader = (proofautograder(args.model, Path(scratch)) if args.proofautograder
-                  else from_run(Path(args.generate_dir).resolve(), Path(scratch)))
+                  else from_run(Path(args.generate_dir).resolve(), Path(scratch), args.choose or "paper"))
         dst = build(grader, Path(args.dst), args.force)
     print(f"built {dst} from {grader.origin}; default model {grader.model}")
     print(f"install it with: pip install -e {args.dst}")

@@ -11,7 +11,8 @@ from pathlib import Path
 
 from conftest import REPO_ROOT, cli_env
 
-from setup_proofgrader_repo import Candidate, choose_grader, namespace_imports
+from archive.grader_choice import Candidate, choose, ranking_lines
+from setup_proofgrader_repo import namespace_imports
 
 GRADING_INPUTS = {"problem": "Show that 1 + 1 = 2.", "solution": "By definition.",
                   "grading_guidelines": "Full marks for citing the definition.", "student_answer": "It is so."}
@@ -103,15 +104,41 @@ def test_an_existing_destination_is_kept_unless_forced(tmp_path):
 
 
 # -- choosing the node of a run -------------------------------------------------------------
-def candidate(node_id, mae, acc, generation=1):
+def candidate(node_id, mae, acc, position=1, full=True, status="ok"):
     report = {"normalized_mean_absolute_error": mae, "overall_accuracy": acc}
-    return Candidate(node_id, generation, "0" * 40, {"val": report})
+    return Candidate(node_id, position, "0" * 40, {"val": report}, position, status, full)
 
 
-def test_lowest_val_mae_wins_and_ties_go_to_higher_accuracy_then_the_earlier_node():
-    assert choose_grader([candidate("a", 0.30, 0.5), candidate("b", 0.20, 0.4)]).node_id == "b"
-    assert choose_grader([candidate("a", 0.20, 0.4), candidate("b", 0.20, 0.6)]).node_id == "b"
-    assert choose_grader([candidate("b", 0.20, 0.6, 3), candidate("a", 0.20, 0.6, 2)]).node_id == "a"
+def picked(choice, *candidates):
+    return choose(list(candidates), choice).node_id
+
+
+def test_full_eval_takes_the_lowest_val_mae_then_higher_accuracy_then_the_earlier_node():
+    assert picked("full_eval", candidate("a", 0.30, 0.5), candidate("b", 0.20, 0.4)) == "b"
+    assert picked("full_eval", candidate("a", 0.20, 0.4, 1), candidate("b", 0.20, 0.6, 2)) == "b"
+    assert picked("full_eval", candidate("b", 0.20, 0.6, 3), candidate("a", 0.20, 0.6, 2)) == "a"
+    assert picked("full_eval", candidate("a", 0.20, None, 1), candidate("b", 0.20, 0.1, 2)) == "b"
+
+
+def test_paper_takes_the_lowest_val_mae_then_the_earlier_node_of_any_status():
+    assert picked("paper", candidate("a", 0.30, 0.9), candidate("b", 0.20, 0.1)) == "b"
+    assert picked("paper", candidate("a", 0.20, 0.4, 1), candidate("b", 0.20, 0.6, 2)) == "a"  # accuracy ignored
+    assert picked("paper", candidate("b", 0.20, 0.6, 3), candidate("a", 0.20, 0.6, 2)) == "a"
+    # the reference ranks every node with a val report, screened only or not ok
+    assert picked("paper", candidate("a", 0.2, 0.5, 1), candidate("b", 0.1, 0.5, 2, full=False)) == "b"
+    assert picked("paper", candidate("a", 0.2, 0.5, 1), candidate("b", 0.1, 0.5, 2, status="eval_failed")) == "b"
+    assert picked("full_eval", candidate("a", 0.2, 0.5, 1), candidate("b", 0.1, 0.5, 2, full=False),
+                  candidate("c", 0.1, 0.5, 3, status="eval_failed")) == "a"
+    assert choose([candidate("b", 0.1, 0.5, 2, full=False)], "full_eval") is None
+
+
+def test_the_printed_ranking_follows_the_rule():
+    nodes = [candidate("a", 0.2, 0.4, 1), candidate("b", 0.2, 0.6, 2), candidate("c", 0.1, 0.6, 3)]
+    paper, full = ranking_lines(nodes, "paper"), ranking_lines(nodes, "full_eval")
+    assert [line.split()[1] for line in paper[1:4]] == ["c", "a", "b"]
+    assert [line.split()[1] for line in paper[5:8]] == ["b", "c", "a"]  # equal accuracy: archive order
+    assert [line.split()[1] for line in full[1:4]] == ["c", "b", "a"]
+    assert [line.split()[1] for line in full[5:8]] == ["c", "b", "a"]  # equal accuracy: lower MAE first
 
 
 class SyntheticRun:
@@ -160,7 +187,7 @@ def test_generate_dir_packages_the_chosen_nodes_code(tmp_path):
     run.node("3", (0.10, 0.40))  # same MAE, lower accuracy
     run.node("4", (0.01, 0.99), full=False)  # only staged: not a candidate
     run.node("5", (0.00, 1.00), status="eval_failed")
-    r = setup_repo("--generate_dir", str(run.dir), cwd=tmp_path)
+    r = setup_repo("--generate_dir", str(run.dir), "--choose", "full_eval", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     top_mae = r.stdout.split("top")[1].splitlines()[1:4]
     assert [line.split()[1] for line in top_mae] == ["2", "3", "1"]
@@ -170,20 +197,53 @@ def test_generate_dir_packages_the_chosen_nodes_code(tmp_path):
     assert "# node 2" in (package / "task_agent" / "task_agent.py").read_text()
     provenance = json.loads((package / "provenance.json").read_text())
     assert provenance["node_id"] == "2" and provenance["model"] == "openai/fake-task"
+    assert provenance["chosen_by"] == "full_eval" and "chosen: node 2, by the full_eval rule" in r.stdout
     assert provenance["scores"]["test"]["normalized_mean_absolute_error"] == 0.12
     readme = (tmp_path / "proofgrader_repo" / "README.md").read_text()
     assert "| val | 0.500 | 0.100 |" in readme and "| test | 0.480 | 0.120 |" in readme
     assert not (package.parent / "meta_agent").exists() and not list(package.rglob("*.csv"))
 
 
+def test_the_paper_rule_and_full_eval_pick_different_nodes_of_one_run(tmp_path):
+    run = SyntheticRun(tmp_path)
+    run.node("1", (0.10, 0.40))  # the earliest of the lowest MAE: the paper's
+    run.node("2", (0.10, 0.60))  # same MAE, more accurate: full_eval's
+    run.node("3", (float("nan"), 1.00))  # no MAE to rank: neither rule's
+    run.node("4", (0.30, 0.90))
+    chosen = {}
+    for choice in (None, "paper", "full_eval"):
+        dst = tmp_path / f"pkg-{choice}"
+        r = setup_repo("--generate_dir", str(run.dir), "--dst", str(dst), *(["--choose", choice] if choice else []),
+                       cwd=tmp_path)
+        assert r.returncode == 0, r.stderr
+        provenance = json.loads((dst / "proofgrader" / "provenance.json").read_text())
+        code = (dst / "proofgrader" / "task_agent" / "task_agent.py").read_text()
+        assert f"# node {provenance['node_id']}\n" in code
+        chosen[choice] = (provenance["node_id"], provenance["chosen_by"])
+        top_mae = r.stdout.split("top")[1].splitlines()[1:4]
+        assert "3" not in [line.split()[1] for line in top_mae]
+    assert chosen == {None: ("1", "paper"), "paper": ("1", "paper"), "full_eval": ("2", "full_eval")}
+
+
 def test_generate_dir_refuses_a_run_without_a_fully_evaluated_node(tmp_path):
     run = SyntheticRun(tmp_path)
     run.node("1", (0.1, 0.9), full=False)
-    r = setup_repo("--generate_dir", str(run.dir), cwd=tmp_path)
-    assert r.returncode == 2 and "no node finished the full imo_grading evaluation" in r.stderr
-    assert len(r.stderr.strip().splitlines()) == 1 and not (tmp_path / "proofgrader_repo").exists()
+    for choice, why in (("paper", "no node has a val normalized MAE"),
+                        ("full_eval", "no node finished the full imo_grading evaluation with a val normalized MAE")):
+        r = setup_repo("--generate_dir", str(run.dir), "--choose", choice, cwd=tmp_path)
+        assert r.returncode == 2 and why in r.stderr, r.stderr
+        assert len(r.stderr.strip().splitlines()) == 1 and not (tmp_path / "proofgrader_repo").exists()
     r = setup_repo("--generate_dir", str(tmp_path), cwd=tmp_path)
     assert r.returncode == 2 and "not a run folder" in r.stderr
+
+
+def test_choose_goes_with_generate_dir_only(tmp_path):
+    r = setup_repo("--proofautograder", "--choose", "paper", cwd=tmp_path)
+    assert r.returncode == 2 and r.stderr.strip().splitlines() == [
+        "error: --choose goes with --generate_dir: it picks a node of the run"]
+    r = setup_repo("--generate_dir", str(tmp_path), "--choose", "best", cwd=tmp_path)
+    assert r.returncode == 2 and "invalid choice: 'best'" in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "proofgrader_repo").exists()
 
 
 def test_a_grader_that_carries_grading_data_or_reaches_outside_is_refused(tmp_path):
