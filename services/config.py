@@ -39,6 +39,7 @@ class GatewayConfig:
     host: str = "127.0.0.1"  # loopback only: the gateway holds the provider keys
     port: int = 0  # 0 = any free port, chosen per run
     max_retries: int = 5  # retries of transient provider errors (429, 5xx, timeouts)
+    breaker_failures: int = 5  # provider failures in a row (each after its retries) that stop the run, if a probe call fails too
     backoff_base_s: float = 1.0  # first retry delay; doubles each time, with full jitter
     backoff_max_s: float = 30.0  # cap of one retry delay
     request_timeout_s: float = 900.0  # one provider call; reasoning models can be slow
@@ -234,6 +235,7 @@ def _rules() -> dict:
     return {
         "gateway.port": (lambda v: 0 <= v <= 65535, "a port number from 0 to 65535"),
         "gateway.max_retries": _at_least(0),
+        "gateway.breaker_failures": POSITIVE_INT,
         "gateway.backoff_base_s": _at_least(0),
         "gateway.backoff_max_s": _at_least(0),
         "gateway.request_timeout_s": _above(0),

@@ -13,6 +13,25 @@ class Terminated(BaseException):
     """SIGTERM, raised in the main thread so every `finally` (sandboxes, gateway) still runs."""
 
 
+EXIT_PROVIDER_DOWN = 75  # EX_TEMPFAIL: the run stopped for a provider's failure; the same command may go on later
+
+
+class ProviderDown(BaseException):
+    """The gateway's breaker tripped: a provider (or the local model server) failed, so no call
+    gets through. A BaseException, as Ctrl-C is: no handler of an agent's failure catches it, so
+    nothing in flight is recorded as the agent's doing, and a resume redoes it."""
+
+    def __init__(self, reason: str, folder=None):
+        super().__init__(reason)
+        self.reason = reason
+        self.folder = folder  # the run folder to resume (the gateway's ledger is there), or None
+
+    def line(self) -> str:
+        """The one line a command ends with."""
+        resume = f"resume with --resume_from {self.folder}" if self.folder else "run the same command again"
+        return f"{self.reason}; nothing was recorded from the failed rows; {resume}"
+
+
 _stop_signal: BaseException | None = None  # what the last Ctrl-C or SIGTERM raised
 
 
@@ -40,8 +59,9 @@ def stop_was_caught(error: BaseException) -> None:
 
 
 def exit_on_user_error(main):
-    """Run `main()`; a UserError becomes one line on stderr and exit code 2, Ctrl-C exit 130,
-    SIGTERM exit 143, each after the cleanup of whatever was open."""
+    """Run `main()`; a UserError becomes one line on stderr and exit code 2, a provider's outage
+    (ProviderDown) one line and exit 75, Ctrl-C exit 130, SIGTERM exit 143, each after the cleanup
+    of whatever was open."""
     signal.signal(signal.SIGTERM, _raise_stop)
     signal.signal(signal.SIGINT, _raise_stop)
     try:
@@ -49,6 +69,9 @@ def exit_on_user_error(main):
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         raise SystemExit(2)
+    except ProviderDown as e:
+        print(f"stopped: {e.line()}", file=sys.stderr)
+        raise SystemExit(EXIT_PROVIDER_DOWN)
     except (KeyboardInterrupt, Terminated) as e:
         stop_was_caught(e)
         print("interrupted: progress so far is saved; rerun with --resume_from to continue", file=sys.stderr)

@@ -8,6 +8,7 @@ import threading
 import time
 
 import litellm
+import openai
 import pytest
 from conftest import REPO_ROOT
 
@@ -378,3 +379,126 @@ def test_a_body_that_is_not_a_json_object_is_a_400_also_under_python_O(tmp_path)
     assert r.returncode == 0, r.stderr[-2000:]
     answers = json.loads(r.stdout.strip().splitlines()[-1])
     assert answers == [[400, "request body is not a JSON object"]] * 5
+
+
+def refused(gw, key, content="hello"):
+    """The error a call that must fail raises (litellm's class for its status)."""
+    with pytest.raises(openai.OpenAIError) as err:
+        call(gw, key, content)
+    return err.value
+
+
+def breaker_state(gw, key):
+    from services.errors import ProviderDown
+
+    try:
+        gw.check_breaker()
+    except ProviderDown as e:
+        return e.reason, gw.provider_failures(key)
+    return None, gw.provider_failures(key)
+
+
+def test_provider_failures_in_a_row_trip_the_breaker_and_one_answer_resets_the_count(gateway_factory, fake_openai):
+    gw = gateway_factory(max_retries=1, breaker_failures=3)
+    key = gw.new_session("n", "task")
+    # Two failures (each after its retry), an answer, two more: never three in a row.
+    for faults in (["500", "503"], ["429", "500"], [], ["500", "500"], ["503", "500"]):
+        fake_openai.add_faults(faults)
+        if faults:
+            refused(gw, key)
+        else:
+            call(gw, key)
+    assert breaker_state(gw, key) == (None, 4) and len(fake_openai.requests) == 9
+    # The third in a row makes the gateway probe the provider itself; the probe fails too: tripped.
+    fake_openai.add_faults(["disconnect", "500"] + ["500", "500"])
+    failed = refused(gw, key, "row 7")
+    assert failed.status_code == 500 and "provider call for openai/fake failed" in str(failed)
+    reason, failures = breaker_state(gw, key)
+    assert reason.startswith("provider for openai/fake failed 3 times in a row: InternalServerError") and failures == 5
+    assert "\n" not in reason
+    probes = [r for r in gw.ledger.calls() if r["role"] == "probe"]
+    assert len(probes) == 1 and probes[0]["error"] and len(fake_openai.requests) == 9 + 2 + 2
+    # From now on every call of every session is refused at once, with an error of its own.
+    asked = len(fake_openai.requests)
+    other = gw.new_session("m", "meta")
+    error = refused(gw, other)
+    assert error.status_code == 503 and "calls no provider any more: provider for openai/fake" in str(error)
+    assert len(fake_openai.requests) == asked and breaker_state(gw, other)[1] == 1
+    assert gw.ledger.calls()[-1]["error"].startswith("refused: 503")
+
+
+def test_the_breaker_trips_only_when_the_gateways_own_probe_fails_too(gateway_factory, fake_openai):
+    # Agent code can make its own calls fail (replies too long for the timeout, say); the probe is
+    # the gateway's: answered, the provider is up, the count starts again and calls go on.
+    gw = gateway_factory(max_retries=0, breaker_failures=2)
+    key = gw.new_session("n", "task")
+    fake_openai.add_faults(["500", "500"])
+    for _ in range(2):
+        refused(gw, key)
+    assert breaker_state(gw, key) == (None, 2)
+    [probe] = [r for r in gw.ledger.calls() if r["role"] == "probe"]
+    assert probe["error"] is None and probe["node"] == "probe"
+    fake_openai.add_faults(["500"])
+    refused(gw, key)
+    assert breaker_state(gw, key)[0] is None  # one failure after the probe: the count started again
+    assert call(gw, key).choices[0].message.content == "This is a fake reply."
+
+
+def test_a_request_the_provider_refuses_is_not_a_provider_failure(gateway_factory, fake_openai, monkeypatch):
+    import services.gateway.core as gateway_module
+
+    def refusing_provider(**kwargs):  # the request's own fault: too long a prompt, say
+        raise litellm.BadRequestError(message="maximum context length exceeded", model="fake", llm_provider="openai")
+
+    class Shim:
+        def __getattr__(self, name):
+            return refusing_provider if name == "completion" else getattr(litellm, name)
+
+    gw = gateway_factory(max_retries=0, breaker_failures=1)
+    key = gw.new_session("n", "task")
+    monkeypatch.setattr(gateway_module, "_litellm", lambda: Shim())
+    for _ in range(3):
+        with pytest.raises(litellm.BadRequestError):
+            call(gw, key)
+    assert breaker_state(gw, key) == (None, 0)
+
+
+def test_a_dead_provider_trips_the_breaker_with_the_connection_error(gateway_factory, monkeypatch):
+    from fake_openai import FakeOpenAI
+
+    server = FakeOpenAI().start()
+    monkeypatch.setenv("OPENAI_API_BASE", server.base_url)
+    gw = gateway_factory(max_retries=1, breaker_failures=2)
+    key = gw.new_session("n", "task")
+    call(gw, key)
+    server.stop()
+    for _ in range(2):
+        refused(gw, key)
+    reason = breaker_state(gw, key)[0]
+    assert reason.startswith("provider for openai/fake failed 2 times in a row: ") and "Connection error" in reason
+
+
+def test_a_model_whose_server_is_known_dead_trips_the_breaker_at_once(tmp_path, fake_openai, monkeypatch):
+    from services.config import Config
+    from services.gateway import Gateway
+    from services.ledger import Ledger
+
+    monkeypatch.setenv("OPENAI_API_BASE", fake_openai.base_url)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    config = Config()
+    config.gateway.max_retries = 0
+    health = {"openai/fake": None}
+    gw = Gateway(config, Ledger(tmp_path / "ledger.sqlite"), "run", provider_health=health.get).start()
+    try:
+        gw.allow_models("openai/fake")
+        key = gw.new_session("n", "task")
+        fake_openai.add_faults(["500"])
+        refused(gw, key)
+        assert breaker_state(gw, key)[0] is None  # one failure of five, and the server lives
+        health["openai/fake"] = "the local model server for openai/fake was killed by SIGKILL"
+        fake_openai.add_faults(["500"])
+        refused(gw, key)
+        assert breaker_state(gw, key)[0] == "the local model server for openai/fake was killed by SIGKILL"
+    finally:
+        gw.stop()
+        gw.ledger.close()

@@ -13,13 +13,16 @@ provider key.
     params.py   what a request may carry (the allowlist of fields, each checked and capped)
     pricing.py  what a model costs (also the run's cost estimate's prices)
     budget.py   what is spent and held against the run's budgets
+    failures.py which failed calls are retried, and which are the provider's failure (not the request's)
+    breaker.py  provider failures in a row (and a failed probe) stop every call: the run stops, resumably
     server.py   the HTTP endpoint and the Unix socket sandboxes reach it through
     core.py     the Gateway: sessions, admission, cache, forwarding, booking
 """
 
 from services.gateway.core import Gateway, Session, open_gateway
+from services.gateway.failures import PROVIDER_DOWN
 from services.gateway.pricing import Pricing, pricing_of, register_price
 from services.gateway.server import SOCKET_DIR_PREFIX, Reply, remove_dead_socket_dirs
 
-__all__ = ["SOCKET_DIR_PREFIX", "Gateway", "Pricing", "Reply", "Session", "open_gateway", "pricing_of",
+__all__ = ["PROVIDER_DOWN", "SOCKET_DIR_PREFIX", "Gateway", "Pricing", "Reply", "Session", "open_gateway", "pricing_of",
            "register_price", "remove_dead_socket_dirs"]

@@ -2,12 +2,15 @@
 
 A request is admitted (session, model, allowlisted parameters), replayed from the cache, or
 held against the budget and forwarded with litellm, with retries of transient errors; each
-is booked to the ledger.
+is booked to the ledger. Each session counts its calls that failed at the provider, so the
+harness knows which rows met an outage; the breaker (breaker.py) stops every call once a
+provider is down.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import random
@@ -19,8 +22,10 @@ from pathlib import Path
 
 from inside.warm_up import warm_up
 from services.config import Config
-from services.errors import UserError
+from services.errors import ProviderDown, UserError
+from services.gateway.breaker import Breaker, Check
 from services.gateway.budget import Budget, with_output_cap, worst_case
+from services.gateway.failures import PROBE, PROVIDER_DOWN, is_provider_failure, is_transient, preflight_problem
 from services.gateway.params import Refusal, canonical, checked
 from services.gateway.pricing import Pricing, pricing_of, register_price
 from services.gateway.server import Listeners, Reply, error_reply
@@ -37,6 +42,9 @@ class Session:
     role: str
     max_calls: int | None = None  # e.g. the meta agent's tool-call limit, which its own code could drop
     calls: int = 0
+    answered: int = 0  # calls answered (from the cache too)
+    provider_failures: int = 0  # calls that failed at the provider, or were refused once the breaker tripped
+    failed_model: str | None = None  # the model of the last such failure
 
 
 def _account(call: Call, response) -> dict:
@@ -50,41 +58,10 @@ def _account(call: Call, response) -> dict:
 
 
 
-def _preflight_problem(exc: Exception, model: str) -> str | None:
-    """What a failed first call says about the set-up; None when the provider answered at all
-    (a refusal of this tiny request, or a rate limit, still proves it is reachable)."""
-    lit = _litellm()
-    detail = redact(str(exc)).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
-    # litellm reports a refused connection to an OpenAI-compatible server as a 500 "Connection error."
-    unreachable = any(m in str(exc).lower() for m in ("connection error", "connection refused",
-                                                       "name or service not known", "timed out"))
-    if isinstance(exc, (lit.APIConnectionError, lit.Timeout)) or unreachable:
-        return f"cannot reach the provider of {model}: {detail} (check the network, or the *_API_BASE variable)"
-    if isinstance(exc, (lit.AuthenticationError, lit.PermissionDeniedError)):
-        return f"the provider refused the key for {model}: {detail}"
-    if isinstance(exc, lit.NotFoundError):
-        return f"the provider does not know the model {model}: {detail}"
-    return None
-
-
-def _is_transient(exc: Exception) -> bool:
-    lit = _litellm()
-    transient = (
-        lit.RateLimitError,
-        lit.InternalServerError,
-        lit.ServiceUnavailableError,
-        lit.APIConnectionError,
-        lit.Timeout,
-        lit.BadGatewayError,
-    )
-    if isinstance(exc, transient):
-        return True
-    status = getattr(exc, "status_code", None)
-    return isinstance(status, int) and (status == 429 or status >= 500)
-
-
 class Gateway:
-    def __init__(self, config: Config, ledger: Ledger, run_id: str):
+    def __init__(self, config: Config, ledger: Ledger, run_id: str, provider_health: Check | None = None):
+        """`provider_health(model)` says why a model's server is dead (None while it may answer): a
+        failure of such a model trips the breaker at once."""
         self.config = config
         self.gw = config.gateway
         self.ledger = ledger
@@ -98,6 +75,7 @@ class Gateway:
         self._budget = Budget(self.gw, ledger.totals(run_id=run_id))
         self._listeners: Listeners | None = None
         self._local: dict[str, LocalServer] = {}  # local model -> its server, started on first use
+        self._breaker = Breaker(self.gw.breaker_failures, self._probe, provider_health)
 
     # -- lifecycle -------------------------------------------------------------------------
     def start(self) -> Gateway:
@@ -161,6 +139,33 @@ class Gateway:
             self._sessions[key] = Session(self.run_id, node, role, max_calls)
         return key
 
+    def session_counts(self, key: str) -> Session | None:
+        """A copy of the session of `key` with its counts (None for a key this gateway never made)."""
+        with self._lock:
+            session = self._sessions.get(key)
+            return dataclasses.replace(session) if session else None
+
+    def provider_failures(self, key: str) -> int:
+        """How many calls of the session of `key` failed at the provider so far (counted before the
+        caller hears of the failure, so a reply that came after one is known to have met it)."""
+        with self._lock:
+            session = self._sessions.get(key)
+            return session.provider_failures if session else 0
+
+    def check_breaker(self) -> None:
+        """ProviderDown once the breaker tripped (services/gateway/breaker.py); nothing before."""
+        if self._breaker.reason:
+            raise ProviderDown(self._breaker.reason, self.ledger.path.parent)
+
+    def confirm_outage(self, key: str) -> None:
+        """The calls of `key` failed at the provider again and again: probe its model, and raise
+        ProviderDown when the probe fails too; return when the provider answers it."""
+        session = self.session_counts(key)
+        if session and session.failed_model:
+            self._breaker.confirm(session.failed_model, f"failed on every try of one task ({session.node}/"
+                                                        f"{session.role})")
+        self.check_breaker()
+
     def spent(self) -> Totals:
         return self._budget.spent()
 
@@ -185,7 +190,7 @@ class Gateway:
                 _account(call, response)
             except Exception as e:
                 call.error = redact(f"{type(e).__name__}: {e}")[:2000]
-                problem = _preflight_problem(e, model)
+                problem = preflight_problem(e, model)
                 if problem:
                     raise UserError(problem) from None
             finally:
@@ -201,6 +206,8 @@ class Gateway:
             key = self._cache_key(request, params)
             hit = key and self.ledger.cache_get(key)
             if hit:
+                with self._lock:
+                    session.answered += 1
                 self._book(Call(session.run_id, session.node, session.role, model, cache_hit=True))
                 return self._reply(json.loads(hit[0]), body["model"], cost=0.0, cache_hit=True)
             params = with_output_cap(params, self._pricing[model], self.gw)
@@ -227,6 +234,10 @@ class Gateway:
         session = self._sessions.get(api_key)
         if session is None:
             raise Refusal(401, "unknown gateway key", "authentication_error")
+        if self._breaker.reason:
+            with self._lock:
+                session.provider_failures += 1
+            raise Refusal(503, f"the gateway calls no provider any more: {self._breaker.reason}", PROVIDER_DOWN)
         requested = body.get("model")
         if not isinstance(requested, str) or not isinstance(body.get("messages"), list):
             raise Refusal(400, "a chat request needs a model string and a messages list")
@@ -256,16 +267,42 @@ class Gateway:
         except Exception as e:
             call.latency_s = time.monotonic() - started
             call.error = redact(f"{type(e).__name__}: {e}")[:2000]
+            failed = is_provider_failure(e)
+            if failed:  # before the caller hears of it: see provider_failures
+                with self._lock:
+                    session.provider_failures += 1
+                    session.failed_model = model
             self._book(call)
+            if failed:
+                self._breaker.failed(model, call.error)
             status = getattr(e, "status_code", None)
             status = status if isinstance(status, int) and 400 <= status < 600 else 502
             return error_reply(status, f"provider call for {model} failed: {call.error}", "provider_error")
         call.latency_s = time.monotonic() - started
         payload = _account(call, response)
+        self._breaker.answered(model)
+        with self._lock:
+            session.answered += 1
         self._book(call)
         if key:
             self.ledger.cache_put(key, json.dumps(payload), call.cost_usd)
         return self._reply(payload, requested, cost=call.cost_usd, cache_hit=False)
+
+    def _probe(self, model: str) -> str | None:
+        """The breaker's own small call to `model`: None when the provider answered (a refusal of the
+        request is an answer too), else its error. Booked as node and role "probe"."""
+        started = time.monotonic()
+        call = Call(self.run_id, "probe", "probe", model)
+        try:
+            response, call.attempts = self._forward(model, PROBE, {"max_tokens": 16})
+            _account(call, response)
+        except Exception as e:
+            call.error = redact(f"{type(e).__name__}: {e}")[:2000]
+            return call.error if is_provider_failure(e) else None
+        finally:
+            call.latency_s = time.monotonic() - started
+            self._book(call)
+        return None
 
     def _forward(self, model: str, messages: list, params: dict):
         lit = _litellm()
@@ -291,7 +328,7 @@ class Gateway:
                     )
                 return response, attempt
             except Exception as e:
-                if attempt > self.gw.max_retries or not _is_transient(e):
+                if attempt > self.gw.max_retries or not is_transient(e):
                     raise
                 delay = min(self.gw.backoff_max_s, self.gw.backoff_base_s * 2 ** (attempt - 1))
                 time.sleep(random.uniform(0, delay))
