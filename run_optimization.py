@@ -87,8 +87,10 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--task_model", default=None, help="the task agent's model (litellm string)")
     ap.add_argument("--data", action="append", default=None, metavar="DOMAIN=PATH",
                     help="the data file of a domain that is not bundled, e.g. amo_bench=AMO-Bench.jsonl")
-    ap.add_argument("--initial_agent", choices=sorted(INITIAL_AGENTS), default=None,
-                    help="the task agent the run starts from (default: default)")
+    ap.add_argument("--initial_agent", default=None, metavar="NAME|PATH",
+                    help=f"the agent the run starts from: {', '.join(sorted(INITIAL_AGENTS))} (task agents; default: "
+                         "default), paper (the HyperAgents reference's generic task and meta agents), or the path "
+                         "of an agent folder with task_agent:TaskAgent and meta_agent:MetaAgent")
     ap.add_argument("--initial_from", default=None, metavar="RUN[:NODE]",
                     help="start from another run's node (default: its best), on any domain; see --transfer")
     ap.add_argument("--transfer", choices=TRANSFERS, default=None,
@@ -287,7 +289,7 @@ def main(argv=None) -> None:
     from domains.registry import get_domain
     from optimizer.estimate import estimate
     from optimizer.evaluation import split_rows
-    from optimizer.initial_agents import get_initial_agent
+    from optimizer.initial_agents import AgentFolder, get_initial_agent
     from optimizer.loop import Loop
     from services.sandbox import choose_backend_why
     from services.startup import open_services
@@ -317,6 +319,11 @@ def main(argv=None) -> None:
     use_data_files(config.harness.data_files)
     domains = [get_domain(n) for n in domain_names]
     initial_agent = get_initial_agent(config.loop.initial_agent, domain_names)
+    if transfer is not None and transfer.keep == "meta" and isinstance(initial_agent, AgentFolder):
+        raise UserError(f"--transfer meta takes the meta agent of {args.initial_from} and a task agent of this "
+                        f"project; --initial_agent {config.loop.initial_agent} is a whole agent folder")
+    if isinstance(initial_agent, AgentFolder) and not initial_agent.bundled:
+        config.loop.initial_agent = str(initial_agent.path)  # run.json names the folder, wherever it is read
     for d in domains:
         if "train" not in d.splits:
             raise UserError(f"domain {d.name} has no train split and cannot be optimized")

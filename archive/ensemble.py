@@ -45,7 +45,7 @@ from archive.promotion import row_scores
 from archive.records import Node
 from archive.run_groups import read_run_record
 from archive.stats import interval, paired_p
-from archive.store import Archive, observed_score, observed_sizes
+from archive.store import Archive, observed_rule, observed_score, observed_sizes
 from services.config import PROJECT_ROOT
 from services.errors import UserError, exit_on_user_error
 from services.fsutil import atomic_write_csv, atomic_write_json, read_bounded
@@ -102,8 +102,10 @@ def split_keys(run_dir: Path, archive: Archive, domain: str, split: str) -> dict
 def ranked(run_dir: Path, archive: Archive, nodes: list[Node]) -> list[tuple[float | None, Node]]:
     """The valid ones of `nodes` with their selection scores, best first (the latest among equals;
     no score counts as 0)."""
-    sizes = observed_sizes(read_run_record(run_dir).domains, list(archive.nodes.values()))
-    return sorted(((observed_score(n, sizes), n) for n in nodes if n.valid_parent),
+    record = read_run_record(run_dir)
+    sizes = observed_sizes(record.domains, list(archive.nodes.values()))
+    rule = observed_rule(record.config.get("loop"), record.domains)
+    return sorted(((observed_score(n, sizes, rule), n) for n in nodes if n.valid_parent),
                   key=lambda t: (-(t[0] or 0), -t[1].generation))
 
 

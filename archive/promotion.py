@@ -150,7 +150,8 @@ BEST_RULES = ("highest", "paired")
 class BestChoice:
     """How a run names its best node.
 
-    `highest` (the paper's): the highest selection score, the latest among equals. Over many
+    `highest` (the paper's): the highest selection score; among equals the latest node, or with
+    `ties` "earliest" the earliest (the reference's `max` over the archive in order). Over many
     children the highest of noisy scores is often a lucky one (the winner's curse), so
     `paired` walks the nodes in generation order and lets a node replace the best so far only
     when it scores higher and a one-sided paired test on the rows both were evaluated on finds
@@ -160,16 +161,18 @@ class BestChoice:
     rule: str = "highest"
     level: float = 0.05
     test: str = "exact"
+    ties: str = "latest"
 
     @classmethod
     def of(cls, loop) -> BestChoice:
         """From a loop config (services.config.LoopConfig) or its dict in run.json (checked)."""
         get = loop.get if isinstance(loop, dict) else lambda name, default: getattr(loop, name, default)
-        choice = cls(get("best_choice", "highest"), get("best_level", 0.05), get("promotion_test", "exact"))
-        if choice.rule not in BEST_RULES or choice.test not in TESTS or not (
-                isinstance(choice.level, (int, float)) and 0.0 < choice.level < 1.0):
-            raise ValueError(f"best choice must be one of {', '.join(BEST_RULES)} with a level between 0 and 1 "
-                             f"and a test among {', '.join(TESTS)}, got {choice}")
+        choice = cls(get("best_choice", "highest"), get("best_level", 0.05), get("promotion_test", "exact"),
+                     get("ties", "latest"))
+        if choice.rule not in BEST_RULES or choice.test not in TESTS or choice.ties not in ("latest", "earliest") \
+                or not (isinstance(choice.level, (int, float)) and 0.0 < choice.level < 1.0):
+            raise ValueError(f"best choice must be one of {', '.join(BEST_RULES)} with a level between 0 and 1, "
+                             f"a test among {', '.join(TESTS)} and ties latest or earliest, got {choice}")
         return choice
 
 
@@ -197,7 +200,8 @@ def choose_best(nodes: list, score, rows, choice: BestChoice):
     if not scored:
         return None
     if choice.rule == "highest":
-        return max(scored, key=lambda t: (t[0], t[1].generation))[1]
+        newest_first = -1 if choice.ties == "earliest" else 1
+        return max(scored, key=lambda t: (t[0], newest_first * t[1].generation))[1]
     scored.sort(key=lambda t: (t[1].generation, t[1].node_id))
     best_score, best = scored[0]
     best_rows = rows(best)

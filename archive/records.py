@@ -16,7 +16,7 @@ from enum import StrEnum
 
 from services.config import conforms, describe, show
 
-NODE_SCHEMA = 2  # node.json; 2 adds intervals and screening
+NODE_SCHEMA = 3  # node.json; 2 adds intervals and screening, 3 meta_error
 META_SCHEMA = 1  # the meta agent's result, in archive.jsonl's meta_done event
 START_SCHEMA = 1  # a generation's start, archive.jsonl's gen_start event
 RUN_SCHEMA = 2  # run.json; 2 adds initial_from
@@ -134,6 +134,7 @@ class Node:
     seconds: dict[str, float] = field(default_factory=dict)  # phase (meta, check, eval, total) -> wall seconds
     patch: dict = field(default_factory=dict)  # files, insertions, deletions, dropped (protected paths)
     error: str | None = None
+    meta_error: str | None = None  # its meta agent failed, and its change was evaluated anyway (loop.meta_failure parent)
     created_at: str = field(default_factory=lambda: datetime.now().isoformat(timespec="seconds"))
 
     def to_dict(self) -> dict:
@@ -167,6 +168,11 @@ class Node:
                 shown.append(f"{d}/{s}={v:.3f}" + (f" [{band[0]:.3f}, {band[1]:.3f}]" if band else "")
                              + (f" n={rows}" if rows else ""))
         return ", ".join(shown) or "not scored"
+
+    @property
+    def meta_failed(self) -> bool:
+        """Whether the meta agent that made this node failed (whatever happened to its change)."""
+        return self.status == Status.META_FAILED or self.meta_error is not None
 
     @property
     def valid_parent(self) -> bool:

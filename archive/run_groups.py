@@ -8,7 +8,7 @@ scores (archive.store.observed_score), so nothing here reads test except the fin
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
 
@@ -16,7 +16,7 @@ from archive.eval_store import EvalStore
 from archive.experiments import FINAL_TEST, RUN_NAME, read_final_test, read_group
 from archive.promotion import row_scores
 from archive.records import Node, RunRecord
-from archive.store import Archive, observed_best, observed_score, observed_sizes
+from archive.store import Archive, observed_best, observed_rule, observed_score, observed_sizes
 from services.errors import UserError
 from services.fsutil import read_bounded
 from services.ledger import LedgerReader
@@ -62,8 +62,15 @@ class Run:
         """Per domain: the split the loop selects on and its full size."""
         return observed_sizes(self.record.domains, list(self.nodes.values()))
 
+    @cached_property
+    def rule(self):
+        """How the run scored staged-only nodes; the initial node counts with its measured score (a run that
+        selected as the paper does scaled it down, which would make every improvement look larger)."""
+        return replace(observed_rule(self.record.config.get("loop"), self.record.domains),
+                                   scale_initial=False)
+
     def score(self, node: Node | None) -> float | None:
-        return observed_score(node, self.sizes) if node is not None and node.valid_parent else None
+        return observed_score(node, self.sizes, self.rule) if node is not None and node.valid_parent else None
 
     def curve(self, last: int) -> list[float]:
         """The best score reached by each generation 0..last."""

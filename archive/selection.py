@@ -1,13 +1,16 @@
 """Parent selection: which archive node the next generation starts from.
 
-Pure functions over `Candidate`s, registered by name, as in the HyperAgents reference:
+Pure functions over `Candidate`s, registered by name, with the weights of the HyperAgents
+reference (utils/gl_utils.py, select_parent):
 
 - `score_prop`: weight sigmoid(10 (s - mid)), mid = mean of the top-3 scores;
 - `score_child_prop` (default): that times exp(-(children / 8)^3), so a node that has
   already been expanded many times gives way to others;
-- `best`, `latest`, `random`.
+- `best` (equal scores: the latest node, or with ties="earliest" the earliest, as the
+  reference's `max` over the archive in order), `latest`, `random`.
 
-The randomness comes from the caller's `random.Random`, so a seeded run replays.
+Which scores the candidates carry (staged-only and initial nodes) is archive.store's
+`ScoreRule`. The randomness comes from the caller's `random.Random`, so a seeded run replays.
 """
 
 from __future__ import annotations
@@ -32,38 +35,47 @@ def _sigmoid_weights(candidates: list[Candidate]) -> list[float]:
     return [1.0 / (1.0 + math.exp(-10.0 * (c.score - mid))) for c in candidates]
 
 
-def score_prop(candidates: list[Candidate], rng: random.Random) -> Candidate:
-    return rng.choices(candidates, weights=_sigmoid_weights(candidates))[0]
+def _child_weights(candidates: list[Candidate]) -> list[float]:
+    return [w * math.exp(-((c.children / 8.0) ** 3)) for w, c in zip(_sigmoid_weights(candidates), candidates)]
 
 
-def score_child_prop(candidates: list[Candidate], rng: random.Random) -> Candidate:
-    weights = [w * math.exp(-((c.children / 8.0) ** 3)) for w, c in zip(_sigmoid_weights(candidates), candidates)]
-    return rng.choices(candidates, weights=weights)[0]
+def _best(candidates: list[Candidate], ties: str) -> Candidate:
+    """The highest score; among equals the latest, or the earliest (the reference: `max` keeps the first)."""
+    newest_first = -1 if ties == "earliest" else 1
+    return max(candidates, key=lambda c: (c.score, newest_first * c.order))
 
 
-def best(candidates: list[Candidate], rng: random.Random) -> Candidate:
-    return max(candidates, key=lambda c: (c.score, c.order))
+def _point(chosen: Candidate, candidates: list[Candidate]) -> list[float]:
+    return [1.0 if c is chosen else 0.0 for c in candidates]
 
 
-def latest(candidates: list[Candidate], rng: random.Random) -> Candidate:
-    return max(candidates, key=lambda c: c.order)
-
-
-def uniform(candidates: list[Candidate], rng: random.Random) -> Candidate:
-    return rng.choice(candidates)
-
-
-# By the names the config accepts (services.config.PARENT_SELECTIONS; tests/test_layers.py checks both agree).
-STRATEGIES: dict[str, Callable[[list[Candidate], random.Random], Candidate]] = {
-    "random": uniform,
-    "latest": latest,
-    "best": best,
-    "score_prop": score_prop,
-    "score_child_prop": score_child_prop,
+# The probability each candidate has of being chosen, by strategy name (services.config.PARENT_SELECTIONS;
+# tests/test_layers.py checks both agree). Weights need not sum to 1; the deterministic ones put all on one.
+WEIGHTS: dict[str, Callable[[list[Candidate], str], list[float]]] = {
+    "random": lambda cs, ties: [1.0] * len(cs),
+    "latest": lambda cs, ties: _point(max(cs, key=lambda c: c.order), cs),
+    "best": lambda cs, ties: _point(_best(cs, ties), cs),
+    "score_prop": lambda cs, ties: _sigmoid_weights(cs),
+    "score_child_prop": lambda cs, ties: _child_weights(cs),
 }
+STRATEGIES = WEIGHTS  # the names the command line offers
 
 
-def select_parent(candidates: list[Candidate], strategy: str, rng: random.Random) -> Candidate:
+def probabilities(candidates: list[Candidate], strategy: str, ties: str = "latest") -> list[float]:
+    """Each candidate's chance of being the next parent under `strategy` (uniform when the weights are all 0,
+    as in the reference)."""
+    weights = WEIGHTS[strategy](candidates, ties)
+    total = sum(weights)
+    return [w / total for w in weights] if total > 0 else [1.0 / len(candidates)] * len(candidates)
+
+
+def select_parent(candidates: list[Candidate], strategy: str, rng: random.Random,
+                  ties: str = "latest") -> Candidate:
     if not candidates:
         raise ValueError("no node can be a parent: none has a score on every domain")
-    return STRATEGIES[strategy](candidates, rng)
+    if strategy == "random":
+        return rng.choice(candidates)  # drawn as before weights existed, so seeded runs replay the same
+    weights = probabilities(candidates, strategy, ties)
+    if strategy in ("best", "latest"):
+        return candidates[weights.index(max(weights))]
+    return rng.choices(candidates, weights=weights)[0]

@@ -13,6 +13,7 @@ import json
 import os
 import threading
 from collections import Counter
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
@@ -35,26 +36,49 @@ def untrusted_dir(run_dir: Path, node_id: str, part: str) -> Path:
     return folder
 
 
-def selection_score(node: Node, domain, full_sizes: dict[str, int]) -> float | None:
+@dataclass(frozen=True)
+class ScoreRule:
+    """What a node's selection score is made of when it was not evaluated in full (loop config).
+
+    By default a node that only passed screening is selected on its staged train score; the
+    HyperAgents reference (utils/gl_utils.py, get_saved_score) uses the staged rows of the
+    selection split (val), and scales the initial node like a staged-only node although it
+    was evaluated in full, so that it is rarely chosen again."""
+
+    staged_split: str = "train"  # train | selection: loop.staged_score
+    scale_initial: bool = False  # loop.scale_initial
+    first_stage: dict = field(default_factory=dict)  # domain -> rows of its first stage (the initial node's share)
+
+    @classmethod
+    def of(cls, loop, domains: list) -> ScoreRule:
+        """From a loop config (services.config.LoopConfig) and the run's domains (domains.base.Domain)."""
+        return cls(loop.staged_score, loop.scale_initial,
+                   {d.name: stages[0].rows for d in domains if (stages := d.screening(loop))})
+
+
+def selection_score(node: Node, domain, full_sizes: dict[str, int], rule: ScoreRule = ScoreRule()) -> float | None:
     """The score the loop selects on for one domain: val where the domain has one, else train.
 
-    A node that only passed the staged evaluation has its staged (train) score scaled by
-    the staged fraction, e.g. 10/100, as in the reference: a lucky 10-row score must
-    not outrank a node measured on the full set.
+    A node that only passed the staged evaluation has its staged score (train, or the
+    selection split's rows under `rule`) scaled by its share of the full rows, e.g. 10/100,
+    as in the reference: a lucky 10-row score must not outrank a node measured on the full set.
     """
     scores = node.scores.get(domain.name, {})
-    split = domain.selection_split
+    split, full = domain.selection_split, max(full_sizes[domain.name], 1)
+    if rule.scale_initial and node.node_id == "initial":
+        value = scores.get(split)
+        return None if value is None else value * rule.first_stage.get(domain.name, full) / full
     if node.full_eval.get(domain.name) and split in scores:
         return scores[split]
-    if "train" in scores:
-        staged = node.samples.get(domain.name, {}).get("train", 0)
-        return scores["train"] * staged / max(full_sizes[domain.name], 1)
+    staged = split if rule.staged_split == "selection" else "train"
+    if scores.get(staged) is not None:
+        return scores[staged] * node.samples.get(domain.name, {}).get(staged, 0) / full
     return None
 
 
-def mean_score(node: Node, domains: list, full_sizes: dict[str, int]) -> float:
+def mean_score(node: Node, domains: list, full_sizes: dict[str, int], rule: ScoreRule = ScoreRule()) -> float:
     """The node's selection score averaged over domains, a domain without one counting 0."""
-    return sum(selection_score(node, d, full_sizes) or 0 for d in domains) / len(domains)
+    return sum(selection_score(node, d, full_sizes, rule) or 0 for d in domains) / len(domains)
 
 
 def observed_sizes(domains: list[str], nodes) -> dict[str, tuple[str, int]]:
@@ -67,20 +91,36 @@ def observed_sizes(domains: list[str], nodes) -> dict[str, tuple[str, int]]:
     return sizes
 
 
-def observed_score(node: Node, sizes: dict[str, tuple[str, int]]) -> float | None:
+def observed_score(node: Node, sizes: dict[str, tuple[str, int]], rule: ScoreRule = ScoreRule()) -> float | None:
     """`mean_score` from `observed_sizes`: the selection split's score after a full evaluation, else
-    the staged train score scaled by its share of the rows; None when no domain has a score."""
+    the staged score (`rule`) scaled by its share of the rows; None when no domain has a score."""
     values = []
     for domain, (split, full) in sizes.items():
         scores = node.scores.get(domain, {})
-        if node.full_eval.get(domain) and scores.get(split) is not None:
+        staged = split if rule.staged_split == "selection" else "train"
+        if rule.scale_initial and node.node_id == "initial" and scores.get(split) is not None and full:
+            values.append(scores[split] * rule.first_stage.get(domain, full) / full)
+        elif node.full_eval.get(domain) and scores.get(split) is not None:
             values.append(scores[split])
-        elif scores.get("train") is not None and full:
-            values.append(scores["train"] * node.samples.get(domain, {}).get("train", 0) / full)
+        elif scores.get(staged) is not None and full:
+            values.append(scores[staged] * node.samples.get(domain, {}).get(staged, 0) / full)
         else:
             values.append(None)
     known = [v for v in values if v is not None]
     return sum(known) / len(values) if known else None
+
+
+def observed_rule(loop, domains: list[str]) -> ScoreRule:
+    """The ScoreRule a run selected with, from its loop config as run.json keeps it (plain data); the
+    default rule when that cannot be read."""
+    from domains.registry import get_domain
+    from services.config import Config
+
+    try:
+        return ScoreRule.of(Config.from_dict({"loop": loop if isinstance(loop, dict) else {}}).loop,
+                            [get_domain(d) for d in domains])
+    except UserError:
+        return ScoreRule()
 
 
 def selection_rows(node: Node, splits: dict[str, tuple[str, str]], store) -> RowScores:
@@ -108,10 +148,10 @@ def observed_best(nodes: list[Node], sizes: dict[str, tuple[str, int]], run_dir:
     from domains.registry import get_domain
 
     choice = BestChoice.of(loop if isinstance(loop, dict) else {})
-    store, splits = EvalStore(run_dir), {}
+    store, splits, rule = EvalStore(run_dir), {}, observed_rule(loop, list(sizes))
     if choice.rule == "paired":
         splits = {d: (split, get_domain(d).score_key) for d, (split, _) in sizes.items()}
-    return choose_best([n for n in nodes if n.valid_parent], lambda n: observed_score(n, sizes),
+    return choose_best([n for n in nodes if n.valid_parent], lambda n: observed_score(n, sizes, rule),
                        lambda n: selection_rows(n, splits, store), choice)
 
 
@@ -226,26 +266,28 @@ class Archive:
             nodes = list(self.nodes.values())
         return sorted(nodes, key=lambda n: (n.generation, n.created_at))
 
-    def candidates(self, domains: list, full_sizes: dict[str, int], upto: int | None = None) -> list[Candidate]:
+    def candidates(self, domains: list, full_sizes: dict[str, int], upto: int | None = None,
+                   rule: ScoreRule = ScoreRule(), failed_meta_bars_parent: bool = False) -> list[Candidate]:
         """Valid parents with a selection score on every domain, among the recorded nodes of
         generations up to `upto` (all when None).
 
         A node's children are the generations started from it, finished or still in flight, so
-        parallel slots do not all pick the same parent."""
+        parallel slots do not all pick the same parent. With `failed_meta_bars_parent` (the
+        reference's rule), a node one of whose children's meta agent failed is no longer a parent,
+        the initial node excepted."""
         parents = {node_id: s.parent for node_id, s in self.started().items()}
-        nodes = self.ordered()
+        nodes = [n for n in self.ordered() if upto is None or n.generation <= upto]
         parents.update((n.node_id, n.parent) for n in nodes)
         children = Counter(parents.values())
+        barred = {n.parent for n in nodes if n.meta_failed} - {"initial"} if failed_meta_bars_parent else set()
         found = []
         for order, node in enumerate(nodes):
-            if upto is not None and node.generation > upto:
+            if not node.valid_parent or node.node_id in barred:
                 continue
-            if not node.valid_parent:
+            if any(selection_score(node, d, full_sizes, rule) is None for d in domains):
                 continue
-            if any(selection_score(node, d, full_sizes) is None for d in domains):
-                continue
-            found.append(Candidate(node.node_id, mean_score(node, domains, full_sizes), children[node.node_id],
-                                   order))
+            found.append(Candidate(node.node_id, mean_score(node, domains, full_sizes, rule),
+                                   children[node.node_id], order))
         return found
 
     def next_generation(self) -> int:
@@ -255,7 +297,7 @@ class Archive:
         return 1 + max(recorded + [s.generation for s in self.started().values()], default=0)
 
     def best(self, domains: list, full_sizes: dict[str, int], choice: BestChoice = BestChoice(),
-             upto: int | None = None) -> Node | None:
+             upto: int | None = None, rule: ScoreRule = ScoreRule()) -> Node | None:
         """The run's best valid node under `choice` (archive.promotion.BestChoice; by default the
         highest selection score, the latest among equals), among the nodes of generations up to
         `upto` (all when None)."""
@@ -264,5 +306,5 @@ class Archive:
         store, splits = EvalStore(self.run_dir), {d.name: (d.selection_split, d.score_key) for d in domains}
         with self._lock:
             nodes = [n for n in self.nodes.values() if n.valid_parent and (upto is None or n.generation <= upto)]
-        return choose_best(nodes, lambda n: mean_score(n, domains, full_sizes),
+        return choose_best(nodes, lambda n: mean_score(n, domains, full_sizes, rule),
                            lambda n: selection_rows(n, splits, store), choice)

@@ -10,8 +10,21 @@ meta agent cannot be loaded; 4 when it raised.
 
 import argparse
 import gc
+import inspect
 import sys
 import traceback
+
+
+def accepted(method, **extras) -> dict:
+    """The `extras` that `method` takes: the reference's interface is forward(repo_path, eval_path,
+    iterations_left); this project's meta agents also take the try command and their tool-call cap."""
+    try:
+        params = inspect.signature(method).parameters
+    except (TypeError, ValueError):
+        return extras
+    if any(p.kind == p.VAR_KEYWORD for p in params.values()):
+        return {k: v for k, v in extras.items() if v is not None}
+    return {k: v for k, v in extras.items() if k in params and v is not None}
 
 
 def main() -> int:
@@ -26,7 +39,11 @@ def main() -> int:
     ap.add_argument("--agent_root", default=None,
                     help="where the meta agent's own code is, if not in --repo (a frozen copy, for a baseline)")
     args = ap.parse_args()
-    import litellm  # noqa: F401 (what the meta agent will import anyway)
+    import litellm  # what the meta agent will import anyway
+
+    from route import route_to_gateway  # mounted beside this file
+
+    route_to_gateway(litellm)  # a meta agent that calls a provider's model directly still reaches the gateway
 
     # Its objects are never garbage: kept out of every collection, the process also exits
     # about 0.7 s sooner (finalization otherwise walks them all), which is the generation's time.
@@ -40,7 +57,7 @@ def main() -> int:
     try:
         agent = MetaAgent(model=args.model, chat_history_file=args.transcript)
         agent.forward(repo_path=args.repo, eval_path=args.eval_path, iterations_left=args.iterations_left,
-                      try_command=args.try_command, max_tool_calls=args.max_tool_calls)
+                      **accepted(agent.forward, try_command=args.try_command, max_tool_calls=args.max_tool_calls))
     except BaseException:
         traceback.print_exc()
         return 4

@@ -43,8 +43,10 @@ def main() -> int:
         rows = [r for r in rows if str(r["id"]) in wanted]
     else:
         rows = rows[: args.rows]
-    import litellm  # noqa: F401 (what the task agent will import anyway)
+    import litellm  # what the task agent will import anyway
+    from route import route_to_gateway
 
+    route_to_gateway(litellm)  # as in the evaluation's worker: provider model names reach the gateway
     gc.freeze()  # never garbage: the command then exits about 0.7 s sooner (see run_meta.py)
     os.environ.update(AGENT_GATEWAY_KEY=os.environ["TRY_GATEWAY_KEY"], OPENAI_API_KEY=os.environ["TRY_GATEWAY_KEY"])
     sys.path.insert(0, os.environ.get("WORKSPACE", "/workspace"))

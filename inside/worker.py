@@ -207,6 +207,9 @@ def import_litellm(send) -> None:
         from warm_up import warm_up  # mounted beside this file
 
         warm_up(litellm, WARM_UP_PROVIDERS)
+        from route import route_to_gateway  # mounted beside this file
+
+        route_to_gateway(litellm)  # an agent that calls a provider's model directly still reaches the gateway
         litellm.completion = _count_usage(litellm.completion)
     except BaseException as e:
         send({"fatal": f"cannot import litellm: {describe(e)}"})

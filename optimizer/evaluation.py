@@ -131,7 +131,8 @@ class Evaluator:
         for k in range(max(map(len, screening.values()), default=0)):
             staged = [(d, screening[d.name][k]) for d in domains if k < len(screening[d.name])]
             for d, stage in staged:
-                run(d, "train", stage.rows)
+                for split in self.stage_splits(d):
+                    run(d, split, stage.rows)
             verdicts = [self._screen(d, stage, results[d.name], peers or Peers()) for d, stage in staged]
             if not all(v.promote for v in verdicts):
                 timings["eval"] = round(time.monotonic() - started, 3)
@@ -142,6 +143,13 @@ class Evaluator:
             results[d.name].full = True
         timings["eval"] = round(time.monotonic() - started, 3)
         return results
+
+    def stage_splits(self, domain) -> list[str]:
+        """The splits each screening stage runs on its first rows: train, whose score the stage's rule
+        reads, and with `loop.stage_splits` train_and_val (the paper's) the selection split too, so a
+        node that stops there is selected on val rows, as in the reference."""
+        also = self.config.loop.stage_splits == "train_and_val" and domain.selection_split != "train"
+        return ["train", domain.selection_split] if also else ["train"]
 
     def evaluate_splits(self, domains: list, node: "NodeSandbox", agent_hash: str, split: str) -> dict[str, SplitScore]:
         """`split` of every domain, all its rows (`loop.eval_samples`), no stages: the final test."""
@@ -183,7 +191,7 @@ class Evaluator:
         report = self.store.report(key)
         if report is not None:
             return self._scored(domain, report, rows, key)
-        if split == "train":  # a longer train run starts from a screening run's rows, its first rows
+        if split in self.stage_splits(domain):  # a longer run starts from a screening run's rows, its first rows
             # A stage below `rows` is within the split, so its evaluation ran exactly its rows.
             shorter = {s.rows for s in domain.screening(self.config.loop) if s.rows < rows}
             for smaller in sorted(shorter, reverse=True):

@@ -14,6 +14,7 @@ from typing import Callable, Union
 
 from archive.promotion import BestChoice
 from archive.records import MetaResult, Node
+from archive.store import ScoreRule
 
 
 @dataclass(frozen=True)
@@ -136,9 +137,9 @@ class Pictures:
     a failure to draw is a warning event, and the run goes on."""
 
     def __init__(self, archive, domains: list, full_sizes: dict[str, int], run_dir, events: Events,
-                 choice: BestChoice = BestChoice()):
+                 choice: BestChoice = BestChoice(), rule: ScoreRule = ScoreRule()):
         self.archive, self.domains, self.full_sizes, self.run_dir = archive, domains, full_sizes, run_dir
-        self.events, self.choice = events, choice
+        self.events, self.choice, self.rule = events, choice, rule
 
     def __call__(self, event: Event) -> None:
         if isinstance(event, NodeFinished):
@@ -150,7 +151,7 @@ class Pictures:
         )
         from archive.report import write_report
 
-        best = self.archive.best(self.domains, self.full_sizes, self.choice)
+        best = self.archive.best(self.domains, self.full_sizes, self.choice, rule=self.rule)
         best_id = best.node_id if best else None
         try:
             write_plots(self.archive, self.domains, self.full_sizes, best_id, self.run_dir)

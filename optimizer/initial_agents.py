@@ -1,8 +1,15 @@
-"""The task agents a run can start from (`--initial_agent NAME`).
+"""The agents a run can start from (`--initial_agent NAME` or `--initial_agent PATH`).
 
-Every workspace carries all of them under `task_agent/baselines/`; the choice is the
-one line of `task_agent/__init__.py` that says which module's `TaskAgent` the harness
-loads. The meta agent can read the others and switch, as with any other code.
+The project's own task agents: every workspace carries all of them under
+`task_agent/baselines/`; the choice is the one line of `task_agent/__init__.py` that says
+which module's `TaskAgent` the harness loads. The meta agent can read the others and
+switch, as with any other code.
+
+An agent folder (`paper`, the HyperAgents reference's generic agents in
+`initial_agents/paper/`, or any folder a user names) is instead the whole evolvable code of
+the run: its top-level modules and packages replace the project's agent code, with the
+reference's interface (`task_agent:TaskAgent`, `meta_agent:MetaAgent`), and the run's
+repository then takes every top-level name the folder had (services.workspace).
 """
 
 from __future__ import annotations
@@ -14,6 +21,13 @@ from pathlib import Path
 
 from services.config import PROJECT_ROOT
 from services.errors import UserError
+from services.workspace import Quota, discard, read_workspace, write_files
+
+AGENT_FOLDERS = PROJECT_ROOT / "initial_agents"
+# What a folder such as a checkout of the reference holds beside its agents: its data, runs,
+# baselines and tooling are not agent code (the reference leaves the same out of its evolvable copy).
+NOT_AGENT_CODE = ("domains", "baselines", "outputs", "analysis", "misc", "tests", "docs", "venv", ".venv",
+                  "Dockerfile", "setup_initial.sh", "requirements.txt", "requirements_dev.txt")
 
 
 @dataclass(frozen=True)
@@ -52,11 +66,64 @@ INITIAL_AGENTS = {
 }
 
 
-def get_initial_agent(name: str, domains: list[str]) -> InitialAgent:
-    """The named initial agent, after checking it can do every domain of the run."""
-    agent = INITIAL_AGENTS.get(name)
+@dataclass(frozen=True)
+class AgentFolder:
+    """A folder of agent code with the reference's interface: the whole initial code of a run."""
+
+    name: str  # "paper", or the folder's path as given
+    path: Path
+    about: str
+    domains = None  # a generic agent: every domain
+
+    @property
+    def bundled(self) -> bool:
+        """One of the project's own folders (initial_agents/), named by its name."""
+        return self.path.parent == AGENT_FOLDERS.resolve()
+
+    def files(self) -> dict[str, tuple[bool, bytes]]:
+        """Its agent code, read as data: regular files of its top-level .py modules, packages and README,
+        no link followed, within the workspace quota."""
+        snap = read_workspace(self.path, Quota(), only=None)
+        keep = {}
+        for rel, content in snap.files.items():
+            top = rel.split("/", 1)[0]
+            if top in NOT_AGENT_CODE or top.startswith((".", "outputs", "venv")) or top.endswith((".png", ".log")):
+                continue
+            if "/" in rel or top.endswith(".py") or top == "README.md":
+                keep[rel] = content
+        return keep
+
+    def apply(self, workspace: Path) -> None:
+        """Replace the project's agent code in `workspace` with this folder's."""
+        for entry in list(workspace.iterdir()):
+            discard(entry)
+        write_files(workspace, self.files())
+
+
+def agent_folder(name: str) -> AgentFolder | None:
+    """The agent folder `name` stands for (a bundled one's name, or a path), checked; None if it names none."""
+    bundled = AGENT_FOLDERS / name
+    path = bundled if "/" not in name and bundled.is_dir() else Path(name).expanduser()
+    if not path.is_dir():
+        return None
+    entries = {p.name for p in path.iterdir()}
+    missing = [m for m in ("task_agent", "meta_agent") if m not in entries and f"{m}.py" not in entries]
+    if missing:
+        raise UserError(f"--initial_agent {name}: the folder has no {' and no '.join(missing)} (.py or package): an "
+                        "agent folder needs task_agent:TaskAgent and meta_agent:MetaAgent, as the HyperAgents "
+                        "reference has them")
+    about = ("the HyperAgents reference's generic task agent and one-line meta agent" if path == bundled
+             else f"the agent code of {path.resolve()}")
+    return AgentFolder(name, path.resolve(), about)
+
+
+def get_initial_agent(name: str, domains: list[str]) -> InitialAgent | AgentFolder:
+    """The named initial agent (or agent folder), after checking it can do every domain of the run."""
+    agent = INITIAL_AGENTS.get(name) or agent_folder(name)
     if agent is None:
-        raise UserError(f"unknown initial agent {name!r} (known: {', '.join(sorted(INITIAL_AGENTS))})")
+        bundled = sorted(p.name for p in AGENT_FOLDERS.iterdir() if p.is_dir()) if AGENT_FOLDERS.is_dir() else []
+        raise UserError(f"unknown initial agent {name!r} (known: {', '.join(sorted(INITIAL_AGENTS) + bundled)}, "
+                        "or the path of an agent folder)")
     if agent.domains is not None:
         unsupported = [d for d in domains if d not in agent.domains]
         if unsupported:

@@ -28,14 +28,13 @@ import contextlib
 import json
 import os
 import random
-import shutil
 import socket
 import time
 from pathlib import Path
 
 from archive.records import GenStart, MetaResult, Node, Status
-from archive.selection import select_parent
-from archive.store import META_TRANSCRIPT, Archive, untrusted_dir
+from archive.selection import probabilities, select_parent
+from archive.store import META_TRANSCRIPT, Archive, ScoreRule, untrusted_dir
 from archive.promotion import BestChoice, row_scores
 from optimizer.evaluation import (
     BudgetStop,
@@ -57,10 +56,11 @@ from optimizer.events import (
     Warned,
     console,
 )
+from optimizer.feedback import publish_feedback, write_train_data
 from optimizer.slots import Slots, horizon, run_generation
 from services.config import Baseline, Config
 from services.errors import UserError
-from services.fsutil import atomic_write_csv, atomic_write_text
+from services.fsutil import atomic_write_text
 from services.sandbox import Mount, SandboxClosed, open_sandbox
 from services.workspace import Quota, RunRepo, discard
 
@@ -101,12 +101,13 @@ class Loop:
         self.evaluator = Evaluator(run_dir, config, gateway, backend, self.task_model, self.events)
         gateway.allow_models(self.meta_model, self.task_model)
         self.full_sizes = {d.name: split_rows(d, d.selection_split, config.loop.eval_samples) for d in domains}
+        self.score_rule = ScoreRule.of(config.loop, domains)
         self.rng = random.Random()  # parent selection without a seed (with one, see choose_parent)
         self.pictures = Pictures(self.archive, domains, self.full_sizes, run_dir, self.events,
-                                 BestChoice.of(config.loop))
+                                 BestChoice.of(config.loop), self.score_rule)
         self.events.subscribe(self.pictures)
         self.events.subscribe(self._log_split_start)
-        self._write_train_data()
+        write_train_data(run_dir, domains)
 
     # -- the run --------------------------------------------------------------------------
     def run(self) -> None:
@@ -162,7 +163,9 @@ class Loop:
         if self.config.loop.run_baseline == Baseline.NO_ARCHIVE:
             visible = [n for n in self.archive.ordered() if upto is None or n.generation <= upto]
             return max(visible, key=lambda n: (n.valid_parent, n.generation)).node_id
-        candidates = self.archive.candidates(self.domains, self.full_sizes, upto)
+        loop = self.config.loop
+        candidates = self.archive.candidates(self.domains, self.full_sizes, upto, self.score_rule,
+                                             failed_meta_bars_parent=loop.meta_failure == "parent")
         if not candidates:
             initial = self.archive.nodes["initial"]
             raise UserError(f"no node can be a parent: the initial agent is {initial.status}"
@@ -174,7 +177,14 @@ class Loop:
             self.archive.log("selection_fallback", reason=problem)
             self.events.emit(Warned(f"select_next_parent.py failed ({problem}); using "
                                     f"{self.config.loop.parent_selection}"))
-        return select_parent(candidates, self.config.loop.parent_selection, rng).node_id
+        chosen = select_parent(candidates, loop.parent_selection, rng, loop.ties).node_id
+        chances = probabilities(candidates, loop.parent_selection, loop.ties)
+        # What the choice was made from, for a reader who checks it (the scores are the selection
+        # scores, staged-only and initial nodes scaled as the run's ScoreRule says).
+        self.archive.log("parent_chosen", generation=generation, parent=chosen, strategy=loop.parent_selection,
+                         candidates={c.node_id: {"score": c.score, "children": c.children, "p": p}
+                                     for c, p in zip(candidates, chances)})
+        return chosen
 
     def agent_selects_parent(self, candidates) -> tuple[str | None, str | None]:
         """The latest valid node's own select_next_parent.py picks, run in the sandbox."""
@@ -200,6 +210,7 @@ class Loop:
         if parent is None:
             node = self._evaluate_new(Node(node_id, None, generation, commit=self.repo.node_commit(node_id)))
             self._book_costs(node)
+            publish_feedback(self.run_dir, self.domains, self.evaluator.store, node)
             return node
         started = time.monotonic()
         parent_commit = self.repo.node_commit(parent)
@@ -216,14 +227,19 @@ class Loop:
                 self.events.emit(MetaFinished(node_id, done))
             node = Node(node_id, parent, generation, commit=done.commit, patch=done.patch,
                         seconds={"meta": done.seconds})
-            if done.status != Status.OK:
+            evaluate_anyway = self.config.loop.meta_failure == "parent" and done.commit is not None
+            if done.status != Status.OK and not evaluate_anyway:
                 node.status, node.error = done.status, done.error
             elif done.commit is None:
                 node.status = Status.NO_CHANGE
             else:
+                # The paper's rule: a failed meta agent's change is still evaluated; its parent is what
+                # stops being chosen (archive.candidates reads meta_error).
+                node.meta_error = done.error if done.status != Status.OK else None
                 node = self._evaluate_new(node, prepared)
         node.seconds["total"] = round(time.monotonic() - started, 3)
         self._book_costs(node)
+        publish_feedback(self.run_dir, self.domains, self.evaluator.store, node)
         return node
 
     def _prepare_evaluation(self, stack: contextlib.ExitStack, node_id: str) -> NodeSandbox | None:
@@ -277,11 +293,11 @@ class Loop:
         return MetaResult(Status.OK, capture.commit, patch, seconds)
 
     def _meta_argv(self, box, generation: int, frozen: bool) -> list[str]:
-        try_command = f"python {box.trusted_script('try_agent.py')} --rows 5"
         argv = [box.python, box.trusted_script("run_meta.py"), "--repo", box.workdir, "--eval_path", FEEDBACK,
                 "--iterations_left", str(self.config.loop.max_generation - generation), "--model", self.meta_model,
-                "--transcript", f"{NODE_OUT}/{META_TRANSCRIPT}", "--try_command", try_command,
-                "--max_tool_calls", str(self.config.loop.meta_max_calls)]
+                "--transcript", f"{NODE_OUT}/{META_TRANSCRIPT}", "--max_tool_calls", str(self.config.loop.meta_max_calls)]
+        if self.config.loop.try_command:
+            argv += ["--try_command", f"python {box.trusted_script('try_agent.py')} --rows 5"]
         return argv + (["--agent_root", FROZEN_META] if frozen else [])
 
     def _evaluate_new(self, node: Node, prepared: NodeSandbox | None = None) -> Node:
@@ -311,7 +327,6 @@ class Loop:
             node.full_eval[name] = result.full
             if result.screening:
                 node.screening[name] = result.screening
-        self._publish_feedback(node)
         return node
 
     def _peers(self, parent_id: str | None, generation: int) -> Peers:
@@ -350,40 +365,6 @@ class Loop:
                    PYTHONPATH=box.workdir)
         return env
 
-    def _write_train_data(self) -> None:
-        """Train rows with inputs and label, one JSON line each, for the try command; written whole
-        each time a run starts or resumes, so a file a kill cut short is never what the sandbox reads."""
-        folder = self.run_dir / "train_data"
-        folder.mkdir(exist_ok=True)
-        for d in self.domains:
-            atomic_write_text(folder / f"{d.name}_train.jsonl", "\n".join(d.try_lines(d.load("train"))) + "\n")
-
-    def _publish_feedback(self, node: Node) -> None:
-        """Copy the node's train results (never val/test) where later meta agents can read them.
-
-        Columns the domain hides from agents are dropped (the meta agent is agent code too),
-        except the label, which it has for train rows anyway; for graded domains each row
-        gets the grader's verdict as `grade`.
-        """
-        import pandas as pd  # paid by runs that publish feedback, not by every import of the loop
-
-        def read(path: Path):
-            return pd.read_csv(path, dtype=str, keep_default_na=False)
-
-        evals = self.evaluator.store
-        for domain in self.domains:
-            key = node.eval_keys.get(domain.name, {}).get("train")
-            if key is None:
-                continue
-            dst = self.run_dir / "feedback" / node.node_id / domain.name
-            dst.mkdir(parents=True, exist_ok=True)
-            if evals.report_path(key).exists():
-                shutil.copy2(evals.report_path(key), dst / "report.json")
-            if not evals.predictions(key).exists():
-                continue
-            grades = read(evals.gradings(key)) if evals.gradings(key).exists() else None
-            atomic_write_csv(dst / "predictions.csv", domain.feedback(read(evals.predictions(key)), grades))
-
     def _book_costs(self, node: Node) -> None:
         ledger, run_id = self.gateway.ledger, self.gateway.run_id
         for role in ledger.roles(run_id=run_id, node=node.node_id):  # every role that made calls for the node
@@ -394,4 +375,5 @@ class Loop:
                 self.events.emit(CostBooked(node.node_id, role, node.cost_usd[role], spent.tokens))
 
     def best(self, upto: int | None = None) -> Node | None:
-        return self.archive.best(self.domains, self.full_sizes, BestChoice.of(self.config.loop), upto)
+        return self.archive.best(self.domains, self.full_sizes, BestChoice.of(self.config.loop), upto,
+                                 self.score_rule)

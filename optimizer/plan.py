@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
+from optimizer.initial_agents import INITIAL_AGENTS
 from services.config import Config
 
 
@@ -28,7 +29,8 @@ def plan_lines(run_dir: Path, domains, config: Config, backend: str, resumed: bo
     lines = [f"run      {run_dir} ({'resumed' if resumed else 'new'})"]
     for d in domains:
         full = [f"{s} {split_rows(d, s, config.loop.eval_samples)}" for s in d.full_splits()]
-        staged = "".join(f"staged {s.rows} train rows (on if {promotion_text(d, s, config.loop)}), then "
+        rows_of = "train + val" if config.loop.stage_splits == "train_and_val" and "val" in d.splits else "train"
+        staged = "".join(f"staged {s.rows} {rows_of} rows (on if {promotion_text(d, s, config.loop)}), then "
                          for s in d.screening(config.loop))
         lines.append(f"domain   {d.name}: {staged}{' + '.join(full)} (score: {d.score_key})")
         if d.score_note:
@@ -38,7 +40,8 @@ def plan_lines(run_dir: Path, domains, config: Config, backend: str, resumed: bo
     source = initial_from and f"node {initial_from['node']} of {initial_from['run']}"
     agent = (f"all of {source}" if initial_from and initial_from["keep"] == "all" else
              f"meta agent of {source}, task agent {loop.initial_agent}" if initial_from else
-             f"initial task agent {loop.initial_agent}")
+             f"initial task agent {loop.initial_agent}" if loop.initial_agent in INITIAL_AGENTS else
+             f"initial agents from the folder {loop.initial_agent}")
     lines += [f"agent    {agent}",
               f"models   task {config.resolve_model('task')}, meta {config.resolve_model('meta')}"
               + (f"\n         chosen because {why_models}; override with --task_model/--meta_model"

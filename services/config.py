@@ -96,12 +96,18 @@ class LoopConfig:
     promotion: str = "score_above"  # how a stage promotes a child (archive/promotion.py): score_above (the paper's: score > above) | not_worse_than_parent (and not worse than its parent on the rows both ran, by a one-sided paired test at promotion_level) | sica (and at least the lower bound of the best node's 95% interval on those rows)
     promotion_level: float = 0.05  # not_worse_than_parent: a child is rejected when the test's p-value is below this
     promotion_test: str = "exact"  # not_worse_than_parent's test: exact (sign test; sign-flip permutation for partial credit) | bootstrap (paired)
-    best_choice: str = "highest"  # which node is the run's best (report, --final_test, transfer, sica's peer): highest (the paper's: the highest selection score, the latest among equals) | paired (nodes in generation order; a node replaces the best so far only when a one-sided paired test on the selection split's shared rows finds it better at best_level)
+    best_choice: str = "highest"  # which node is the run's best (report, --final_test, transfer, sica's peer): highest (the paper's: the highest selection score; `ties` breaks equal ones) | paired (nodes in generation order; a node replaces the best so far only when a one-sided paired test on the selection split's shared rows finds it better at best_level)
     best_level: float = 0.05  # best_choice paired: a node replaces the best so far when the test's p-value is below this (the test is promotion_test)
     final_test: bool = False  # once the last generation is recorded, evaluate the test split once, for the node chosen on val and the initial node (the loop never reads test scores)
     edit_select_parent: bool = False  # the workspace's select_next_parent.py chooses parents
     run_baseline: str | None = None  # no_selfimprove (meta agent frozen) | no_archive (always the latest node)
-    initial_agent: str = "default"  # the task agent of node `initial` (optimizer/initial_agents.py)
+    initial_agent: str = "default"  # the agent of node `initial`: a name of optimizer/initial_agents.py (paper: the reference's generic agents) or an agent folder's path
+    stage_splits: str = "train"  # train | train_and_val: what each screening stage runs, its verdict always read on train (the paper's: the same rows of val too, so a node that stops there has a val score)
+    staged_score: str = "train"  # train | selection: the split a node that only passed screening is selected on, scaled by its share of the full rows (the paper's: selection, its val rows)
+    scale_initial: bool = False  # the initial node's selection score is scaled by the first stage's share of the rows, as if it only passed screening (the paper's: yes, so it is rarely chosen again)
+    ties: str = "latest"  # latest | earliest: which of equal scores `best` takes, as a parent and as the run's best (the paper's: earliest)
+    meta_failure: str = "child"  # child: a failed meta agent's child is recorded meta_failed, not evaluated | parent (the paper's): a non-empty change is evaluated anyway, and the parent (never the initial node) stops being chosen
+    try_command: bool = True  # the meta agent gets a command that runs the task agent on train rows (the paper's: none)
     meta_timeout_s: float = 3600.0  # wall clock of one meta agent run
     meta_max_calls: int = 40  # model calls (one tool call each) of one meta agent run, enforced by the gateway
     selector_timeout_s: float = 120.0  # one run of the agent's own select_next_parent.py
@@ -280,6 +286,11 @@ def _rules() -> dict:
         "loop.best_choice": _one_of(*BEST_CHOICES),
         "loop.best_level": (lambda v: 0 < v < 1, "a number between 0 and 1"),
         "loop.eval_samples": (lambda v: v == -1 or v >= 1, "-1 (all rows) or 1 or more"),
+        "loop.stage_splits": _one_of("train", "train_and_val"),
+        "loop.staged_score": _one_of("train", "selection"),
+        "loop.ties": _one_of("latest", "earliest"),
+        "loop.meta_failure": _one_of("child", "parent"),
+        "loop.initial_agent": (lambda v: bool(v.strip()), "an initial agent's name or an agent folder's path"),
         "loop.run_baseline": _one_of(*BASELINES),
         "loop.meta_timeout_s": _above(0),
         "loop.meta_max_calls": POSITIVE_INT,

@@ -32,7 +32,7 @@ from typing import Callable
 EVOLVABLE_PATHS = ("agent", "task_agent", "meta_agent", "select_next_parent.py", "ensemble.py")
 # Code that is not the task agent: a change only there leaves task-agent results valid. ensemble.py runs
 # only in `python -m archive.ensemble RUN --rule agent`, on stored predictions, never in a node's evaluation.
-NOT_TASK_AGENT = ("meta_agent", "select_next_parent.py", "ensemble.py")
+NOT_TASK_AGENT = ("meta_agent", "meta_agent.py", "select_next_parent.py", "ensemble.py", "README.md")
 _CACHES = ("__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache")
 _NOT_CODE = shutil.ignore_patterns(*_CACHES, "*.pyc")
 _MAX_DEPTH = 24  # folders deeper than this are not agent code
@@ -186,6 +186,7 @@ class RunRepo:
     def __init__(self, path: str | Path):
         self.path = Path(path)
         self._writing = threading.Lock()  # one fast-import at a time (generations in flight commit from threads)
+        self._evolvable: tuple[str, ...] | None = None
         dot_git = self.path / ".git"
         self.git_dir = dot_git if dot_git.is_dir() and not dot_git.is_symlink() else self.path
 
@@ -215,8 +216,16 @@ class RunRepo:
             copy_evolvable(source_root, scratch)
             if prepare is not None:
                 prepare(Path(scratch))
-            repo.commit_files(read_workspace(scratch).files, None, "initial", "initial agent")
+            repo.commit_files(read_workspace(scratch, only=None).files, None, "initial", "initial agent")
         return repo
+
+    def evolvable(self) -> tuple[str, ...]:
+        """The top-level names a node's commit may hold: the project's evolvable paths, and every name
+        the initial commit has (a run started from an agent folder, whose layout is its own)."""
+        if self._evolvable is None:
+            names = self.git("ls-tree", "--name-only", "-z", "refs/nodes/initial^{commit}").split("\0")
+            self._evolvable = tuple(dict.fromkeys([*EVOLVABLE_PATHS, *(n for n in names if n)]))
+        return self._evolvable
 
     def node_commit(self, node_id: str) -> str:
         return self.git("rev-parse", "--verify", "--end-of-options", f"refs/nodes/{node_id}^{{commit}}").strip()
@@ -269,7 +278,7 @@ class RunRepo:
         """Commit what `workspace` holds as node `node_id`, a child of `parent_commit`; only
         its regular files under the evolvable paths, read as data (see `read_workspace`).
         `Capture.commit` is None when that equals the parent."""
-        snap = read_workspace(workspace, quota)
+        snap = read_workspace(workspace, quota, only=self.evolvable())
         dropped = sorted(snap.dropped)
         commit = self.commit_files(snap.files, parent_commit, node_id, f"node {node_id}")
         if self.git("rev-parse", f"{commit}^{{tree}}") == self.git("rev-parse", f"{parent_commit}^{{tree}}"):

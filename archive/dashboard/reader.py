@@ -18,7 +18,7 @@ from pathlib import Path
 
 from archive.eval_store import JOURNAL, REPORT
 from archive.records import EVAL_KEY, NODE_ID, GenStart, Node, RunRecord
-from archive.store import META_TRANSCRIPT, UNTRUSTED, observed_best, observed_score, observed_sizes
+from archive.store import META_TRANSCRIPT, UNTRUSTED, observed_best, observed_rule, observed_score, observed_sizes
 from services.errors import UserError
 from services.fsutil import read_below, read_bounded
 from services.ledger import LedgerReader
@@ -73,10 +73,14 @@ class RunData:
     def _sizes(self) -> dict[str, tuple[str, int]]:
         return observed_sizes(self.domains, list(self.nodes.values()))
 
+    @cached_property
+    def _rule(self):
+        return observed_rule(self.record.config.get("loop") if self.record is not None else None, self.domains)
+
     def score(self, node: Node) -> float | None:
         """The node's score as the loop selects on it, averaged over the run's domains."""
         if node.node_id not in self._scores:
-            self._scores[node.node_id] = observed_score(node, self._sizes)
+            self._scores[node.node_id] = observed_score(node, self._sizes, self._rule)
         return self._scores[node.node_id]
 
     @cached_property

@@ -1,0 +1,60 @@
+"""What a meta agent may read of the run: train rows with labels, and earlier nodes' train results.
+
+Written by the core into folders that sandboxes mount read-only: `train_data/` (the try
+command's rows) and `feedback/<node>/` (each node's patch and what it was, and per domain
+its train report and predictions). Val and test results never go there, nor the columns a
+domain hides from agents (except the label of a train row, which the meta agent has anyway).
+As in the HyperAgents reference, where the meta agent reads the earlier generations' folders
+(their patches and train evaluations), a meta agent can see what was tried and how it did.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from archive.records import Node
+from services.fsutil import atomic_write_csv, atomic_write_json, atomic_write_text
+
+
+def write_train_data(run_dir: Path, domains: list) -> None:
+    """Train rows with inputs and label, one JSON line each, for the try command; written whole
+    each time a run starts or resumes, so a file a kill cut short is never what the sandbox reads."""
+    folder = run_dir / "train_data"
+    folder.mkdir(exist_ok=True)
+    for d in domains:
+        atomic_write_text(folder / f"{d.name}_train.jsonl", "\n".join(d.try_lines(d.load("train"))) + "\n")
+
+
+def publish_feedback(run_dir: Path, domains: list, store, node: Node) -> None:
+    """The node's patch, a summary of it (train scores only) and its train results, where later
+    meta agents can read them. `store`: the run's archive.eval_store.EvalStore.
+
+    For graded domains each row gets the grader's verdict as `grade`."""
+    import pandas as pd  # paid by runs that publish feedback, not by every import of the loop
+
+    def read(path: Path):
+        return pd.read_csv(path, dtype=str, keep_default_na=False)
+
+    folder = run_dir / "feedback" / node.node_id
+    folder.mkdir(parents=True, exist_ok=True)
+    patch = run_dir / "nodes" / node.node_id / "patch.diff"
+    if patch.is_file() and not patch.is_symlink():  # written by the core; the initial node has none
+        shutil.copyfile(patch, folder / "patch.diff")
+    atomic_write_json(folder / "metadata.json", {
+        "node": node.node_id, "parent": node.parent, "generation": node.generation, "status": node.status,
+        "full_eval": node.full_eval, "meta_failed": node.meta_failed,
+        "train": {d: {"score": s.get("train"), "rows": node.samples.get(d, {}).get("train")}
+                  for d, s in node.scores.items() if "train" in s}})
+    for domain in domains:
+        key = node.eval_keys.get(domain.name, {}).get("train")
+        if key is None:
+            continue
+        dst = folder / domain.name
+        dst.mkdir(parents=True, exist_ok=True)
+        if store.report_path(key).exists():
+            shutil.copy2(store.report_path(key), dst / "report.json")
+        if not store.predictions(key).exists():
+            continue
+        grades = read(store.gradings(key)) if store.gradings(key).exists() else None
+        atomic_write_csv(dst / "predictions.csv", domain.feedback(read(store.predictions(key)), grades))
