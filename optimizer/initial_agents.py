@@ -57,7 +57,7 @@ INITIAL_AGENTS = {
     for a in (
         InitialAgent("default", "task_agent.task_agent", "one model call per question with a parseable answer format"),
         InitialAgent("proofautograder", "task_agent.baselines.proofautograder",
-                     "IMO-Bench's ProofAutoGrader: rubric, reference, guidelines, <points>N out of 7</points>"),
+                     "ProofAutoGrader as the HyperAgents reference runs it: first <points> tag, 0/1/6/7 only"),
         InitialAgent("proof_solver", "task_agent.baselines.proof_solver",
                      "writes a proof, checks it as a strict grader, refines it within a call budget"),
         InitialAgent("sc_tir", "task_agent.baselines.sc_tir",
