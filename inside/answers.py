@@ -1,9 +1,15 @@
 """Checking final answers: what an output's answer is, and whether it equals the reference.
 
 Pure functions of text, used by the answer domains' metrics (imo_answer, aime2025,
-amo_bench). Equivalence is decided by `math-verify` (sympy-based: LaTeX, fractions,
-sets, intervals, expressions), which parses a reference and a prediction and compares
-them as mathematical objects, not as strings.
+amo_bench) and by the meta agent's try command. Model and agent output is hostile input:
+it is only read with regular expressions of linear cost and handed to math-verify, whose
+parsing and comparing are bounded by TIMEOUT_S on the main thread; nothing is executed.
+
+- AIME 2025: `aime_any_number` is the benchmark's own rule, `aime_strict` reads the final
+  answer only (their sources are in their docstrings).
+- IMO-AnswerBench and AMO-Bench: `math_equal` says "equal" only when it is sure (math-verify
+  on answers it parsed whole, symbols case-sensitive, answers in words compared word by word).
+  The IMO-Bench paper grades with an LLM instead; domains/judge.py has that grader.
 """
 
 from __future__ import annotations
@@ -17,9 +23,14 @@ from fractions import Fraction
 logging.getLogger("math_verify").setLevel(logging.ERROR)
 TIMEOUT_S = 5  # seconds math-verify may spend parsing or comparing one answer
 BARE_ANSWER_CHARS = 60  # an output this short, on one line, with no stated answer, is the answer itself
+MAX_ANSWER_CHARS = 2_000  # a final answer longer than this is not parsed (math-verify's cost grows with it)
 
-_NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?:\s*/\s*\d+)?(?![\w.])")
-_STATED = re.compile(r"(?:final answer|the answer|answer)\s*(?:is|:|=)\s*\$?\s*([^\n$]+)", re.I)
+# -- what an output's answer is -------------------------------------------------------------------
+# "The answer is 70", "Final answer: $70$", "**Final Answer:** 70" (bold markers are dropped first),
+# "The answer is: 70"; the statement ends with its sentence, its line or an afterthought (", since ...").
+_STATED = re.compile(r"(?:final answer|the answer|answer)\s*(?:is\s*:?|:|=)[ \t]*([^\n]+)", re.I)
+_STATEMENT_END = re.compile(r"\.(?:\s|$)|;|,\s*(?:as|since|because|which|where|so|thus|hence|by|from|that|this)\b",
+                            re.I)
 
 
 def extract_boxed(text: str) -> str | None:
@@ -37,79 +48,222 @@ def extract_boxed(text: str) -> str | None:
 
 
 def final_answer(text: str) -> str | None:
-    """The answer an output commits to: its last \\boxed{}, else the last "answer is ..." it states,
-    else the output itself when it is one short line (an agent that returns just the answer)."""
+    """The answer an output commits to: its last \\boxed{}, else the last "answer is ..." it states
+    (up to the end of that sentence), else the output itself when it is one short line (an agent
+    that returns just the answer)."""
     boxed = extract_boxed(text)
     if boxed:
         return boxed
-    stated = _STATED.findall(text or "")
+    stated = _STATED.findall((text or "").replace("**", "").replace("__", ""))
     if stated:
-        return stated[-1].strip().rstrip(".").strip() or None
+        answer = _STATEMENT_END.split(stated[-1], maxsplit=1)[0].strip().rstrip(".").strip()
+        alone = re.fullmatch(r"\$([^$]+)\$", answer)  # "Answer: $70$" is 70
+        return (alone[1].strip() if alone else answer) or None
     bare = (text or "").strip()
     return bare if bare and "\n" not in bare and len(bare) <= BARE_ANSWER_CHARS else None
 
 
+# -- AIME 2025 ----------------------------------------------------------------------------------
+# A number as the AIME rule reads it: 70, 70.0, 1,070 (also 1{,}070 and 1\,070: one number, not 1
+# and 070), 140/2, and a minus sign written right before the digits (x-70 is 70, -70 is not);
+# digits glued to a letter or an underscore (x70, 70a, a_70, 2nd) belong to that word.
+_SEP = r"(?:,|\{,\}|\\,)"
+_PLAIN = (r"(?:(?<![\w)\]}.])(?P<sign>[-\u2212]))?(?<![\w.])"
+          rf"(?P<int>\d{{1,3}}(?:{_SEP}\d{{3}})+|\d+)(?P<dec>\.\d+)?"
+          r"(?:\s*/\s*(?P<den>\d+)(?![\w.]))?(?![\w/]|\.\d)")
+_LATEX_FRAC = r"(?P<fsign>-\s*)?\\[dt]?frac\s*(?:\{\s*(?P<num>-?\d+)\s*\}|(?P<num1>\d))\s*(?:\{\s*(?P<fden>\d+)\s*\}|(?P<fden1>\d))"
+_AIME_NUMBER = re.compile(f"{_LATEX_FRAC}|{_PLAIN}")
+_MOD_CLAUSE = re.compile(r"\s*\(?\s*(?:\\pmod\s*\{?\s*\d+\s*\}?|\\?(?:bmod|mod)\s*\{?\s*\d+\s*\}?)\s*\)?\s*$")
+_WRAPPERS = re.compile(r"\\(?:text|textbf|mathrm|mathbf|mbox)\s*\{([^{}]*)\}")
+
+
+def _value(m: re.Match) -> Fraction | None:
+    """The value of one match of _AIME_NUMBER."""
+    try:
+        if m["num"] or m["num1"]:
+            value = Fraction(int(m["num"] or m["num1"]), int(m["fden"] or m["fden1"]))
+            return -value if m["fsign"] else value
+        digits = re.sub(_SEP, "", m["int"]) + (m["dec"] or "")
+        value = Fraction(digits) / (int(m["den"]) if m["den"] else 1)
+        return -value if m["sign"] else value
+    except ZeroDivisionError:
+        return None
+
+
+def aime_numbers(output: str) -> list[Fraction]:
+    """Every number in `output`, in order, as the AIME benchmark's rule reads them (see aime_any_number)."""
+    return [v for v in map(_value, _AIME_NUMBER.finditer(output or "")) if v is not None]
+
+
 def as_integer(text: str | None) -> int | None:
-    """An integer written as 42, 42.0, +42, 84/2 or with thousands separators; None otherwise."""
+    """The integer a final answer states: 42, 42.0, +42, 84/2, \\frac{84}{2}, 1,000, $42$, \\text{42},
+    `m+n = 42`, `42 (mod 1000)`; None when it is anything else (two numbers, a non-integer, words)."""
     if text is None:
         return None
-    cleaned = text.strip().strip("$").replace(",", "").replace("\\,", "").replace(" ", "")
-    cleaned = re.sub(r"^\\text\{(.*)\}$", r"\1", cleaned)
-    try:
-        if "/" in cleaned:
-            num, den = cleaned.split("/", 1)
-            value = Fraction(int(num), int(den))
-        else:
-            value = Fraction(cleaned)
-    except (ValueError, ZeroDivisionError):
-        return None
-    return int(value) if value.denominator == 1 else None
+    cleaned = _WRAPPERS.sub(r"\1", str(text)).replace("$", "").replace("\\(", "").replace("\\)", "")
+    cleaned = _MOD_CLAUSE.sub("", cleaned.strip().rstrip(".").strip())
+    cleaned = cleaned.rsplit("=", 1)[-1].strip().lstrip("+").strip()
+    while cleaned.startswith("{") and cleaned.endswith("}"):
+        cleaned = cleaned[1:-1].strip()
+    m = _AIME_NUMBER.fullmatch(cleaned)
+    value = _value(m) if m else None
+    return int(value) if value is not None and value.denominator == 1 else None
 
 
 def aime_any_number(output: str, truth: str) -> bool:
-    """The AIME benchmark's rule: correct if any number in the output equals the answer."""
+    """The AIME 2025 benchmark's own rule: correct when any number in the output equals the answer.
+
+    Source: jaimetcf/ai-benchmarks, benchmarks/aime2025/README.md ("Evaluation", "Answer Format":
+    extract all numbers from the output, normalize them, check if any matches; "The sum is 70",
+    "70.0" and "140/2" all count for 70) and its aime_benchmark.py (commit 230623fb), the benchmark
+    whose task files our aime2025.jsonl carries. Where its regular expressions read less than its
+    stated rule, this reads the rule: a thousands separator does not split a number (1,070 is not
+    70), \\frac{140}{2} is a fraction, and a minus sign written on the number counts (-70 is not 70).
+    """
     want = as_integer(truth)
-    return want is not None and any(as_integer(n) == want for n in _NUMBER.findall(output or ""))
+    return want is not None and any(v == want for v in aime_numbers(output))
 
 
 def aime_strict(output: str, truth: str) -> bool:
-    """Only the final \\boxed{} (or last stated answer) counts."""
+    """The final-answer reading of AIME: only the answer the output commits to counts (its last
+    \\boxed{}, else its last "answer is ..."), and it must be that one integer.
+
+    A departure from the benchmark's rule (aime_any_number), ours: an agent optimized against
+    "any number counts" learns to list many numbers. AIME itself takes one integer per problem.
+    """
     want = as_integer(truth)
     return want is not None and as_integer(final_answer(output)) == want
 
 
+# -- mathematical equality (IMO-AnswerBench, AMO-Bench) ----------------------------------------------
+# Words that make an answer one in words even inside math ("$n$ odd", "0 if ..., else 1"); besides
+# these, any run of 4 or more letters that is not a function's name. Shorter runs in math are products
+# of variables (ab, xy, Rr, pqr).
+_SHORT_WORDS = {"if", "or", "and", "for", "all", "is", "are", "no", "not", "of", "the", "odd", "any"}
+_FUNCTIONS = {"sinh", "cosh", "tanh", "arcsin", "arccos", "arctan", "sqrt", "frac", "floor", "ceil"}
+_PROSE_WRAPPER = re.compile(r"\\(?:text\w*|mbox)\s*\{([^{}]*)\}")
+_COMMAND_WITH_ARGUMENT = re.compile(r"\\(?:math\w*|operatorname|begin|end)\s*\{[^{}]*\}")
+_CASED = re.compile(r"\\(?:text\w*|math\w*|operatorname|mbox|begin|end)\s*\{[^{}]*\}|\\[A-Za-z]+|([A-Z])")
+
+
+def _is_word(run: str, in_math: bool) -> bool:
+    if not in_math:
+        return len(run) >= 2
+    return run.lower() in _SHORT_WORDS or (len(run) >= 4 and run.lower() not in _FUNCTIONS)
+
+
+def in_words(answer: str) -> bool:
+    """Whether an answer is (partly) in words: "odd $n$", "n is prime", "$x$ for some real $a$"."""
+    if any(re.search(r"[A-Za-z]{2,}", t) for t in _PROSE_WRAPPER.findall(answer)):
+        return True
+    text = _COMMAND_WITH_ARGUMENT.sub(" ", _PROSE_WRAPPER.sub(" ", answer))
+    text = re.sub(r"\\[A-Za-z]+", " ", re.sub(r"\$\$|\\[()\[\]]", "$", text))
+    pieces = text.split("$") if "$" in text else ["", text]
+    return any(_is_word(run, in_math=i % 2 == 1) for i, piece in enumerate(pieces)
+               for run in re.findall(r"[A-Za-z]+", piece))
+
+
+def _tokens(answer: str) -> list[str]:
+    """An answer as a list of tokens that do not depend on its typesetting: words lower-cased,
+    symbols kept as written (R is not r), spacing, $, \\left/\\right and \\text{} dropped."""
+    text = _PROSE_WRAPPER.sub(r" \1 ", answer)
+    text = re.sub(r"\\(?:mathrm|operatorname)\s*\{([^{}]*)\}", r" \1 ", text)
+    text = re.sub(r"\\(?:left|right|displaystyle)(?![A-Za-z])|\\[,;:! ]|\\q?quad(?![A-Za-z])|\$|\\[()\[\]]", " ", text)
+    text = re.sub(r"\\[dt]frac(?![A-Za-z])", r"\\frac", text)
+    text = re.sub(r"\\(le|ge|ne)q(?![A-Za-z])", r"\\\1", text)
+    text = re.sub(r"([_^])\{([^{}])\}", r"\1\2", text).strip().rstrip(".").strip()
+    return [t.lower() if t.isalpha() and _is_word(t, in_math=True) else t
+            for t in re.findall(r"\\[A-Za-z]+|[A-Za-z]+|\d+(?:\.\d+)?|\S", text)]
+
+
+def _cased(latex: str) -> str:
+    """`latex` with each capital letter that is a symbol (not in a command or its argument) renamed
+    to a name of its own: latex2sympy lower-cases symbols, which made R - 2r equal r - 2R."""
+    return _CASED.sub(lambda m: f"\\variable{{upper{m[1]}}}" if m[1] else m[0], latex)
+
+
+_NOT_READ = re.compile(r"\\(?:[lcvd]?dots|underbrace|overbrace)(?![A-Za-z])|\.\.\.")
+_MATH_DELIMITER = re.compile(r"\$\$?|\\[()\[\]]")
+
+
+def _squashed(latex: str) -> str:
+    return re.sub(r"\s+|\\left|\\right|\\[!,;]|\\displaystyle|\.$", "", latex)
+
+
+def _math_text(answer: str) -> str | None:
+    """An answer as one piece of LaTeX math, its $...$ joined; None when text other than commas
+    stands between or around its math ("$a$ ( $a \\ge 2$), 0 ($a=1$)"), or it has an ellipsis,
+    which math-verify drops (1, 2, \\ldots, 9 would read as {1, 2, 9})."""
+    if _NOT_READ.search(answer):
+        return None
+    pieces = _MATH_DELIMITER.split(answer)
+    if len(pieces) == 1:
+        return answer.strip().rstrip(".")
+    if any(re.search(r"[^\s,.;]", outside) for outside in pieces[0::2]):
+        return None
+    return ", ".join(p.strip() for p in pieces[1::2] if p.strip()).rstrip(".")
+
+
+def _parse_whole(answer: str, limit: int | None):
+    """math-verify's reading of an answer, or None unless it read all of it as mathematics."""
+    from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse
+    from math_verify.parser import NormalizationConfig, normalize_latex
+
+    text = _math_text(answer)
+    if not text:
+        return None
+    # units=False: IMO answers have no units, and with units on, "2x^2 + c" loses its "c" (centi-).
+    norm = NormalizationConfig(basic_latex=True, units=False, malformed_operators=True, nits=True, boxed="all",
+                               equations=False)
+    text = _cased(text)
+    parsed = parse(f"${text}$", extraction_config=[LatexExtractionConfig(normalization_config=norm),
+                                                  ExprExtractionConfig()], parsing_timeout=limit)
+    if len(parsed) != 2 or isinstance(parsed[0], str):
+        return None
+    if _squashed(parsed[1]) != _squashed(normalize_latex(text, norm)):
+        return None  # math-verify read a part of it only (a number it found in LaTeX it could not parse)
+    return parsed
+
+
+def _names_its_value(guess: str, gold: str) -> bool:
+    """False for an equation given for a value (3a^2 - b^2 = 3 for 3), which math-verify would read as
+    its right side; true for an assignment (x = 3, f(x) = x + 1) or when the reference is an equation too."""
+    if "=" not in guess or "=" in gold:
+        return True
+    left = guess.split("=", 1)[0].strip().strip("$").strip()
+    return re.fullmatch(r"[A-Za-z](?:_\{?\w+\}?)?(?:\([^()=]*\))?", left) is not None
+
+
 def math_equal(prediction: str | None, truth: str, float_rounding: int = 6) -> bool:
-    """Whether `prediction` (an answer, not a whole output) equals `truth` mathematically."""
+    """Whether `prediction` (an answer, not a whole output) surely equals `truth`; False when unsure.
+
+    By math-verify (huggingface/Math-Verify: sympy-based, LaTeX, fractions, sets, intervals,
+    expressions), made stricter: both answers must be read whole, symbols keep their case (R - 2r is
+    not r - 2R), an inequality equals its interval (x \\le 0 is (-\\infty, 0]). Answers in words are
+    equal only when their words and symbols are ("even $n$" is not "odd $n$").
+    """
     if prediction is None or not str(prediction).strip():
         return False
-    from math_verify import parse, verify
+    guess, gold = str(prediction).strip(), str(truth).strip()
+    if max(len(guess), len(gold)) > MAX_ANSWER_CHARS:
+        return False
+    same_tokens = _tokens(guess) == _tokens(gold)
+    if in_words(guess) or in_words(gold) or not _names_its_value(guess, gold):
+        return same_tokens
+    from math_verify import verify
 
     # math-verify bounds its work with SIGALRM, which only the main thread may use.
     limit = TIMEOUT_S if threading.current_thread() is threading.main_thread() else None
     try:
-        gold = parse(_as_latex(truth), parsing_timeout=limit)
-        guess = parse(_as_latex(prediction), parsing_timeout=limit)
-        if not gold or not guess:
-            return _same_text(prediction, truth)
-        return bool(verify(gold, guess, float_rounding=float_rounding, timeout_seconds=limit)) \
-            or _same_text(prediction, truth)
+        want, got = _parse_whole(gold, limit), _parse_whole(guess, limit)
+        if want is None or got is None:
+            return same_tokens
+        return same_tokens or bool(verify(want, got, float_rounding=float_rounding, timeout_seconds=limit,
+                                          allow_set_relation_comp=True))
     except Exception:
-        return _same_text(prediction, truth)
+        return same_tokens
 
 
 def check_output(output: str, truth: str, float_rounding: int = 6) -> bool:
-    """An output's final answer against the reference, with math-verify."""
+    """An output's final answer against the reference, with math_equal."""
     return math_equal(final_answer(output) or (output or "").strip(), truth, float_rounding)
-
-
-def _as_latex(text: str) -> str:
-    """math-verify reads LaTeX in math mode; a bare answer is put in it."""
-    text = str(text).strip()
-    return text if "$" in text or "\\(" in text or "\\[" in text else f"${text}$"
-
-
-def _same_text(a: str, b: str) -> bool:
-    def squash(s: str) -> str:
-        return re.sub(r"\s+|\$|\\left|\\right|\\!|\\,", "", str(s)).lower()
-
-    return squash(a) == squash(b)

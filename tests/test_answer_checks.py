@@ -1,0 +1,159 @@
+"""inside/answers.py against the cases of issue 26: AIME 2025's two rules (the benchmark's "any number"
+and the strict final answer), and IMO-AnswerBench's rule check (math-verify, made sure of what it
+calls equal) on right and near-miss answers written for real rows of the data set."""
+
+import random
+import re
+
+import pytest
+from answer_cases import RIGHT, WRONG, references, truth
+
+from inside.answers import aime_any_number, aime_numbers, aime_strict, as_integer, check_output, final_answer, \
+    in_words, math_equal
+
+
+# -- AIME: the benchmark's rule ---------------------------------------------------------------------
+@pytest.mark.parametrize("output", [
+    "The sum is 70", "70.0", "140/2",  # the examples of the benchmark's README
+    "The answer is 70.", r"\frac{140}{2}", r"$\dfrac{140}{2}$", r"\tfrac{140}{2}", r"\frac{140} {2}", "70.00",
+    "x = 70", "(70)", "70%", "x-70 = 0 gives 70", "We get 1,070 - 1,000 = 70, done.", r"\boxed{070}",
+    "Seventy? 7, then 70!", "b = 70;", "the 2 bases are 21 and 49, so 21+49=70",
+])
+def test_any_number_counts_every_way_of_writing_70(output):
+    assert aime_any_number(output, "70")
+
+
+@pytest.mark.parametrize("output", [
+    "1,070", "1{,}070", r"1\,070", "70,000",  # one number each, with its thousands separators
+    "-70", "$-70$", "= -70", r"-\frac{140}{2}",  # a minus sign on the number
+    "x70", "70a", "a_70", "v70 is", "70th", "7070", "0.70", "70.5", "700", "1.70", "140/3",
+    "no numbers here", "",
+])
+def test_any_number_does_not_count_numbers_that_are_not_70(output):
+    assert not aime_any_number(output, "70")
+
+
+def test_numbers_are_read_in_order_with_their_values():
+    assert [str(v) for v in aime_numbers(r"1,070 and -3, then \frac{1}{2}, 7.5 and 9/3; x2 y_4 5-2")] == \
+        ["1070", "-3", "1/2", "15/2", "3", "5", "2"]
+    assert aime_numbers("1/0 and 2") == [2]  # a fraction over zero is no number
+
+
+# -- AIME: the strict final answer ---------------------------------------------------------------------
+@pytest.mark.parametrize("output", [
+    "**Final Answer:** 70", "The answer is: 70", "70 (mod 1000)", r"\boxed{070}", r"$\boxed{70}$.", "Answer: $70$",
+    "The answer is 70.", r"so $m+n = \boxed{70}$", r"The final answer is $\boxed{70}$", "Final answer: 70",
+    "**Final Answer**: 70", r"The answer is $70 \pmod{1000}$.", "The answer is 70. It checks out.",
+    "The answer is 70, since 7 * 10 = 70.", r"\boxed{\text{70}}", r"Answer: \(70\)", "70",
+    "I first got 71.\nThe answer is 70",
+])
+def test_strict_reads_the_answer_the_output_commits_to(output):
+    assert aime_strict(output, "70")
+
+
+@pytest.mark.parametrize("output", [
+    "At first I got 70. The answer is 71.", r"70 fits? No. \boxed{71}", "Answer: 70 or 71",
+    r"\boxed{70} ... oops, \boxed{17}", "70, 71", "The answer is 1,070", "The answer is -70", r"\boxed{70.5}",
+    "It is 70 I think, but I am not sure at all, so many numbers could be right here: 70, 71, 72", "",
+    r"\boxed{70, 71}", "The answer is 70 or 71.",
+])
+def test_strict_rejects_another_final_answer_or_a_hedge(output):
+    assert not aime_strict(output, "70")
+
+
+@pytest.mark.parametrize("text, value", [("42", 42), ("42.0", 42), ("84/2", 42), ("042", 42), ("1,000", 1000),
+                                         ("$70$", 70), (r"\frac{140}{2}", 70), ("m+n = 70", 70), ("70 (mod 1000)", 70),
+                                         (r"\text{70}", 70), ("+42", 42), ("4.5", None), ("x", None),
+                                         ("1/0", None), ("1,0", None), ("70 71", None), (None, None)])
+def test_aime_integers_are_normalised(text, value):
+    assert as_integer(text) == value
+
+
+def test_the_aime_rule_counts_any_number_but_strict_only_the_final_answer():
+    hedging = r"It could be 12, or maybe 84/2, or 7. I will go with \boxed{12}."
+    assert aime_any_number(hedging, "42") and not aime_strict(hedging, "42")
+    assert aime_strict(r"\boxed{42}", "42") and aime_strict("The answer is 42.0", "42")
+
+
+# -- final answers ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("output, answer", [
+    ("Long reasoning...\nSo the final answer is 17.", "17"),
+    ("The answer is: 1/2", "1/2"),
+    ("**Final Answer:** $x \\le 0$", "x \\le 0"),
+    ("The answer is $\\frac{1}{2}$, as shown above.", "\\frac{1}{2}"),
+    ("The answer is odd $n$.", "odd $n$"),
+    ("The answer is $2$ or $3$.", "$2$ or $3$"),  # a hedge stays a hedge
+    ("17", "17"),
+    ("line one\nline two", None),
+])
+def test_the_final_answer_of_an_output(output, answer):
+    assert final_answer(output) == answer
+
+
+# -- IMO-AnswerBench by rule -----------------------------------------------------------------------------
+@pytest.mark.parametrize("row, prediction", RIGHT)
+def test_right_answers_written_otherwise_are_accepted(row, prediction):
+    assert check_output(prediction, truth(row)), (prediction, truth(row))
+
+
+@pytest.mark.parametrize("row, prediction", WRONG)
+def test_near_misses_are_rejected(row, prediction):
+    assert not check_output(prediction, truth(row)), (prediction, truth(row))
+
+
+def test_the_named_cases_of_the_issue():
+    assert not math_equal("r - 2R", "$R-2r$")  # math-verify alone lower-cases symbols
+    assert not math_equal("even $n$", "odd $n$") and not math_equal("even n", "odd $n$")
+    assert math_equal(r"x \le 0", r"$(-\infty , 0]$")
+    assert check_output("The answer is: 1/2", r"$\frac{1}{2}$")
+
+
+@pytest.mark.parametrize("prediction, truth_", [
+    (r"\frac{1}{2}", "0.5"), (r"\{2, 1\}", r"\{1, 2\}"), (r"(0, 1]", r"(0,1]"), (r"1 + n^2", r"n^2+1"),
+    (r"2\sqrt{2}", r"\sqrt{8}"), ("42", "42"), (r"\dfrac{3}{4}", r"\frac{3}{4}"), ("x = 3", "3"),
+    ("f(x) = x + 1", "f(x)=x+1"), ("P(x) = 2x^2 + c", "$P(x)=2x^{2}+c$"),
+])
+def test_equivalent_forms_match(prediction, truth_):
+    assert math_equal(prediction, truth_)
+
+
+@pytest.mark.parametrize("prediction, truth_", [
+    ("3", "4"), (r"[0, 1]", r"(0, 1]"), (r"\{1, 2\}", r"\{1, 2, 3\}"), (r"n^2 - 1", r"n^2 + 1"), ("", "4"),
+    (None, "4"), ("I could not solve it", "4"), (r"\frac{1}{", "0.5"),
+    ("$3a^2 - b^2 = 3$", "3"),  # an equation is not the value of its right side
+    ("2 or 3", "2"), ("$2$ or $3$", "2"), ("2; 3", "2"), (r"x=2 \text{ or } x=3", "2"), ("x=2, y=3", "2"),
+    (r"1, 2, \ldots, 9", r"1, 2, 9"),  # math-verify would drop the ellipsis
+    (r"$a^2 - a + 1$ ( $a \ge 2$)", r"a^2 - a + 1"),  # read whole or not at all
+    ("A", "a"),  # symbols keep their case
+    ("1" * 3000, "1" * 3000),  # too long to parse
+])
+def test_near_misses_and_malformed_answers_do_not_match(prediction, truth_):
+    assert not math_equal(prediction, truth_)
+
+
+@pytest.mark.parametrize("answer, words", [
+    ("odd $n$", True), ("n is prime", True), ("All powers of 2", True), ("no solutions", True),
+    (r"$g(x)=\frac{1}{3}((2x)^a)$ for some $a>0$", True), (r"$T = 0 if p = 0$", True), (r"\text{even}", True),
+    (r"$\frac{R^2+Rr}{\sqrt{R^2-2Rr}}$", False), (r"$\lfloor \log_{2}a\rfloor +1$", False), ("xy(x-y)^2", False),
+    (r"$\frac{3}{2}(XZ-XY)$", False), (r"\mathbb{Z}", False), (r"$$x \le 0$$", False),
+])
+def test_answers_in_words_are_told_from_products_of_symbols(answer, words):
+    assert in_words(answer) is words
+
+
+def _number(answer: str):
+    """The value of an answer that is one number (0.5, $\\frac{1}{2}$), else None."""
+    values = aime_numbers(answer)
+    plain = not re.search(r"[A-Za-z]", re.sub(r"\\[dt]?frac", "", answer))
+    return values[0] if len(values) == 1 and plain else None
+
+
+def test_every_reference_equals_itself_and_none_of_a_sample_of_others():
+    """Each of the 400 references equals itself, and none of 2 others drawn at random (the whole cross
+    product costs minutes), unless both are the same number."""
+    golds = list(dict.fromkeys(g.strip() for g in references().values()))
+    assert all(math_equal(g, g) for g in golds)
+    rng = random.Random(26)
+    pairs = [(a, b) for a in golds for b in rng.sample(golds, 2) if a != b]
+    accepted = [(a, b) for a, b in pairs if math_equal(a, b)]
+    assert all(_number(a) is not None and _number(a) == _number(b) for a, b in accepted), accepted
