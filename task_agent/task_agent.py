@@ -13,7 +13,7 @@ from agent.llm import get_response
 
 GRADES = ["incorrect", "partial", "almost", "correct"]
 
-_ANSWER_FORMAT = """Respond in JSON format with the following schema:
+_ANSWER_FORMAT = """Give your answer as JSON of this shape:
 <json>
 {{
     "response": {schema}
@@ -72,9 +72,9 @@ Put only the final answer, in LaTeX, in the "response" field.
 
 
 def generic_instruction(inputs: dict) -> str:
-    return f"""You are an agent.
+    return f"""You are an agent working on the task below.
 
-Task input:
+The task's input:
 ```
 {inputs}
 ```
