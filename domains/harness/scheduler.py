@@ -5,6 +5,14 @@ when it was queued. A row still running after `row_timeout_s` is an error, and s
 stuck thread cannot be stopped, the whole worker is replaced. A worker that dies has its
 rows sent once more to a fresh one (MAX_ROW_ATTEMPTS); a row it was running for the
 last time fails with the reason it died. Once the budget is spent, no new row is sent.
+
+A row whose answer came while its session's calls failed at the provider (the gateway counts
+them, from its own calls, before the agent hears of one) is an infrastructure event, not the
+agent's answer: it is not finished, it goes back to the queue, and after MAX_INFRA_TRIES such
+tries the gateway probes the provider (ProviderDown when that fails too). Rows run concurrently
+in one worker and share its session, so a failure during a row counts for every row in flight
+then: a row answered while none failed is the agent's. Once the gateway's breaker trips, the run
+stops at once with ProviderDown: no row in flight is finished, a resume redoes them.
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ from services.errors import raise_if_stop_was_dropped
 
 
 MAX_ROW_ATTEMPTS = 2  # a row in flight when the worker died is sent once more
+MAX_INFRA_TRIES = 3  # tries of a row that met a provider failure, before the gateway probes the provider
 # Rows sent ahead of free worker threads, so a thread that finishes finds its next row
 # already queued in the worker instead of waiting a round trip through the harness.
 PREFETCH_ROWS = 2
@@ -31,6 +40,8 @@ class Row:
     inputs: dict
     attempts: int = 0
     started: float | None = None  # when a worker thread took it up; None while queued there
+    failures_at_send: int = 0  # its session's provider failures when it was last sent
+    infra_tries: int = 0  # tries that met a provider failure
 
 
 class Scheduler:
@@ -53,6 +64,7 @@ class Scheduler:
         stopped_by = None
         while self.todo or self.inflight:
             raise_if_stop_was_dropped()
+            self.agent.gateway.check_breaker()
             stopped_by = stopped_by or self.budget_left()
             if stopped_by:
                 self.todo.clear()
@@ -73,12 +85,33 @@ class Scheduler:
         while self.todo and len(self.inflight) < self.window:
             row = self.todo.popleft()
             row.started = None
+            row.failures_at_send = self._provider_failures()
             self.inflight[row.qid] = row
             self.agent.proc.send(row.qid, row.inputs)
 
+    def _provider_failures(self) -> int:
+        return self.agent.gateway.provider_failures(self.agent.key)
+
     def _finish(self, row: Row, rec: dict) -> None:
+        """Finish `row` with `rec`, unless its session's calls failed at the provider meanwhile."""
         self.inflight.pop(row.qid, None)
+        if self._provider_failures() > row.failures_at_send and self._try_again(row):
+            return
         self.finish(rec)
+
+    def _try_again(self, row: Row) -> bool:
+        """Whether `row`, which met a provider failure, goes back to the queue (True) or its answer
+        stands (False: it met one on every try, yet the provider answers the gateway's probe).
+        ProviderDown when the breaker tripped or the probe fails."""
+        gateway = self.agent.gateway
+        gateway.check_breaker()
+        row.infra_tries += 1
+        if row.infra_tries >= MAX_INFRA_TRIES:
+            gateway.confirm_outage(self.agent.key)
+            return False
+        row.attempts = 0  # a worker's death during the next try is its first
+        self.todo.appendleft(row)
+        return True
 
     def _take(self, msg: dict) -> None:
         """Apply one worker message: a row taken up (its clock and attempts start) or finished."""

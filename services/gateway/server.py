@@ -12,6 +12,7 @@ import os
 import shutil
 import socket
 import socketserver
+import sys
 import tempfile
 import threading
 import time
@@ -96,14 +97,22 @@ class Listeners:
         shutil.rmtree(self._socket_dir, ignore_errors=True)
 
 
-class _Server(ThreadingHTTPServer):
+class _QuietOnHangUps:
+    def handle_error(self, request, client_address):
+        """A caller that hung up (a sandbox closed with calls in flight, when the run stops) is
+        no error of the gateway's: nothing is printed for it, since a command ends with one line."""
+        if not isinstance(sys.exc_info()[1], OSError):
+            super().handle_error(request, client_address)
+
+
+class _Server(_QuietOnHangUps, ThreadingHTTPServer):
     daemon_threads = True
     # Every worker thread connects at once when a batch starts; the default backlog of 5
     # drops some of those connections and the client retries only after a second.
     request_queue_size = 128
 
 
-class _UnixServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+class _UnixServer(_QuietOnHangUps, socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     daemon_threads = True
     request_queue_size = 128
 
