@@ -251,7 +251,7 @@ def test_editor_create_and_str_replace_through_the_loop(fake_openai, env, tmp_pa
     assert len(texts) == 5
     assert '"tool_output": "Edited ' in texts[2] and "     2\ty = 3" in texts[2]
     assert '"tool_output": "Error: ' in texts[3] and "already exists" in texts[3]
-    assert '"tool_output": "Error: ' in texts[4] and "not an absolute path" in texts[4]
+    assert '"tool_output": "Error: ' in texts[4] and "is relative" in texts[4]
 
 
 def test_malformed_and_incomplete_tool_blocks_are_skipped_and_only_the_first_use_runs(fake_openai, env, tmp_path):

@@ -15,7 +15,7 @@ class MetaAgent(AgentSystem):
         """Improve the code at `repo_path`, in place.
 
         repo_path: the code base to change (this agent's own code among it).
-        eval_path: the folder of earlier generations' agents and their evaluation results.
+        eval_path: the folder of earlier generations' agents, with how each of them scored.
         iterations_left: how many more times a meta agent will be run after this one, if known.
         """
         instruction = f"Change any part of the code base at `{repo_path}` as you see fit."

@@ -36,14 +36,14 @@ def tool_info():
     # the paper's model was told.
     return {
         "name": "bash",
-        "description": """Runs commands in a bash shell.
+        "description": """Executes shell commands with bash.
 * The "command" parameter is plain text: there is no need to escape it for XML.
 * There is no internet access through this tool.
-* A mirror of common Linux and Python packages is reachable with apt and pip.
+* apt and pip can install the usual Linux and Python packages from a local mirror.
 * State is kept from one command call to the next, and across the conversation with the user.
-* To read part of a file, say lines 10 to 25, use something like 'sed -n 10,25p /path/to/the/file'.
+* To read part of a file, say lines 10 to 25, a command like 'sed -n 10,25p FILE' does it.
 * Stay away from commands whose output could be very long.
-* Start long-running commands in the background, e.g. 'sleep 10 &', or run a server in the background.""",
+* Put long-running commands, servers among them, in the background (for instance 'sleep 10 &').""",
         "input_schema": {
             "type": "object",
             "properties": {

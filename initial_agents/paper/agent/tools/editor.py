@@ -32,9 +32,9 @@ def tool_info():
         "description": """A tool to view, create and edit files.
 * State is kept from one command call to the next, and across the conversation with the user.
 * `view` shows a file as `cat -n` does; on a folder, it lists the files and folders in it down to 2 levels, hidden ones left out.
-* `create` cannot be used on a `path` that already exists as a file.
-* Output that is too long is cut short and marked with `<response clipped>`.
-* `undo_edit` takes back the latest edit made to the file at `path`.
+* `create` refuses a `path` where a file is already present.
+* Output that is too long is cut short; the cut shows as `<response clipped>`.
+* `undo_edit` puts the file at `path` back as it was before its latest edit.
 \nAbout the `str_replace` command:
 * `old_str` must match one or more whole consecutive lines of the file EXACTLY, whitespace included.
 * If `old_str` occurs more than once in the file, nothing is replaced: give enough surrounding text to make it unique.
@@ -56,20 +56,20 @@ def tool_info():
                     "type": "integer",
                 },
                 "new_str": {
-                    "description": "For `str_replace` (required): the new text. For `insert` (required): the text to insert.",
+                    "description": "For `str_replace` (required): the new text. For `insert` (required): what goes in.",
                     "type": "string",
                 },
                 "old_str": {
-                    "description": "For `str_replace` (required): the text in `path` to replace.",
+                    "description": "For `str_replace` (required): the text of `path` that is replaced.",
                     "type": "string",
                 },
                 "path": {
-                    "description": "The absolute path of a file or folder, such as `/repo/file.py` or `/repo`.",
+                    "description": "The absolute path of a file or folder, such as `/repo/task_agent.py` or the folder `/repo`.",
                     "type": "string",
                 },
                 "view_range": {
                     "description": "For `view` of a file (optional): without it the whole file is shown; with it, the "
-                    "lines in that range, numbered from 1, e.g. [11, 12] shows lines 11 and 12, and "
+                    "lines in that range, counted from 1: [11, 12] is lines 11 and 12, and "
                     "`[start_line, -1]` shows everything from `start_line` on.",
                     "items": {"type": "integer"},
                     "type": "array",
@@ -97,7 +97,7 @@ def numbered(text, label, first=1):
 def _checked(path, command):
     target = Path(path)
     if not target.is_absolute():
-        raise ValueError(f"{path} is not an absolute path: give it from the root, starting with '/'.")
+        raise ValueError(f"{path} is relative: give it from the root, starting with '/'.")
     if command != "create" and not target.exists():
         raise ValueError(f"{path} does not exist; give a path that does.")
     if command == "create" and target.exists():
@@ -145,7 +145,7 @@ def _view(target, view_range=None, **_):
     if not view_range:
         return numbered(text, str(target))
     if len(view_range) != 2 or not all(isinstance(n, int) for n in view_range):
-        raise ValueError("`view_range` must be a list of two integers.")
+        raise ValueError("`view_range` must hold exactly two integers.")
     lines = text.split("\n")
     start, end = view_range
     if not 1 <= start <= len(lines):
@@ -199,7 +199,7 @@ def _insert(target, insert_line=None, new_str=None, **_):
     added = new.split("\n")
     _write(target, "\n".join(lines[:insert_line] + added + lines[insert_line:]))
     excerpt = lines[max(0, insert_line - 4):insert_line] + added + lines[insert_line:insert_line + 4]
-    return (f"Edited {target}. " + numbered("\n".join(excerpt), "an excerpt of the edited file", max(1, insert_line - 3))
+    return (f"Edited {target}. " + numbered("\n".join(excerpt), f"an excerpt of {target}", max(1, insert_line - 3))
             + "Check the change (indentation, no repeated lines and so on), and edit again if needed.")
 
 
