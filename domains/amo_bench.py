@@ -5,34 +5,44 @@ Not bundled: the data comes from its published location, the Hugging Face datase
 (`--data PATH`, JSONL or parquet with the dataset's columns: question_id, prompt,
 answer, answer_type and optionally solution).
 
-Grading follows the benchmark, by answer type:
-- number, set: math-verify, numbers compared after rounding to 4 decimals;
-- variable: math-verify, or equal values of both expressions at random points (sympy);
-- description: the majority of 5 LLM judges (role `judge`, through the gateway).
-When the whole final answer does not match, its last expression (after the last `=`) is
-tried too, since models often answer "x = 5" for "5".
+Grading is the official grader's (github.com/meituan-longcat/AMO-Bench, commit 52e1f37,
+`grading.py` and `utils.py`), by answer type:
+- number, set, variable: by rule, as `domains/amo_grading.py` describes item by item (answer
+  extraction after `</think>` and "### The final answer is:", the retry cut at \\medskip,
+  math-verify both ways, variables solved at the official integer points), each check in a
+  child process that is killed past its time (`domains/amo_bounded.py`);
+- description: 5 LLM judges (role `judge`, through the gateway, temperature 1), a majority of
+  "Correct" verdicts. Each judge gets the problem, the reference answer as the dataset writes it
+  and the extracted answer (the prompt cut to its first and last 10,000 characters when it
+  reaches 20,000), and ends its reply with "### Conclusion: Correct" or "### Conclusion:
+  Incorrect". The prompt is ours, with the official one's sections and rules; its verdict is read
+  as the official reads it (`verdict`). No cut retry for descriptions, as in the official.
+
+Departures: an empty answer is wrong without asking the judges; the judge model is the run's
+(`models.judge`), where the official calls o4-mini with low reasoning effort; a judge call that
+fails stops the scoring (an infrastructure event, never a wrong answer), where the official
+counts it as a wrong answer.
 """
 
 from __future__ import annotations
 
+import atexit
 import importlib.util
-import random
-import re
 from functools import lru_cache
 from pathlib import Path
 from typing import Callable
 
 import pandas as pd
 
-from inside.answers import final_answer, math_equal
+from domains.amo_bounded import BoundedChecker
+from domains.amo_grading import extract
 from services.errors import UserError
 
 HF_DATASET = "meituan-longcat/AMO-Bench"
 COLUMNS = ("question_id", "prompt", "answer", "answer_type")
 ANSWER_TYPES = ("number", "set", "variable", "description")
-ROUNDING = 4
-JUDGES = 5
-SUBSTITUTION_POINTS = 5
+JUDGES = 5  # votes per description answer, at temperature 1 (domains/judge.py)
+PROMPT_LIMIT = 20000  # a judge prompt this long keeps its first and last half of it
 
 Judge = Callable[[str], str]  # prompt -> the judge's reply
 
@@ -84,83 +94,57 @@ def _read(path: Path) -> pd.DataFrame:
 
 
 # -- grading ---------------------------------------------------------------------------------
-def strip_box(answer: str) -> str:
-    """A reference written as \\boxed{...} (as the dataset writes it) without the box."""
-    from inside.answers import extract_boxed
-
-    return extract_boxed(answer) or answer.strip()
-
-
-def last_expression(answer: str) -> str:
-    """What follows the last `=` (or \\Rightarrow) of an answer: "x = 5" -> "5"."""
-    return re.split(r"=|\\Rightarrow|\\implies", answer)[-1].strip()
-
-
-def same_values(prediction: str, truth: str) -> bool:
-    """Both expressions take the same values at random points of their variables."""
-    import sympy
-    from math_verify import parse
-
-    exprs = []
-    for text in (prediction, truth):
-        parsed = [p for p in parse(f"${text}$", parsing_timeout=None) if isinstance(p, sympy.Basic)]
-        if not parsed:
-            return False
-        exprs.append(parsed[0])
-    if isinstance(exprs[0], sympy.Eq) or isinstance(exprs[1], sympy.Eq):
-        return False
-    symbols = sorted(exprs[0].free_symbols | exprs[1].free_symbols, key=str)
-    if not symbols:
-        return False
-    rng = random.Random(0)
-    for _ in range(SUBSTITUTION_POINTS):
-        point = {s: sympy.Rational(rng.randint(1, 97), rng.randint(1, 13)) for s in symbols}
-        try:
-            a, b = (complex(sympy.N(e.subs(point), 30)) for e in exprs)
-        except (TypeError, ValueError, ZeroDivisionError):
-            return False
-        if abs(a - b) > 1e-9 * max(1.0, abs(a), abs(b)):
-            return False
-    return True
-
-
 def judge_prompt(problem: str, truth: str, answer: str) -> str:
-    return f"""You check answers to a competition math problem against the reference answer.
+    """What each judge reads: the official prompt's sections and rules, in our words."""
+    prompt = f"""You check answers to a competition math problem against the reference answer.
+You get the problem, its reference answer and a student's final answer. Say "Correct" when the student's answer
+means the same as the reference (the same mathematical content, however written), else "Incorrect".
 
-# Problem
+### Problem
 {problem}
 
-# Reference answer
+### Reference Answer
 {truth}
 
-# Candidate's final answer
+### Student Answer
 {answer}
 
-Does the candidate's answer say the same as the reference answer (same objects, same values, nothing
-missing or extra)? Reply with one word: "correct" or "incorrect"."""
+Explain your judgment, then close it with one last line in exactly this form:
+### Conclusion: Correct/Incorrect
+A decimal value counts as the reference only when it agrees with it to four decimal places or more."""
+    if len(prompt) >= PROMPT_LIMIT:
+        prompt = prompt[:PROMPT_LIMIT // 2] + "\n\n...\n\n" + prompt[-(PROMPT_LIMIT // 2):]
+    return prompt
+
+
+def verdict(reply: str) -> bool:
+    """Whether a judge's reply is a "correct" vote, read as the official grader reads it: the text
+    after its last "conclusion:", lowercased, must have "correct" as a word of its own, and neither
+    "not correct" nor "n't correct" anywhere ("Incorrect", "It is not correct" and "isn't correct"
+    are no votes; so is "Correct." with its full stop, as there)."""
+    conclusion = (reply or "").lower().split("conclusion:")[-1]
+    return "correct" in conclusion.split() and "not correct" not in conclusion and "n't correct" not in conclusion
 
 
 def judged_correct(judge: Judge, problem: str, truth: str, answer: str) -> bool:
-    votes = [judge(judge_prompt(problem, truth, answer)).strip().lower() for _ in range(JUDGES)]
-    yes = sum(1 for v in votes if v.startswith("correct") or v.endswith(" correct") or v == "correct.")
-    return yes > JUDGES // 2
+    """The majority of JUDGES verdicts on one answer."""
+    prompt = judge_prompt(problem, truth, answer)
+    yes = sum(verdict(judge(prompt)) for _ in range(JUDGES))
+    return yes > JUDGES - yes
+
+
+_checker = BoundedChecker()
+atexit.register(_checker.close)
 
 
 def check(output: str, row: dict, judge: Judge | None = None) -> bool:
     """Whether an output's final answer is right for an AMO-Bench row."""
-    answer = final_answer(output) or (output or "").strip()
-    if not answer:
-        return False
-    truth = strip_box(str(row["answer"]))
     kind = str(row["answer_type"])
-    for candidate in dict.fromkeys((answer, last_expression(answer))):
-        if kind == "description":
-            if judge is None:
-                raise ValueError("description answers need LLM judges (role judge)")
-            if judged_correct(judge, str(row["prompt"]), truth, candidate):
-                return True
-        elif math_equal(candidate, truth, float_rounding=ROUNDING):
-            return True
-        elif kind == "variable" and same_values(candidate, truth):
-            return True
-    return False
+    if not (output or "").strip():
+        return False
+    if kind != "description":
+        return _checker(output, str(row["answer"]), kind, str(row["question_id"]))
+    if judge is None:
+        raise ValueError("description answers need LLM judges (role judge)")
+    answer = extract(output, kind)
+    return bool(answer) and judged_correct(judge, str(row["prompt"]), str(row["answer"]), answer)
