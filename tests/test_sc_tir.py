@@ -1,17 +1,22 @@
 """The SC-TIR baseline: code extraction and execution, answer voting, and whole candidates
-scripted through the real fake server."""
+scripted through the real fake server, in our `light` preset and in the NuminaMath recipe's
+(project-numina/aimo-progress-prize, kaggle-solution.ipynb)."""
 
 import os
 import re
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from task_agent.baselines import sc_tir
 from task_agent.baselines.sc_tir import (
-    OUTPUT_CAP,
+    LIGHT,
+    RECIPE,
+    aimo_integer,
+    aimo_vote,
     extract_boxed,
     extract_code,
     majority_vote,
@@ -60,15 +65,14 @@ def scripted(roles: list[list]):
 
 
 @pytest.fixture
-def agent_with(provider, monkeypatch, tmp_path):
-    """A TaskAgent whose candidates play `roles`, one candidate per role."""
+def agent_with(provider, tmp_path):
+    """A TaskAgent whose candidates play `roles`, one candidate per role, with `settings` (the
+    light preset unless told) and the given fields changed."""
 
-    def make(roles: list[list], **constants):
-        monkeypatch.setattr(sc_tir, "NUM_CANDIDATES", len(roles))
-        for name, value in constants.items():
-            monkeypatch.setattr(sc_tir, name, value)
+    def make(roles: list[list], settings=LIGHT, **fields):
         provider.set_responder(scripted(roles))
-        return sc_tir.TaskAgent(model=MODEL, chat_history_file=str(tmp_path / "chat.md"))
+        chosen = replace(settings, candidates=len(roles), **fields)
+        return sc_tir.TaskAgent(model=MODEL, chat_history_file=str(tmp_path / "chat.md"), settings=chosen)
 
     return make
 
@@ -197,12 +201,12 @@ def test_a_block_that_floods_stdout_is_stopped_and_its_output_capped():
     started = time.monotonic()
     out = run_code("while True:\n    print('x' * 1000)", timeout_s=10)
     assert time.monotonic() - started < 5  # stopped by the flood, not the timeout
-    assert len(out) <= OUTPUT_CAP and out.endswith("printed more than 64 KB]")
+    assert len(out) <= LIGHT.output_chars and out.endswith("printed more than 64 KB]")
 
 
 def test_long_output_is_cut_to_the_cap_and_keeps_the_error():
     out = run_code("print('y' * 10000)\nraise ValueError('after the output')")
-    assert len(out) <= OUTPUT_CAP
+    assert len(out) <= LIGHT.output_chars
     assert out.startswith("yyy") and "[output cut: the program printed more than 4000 characters]" in out
     assert out.endswith("ValueError: after the output")
 
@@ -220,7 +224,7 @@ def test_code_output_leads_to_the_boxed_answer(agent_with, provider, tmp_path):
     assert second[-1]["content"].startswith("```output\n42\n```\nContinue. You can run code 3 more times.")
     assert [m["role"] for m in history] == ["user", "assistant", "user", "assistant"]
     body = provider.requests[0]["json"]
-    assert body["temperature"] == sc_tir.TEMPERATURE and body["stop"] == ["```output"]
+    assert body["temperature"] == 0.8 and body["stop"] == ["```output"] and "max_tokens" not in body
     transcript = (tmp_path / "chat.md").read_text()
     assert "# candidate 1: 1 code runs, answer 42" in transcript and "## prediction\n\n42" in transcript
 
@@ -289,10 +293,10 @@ def test_no_survivor_means_none(agent_with, provider):
 
 
 def test_a_model_that_always_writes_code_stops_at_the_depth_limit(agent_with, provider, tmp_path):
-    agent = agent_with([[code("print('again')")]] * 2, MAX_DEPTH=2)
+    agent = agent_with([[code("print('again')")]] * 2, depth=3)
     prediction, history = agent.forward(INPUTS)
     assert prediction == "None"
-    assert provider.count == 2 * (2 + 1)  # per candidate: MAX_DEPTH runs, each followed by a call
+    assert provider.count == 2 * 3  # per candidate: depth calls, all but the last followed by a run
     outputs = [m["content"] for m in history if m["role"] == "user" and m["content"].startswith("```output")]
     assert len(outputs) == 2 * 2
     assert sum("You cannot run more code." in o for o in outputs) == 2
@@ -301,7 +305,7 @@ def test_a_model_that_always_writes_code_stops_at_the_depth_limit(agent_with, pr
 
 def test_code_timeout_applies_per_block(agent_with, provider):
     agent = agent_with([[code("import time\ntime.sleep(30)"), "The code was too slow; still, \\boxed{42}."]],
-                       CODE_TIMEOUT_S=1)
+                       code_timeout_s=1)
     started = time.monotonic()
     prediction, history = agent.forward(INPUTS)
     assert time.monotonic() - started < 1 + 2
@@ -326,3 +330,129 @@ def test_other_domains_are_refused(agent_with, provider):
     with pytest.raises(ValueError, match="imo_answer, aime2025, amo_bench"):
         agent_with([["\\boxed{1}"]]).forward({"domain": "imo_proof", "problem": "Prove it."})
     assert provider.count == 0
+
+
+# -- the recipe's preset -----------------------------------------------------------------------
+
+
+def test_the_presets():
+    assert (RECIPE.candidates, RECIPE.depth, RECIPE.temperature, RECIPE.max_tokens, RECIPE.code_timeout_s,
+            RECIPE.output_chars, RECIPE.recipe_rules) == (48, 4, 0.8, 2048, 5, 200, True)
+    assert (LIGHT.candidates, LIGHT.depth, LIGHT.max_tokens, LIGHT.recipe_rules) == (8, 5, None, False)
+    assert sc_tir.PRESETS == {"recipe": RECIPE, "light": LIGHT}
+    assert sc_tir.TaskAgent(MODEL).settings is sc_tir.PRESETS[sc_tir.PRESET]
+    assert sc_tir.RecipeTaskAgent(MODEL).settings is RECIPE
+
+
+def test_the_recipe_runs_48_traces_of_4_calls_and_restarts_those_without_code(provider, tmp_path):
+    provider.set_responder(lambda body: "Without any code: \\boxed{7}")
+    agent = sc_tir.RecipeTaskAgent(model=MODEL, chat_history_file=str(tmp_path / "chat.md"))
+    prediction, _ = agent.forward(INPUTS)
+    assert prediction == "0"  # no trace answered: the recipe's default
+    bodies = [r["json"] for r in provider.requests if r["json"]]
+    assert len(bodies) == 48 * 4
+    assert all(len(b["messages"]) == 1 for b in bodies)  # every call started its trace over
+    assert {(b["temperature"], b["max_tokens"], tuple(b["stop"])) for b in bodies} == {(0.8, 2048, ("```output",))}
+    assert (tmp_path / "chat.md").read_text().count("dropped: no boxed answer, 4 restarts") == 48
+
+
+@pytest.mark.parametrize("answer, kept", [
+    ("42", 42), ("1042", 42), ("1,042", 42), ("$2042$", 42), ("0", 0), ("1000", 0),
+    ("3.6", 4), ("2.5", 2),  # rounded (half to even, as Python's round), not dropped: the tolerance test is a no-op
+    ("-3", None), ("-0.4", 0), ("\\frac{1}{2}", None), ("x + 1", None), ("", None), (None, None), ("1e400", None),
+    ("45^\\circ", 45), ("12\\text{ cm}", 12), (": 17.", 17),
+])
+def test_the_recipe_filter(answer, kept):
+    assert aimo_integer(answer) == kept
+
+
+@pytest.mark.parametrize("answers, expected", [
+    (["-5", "1042", "42", "\\frac{1}{2}", "3.6", "2042.4"], "42"),
+    (["5", "9", "9", "5"], "5"),  # a tie goes to the earliest
+    ([None, "x", "-1"], "0"),  # nothing kept: 0
+    ([], "0"),
+])
+def test_the_recipe_vote(answers, expected):
+    assert aimo_vote(answers) == expected
+
+
+def test_the_recipe_filters_the_answers_of_its_traces(agent_with, provider):
+    roles = [[code("print(1)"), f"So the answer is \\boxed{{{a}}}."]
+             for a in ("-5", "1042", "42", "\\frac{1}{2}", "3.6", "2042.4")]
+    prediction, _ = agent_with(roles, settings=RECIPE).forward(INPUTS)
+    assert prediction == "42"
+    assert provider.count == 6 * 2
+
+
+@pytest.fixture
+def recipe_trace(provider, tmp_path):
+    """A recipe agent with one trace, whose replies are `replies` in order; code runs get 30 s."""
+
+    def make(replies: list[str]):
+        left = list(replies)
+        provider.set_responder(lambda body: left.pop(0))
+        settings = replace(RECIPE, candidates=1, code_timeout_s=30)
+        return sc_tir.TaskAgent(model=MODEL, chat_history_file=str(tmp_path / "chat.md"), settings=settings)
+
+    return make
+
+
+def sent(provider) -> list[list[dict]]:
+    return [r["json"]["messages"] for r in provider.requests if r["json"]]
+
+
+def test_a_trace_without_code_starts_over_and_the_call_is_spent(recipe_trace, provider, tmp_path):
+    agent = recipe_trace(["It is \\boxed{5}.", code("print(6 * 7)"), "Thus the answer is 42."])
+    assert agent.forward(INPUTS)[0] == "42"  # "answer is" counts like a box
+    assert [len(m) for m in sent(provider)] == [1, 1, 3]
+    assert sent(provider)[2][-1]["content"] == "```output\n42\n```"  # the output alone, as the recipe appends it
+    assert "1 code runs, answer 42., 1 restarts" in (tmp_path / "chat.md").read_text()
+
+
+def test_an_answer_before_any_code_ran_is_dropped(recipe_trace, provider):
+    # A code block, and an answer right after it without waiting for the output: made up.
+    agent = recipe_trace([code("print(6 * 7)") + "\nIt prints 41, so \\boxed{41}."])
+    assert agent.forward(INPUTS)[0] == "0"
+    assert provider.count == 1
+
+
+def test_a_call_that_neither_waits_nor_answers_starts_over(recipe_trace, provider):
+    agent = recipe_trace([code("print(1)"), "Let me think about it more.", code("print(6 * 7)"), "So \\boxed{42}"])
+    assert agent.forward(INPUTS)[0] == "42"
+    assert [len(m) for m in sent(provider)] == [1, 3, 1, 3]
+
+
+def test_only_the_last_100_characters_hold_the_answer(recipe_trace, provider):
+    late = "So \\boxed{42}. " + "And now a long aside that has no answer in it at all. " * 3
+    agent = recipe_trace([code("print(6 * 7)"), late, code("print(6 * 7)"), "So \\boxed{42}"])
+    assert agent.forward(INPUTS)[0] == "42"
+    assert [len(m) for m in sent(provider)] == [1, 3, 1, 3]  # the late answer was not seen: a restart
+
+
+def test_the_last_call_ends_a_trace_that_still_writes_code(recipe_trace, provider):
+    agent = recipe_trace([code("print(1)")] * 4)
+    assert agent.forward(INPUTS)[0] == "0"
+    assert [len(m) for m in sent(provider)] == [1, 3, 5, 7]  # 4 calls, 3 runs
+
+
+def test_the_recipe_runs_the_last_block_and_ignores_an_invented_output(recipe_trace, provider):
+    invented = code("print(1)") + "\n" + code("print(6 * 7)") + "\n```output\n41\n```\nSo \\boxed{41}."
+    agent = recipe_trace([invented, "So \\boxed{42}"])
+    assert agent.forward(INPUTS)[0] == "42"
+    second = sent(provider)[1]
+    assert second[1]["content"].endswith("print(6 * 7)\n```\n") and second[2]["content"] == "```output\n42\n```"
+
+
+def test_the_recipe_code_rules():
+    # The prelude's imports, and a last line without print( printed without its comment.
+    assert run_code("x = np.arange(4).sum() + len(sp.factorint(12)) + math.factorial(3)\nx  # the sum",
+                    timeout_s=30, recipe=True) == "14"
+    assert run_code("print('x' * 500)", timeout_s=30, cap=200, recipe=True) == "x" * 200 + " ... (output truncated)"
+    failed = run_code("print('before')\ndef f():\n    return 1 / 0\nf()", timeout_s=30, cap=1000, recipe=True)
+    lines = failed.splitlines()
+    assert lines[0] == "Traceback (most recent call last):" and lines[-1] == "ZeroDivisionError: division by zero"
+    # 3 lines of prelude first, and the last line printed
+    assert '  File "solution.py", line 7, in <module>' in lines and "    print(f())" in lines
+    assert "before" not in failed  # a failed program shows its traceback only
+    assert run_code("import time\ntime.sleep(30)", timeout_s=1, recipe=True) == \
+        "[stopped: the program ran longer than 1 s]"
