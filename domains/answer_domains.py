@@ -1,8 +1,16 @@
 """The final-answer domains: IMO-AnswerBench, AIME 2025 and AMO-Bench.
 
 The agent sees the problem only; its prediction is checked against the reference
-answer by `inside.answers` (math-verify). Each is a `Domain` like the IMO ones: the
-loop and the harness know nothing special about them.
+answer by `inside.answers` (math-verify), or by an LLM answer grader (domains.judge). Each
+is a `Domain` like the IMO ones: the loop and the harness know nothing special about them.
+
+IMO-AnswerBench comes scored three ways, one domain each (same rows, same splits):
+- imo_answer: by rule (inside.answers.check_output), no model call; what the meta agent's
+  try command uses too.
+- imo_answer_judged: as the IMO-Bench paper grades, an LLM grader on every output.
+- imo_answer_hybrid: the rule settles the outputs it is sure are right; the LLM grader the rest
+  (fewer calls; the same grade wherever the rule is right to be sure).
+The judged ones report the rule's score beside theirs (accuracy_rule) and what decided each row.
 """
 
 from __future__ import annotations
@@ -16,12 +24,14 @@ from domains import amo_bench
 from domains.answer_metrics import answer_metrics, format_answers
 from domains.base import DATA_FILES, Domain
 from domains.imo.data import DATA_DIR, load_csv, verify_file
+from domains.judge import AnswerGrader
 from domains.scoring import ByRule, Judged
 from inside.answers import aime_any_number, aime_strict, check_output
 from services.errors import UserError
 
 AIME_FILE = DATA_DIR.parent.parent / "aime2025" / "data" / "aime2025.jsonl"
 AIME_SUBSETS = {"": None, "_I": "AIME2025-I", "_II": "AIME2025-II"}
+TASK_COLUMN = "Task"  # the IMO-AnswerBench variants' rows name the task the agent is given: imo_answer
 
 
 def load_answerbench(suffix: str) -> pd.DataFrame:
@@ -30,6 +40,11 @@ def load_answerbench(suffix: str) -> pd.DataFrame:
     df = load_csv(SOURCE, ["Problem ID", "Problem", "Short Answer", "Category"])
     ids = load_split()[suffix.lstrip("_")]
     return df.set_index("Problem ID").loc[ids].reset_index()
+
+
+def load_answerbench_as_task(suffix: str) -> pd.DataFrame:
+    """The rows with the task the agent is given, for the variants that score it another way."""
+    return load_answerbench(suffix).assign(**{TASK_COLUMN: "imo_answer"})
 
 
 def load_aime(suffix: str) -> pd.DataFrame:
@@ -60,23 +75,45 @@ def _answer(column: str, check):
     return lambda output, row, judge: check(output, str(row[column]))
 
 
-DOMAINS = (
-    Domain(
-        name="imo_answer",
+def imo_answer(name: str, scorer, note: str = "") -> Domain:
+    """IMO-AnswerBench v2 under one of its scorers. Whichever it is, the agent is given the same
+    inputs, domain "imo_answer" included: how it is scored is not the agent's to see."""
+    same_task = {} if name == "imo_answer" else {"domain": TASK_COLUMN}
+    return Domain(
+        name=name,
         question_id="Problem ID",
-        inputs={"problem": "Problem"},
+        inputs={"problem": "Problem", **same_task},
         label_column="Short Answer",
         hidden_columns=("Short Answer",),
         subsets={f"_{s}": "answerbench_v2.csv" for s in ("train", "val", "test")},
         splits={s: f"_{s}" for s in ("train", "val", "test")},
         score_key="accuracy",
         data_dir=DATA_DIR,
-        scorer=ByRule(partial(answer_metrics, checks={"accuracy": _answer("Short Answer", check_output)},
-                              qid_col="Problem ID", group_cols=("Category",)), format_answers),
+        scorer=scorer,
         default_subset="train",
-        loader=load_answerbench,
+        loader=load_answerbench_as_task if same_task else load_answerbench,
         try_match="math",
-    ),
+        score_note=note,
+    )
+
+
+def _answerbench(checks: dict, judged: bool):
+    metrics = partial(answer_metrics, checks=checks, qid_col="Problem ID", group_cols=("Category",))
+    return (Judged if judged else ByRule)(metrics, format_answers)
+
+
+_BY_RULE = _answer("Short Answer", check_output)
+_GRADED = "graded by an LLM (role judge, temperature 0, cached) with a prompt built as the IMO-Bench paper's AnswerAutoGrader"
+
+DOMAINS = (
+    imo_answer("imo_answer", _answerbench({"accuracy": _BY_RULE}, judged=False),
+               "by rule: math-verify where it is sure, else wrong (the paper grades with an LLM: imo_answer_judged)"),
+    imo_answer("imo_answer_judged", _answerbench({
+        "accuracy": AnswerGrader("Short Answer", "Problem", rule_first=False), "accuracy_rule": _BY_RULE}, judged=True),
+        f"{_GRADED}, every output, as in the paper; accuracy_rule is math-verify's score beside it"),
+    imo_answer("imo_answer_hybrid", _answerbench({
+        "accuracy": AnswerGrader("Short Answer", "Problem", rule_first=True), "accuracy_rule": _BY_RULE}, judged=True),
+        f"math-verify where it is sure the answer is right, else {_GRADED}; accuracy_rule is math-verify's alone"),
     Domain(
         name="aime2025",
         question_id="task_id",
@@ -92,9 +129,10 @@ DOMAINS = (
                               qid_col="task_id", group_cols=("subset",)), format_answers),
         loader=load_aime,
         try_match="math",
-        score_note="strict: only the final \\boxed{} answer counts; the benchmark's own rule (any number in the "
-                   "output) is reported as accuracy_any_number, and an evolving agent learns to list many numbers "
-                   "when any match counts",
+        score_note="strict: only the final answer counts (the last \\boxed{}, else the last \"answer is\", one "
+                   "integer); the benchmark's own rule (any number in the output equal to the answer) is reported as "
+                   "accuracy_any_number and never optimized: an evolving agent learns to list many numbers when any "
+                   "match counts",
     ),
     Domain(
         name="amo_bench",

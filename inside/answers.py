@@ -14,9 +14,16 @@ parsing and comparing are bounded by TIMEOUT_S on the main thread; nothing is ex
 
 from __future__ import annotations
 
+import atexit
+import json
 import logging
+import os
 import re
+import select
+import subprocess
+import sys
 import threading
+import time
 from fractions import Fraction
 
 # It warns on every call made without a timeout (those off the main thread).
@@ -24,6 +31,8 @@ logging.getLogger("math_verify").setLevel(logging.ERROR)
 TIMEOUT_S = 5  # seconds math-verify may spend parsing or comparing one answer
 BARE_ANSWER_CHARS = 60  # an output this short, on one line, with no stated answer, is the answer itself
 MAX_ANSWER_CHARS = 2_000  # a final answer longer than this is not parsed (math-verify's cost grows with it)
+CHILD_LIMIT_S = 4 * TIMEOUT_S  # off the main thread: how long one check may take in the child process
+CHILD_START_S = 120  # how long the child may take to start (imports sympy and math-verify)
 
 # -- what an output's answer is -------------------------------------------------------------------
 # "The answer is 70", "Final answer: $70$", "**Final Answer:** 70" (bold markers are dropped first),
@@ -204,7 +213,7 @@ def _math_text(answer: str) -> str | None:
     return ", ".join(p.strip() for p in pieces[1::2] if p.strip()).rstrip(".")
 
 
-def _parse_whole(answer: str, limit: int | None):
+def _parse_whole(answer: str, limit: int):
     """math-verify's reading of an answer, or None unless it read all of it as mathematics."""
     from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse
     from math_verify.parser import NormalizationConfig, normalize_latex
@@ -248,22 +257,101 @@ def math_equal(prediction: str | None, truth: str, float_rounding: int = 6) -> b
     if max(len(guess), len(gold)) > MAX_ANSWER_CHARS:
         return False
     same_tokens = _tokens(guess) == _tokens(gold)
-    if in_words(guess) or in_words(gold) or not _names_its_value(guess, gold):
+    if same_tokens or in_words(guess) or in_words(gold) or not _names_its_value(guess, gold):
         return same_tokens
+    if threading.current_thread() is not threading.main_thread():
+        # math-verify bounds its work with SIGALRM, which only a main thread may use: the child's.
+        return _BOUNDED(guess, gold, float_rounding)
+    return _verified(guess, gold, float_rounding)
+
+
+def _verified(guess: str, gold: str, float_rounding: int) -> bool:
+    """math-verify's verdict on two answers it read whole; on the main thread (its time limits)."""
     from math_verify import verify
 
-    # math-verify bounds its work with SIGALRM, which only the main thread may use.
-    limit = TIMEOUT_S if threading.current_thread() is threading.main_thread() else None
     try:
-        want, got = _parse_whole(gold, limit), _parse_whole(guess, limit)
-        if want is None or got is None:
-            return same_tokens
-        return same_tokens or bool(verify(want, got, float_rounding=float_rounding, timeout_seconds=limit,
-                                          allow_set_relation_comp=True))
+        want, got = _parse_whole(gold, TIMEOUT_S), _parse_whole(guess, TIMEOUT_S)
+        return want is not None and got is not None and bool(
+            verify(want, got, float_rounding=float_rounding, timeout_seconds=TIMEOUT_S, allow_set_relation_comp=True))
     except Exception:
-        return same_tokens
+        return False
+
+
+class _BoundedChild:
+    """_verified in a child process, for callers off the main thread (the loop scores on its slots'
+    threads): the child (this file, run as a script) checks on its main thread, under math-verify's
+    limits, and a child that has not answered within CHILD_LIMIT_S (sympy busy in C on 9^{9^{9^9}})
+    is killed: not equal. JSON lines: [guess, gold, float_rounding] in, true or false out."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen | None = None
+
+    def __call__(self, guess: str, gold: str, float_rounding: int) -> bool:
+        with self._lock:
+            proc = self._child()
+            try:
+                proc.stdin.write((json.dumps([guess, gold, float_rounding]) + "\n").encode())
+                proc.stdin.flush()
+                reply = _read_line(proc, time.monotonic() + CHILD_LIMIT_S)
+            except OSError:
+                reply = None
+            if reply is None:
+                self._stop()
+            return reply == "true"
+
+    def _child(self) -> subprocess.Popen:
+        if self._proc is not None and self._proc.poll() is None:
+            return self._proc
+        self._stop()
+        self._proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--serve"], stdin=subprocess.PIPE,
+                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True)
+        if _read_line(self._proc, time.monotonic() + CHILD_START_S) != "ready":
+            self._stop()  # an infrastructure failure, not the answer's: raised, never scored as wrong
+            raise RuntimeError(f"the answer-check process did not start within {CHILD_START_S} s")
+        return self._proc
+
+    def _stop(self) -> None:
+        if self._proc is not None:
+            self._proc.kill()
+            self._proc.wait()
+            for pipe in (self._proc.stdin, self._proc.stdout):
+                pipe.close()
+        self._proc = None
+
+
+def _read_line(proc: subprocess.Popen, deadline: float) -> str | None:
+    """One line from the child's stdout by `deadline`, without its newline; None if none came."""
+    data = b""
+    while not data.endswith(b"\n"):
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([proc.stdout], [], [], left)[0]:
+            return None
+        chunk = os.read(proc.stdout.fileno(), 4096)
+        if not chunk:
+            return None
+        data += chunk
+    return data.decode(errors="replace").strip()
+
+
+def _serve() -> None:
+    """The child's loop (see _BoundedChild), until its stdin closes."""
+    from math_verify import verify  # noqa: F401 (imported before "ready": the first check is not slower)
+
+    print("ready", flush=True)
+    for line in sys.stdin:
+        guess, gold, float_rounding = json.loads(line)
+        print(json.dumps(_verified(str(guess), str(gold), int(float_rounding))), flush=True)
+
+
+_BOUNDED = _BoundedChild()
+atexit.register(_BOUNDED._stop)
 
 
 def check_output(output: str, truth: str, float_rounding: int = 6) -> bool:
     """An output's final answer against the reference, with math_equal."""
     return math_equal(final_answer(output) or (output or "").strip(), truth, float_rounding)
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["--serve"]:
+    _serve()

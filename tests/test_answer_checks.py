@@ -4,10 +4,13 @@ calls equal) on right and near-miss answers written for real rows of the data se
 
 import random
 import re
+import threading
+import time
 
 import pytest
 from answer_cases import RIGHT, WRONG, references, truth
 
+from inside import answers
 from inside.answers import aime_any_number, aime_numbers, aime_strict, as_integer, check_output, final_answer, \
     in_words, math_equal
 
@@ -157,3 +160,29 @@ def test_every_reference_equals_itself_and_none_of_a_sample_of_others():
     pairs = [(a, b) for a in golds for b in rng.sample(golds, 2) if a != b]
     accepted = [(a, b) for a, b in pairs if math_equal(a, b)]
     assert all(_number(a) is not None and _number(a) == _number(b) for a, b in accepted), accepted
+
+
+# -- off the main thread -----------------------------------------------------------------------------
+def _on_a_thread(fn):
+    out = []
+    thread = threading.Thread(target=lambda: out.append(fn()))
+    thread.start()
+    thread.join(120)
+    assert not thread.is_alive()
+    return out[0]
+
+
+def test_off_the_main_thread_checks_run_bounded_in_a_child(monkeypatch):
+    """The loop scores on threads, where math-verify has no time limit: there a child process checks,
+    and one that takes too long is killed (not equal), then a new one takes the next check."""
+    assert _on_a_thread(lambda: math_equal(r"x \le 0", r"$(-\infty , 0]$"))
+    assert not _on_a_thread(lambda: math_equal("r - 2R", "$R-2r$"))
+    started = time.monotonic()
+    assert not _on_a_thread(lambda: math_equal("9^{9^{9^{9}}}", "1"))  # on a thread of its own, this never ends
+    assert time.monotonic() - started < answers.CHILD_LIMIT_S + 5
+    monkeypatch.setattr(answers, "CHILD_LIMIT_S", 0.2)
+    child = answers._BOUNDED._proc
+    assert not _on_a_thread(lambda: math_equal("9^{9^{9^{9}}}", "1"))
+    assert answers._BOUNDED._proc is None and child.poll() is not None  # killed
+    monkeypatch.setattr(answers, "CHILD_LIMIT_S", 20)
+    assert _on_a_thread(lambda: math_equal("1/2", "0.5"))
