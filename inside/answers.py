@@ -124,8 +124,9 @@ def aime_any_number(output: str, truth: str) -> bool:
 
     Source: jaimetcf/ai-benchmarks, benchmarks/aime2025/README.md ("Evaluation", "Answer Format":
     extract all numbers from the output, normalize them, check if any matches; "The sum is 70",
-    "70.0" and "140/2" all count for 70) and its aime_benchmark.py (commit 230623fb), the benchmark
-    whose task files our aime2025.jsonl carries. Where its regular expressions read less than its
+    "70.0" and "140/2" all count for 70) and its aime_benchmark.py (commit 230623fb): the same 30
+    problems and answers, in the task format aime2025.jsonl follows. Where its regular expressions
+    (which split 1,070 into 1 and 070, and take 70 out of -70) read otherwise than its
     stated rule, this reads the rule: a thousands separator does not split a number (1,070 is not
     70), \\frac{140}{2} is a fraction, and a minus sign written on the number counts (-70 is not 70).
     """
