@@ -165,3 +165,37 @@ def test_harness_and_report_on_imo_answer_judged(tmp_path, fake_openai):
     judged = sqlite3.connect(out / "j" / "judgements" / "ledger.sqlite").execute(
         "SELECT COUNT(*), MIN(model) FROM calls WHERE role = 'judge' AND cache_hit = 0").fetchone()
     assert judged == (3, "openai/fake-judge")
+
+
+def test_the_loop_scores_imo_answer_hybrid_and_books_the_grader_to_the_node(tmp_path, fake_openai):
+    """In the loop (which may score on a slot's thread, where the rule runs in its child process): the rule
+    settles the answers written as the references are, the grader the one written in words."""
+    from conftest import run_loop
+
+    rows = pd.concat([get_domain("imo_answer_hybrid").load(s).head(2) for s in ("train", "val")])
+    answers = {p: "\\boxed{" + a.strip().strip("$") + "}" for p, a in zip(rows["Problem"], rows["Short Answer"])}
+    worded = rows["Problem"].iloc[0]
+    answers[worded] = "I am confident the answer is what the reference says, in other words."
+
+    def respond(request: dict) -> str:
+        prompt = str(request["messages"][-1]["content"])
+        if GRADER_MARK in prompt:
+            return "<thinking>it says so</thinking>\n\\boxed{Correct}"
+        problem = next((p for p in answers if p in prompt), None)
+        return "OK" if problem is None else "<json>" + json.dumps({"response": answers[problem]}) + "</json>"
+
+    fake_openai.set_responder(respond)
+    config = tmp_path / "loop.yaml"
+    config.write_text(FAST_CONFIG + "models:\n  judge: openai/fake-judge\nloop:\n  eval_samples: 2\n"
+                      "  skip_staged_eval: true\n")
+    r = run_loop(tmp_path, fake_openai, "--max_generation", "0", config=config, domains=["imo_answer_hybrid"])
+    assert r.returncode == 0, r.stderr[-3000:]
+    run_dir = tmp_path / "out" / "run"
+    node = json.loads((run_dir / "nodes" / "initial" / "node.json").read_text())
+    assert node["scores"]["imo_answer_hybrid"] == {"train": 1.0, "val": 1.0}
+    judged = sqlite3.connect(run_dir / "ledger.sqlite").execute(
+        "SELECT COUNT(*) FROM calls WHERE role = 'judge' AND node = 'initial' AND cache_hit = 0").fetchone()[0]
+    assert judged == 1  # only the answer in words went to the grader
+    train = json.loads(next((run_dir / "evals").glob(f"{node['eval_keys']['imo_answer_hybrid']['train']}/report.json"))
+                       .read_text())
+    assert train["graded_by"] == {"judge": 1, "rule": 1} and train["accuracy_rule"] == 0.5
