@@ -5,9 +5,10 @@ Agent code written for providers (an agent folder such as the HyperAgents refere
 sandbox. Here its calls go to the gateway instead, as litellm's provider for an
 OpenAI-compatible server (`hosted_vllm/<model>`) with the session's key, so the gateway
 receives the model name the agent asked for, checks it against the session like any call
-and books it. A call that already names the gateway (agent/llm.py's) is left as it is.
-Nothing here is a barrier: code that undoes it only loses its calls, since the sandbox has
-no other way out.
+and books it. A call that names a server of its own (agent/llm.py names the gateway; the
+warm-up, a stub on the sandbox's loopback) is left as it is: nothing but the loopback and
+the gateway can be reached from a sandbox anyway. Nothing here is a barrier: code that undoes
+it only loses its calls, since the sandbox has no other way out.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ _TARGET_KEYS = ("api_base", "base_url", "api_key", "custom_llm_provider")
 def to_gateway(kwargs: dict) -> dict:
     """The arguments of one completion call, sent to the gateway of this sandbox's environment."""
     url = os.environ.get("AGENT_GATEWAY_URL")
-    if not url or kwargs.get("api_base") == url or kwargs.get("base_url") == url:
+    if not url or kwargs.get("api_base") or kwargs.get("base_url"):
         return kwargs
     model = str(kwargs.get("model") or "")
     routed = {k: v for k, v in kwargs.items() if k not in _TARGET_KEYS}

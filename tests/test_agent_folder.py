@@ -163,3 +163,24 @@ def test_a_folder_without_the_reference_entry_points_is_refused_in_one_line(tmp_
     assert not (tmp_path / "out" / "run").exists()
     r = run_loop(tmp_path, fake_openai, "--initial_agent", "no_such_agent", config=config)
     assert r.returncode != 0 and "unknown initial agent 'no_such_agent'" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_calls_are_routed_to_the_gateway_unless_they_name_a_server(monkeypatch):
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "inside"))
+    try:
+        from route import to_gateway
+    finally:
+        sys.path.pop(0)
+    monkeypatch.setenv("AGENT_GATEWAY_URL", "http://127.0.0.1:9/v1")
+    monkeypatch.setenv("AGENT_GATEWAY_KEY", "session-key")
+    routed = to_gateway({"model": "anthropic/claude-sonnet-4-5", "messages": [], "custom_llm_provider": "anthropic",
+                         "api_key": "sk-own"})
+    assert routed == {"model": "hosted_vllm/anthropic/claude-sonnet-4-5", "messages": [],
+                      "api_base": "http://127.0.0.1:9/v1", "api_key": "session-key"}
+    assert to_gateway({"model": "hosted_vllm/openai/fake"})["model"] == "hosted_vllm/openai/fake"
+    own = {"model": "openai/warm-up", "api_base": "http://127.0.0.1:5/v1", "api_key": "-"}
+    assert to_gateway(own) == own  # a server it names itself (the loopback warm-up, the gateway) stays
+    monkeypatch.delenv("AGENT_GATEWAY_URL")
+    assert to_gateway({"model": "openai/x"}) == {"model": "openai/x"}  # outside a run: untouched

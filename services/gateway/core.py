@@ -157,13 +157,16 @@ class Gateway:
         if self._breaker.reason:
             raise ProviderDown(self._breaker.reason, self.ledger.path.parent)
 
-    def confirm_outage(self, key: str) -> None:
-        """The calls of `key` failed at the provider again and again: probe its model, and raise
-        ProviderDown when the probe fails too; return when the provider answers it."""
-        session = self.session_counts(key)
+    def confirm_outage(self, key: str | None = None, during: str = "on every try") -> None:
+        """Calls failed at the provider where they must not (`during` a harness row's every try, a
+        meta agent's run, a scorer's own call): probe the model of the last such failure of `key`'s
+        session (without a key, every model whose last call failed), and raise ProviderDown when a
+        probe fails too."""
+        session = self.session_counts(key) if key else None
         if session and session.failed_model:
-            self._breaker.confirm(session.failed_model, f"failed on every try of one task ({session.node}/"
-                                                        f"{session.role})")
+            self._breaker.confirm(session.failed_model, f"failed {during} ({session.node}/{session.role})")
+        elif key is None:
+            self._breaker.confirm_failing()
         self.check_breaker()
 
     def spent(self) -> Totals:
@@ -203,7 +206,7 @@ class Gateway:
         try:
             session, model, messages, params = self._admit(api_key, body)
             request = canonical(model, messages, params)
-            key = self._cache_key(request, params)
+            key = self._cache_key(request, params, session)
             hit = key and self.ledger.cache_get(key)
             if hit:
                 with self._lock:
@@ -350,12 +353,17 @@ class Gateway:
         route = {"model": f"openai/{server.alias}", "api_base": server.api_base, "api_key": "local"}
         return route, fit_messages(messages, n_ctx, params["max_tokens"]), params
 
-    def _cache_key(self, request: str, params: dict) -> str | None:
-        """The key a request's answer is cached under, or None when the cache mode does not replay it."""
+    def _cache_key(self, request: str, params: dict, session) -> str | None:
+        """The key a request's answer is cached under, or None when the cache mode does not replay it.
+
+        Scoped to the node and role that asked: a generation redone after a kill (or a resumed
+        evaluation) replays its own calls, but one generation never gets another's answer. Unscoped,
+        every meta agent's first call (the same prompt each generation at temperature 0) would be
+        the first one's reply again, and the search would repeat itself instead of sampling."""
         mode = self.gw.cache
         if mode == "off" or (mode == "temperature0" and params.get("temperature") != 0):
             return None
-        return hashlib.sha256(request.encode()).hexdigest()
+        return hashlib.sha256(f"{session.node}\0{session.role}\0{request}".encode()).hexdigest()
 
     def _book(self, call: Call) -> None:
         """Write a call to the ledger and add it to the run's totals."""
