@@ -35,11 +35,15 @@ class InitialAgent:
     name: str
     module: str  # where its TaskAgent is defined
     about: str
+    cls: str = "TaskAgent"  # the class of `module` that is the task agent
+    only: tuple[str, ...] | None = None  # the domains it is for, when fewer than its module's DOMAINS
 
     @cached_property
     def domains(self) -> tuple[str, ...] | None:
         """The domains it can do (None: all), as its module's `DOMAINS` tuple says: read from the
         source as data, since the core never imports agent code."""
+        if self.only is not None:
+            return self.only
         source = (PROJECT_ROOT / f"{self.module.replace('.', '/')}.py").read_text(encoding="utf-8")
         for node in ast.parse(source).body:
             if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "DOMAINS" for t in node.targets):
@@ -62,6 +66,9 @@ INITIAL_AGENTS = {
                      "writes a proof, checks it as a strict grader, refines it within a call budget"),
         InitialAgent("sc_tir", "task_agent.baselines.sc_tir",
                      "self-consistency with tool-integrated reasoning: 8 candidates that run Python, majority vote"),
+        InitialAgent("sc_tir_recipe", "task_agent.baselines.sc_tir",
+                     "SC-TIR with the NuminaMath recipe's constants: 48 traces at T=0.8, 4 calls of 2048 tokens, "
+                     "integer answers mod 1000 (AIMO's, so AIME only)", "RecipeTaskAgent", ("aime2025",)),
     )
 }
 
@@ -136,5 +143,5 @@ def entry_source(agent: InitialAgent) -> str:
     """`task_agent/__init__.py` for a workspace that starts from `agent`."""
     return (f'"""The task agent the loop evolves. The harness loads `TaskAgent` from here\n'
             f'(initial agent: {agent.name}, {agent.about})."""\n\n'
-            f"from {agent.module} import TaskAgent\n\n"
+            f"from {agent.module} import {agent.cls if agent.cls == 'TaskAgent' else agent.cls + ' as TaskAgent'}\n\n"
             f'__all__ = ["TaskAgent"]\n')

@@ -113,3 +113,14 @@ def test_the_paper_preset_sets_every_item():
     assert (loop.parent_selection, loop.promotion, loop.best_choice, loop.meta_timeout_s) == (
         "score_child_prop", "score_above", "highest", 21600)
     assert ScoreRule.of(loop, [GRADING]) == PAPER
+
+
+def test_the_sc_tir_recipe_is_an_initial_agent_for_aime_only():
+    from optimizer.initial_agents import entry_source, get_initial_agent
+    from services.errors import UserError
+
+    recipe = get_initial_agent("sc_tir_recipe", ["aime2025"])
+    assert "from task_agent.baselines.sc_tir import RecipeTaskAgent as TaskAgent" in entry_source(recipe)
+    assert "import TaskAgent\n" in entry_source(get_initial_agent("sc_tir", ["imo_answer"]))
+    with pytest.raises(UserError, match="does not do imo_answer"):
+        get_initial_agent("sc_tir_recipe", ["imo_answer"])
