@@ -209,6 +209,9 @@ class Evaluator:
             if self.gateway.budget_left_message():
                 raise BudgetStop(str(e)) from None
             raise
+        except Exception:  # a scorer's own call (a judge's) that a provider's outage failed is not the node's
+            self.gateway.confirm_outage()
+            raise
         self.store.save_report(key, report)
         return self._scored(domain, report, rows, key)
 

@@ -57,6 +57,7 @@ from optimizer.events import (
     console,
 )
 from optimizer.feedback import publish_feedback, write_train_data
+from optimizer.meta_outcome import meta_failure
 from optimizer.slots import Slots, horizon, run_generation
 from services.config import Baseline, Config
 from services.errors import UserError
@@ -286,10 +287,14 @@ class Loop:
         atomic_write_text(records / "patch.diff", capture.patch)
         patch = {"files": capture.files, "insertions": capture.insertions, "deletions": capture.deletions,
                  "dropped": capture.dropped, "dropped_why": capture.dropped_why}
+        # ProviderDown when the provider failed it: nothing is recorded, the generation is redone on resume.
+        failed = meta_failure(self.gateway, env["AGENT_GATEWAY_KEY"], result.stdout, capture.commit is not None)
         if not result.ok:
             # The child is marked, never the parent; its change is kept in patch.diff to read.
             tail = (result.stderr.strip().splitlines() or [""])[-1][:300]
             return MetaResult(Status.META_FAILED, capture.commit, patch, seconds, f"meta agent {result.why()}: {tail}")
+        if failed:
+            return MetaResult(Status.META_FAILED, capture.commit, patch, seconds, f"meta agent: {failed}")
         return MetaResult(Status.OK, capture.commit, patch, seconds)
 
     def _meta_argv(self, box, generation: int, frozen: bool) -> list[str]:

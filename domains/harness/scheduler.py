@@ -107,7 +107,7 @@ class Scheduler:
         gateway.check_breaker()
         row.infra_tries += 1
         if row.infra_tries >= MAX_INFRA_TRIES:
-            gateway.confirm_outage(self.agent.key)
+            gateway.confirm_outage(self.agent.key, f"on {MAX_INFRA_TRIES} tries of one row")
             return False
         row.attempts = 0  # a worker's death during the next try is its first
         self.todo.appendleft(row)

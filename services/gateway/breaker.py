@@ -30,6 +30,7 @@ class Breaker:
         self._health = health  # a model -> why its server is dead, or None (a local model's)
         self._lock = threading.Lock()
         self._runs: dict[str, int] = {}  # model -> its provider failures since its last answered call
+        self._errors: dict[str, str] = {}  # model -> the first line of its last failure
         self._probing: set[str] = set()
         self._reason: str | None = None
 
@@ -51,23 +52,33 @@ class Breaker:
             return
         with self._lock:
             runs = self._runs[model] = self._runs.get(model, 0) + 1
+            self._errors[model] = first_line(error)
             if runs < self.failures or model in self._probing or self._reason:
                 return
             self._probing.add(model)
         try:
-            self.confirm(model, f"failed {runs} times in a row: {first_line(error)}")
+            self.confirm(model, f"failed {runs} times in a row")
         finally:
             with self._lock:
                 self._probing.discard(model)
 
     def confirm(self, model: str, what: str) -> None:
-        """Probe `model`: trip, saying the provider `what`, when the probe fails too; else its count
-        starts again."""
+        """Probe `model`: trip, saying the provider `what` and its last error, when the probe fails
+        too; else its count starts again."""
         if self._probe(model) is None:
             with self._lock:
                 self._runs[model] = 0
             return
-        self.trip(f"provider for {model} {what}")
+        with self._lock:
+            error = self._errors.get(model, "")
+        self.trip(f"provider for {model} {what}: {error}")
+
+    def confirm_failing(self) -> None:
+        """Probe every model whose last call failed at its provider (see `confirm`)."""
+        with self._lock:
+            failing = {model: runs for model, runs in self._runs.items() if runs}
+        for model, runs in failing.items():
+            self.confirm(model, f"failed {runs} times in a row")
 
     def trip(self, reason: str) -> None:
         with self._lock:

@@ -92,16 +92,20 @@ class Listeners:
         for server in (self._server, self._unix_server):
             if server is None:
                 continue
+            server.closing = True
             server.shutdown()
             server.server_close()
         shutil.rmtree(self._socket_dir, ignore_errors=True)
 
 
 class _QuietOnHangUps:
+    closing = False  # set when the gateway stops: a request still in flight then has no one to answer
+
     def handle_error(self, request, client_address):
-        """A caller that hung up (a sandbox closed with calls in flight, when the run stops) is
-        no error of the gateway's: nothing is printed for it, since a command ends with one line."""
-        if not isinstance(sys.exc_info()[1], OSError):
+        """A caller that hung up (a sandbox closed with calls in flight, when the run stops), or a
+        request that outlived the gateway (its ledger closed under it), is no error to print: a
+        command that stops ends with one line."""
+        if not (self.closing or isinstance(sys.exc_info()[1], OSError)):
             super().handle_error(request, client_address)
 
 

@@ -1,0 +1,36 @@
+"""Why a meta agent's run that ended well still failed: its model calls, or its tool calls.
+
+A meta agent's code sees a failed model call as an error and may just stop, leaving nothing
+changed: recorded as such it would read "ok; changed 0 files" and the child `no_change`, as if
+the agent had chosen to change nothing. What its calls came to is the gateway's to say (its
+session's counts, from the gateway's own calls to the provider); what its tool calls came to,
+only the conversation the agent returned can say (inside/run_meta.py counts them), a claim
+read here as hostile data, and used only to say why a meta agent that changed nothing failed.
+"""
+
+from __future__ import annotations
+
+from inside.run_meta import read_summary
+
+
+def meta_failure(gateway, key: str, stdout: str, changed: bool) -> str | None:
+    """Why the meta agent whose calls went with session `key`, and whose run printed `stdout`,
+    failed though its run ended well; None when it did not.
+
+    ProviderDown when the gateway's breaker tripped, or when a model call failed at the provider
+    and the provider fails the gateway's probe too (an outage cut the conversation short): then
+    nothing of the run is kept and the generation is redone on resume. A provider that answers
+    the probe had failed the agent's own requests (replies too long for the timeout, say): what
+    the run did stands, and if every call failed and nothing changed, that is why it failed."""
+    gateway.check_breaker()
+    session = gateway.session_counts(key)
+    if session and session.provider_failures:
+        gateway.confirm_outage(key, "in the meta agent's run")
+        if not session.answered and not changed:
+            return f"every model call failed at the provider ({session.provider_failures} calls)"
+    if changed:
+        return None
+    summary = read_summary(stdout)
+    if summary and summary["tool_calls"] and summary["malformed"] == summary["tool_calls"]:
+        return f"all {summary['tool_calls']} tool calls were malformed"
+    return None
