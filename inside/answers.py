@@ -2,8 +2,9 @@
 
 Pure functions of text, used by the answer domains' metrics (imo_answer, aime2025,
 amo_bench) and by the meta agent's try command. Model and agent output is hostile input:
-it is only read with regular expressions of linear cost and handed to math-verify, whose
-parsing and comparing are bounded by TIMEOUT_S on the main thread; nothing is executed.
+it is only read in passes of linear cost and handed to math-verify, whose parsing and comparing
+are bounded by TIMEOUT_S on the main thread, and off it run in a child process that is killed
+past CHILD_LIMIT_S; nothing is executed.
 
 - AIME 2025: `aime_any_number` is the benchmark's own rule, `aime_strict` reads the final
   answer only (their sources are in their docstrings).
@@ -43,17 +44,20 @@ _STATEMENT_END = re.compile(r"\.(?:\s|$)|;|,\s*(?:as|since|because|which|where|s
 
 
 def extract_boxed(text: str) -> str | None:
-    """The content of the last \\boxed{...} (or \\fbox{...}) in `text`, braces balanced; None if none."""
+    """The content of the last \\boxed{...} (or \\fbox{...}) in `text`, braces balanced; None if none.
+    One pass over the text, so that ten thousand unclosed boxes cost no more than reading them."""
     text = text or ""
-    found = None
-    for m in re.finditer(r"\\(?:boxed|fbox)\s*\{", text):
-        depth, i = 1, m.end()
-        while i < len(text) and depth:
-            depth += {"{": 1, "}": -1}.get(text[i], 0)
-            i += 1
-        if depth == 0:
-            found = text[m.end(): i - 1].strip()
-    return found
+    opens = {m.end() - 1 for m in re.finditer(r"\\(?:boxed|fbox)\s*\{", text)}
+    stack: list[int] = []
+    found = None  # (start of the content, its end) of the box opened last
+    for m in re.finditer(r"[{}]", text):
+        if m[0] == "{":
+            stack.append(m.start())
+        elif stack:
+            start = stack.pop()
+            if start in opens and (found is None or start > found[0]):
+                found = (start + 1, m.start())
+    return text[found[0]:found[1]].strip() if found else None
 
 
 def final_answer(text: str) -> str | None:

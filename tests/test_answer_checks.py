@@ -11,8 +11,8 @@ import pytest
 from answer_cases import RIGHT, WRONG, references, truth
 
 from inside import answers
-from inside.answers import aime_any_number, aime_numbers, aime_strict, as_integer, check_output, final_answer, \
-    in_words, math_equal
+from inside.answers import aime_any_number, aime_numbers, aime_strict, as_integer, check_output, extract_boxed, \
+    final_answer, in_words, math_equal
 
 
 # -- AIME: the benchmark's rule ---------------------------------------------------------------------
@@ -186,3 +186,22 @@ def test_off_the_main_thread_checks_run_bounded_in_a_child(monkeypatch):
     assert answers._BOUNDED._proc is None and child.poll() is not None  # killed
     monkeypatch.setattr(answers, "CHILD_LIMIT_S", 20)
     assert _on_a_thread(lambda: math_equal("1/2", "0.5"))
+
+
+# -- hostile outputs ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("text, boxed", [
+    (r"first \boxed{1}, then \boxed{\frac{a}{\{b\}}}", r"\frac{a}{\{b\}}"), (r"\boxed{unclosed", None),
+    (r"\boxed{a} \boxed{b", "a"), (r"}} \boxed{ x{y} } {", "x{y}"), (r"\boxed{\boxed{3}}", "3"), (r"\boxed {4}", "4"),
+    (r"\fbox{5}", "5"), ("", None), (None, None),
+])
+def test_the_last_balanced_box(text, boxed):
+    assert extract_boxed(text) == boxed
+
+
+@pytest.mark.parametrize("output", ["\\boxed{" * 100_000, "\\boxed{1}" * 100_000, "1" * 1_000_000 + "a",
+                                    "-" * 1_000_000 + "70", "1/" * 500_000, "answer: " * 100_000, "$" * 1_000_000,
+                                    "\\frac{1}{2" * 100_000, "odd " * 200_000])
+def test_a_megabyte_of_hostile_output_is_read_in_linear_time(output):
+    started = time.monotonic()
+    aime_any_number(output, "70"), aime_strict(output, "70"), check_output(output, "70")
+    assert time.monotonic() - started < 10  # each takes well under a second here; quadratic would take hours
