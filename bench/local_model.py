@@ -1,7 +1,7 @@
 """Local model speed on this machine: prompt and generation tokens per second, seconds per grading sample.
 
-Serves `local/smollm2-135m` the way a run does (llama-cpp-python's server, started by
-services.local_model.LocalServer) once with one thread and once with all cores, side by
+Serves `local/smollm2-135m` the way a run does (llama.cpp's server from the xllamacpp wheel,
+started by services.local_model.LocalServer) once with one thread and once with all cores, side by
 side, and prints the speed-up. A grading sample goes the whole way a run's does: the
 initial task agent's prompt, cut to the configured context, through the gateway, with
 the label constrained by its JSON schema.

@@ -13,6 +13,14 @@ class Terminated(BaseException):
     """SIGTERM, raised in the main thread so every `finally` (sandboxes, gateway) still runs."""
 
 
+class ModelServerExited(UserError):
+    """A model server this process started (the local model's) ended by itself: a crash such as
+    SIGSEGV, SIGILL on a CPU it cannot run on, SIGKILL when memory ran out. Its text is one line
+    naming the model and how the process ended. A UserError, so the gateway counts it as a
+    provider failure, never as the agent's answer; `LocalServer.dead_reason()` gives the same line
+    to the breaker's health check."""
+
+
 EXIT_PROVIDER_DOWN = 75  # EX_TEMPFAIL: the run stopped for a provider's failure; the same command may go on later
 
 

@@ -1,30 +1,63 @@
-"""llama-cpp-python's OpenAI-compatible server, ended when the process that started it is gone.
+"""The local model's server: llama.cpp's own OpenAI-compatible HTTP server, from the xllamacpp wheel.
 
-    python -m services.local_serve --model PATH ...   (the arguments of `python -m llama_cpp.server`)
+    python services/local_serve.py --model PATH --alias NAME --port N --n_ctx N --threads N
+
+xllamacpp runs llama.cpp's C++ server inside this process: /v1/models, /v1/chat/completions
+with `response_format` (a JSON schema constrains decoding), on 127.0.0.1 only. Its wheel is
+built for x86-64-v3 (AVX2, FMA, F16C), not for the CPU it was built on, so it runs on an
+AVX-512 or AMX machine as on any other; `services.local_model.missing_cpu_features` says
+beforehand when a CPU is older than that.
 
 A run killed with SIGKILL cannot stop its model server, which would keep its memory and
-port forever; this wrapper watches its parent and exits as soon as it changes. (The
+port forever; this process watches its parent and exits as soon as it changes. (The
 kernel's parent-death signal cannot do it: it follows the thread that spawned the
 server, and the gateway starts it from a request thread that ends at once.)
 """
 
+import argparse
 import os
-import runpy
-import threading
 import time
 
 POLL_S = 1.0
+# Host memory for the prompts of idle requests, so the next one that shares their beginning (the
+# same instructions, the same problem) skips it; llama.cpp's default is 8 GiB, on a shared machine.
+PROMPT_CACHE_MIB = 256
 
 
-def _exit_when_orphaned(parent: int) -> None:
-    while os.getppid() == parent:
-        time.sleep(POLL_S)
-    os._exit(0)
+def serve(args: argparse.Namespace):
+    """Load the model and start serving; the server answers until the returned object is dropped."""
+    import xllamacpp
+
+    params = xllamacpp.CommonParams()
+    params.model.path = args.model
+    params.model_alias = {args.alias}
+    params.hostnames = ["127.0.0.1"]
+    params.port = args.port
+    params.n_ctx = args.n_ctx
+    params.n_parallel = 1  # one request at a time gets the whole context (the gateway fits prompts to it)
+    params.cpuparams.n_threads = args.threads
+    params.cpuparams_batch.n_threads = args.threads
+    params.cache_ram_mib = PROMPT_CACHE_MIB
+    params.offline = True  # never a download
+    params.ui = False
+    params.endpoint_slots = False  # it would show other requests' prompts to any local process
+    params.cors_origins = f"http://127.0.0.1:{args.port}"  # no web page's script may call it (the default is *)
+    return xllamacpp.Server(params)
 
 
 def main() -> None:
-    threading.Thread(target=_exit_when_orphaned, args=(os.getppid(),), daemon=True).start()
-    runpy.run_module("llama_cpp.server", run_name="__main__", alter_sys=True)
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", required=True, help="the GGUF file")
+    ap.add_argument("--alias", required=True, help="the model name requests use")
+    ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--n_ctx", type=int, required=True)
+    ap.add_argument("--threads", type=int, required=True)
+    args = ap.parse_args()
+    parent = os.getppid()
+    server = serve(args)  # noqa: F841 (it serves for as long as it is referenced)
+    while os.getppid() == parent:
+        time.sleep(POLL_S)
+    os._exit(0)
 
 
 if __name__ == "__main__":

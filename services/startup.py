@@ -14,12 +14,14 @@ way instead (both import litellm, for seconds); a failed check then removes what
 
 from __future__ import annotations
 
+import secrets
 import shutil
 from pathlib import Path
 
 from services.config import ROLE_ALIASES, Config
 from services.errors import UserError
 from services.gateway import open_gateway
+from services.local_model import READY_PROMPT, is_local
 from services.providers import check_credentials, choose_models, load_dotenv_file
 
 
@@ -63,6 +65,7 @@ class Services:
             self.gateway.allow_models(*self.models)
             if self.preflight:
                 self.gateway.preflight(sorted(self.models))
+                self._check_local_models()
             if self.config.sandbox.executor == "ray":  # sandboxes on the cluster's nodes reach this gateway
                 from services.sandbox.ray_backend import connect
 
@@ -77,6 +80,19 @@ class Services:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+    def _check_local_models(self) -> None:
+        """One real completion of each local model through the gateway (Gateway.preflight calls only
+        providers): it starts the model's server, which must answer, so a server that crashes on this
+        machine (SIGSEGV, SIGILL) stops the run here with one line, before the first generation."""
+        local = [model for model in sorted(self.models) if is_local(model)]
+        key = self.gateway.new_session("preflight", "preflight") if local else None
+        for model in local:
+            # A seed of its own: an answer replayed from the cache (gateway.cache: all) would start no server.
+            reply = self.gateway.handle_chat(key, {"model": model, "messages": READY_PROMPT, "max_tokens": 4,
+                                                   "seed": secrets.randbelow(2**31)})
+            if reply.status != 200:
+                raise UserError(reply.body["error"]["message"])
 
     def close(self) -> None:
         if self._ray is not None:

@@ -1,7 +1,7 @@
 """Running with no API key: model choice, the embedded local model, and first-run messages.
 
-The local model tests run the real SmolLM2-135M through llama-cpp-python's server,
-started by the gateway: they are the slowest of the suite (a few seconds a call).
+The local model tests run the real SmolLM2-135M through llama.cpp's server (the xllamacpp
+wheel), started by the gateway; tests/stand_in_engine stands in for a build that crashes.
 """
 
 import json
@@ -14,11 +14,13 @@ import sys
 import time
 
 import pytest
-from conftest import FAST_CONFIG, cli_env, run_cli
+from conftest import FAST_CONFIG, REPO_ROOT, cli_env, run_cli
 
+from services import local_model
 from services.config import ModelsConfig
-from services.local_model import fit_messages
-from services.providers import LOCAL_DEFAULT, choose_models
+from services.errors import ModelServerExited, UserError
+from services.local_model import INSTALL, LocalServer, exit_line, fit_messages
+from services.providers import LOCAL_DEFAULT, check_credentials, choose_models
 
 LABELS = ["incorrect", "partial", "almost", "correct"]
 
@@ -99,7 +101,8 @@ def test_a_constrained_completion_with_the_local_model_through_the_gateway_gives
     finally:
         gateway.stop()
         gateway.ledger.close()
-    assert "POST /v1/chat/completions" in (tmp_path / "local_model.log").read_text()
+    # The server's log is the run's: its first completion (ready) and the agent's.
+    assert (tmp_path / "local_model.log").read_text().count("prompt eval time") == 2
 
 
 def test_a_quick_run_with_no_key_uses_the_local_model_end_to_end(tmp_path):
@@ -168,9 +171,6 @@ def test_a_budget_below_one_generation_is_said_before_starting(tmp_path, fake_op
 
 
 def test_the_model_server_ends_when_the_run_is_killed():
-
-    from conftest import REPO_ROOT
-
     script = (f"import sys, time; sys.path.insert(0, {str(REPO_ROOT)!r})\n"
               "from services.local_model import LocalServer\n"
               f"print(LocalServer({LOCAL_DEFAULT!r}).ensure_started().proc.pid, flush=True)\n"
@@ -189,3 +189,116 @@ def test_the_model_server_ends_when_the_run_is_killed():
         time.sleep(0.2)
     os.kill(server_pid, signal.SIGKILL)
     pytest.fail("the model server outlived the killed run")
+
+
+# -- a server that dies ---------------------------------------------------------------------------
+def test_a_server_killed_by_a_signal_is_named_in_one_line_and_not_started_again(tmp_path):
+    server = LocalServer(LOCAL_DEFAULT, log_path=tmp_path / "local_model.log").ensure_started()
+    try:
+        assert server.dead_reason() is None
+        os.kill(server.proc.pid, signal.SIGSEGV)
+        deadline = time.monotonic() + 10
+        while server.dead_reason() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        line = f"the local model server ({LOCAL_DEFAULT}) exited with SIGSEGV"
+        assert server.dead_reason() == line
+        with pytest.raises(ModelServerExited) as raised:
+            server.ensure_started()  # a crashed server would crash again: no second process
+        assert str(raised.value) == line
+    finally:
+        server.stop()
+    assert server.dead_reason() == line  # what happened stays said
+
+
+def test_a_server_that_stop_ends_is_not_dead():
+    server = LocalServer(LOCAL_DEFAULT).ensure_started()
+    server.stop()
+    assert server.dead_reason() is None and server.proc is None
+
+
+def _children_serving() -> list[int]:
+    """Pids of this process's children that run services/local_serve.py."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        try:
+            cmdline = open(f"/proc/{entry}/cmdline", "rb").read().split(b"\0")
+            ppid = int(open(f"/proc/{entry}/stat").read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == os.getpid() and any(part.endswith(b"local_serve.py") for part in cmdline):
+            pids.append(int(entry))
+    return pids
+
+
+def test_after_the_server_dies_the_gateway_answers_its_death_as_a_provider_failure(tmp_path, monkeypatch):
+    from services.config import Config
+    from services.gateway import open_gateway
+
+    gateway = open_gateway(Config(), tmp_path, "local")
+    try:
+        gateway.allow_models(LOCAL_DEFAULT)
+        key = gateway.new_session("n", "task")
+        body = {"model": LOCAL_DEFAULT, "messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 4}
+        assert gateway.handle_chat(key, body).status == 200
+        [pid] = _children_serving()
+        os.kill(pid, signal.SIGSEGV)
+        time.sleep(1)
+        reply = gateway.handle_chat(key, {**body, "temperature": 1})
+        assert reply.status == 502 and reply.body["error"]["type"] == "provider_error"
+        message = reply.body["error"]["message"]
+        assert f"the local model server ({LOCAL_DEFAULT}) exited with SIGSEGV" in message and "\n" not in message
+        assert _children_serving() == []  # not started again
+    finally:
+        gateway.stop()
+        gateway.ledger.close()
+
+
+# -- the check before a run ---------------------------------------------------------------------
+def test_the_check_before_a_run_makes_a_real_completion_with_the_local_model(tmp_path, monkeypatch):
+    from services.config import Config
+    from services.startup import open_services
+
+    for name in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GEMINI_API_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.chdir(tmp_path)  # no .env
+    services = open_services(Config(), tmp_path / "run", ["task"], preflight=True)
+    assert services.models == {LOCAL_DEFAULT}
+    with services:
+        [row] = services.gateway.ledger.calls()
+        assert (row["node"], row["role"], row["model"]) == ("preflight", "preflight", LOCAL_DEFAULT)
+        assert row["error"] is None and row["completion_tokens"] > 0
+        assert len(_children_serving()) == 1  # the run's own server, already started
+    assert _children_serving() == []
+
+
+def test_a_local_model_that_crashes_on_its_first_completion_stops_the_run_before_it_starts(tmp_path):
+    config = tmp_path / "c.yaml"
+    config.write_text(FAST_CONFIG + "loop:\n  max_generation: 1\n  eval_samples: 2\n")
+    env = no_keys_env(PYTHONPATH=os.pathsep.join([str(REPO_ROOT / "tests" / "stand_in_engine"),
+                                                  os.environ.get("PYTHONPATH", "")]))
+    r = run_cli("run_optimization", "--domain", "imo_grading", "--config", str(config), "--output_dir",
+                str(tmp_path / "out"), "--run_id", "crash", env=env, cwd=tmp_path, timeout=300)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr[-3000:]
+    assert f"the local model server ({LOCAL_DEFAULT}) exited with SIGSEGV on its first completion" in r.stderr
+    assert "Traceback" not in r.stderr and "gen_start" not in r.stdout
+    assert not (tmp_path / "out" / "crash").exists()  # nothing was made
+
+
+# -- what the engine needs ----------------------------------------------------------------------
+def test_a_cpu_older_than_the_engine_is_named_before_anything_starts(tmp_path, monkeypatch):
+    assert local_model.missing_cpu_features() == []  # this machine runs the engine (the tests above)
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu sse sse2 ssse3 sse4_1 sse4_2 avx popcnt\n")
+    monkeypatch.setattr(local_model, "CPUINFO", cpuinfo)
+    assert local_model.missing_cpu_features() == ["avx2", "fma", "f16c", "bmi2"]
+    with pytest.raises(UserError) as raised:
+        check_credentials(LOCAL_DEFAULT)
+    assert "needs a CPU with avx, avx2, fma, f16c, bmi2 (x86-64-v3); this one lacks avx2, fma, f16c, bmi2" in str(
+        raised.value)
+    assert exit_line(LOCAL_DEFAULT, -signal.SIGILL).endswith("exited with SIGILL: this CPU lacks avx2, fma, f16c, bmi2")
+
+
+def test_the_readme_and_ci_install_the_same_way():
+    setup = (REPO_ROOT / "README.md").read_text().split("## Set up", 1)[1].split("```")[1]
+    assert INSTALL in setup
+    assert INSTALL in (REPO_ROOT / ".ci" / "run").read_text()
