@@ -61,7 +61,8 @@ def _account(call: Call, response) -> dict:
 class Gateway:
     def __init__(self, config: Config, ledger: Ledger, run_id: str, provider_health: Check | None = None):
         """`provider_health(model)` says why a model's server is dead (None while it may answer): a
-        failure of such a model trips the breaker at once."""
+        failure of such a model trips the breaker at once. By default, a local model's server that
+        ended by itself is dead (services/local_model.py)."""
         self.config = config
         self.gw = config.gateway
         self.ledger = ledger
@@ -75,7 +76,7 @@ class Gateway:
         self._budget = Budget(self.gw, ledger.totals(run_id=run_id))
         self._listeners: Listeners | None = None
         self._local: dict[str, LocalServer] = {}  # local model -> its server, started on first use
-        self._breaker = Breaker(self.gw.breaker_failures, self._probe, provider_health)
+        self._breaker = Breaker(self.gw.breaker_failures, self._probe, provider_health or self._local_health)
 
     # -- lifecycle -------------------------------------------------------------------------
     def start(self) -> Gateway:
@@ -306,6 +307,11 @@ class Gateway:
             call.latency_s = time.monotonic() - started
             self._book(call)
         return None
+
+    def _local_health(self, model: str) -> str | None:
+        with self._lock:
+            server = self._local.get(model)
+        return server.dead_reason() if server is not None else None
 
     def _forward(self, model: str, messages: list, params: dict):
         lit = _litellm()
