@@ -318,7 +318,7 @@ def main(argv=None) -> None:
     config = apply_flags(config, args)
     use_data_files(config.harness.data_files)
     domains = [get_domain(n) for n in domain_names]
-    initial_agent = get_initial_agent(config.loop.initial_agent, domain_names)
+    initial_agent = get_initial_agent(config.loop.initial_agent, [d.task or d.name for d in domains])
     if transfer is not None and transfer.keep == "meta" and isinstance(initial_agent, AgentFolder):
         raise UserError(f"--transfer meta takes the meta agent of {args.initial_from} and a task agent of this "
                         f"project; --initial_agent {config.loop.initial_agent} is a whole agent folder")

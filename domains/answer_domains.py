@@ -31,7 +31,6 @@ from services.errors import UserError
 
 AIME_FILE = DATA_DIR.parent.parent / "aime2025" / "data" / "aime2025.jsonl"
 AIME_SUBSETS = {"": None, "_I": "AIME2025-I", "_II": "AIME2025-II"}
-TASK_COLUMN = "Task"  # the IMO-AnswerBench variants' rows name the task the agent is given: imo_answer
 
 
 def load_answerbench(suffix: str) -> pd.DataFrame:
@@ -40,11 +39,6 @@ def load_answerbench(suffix: str) -> pd.DataFrame:
     df = load_csv(SOURCE, ["Problem ID", "Problem", "Short Answer", "Category"])
     ids = load_split()[suffix.lstrip("_")]
     return df.set_index("Problem ID").loc[ids].reset_index()
-
-
-def load_answerbench_as_task(suffix: str) -> pd.DataFrame:
-    """The rows with the task the agent is given, for the variants that score it another way."""
-    return load_answerbench(suffix).assign(**{TASK_COLUMN: "imo_answer"})
 
 
 def load_aime(suffix: str) -> pd.DataFrame:
@@ -78,11 +72,10 @@ def _answer(column: str, check):
 def imo_answer(name: str, scorer, note: str = "") -> Domain:
     """IMO-AnswerBench v2 under one of its scorers. Whichever it is, the agent is given the same
     inputs, domain "imo_answer" included: how it is scored is not the agent's to see."""
-    same_task = {} if name == "imo_answer" else {"domain": TASK_COLUMN}
     return Domain(
         name=name,
         question_id="Problem ID",
-        inputs={"problem": "Problem", **same_task},
+        inputs={"problem": "Problem"},
         label_column="Short Answer",
         hidden_columns=("Short Answer",),
         subsets={f"_{s}": "answerbench_v2.csv" for s in ("train", "val", "test")},
@@ -91,7 +84,8 @@ def imo_answer(name: str, scorer, note: str = "") -> Domain:
         data_dir=DATA_DIR,
         scorer=scorer,
         default_subset="train",
-        loader=load_answerbench_as_task if same_task else load_answerbench,
+        loader=load_answerbench,
+        task="imo_answer",
         try_match="math",
         score_note=note,
     )

@@ -50,6 +50,7 @@ class Domain:
     score_note: str = ""  # why the score is what it is, when that is a choice (shown in the run's plan)
     answers_column: str | None = None  # a grading domain: the input column that holds the graded run's prediction
     try_match: str = "label"  # how the meta agent's try command compares: label (equal text) | math (math-verify)
+    task: str = ""  # the domain the agent is told it works on, when this one is another's rows under another scorer
 
     def subset_suffix(self, subset: str | None) -> str:
         """Accept the seed's suffix (`_filtered_100_train`) or a split name (`train`)."""
@@ -121,7 +122,7 @@ class Domain:
 
     def format_inputs(self, row: dict) -> dict:
         """The agent's view of a row: only the declared input columns, never a label."""
-        return {"domain": self.name, **{key: row[col] for key, col in self.inputs.items()}}
+        return {"domain": self.task or self.name, **{key: row[col] for key, col in self.inputs.items()}}
 
     # -- what the meta agent may read: train rows only -------------------------------------
     def try_lines(self, rows) -> list[str]:

@@ -145,3 +145,12 @@ def entry_source(agent: InitialAgent) -> str:
             f'(initial agent: {agent.name}, {agent.about})."""\n\n'
             f"from {agent.module} import {agent.cls if agent.cls == 'TaskAgent' else agent.cls + ' as TaskAgent'}\n\n"
             f'__all__ = ["TaskAgent"]\n')
+
+
+def plan_text(name: str) -> str:
+    """What the run's plan says of the agent it starts from."""
+    if name in INITIAL_AGENTS:
+        return f"initial task agent {name}"
+    folder = agent_folder(name)
+    return f"initial agents {name}: {folder.about}" if folder and folder.bundled else \
+        f"initial agents from the folder {name}"

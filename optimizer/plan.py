@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
-from optimizer.initial_agents import INITIAL_AGENTS
+from optimizer.initial_agents import plan_text
 from services.config import Config
 
 
@@ -40,8 +40,7 @@ def plan_lines(run_dir: Path, domains, config: Config, backend: str, resumed: bo
     source = initial_from and f"node {initial_from['node']} of {initial_from['run']}"
     agent = (f"all of {source}" if initial_from and initial_from["keep"] == "all" else
              f"meta agent of {source}, task agent {loop.initial_agent}" if initial_from else
-             f"initial task agent {loop.initial_agent}" if loop.initial_agent in INITIAL_AGENTS else
-             f"initial agents from the folder {loop.initial_agent}")
+             plan_text(loop.initial_agent))
     lines += [f"agent    {agent}",
               f"models   task {config.resolve_model('task')}, meta {config.resolve_model('meta')}"
               + (f"\n         chosen because {why_models}; override with --task_model/--meta_model"

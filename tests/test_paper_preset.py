@@ -90,7 +90,7 @@ def test_the_paper_preset_runs_and_chooses_parents_as_the_reference_does(tmp_pat
     r = run_loop(tmp_path, fake_openai, "--preset", "paper", "--max_generation", "4",
                  "--seed", "3", config=config, timeout=900)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    assert "initial agents from the folder paper" in r.stdout
+    assert "initial agents paper: the HyperAgents reference's generic task agent and one-line meta agent" in r.stdout
     assert "staged 10 train + val rows" in r.stdout
     run_dir = tmp_path / "out" / "run"
     nodes = {p.parent.name: json.loads(p.read_text()) for p in (run_dir / "nodes").glob("*/node.json")}
