@@ -14,7 +14,7 @@ server is not started again; its calls fail with ModelServerExited, a provider f
 
 A model this small only answers in a usable shape under constrained decoding: agents
 ask for it with a JSON schema, and the gateway passes the schema on as
-`response_format` (the agent's client does so when AGENT_STRUCTURED_OUTPUT is set,
+`response_format` (the agent's client does so when AGENT_STRUCTURED_MODELS names it,
 which the trusted core sets when the model is local). Its answers are near chance:
 it is for trying the tool end to end, not for results.
 """
