@@ -13,9 +13,9 @@ hostile data, and only ever to tell a meta agent that changed nothing why.
 
 import argparse
 import gc
+import inspect
 import json
 import os
-import inspect
 import sys
 import traceback
 
