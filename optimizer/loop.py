@@ -290,7 +290,8 @@ class Loop:
         # ProviderDown when the provider failed it: nothing is recorded, the generation is redone on resume.
         failed = meta_failure(self.gateway, env["AGENT_GATEWAY_KEY"], result.stdout, capture.commit is not None)
         if not result.ok:
-            # The child is marked, never the parent; its change is kept in patch.diff to read.
+            # The child is marked; its change is kept in patch.diff to read (and evaluated, its parent
+            # barred, under loop.meta_failure parent: see generation()).
             tail = (result.stderr.strip().splitlines() or [""])[-1][:300]
             return MetaResult(Status.META_FAILED, capture.commit, patch, seconds, f"meta agent {result.why()}: {tail}")
         if failed:
