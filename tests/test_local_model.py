@@ -230,8 +230,9 @@ def _children_serving() -> list[int]:
     return pids
 
 
-def test_after_the_server_dies_the_gateway_answers_its_death_as_a_provider_failure(tmp_path, monkeypatch):
+def test_after_the_server_dies_the_gateway_answers_its_death_and_trips_the_breaker_at_once(tmp_path, monkeypatch):
     from services.config import Config
+    from services.errors import ProviderDown
     from services.gateway import open_gateway
 
     gateway = open_gateway(Config(), tmp_path, "local")
@@ -242,15 +243,21 @@ def test_after_the_server_dies_the_gateway_answers_its_death_as_a_provider_failu
         assert gateway.handle_chat(key, body).status == 200
         [pid] = _children_serving()
         os.kill(pid, signal.SIGSEGV)
-        deadline = time.monotonic() + 10
-        while _children_serving() and time.monotonic() < deadline:  # reaped by the server's watcher
+        server = gateway._local[LOCAL_DEFAULT]
+        deadline = time.monotonic() + 30
+        while server.dead_reason() is None and time.monotonic() < deadline:  # seen by the server's watcher
             time.sleep(0.05)
-        time.sleep(0.2)
         reply = gateway.handle_chat(key, {**body, "temperature": 1})
         assert reply.status == 502 and reply.body["error"]["type"] == "provider_error"
         message = reply.body["error"]["message"]
-        assert f"the local model server ({LOCAL_DEFAULT}) exited with SIGSEGV" in message and "\n" not in message
+        line = f"the local model server ({LOCAL_DEFAULT}) exited with SIGSEGV"
+        assert line in message and "\n" not in message
         assert _children_serving() == []  # not started again
+        # One failure, not gateway.breaker_failures: a dead server answers nothing more.
+        with pytest.raises(ProviderDown) as stopped:
+            gateway.check_breaker()
+        assert stopped.value.reason == line
+        assert gateway.handle_chat(key, body).body["error"]["type"] == "provider_down"
     finally:
         gateway.stop()
         gateway.ledger.close()

@@ -313,34 +313,3 @@ def test_an_outage_stops_the_loop_records_nothing_from_it_and_a_resume_pays_noth
     # Each of the initial node's 12 rows (3 staged and 3 more train, 6 val) was asked after the first
     # outage at most once; rows in flight when it came were asked again, not the ones it finished.
     assert len(asked_second + asked_third) == len(set(asked_second + asked_third)) <= 12 - len(before)
-
-
-def test_a_local_model_server_that_dies_trips_the_breaker_at_once(tmp_path):
-    import os
-    import signal
-
-    from services.config import Config
-    from services.errors import ProviderDown
-    from services.gateway import open_gateway
-
-    pytest.importorskip("xllamacpp")
-    model = "local/smollm2-135m"
-    gateway = open_gateway(Config(), tmp_path, "local")
-    try:
-        gateway.allow_models(model)
-        key = gateway.new_session("n", "task")
-        body = {"model": model, "messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 4}
-        assert gateway.handle_chat(key, body).status == 200
-        server = gateway._local[model]
-        os.kill(server.proc.pid, signal.SIGSEGV)
-        wait_for(lambda: server.dead_reason() is not None, 30, "the server's death to be seen")
-        reply = gateway.handle_chat(key, {**body, "temperature": 1})
-        assert reply.status == 502 and reply.body["error"]["type"] == "provider_error"
-        # One failure, not gateway.breaker_failures: a dead server answers nothing more.
-        with pytest.raises(ProviderDown) as stopped:
-            gateway.check_breaker()
-        assert stopped.value.reason == f"the local model server ({model}) exited with SIGSEGV"
-        assert gateway.handle_chat(key, body).body["error"]["type"] == "provider_down"
-    finally:
-        gateway.stop()
-        gateway.ledger.close()
