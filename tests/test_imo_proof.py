@@ -203,4 +203,9 @@ def test_one_run_optimizes_grading_and_proofs_together(tmp_path, fake_openai, pr
         assert node["scores"]["imo_proof"]["train"] == pytest.approx(13 / 21)
     assert nodes["1"]["scores"]["imo_grading"]["val"] == 1.0 > nodes["initial"]["scores"]["imo_grading"]["val"]
     assert "best node 1" in r.stdout
-    assert {p.name for p in (run_dir / "feedback" / "1").iterdir()} == {"imo_grading", "imo_proof"}
+    assert {p.name for p in (run_dir / "feedback" / "1").iterdir()} == {"imo_grading", "imo_proof", "patch.diff",
+                                                                         "metadata.json"}
+    about = json.loads((run_dir / "feedback" / "1" / "metadata.json").read_text())
+    assert about["parent"] == "initial" and set(about["train"]) == {"imo_grading", "imo_proof"}
+    assert about["train"]["imo_grading"] == {"score": 1.0, "rows": 3}  # train scores only, no val
+    assert set(about) == {"node", "parent", "generation", "status", "full_eval", "meta_failed", "train"}
