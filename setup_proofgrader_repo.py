@@ -37,6 +37,7 @@ from archive.grader_choice import GRADING_DOMAIN
 from services.config import PROJECT_ROOT, Config, load_config
 from services.errors import UserError, exit_on_user_error
 from services.fsutil import read_bounded
+from services.render import console
 from services.startup import choose_run_models
 
 TEMPLATE = PROJECT_ROOT / "proofgrader_template"
@@ -124,8 +125,9 @@ def from_run(run_dir: Path, scratch: Path, choice: str = "paper") -> Grader:
                  f"no node finished the full {GRADING_DOMAIN} evaluation with")
         raise UserError(f"--generate_dir {run_dir}: {which} a {split} normalized MAE yet; "
                         "resume the run or pass --proofautograder")
-    print("\n".join(grader_choice.ranking_lines(candidates, choice)))
-    print(f"chosen: node {best.node_id}, by {grader_choice.describe(choice)} (--choose {choice})")
+    for line in [*grader_choice.ranking_lines(candidates, choice),
+                 f"chosen: node {best.node_id}, by {grader_choice.describe(choice)} (--choose {choice})"]:
+        print(console(line))
     RunRepo(run_dir / "repo").export(best.commit, scratch)
     config = Config.from_dict(record.config)
     model = config.resolve_model("task")
@@ -335,8 +337,8 @@ def main(argv=None) -> None:
         grader = (proofautograder(args.model, Path(scratch)) if args.proofautograder
                   else from_run(Path(args.generate_dir).resolve(), Path(scratch), args.choose or "paper"))
         dst = build(grader, Path(args.dst), args.force)
-    print(f"built {dst} from {grader.origin}; default model {grader.model}")
-    print(f"install it with: pip install -e {args.dst}")
+    print(console(f"built {dst} from {grader.origin}; default model {grader.model}"))
+    print(console(f"install it with: pip install -e {args.dst}"))
 
 
 def main_cli() -> None:

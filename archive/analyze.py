@@ -37,6 +37,7 @@ from archive.run_groups import Group, Run, load_groups
 from archive.stats import Estimate, bootstrap_band, bootstrap_mean, paired_p, permutation_p
 from services.errors import UserError, exit_on_user_error
 from services.fsutil import atomic_write_bytes, atomic_write_text
+from services.render import console, csv_cell
 
 DEFAULT_K = "10,50"
 
@@ -212,9 +213,10 @@ class Analysis:
         out = io.StringIO()
         writer = csv.writer(out, lineterminator="\n")
         writer.writerow(["group", "metric", "value", "low", "high", "n", "note"])
-        for r in self.rows:
-            writer.writerow([r.group, r.metric, *("" if v is None else round(v, 6) for v in (r.value, r.low, r.high)),
-                             "" if r.n is None else r.n, r.note])
+        for r in self.rows:  # names come from folders and records: no cell may run as a spreadsheet formula
+            writer.writerow([csv_cell(r.group), csv_cell(r.metric),
+                             *("" if v is None else round(v, 6) for v in (r.value, r.low, r.high)),
+                             "" if r.n is None else r.n, csv_cell(r.note)])
         return out.getvalue()
 
     def png(self) -> bytes:
@@ -279,8 +281,8 @@ def main(argv=None) -> None:
     atomic_write_text(out / "analysis.md", analysis.markdown())
     atomic_write_text(out / "analysis.csv", analysis.csv())
     atomic_write_bytes(out / "progress.png", analysis.png())
-    print(analysis.markdown(), end="")
-    print(f"saved: {out / 'analysis.md'}, analysis.csv, progress.png")
+    for line in [*analysis.markdown().splitlines(), f"saved: {out / 'analysis.md'}, analysis.csv, progress.png"]:
+        print(console(line))
 
 
 if __name__ == "__main__":

@@ -48,7 +48,8 @@ from archive.stats import interval, paired_p
 from archive.store import Archive, observed_rule, observed_score, observed_sizes
 from services.config import PROJECT_ROOT
 from services.errors import UserError, exit_on_user_error
-from services.fsutil import atomic_write_csv, atomic_write_json, read_bounded
+from services.fsutil import atomic_write_csv, atomic_write_json, csv_values, read_bounded
+from services.render import console
 
 RULES = ("best_per_question", "majority", "weighted", "agent")
 MAX_PREDICTIONS = 64 * 2**20
@@ -61,6 +62,12 @@ class Member:
     score: float  # selection score, what members are chosen and ranked by
     key: str  # its evaluation of the split, under evals/
     answers: dict[str, str]  # question id -> prediction text
+
+
+def show(line: str) -> None:
+    """A line for the person at the terminal; agent text in it (a node's ensemble.py's output) is shown
+    visibly, never acted on (services.render.console)."""
+    print(console(line), flush=True)
 
 
 def vote_of(domain, text: str) -> str | None:
@@ -77,7 +84,7 @@ def vote_of(domain, text: str) -> str | None:
 
 def read_answers(path: Path, qid: str) -> dict[str, str]:
     """question id -> prediction of a stored predictions.csv; OSError or ValueError when it is not one."""
-    df = pd.read_csv(io.BytesIO(read_bounded(path, MAX_PREDICTIONS)), dtype=str, keep_default_na=False)
+    df = csv_values(pd.read_csv(io.BytesIO(read_bounded(path, MAX_PREDICTIONS)), dtype=str, keep_default_na=False))
     if qid not in df.columns or "prediction" not in df.columns:
         raise ValueError(f"{path.name} lacks the {qid!r} or prediction column")
     return dict(zip(df[qid], df["prediction"]))
@@ -109,7 +116,7 @@ def ranked(run_dir: Path, archive: Archive, nodes: list[Node]) -> list[tuple[flo
                   key=lambda t: (-(t[0] or 0), -t[1].generation))
 
 
-def evaluate_missing(run_dir: Path, domain, split: str, top: int, out=print) -> None:
+def evaluate_missing(run_dir: Path, domain, split: str, top: int, out=show) -> None:
     """--rows all: the `top` best nodes of the archive, each evaluated on all of `split` (those not
     yet evaluated on it by the run's own command, which pays only for rows not answered before)."""
     archive = Archive(run_dir)
@@ -128,7 +135,7 @@ def evaluate_missing(run_dir: Path, domain, split: str, top: int, out=print) -> 
                         f"run it again, or combine what is stored with --rows shared")
 
 
-def choose_members(run_dir: Path, domain, split: str, top: int, out=print) -> list[Member]:
+def choose_members(run_dir: Path, domain, split: str, top: int, out=show) -> list[Member]:
     archive = Archive(run_dir)
     keys = split_keys(run_dir, archive, domain.name, split)
     store, members = EvalStore(run_dir), []
@@ -233,7 +240,7 @@ def agent_combine(run_dir: Path, record, node: Node, members: list[Member], ids:
         raise UserError(f"node {node.node_id}'s ensemble.py printed no mapping of row ids to predictions: "
                         f"{result.stdout[-200:]!r}")
     cap = config.harness.max_prediction_bytes
-    kept = [q for q in ids if isinstance(chosen.get(q), str) and len(chosen[q].encode()) <= cap]
+    kept = [q for q in ids if isinstance(chosen.get(q), str) and len(chosen[q].encode("utf-8", "surrogatepass")) <= cap]
     predictions = [chosen[q] if q in kept else members[0].answers[q] for q in ids]
     return predictions, (f"node {node.node_id}'s ensemble.py chose {len(kept)} of {len(ids)} rows"
                          + (" (the others: the best member's answer)" if len(kept) < len(ids) else ""))
@@ -242,11 +249,11 @@ def agent_combine(run_dir: Path, record, node: Node, members: list[Member], ids:
 def _score(domain, rows: pd.DataFrame, predictions: list[str], path: Path) -> dict:
     frame = rows.copy()
     frame["prediction"] = predictions
-    atomic_write_csv(path, frame)
+    atomic_write_csv(path, frame, agent_text=True)
     return domain.scorer.score(domain, path)
 
 
-def build(run_dir: Path, domain, split: str, rule: str, top: int, out=print, agent: str | None = None,
+def build(run_dir: Path, domain, split: str, rule: str, top: int, out=show, agent: str | None = None,
           rows_of: str = "shared") -> dict:
     """Build, score and save the ensemble; returns members.json's content. With rule `agent`, the
     ensemble.py of node `agent` (default: the best member) combines the answers; with `rows_of`
@@ -350,7 +357,7 @@ def main(argv=None) -> None:
     if args.agent is not None and args.rule != "agent":
         raise UserError("--agent NODE goes with --rule agent")
     for line in lines(build(run_dir, domain, args.split, args.rule, args.top, agent=args.agent, rows_of=args.rows)):
-        print(line)
+        show(line)
 
 
 if __name__ == "__main__":

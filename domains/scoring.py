@@ -17,6 +17,7 @@ from typing import Callable, Protocol
 
 from domains.imo.data import load_csv
 from services.errors import UserError
+from services.fsutil import csv_values
 
 Judge = Callable[[str], str]  # prompt -> the judge's reply
 REPORT_SCHEMA = 2  # report.json: the metrics of one evaluation (domains/metrics.py, answer_metrics.py); 2 adds row_scores
@@ -59,7 +60,8 @@ class ScoringTools(Protocol):
 
 
 def _read(domain: Domain, predictions: Path):
-    return load_csv(predictions, [domain.question_id, "prediction"])
+    """The predictions as the harness was given them (predictions.csv marks formula-like cells)."""
+    return csv_values(load_csv(predictions, [domain.question_id, "prediction"]))
 
 
 def _scored(predictions: Path, metrics, df, **kwargs) -> dict:

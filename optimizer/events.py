@@ -3,6 +3,9 @@
 The loop emits; it never prints or draws. The console (one line per event, as a run has
 always shown) and the pictures (plots and report.html, redrawn after every node) are
 subscribers; a dashboard or a test subscribes the same way.
+
+Events carry agent text (dropped file names, an agent's stderr, node errors): the console prints
+each line through `services.render.console`, so what an agent wrote is shown, never acted on.
 """
 
 from __future__ import annotations
@@ -15,6 +18,9 @@ from typing import Callable, Union
 from archive.promotion import BestChoice
 from archive.records import MetaResult, Node
 from archive.store import ScoreRule
+from services.render import console as visible
+
+DROPPED_SHOWN = 5  # dropped names on a node's line; the rest are counted (all are in node.json)
 
 
 @dataclass(frozen=True)
@@ -105,9 +111,8 @@ def console_line(event: Event) -> str | None:
                 f"is at work (up to {event.meta_timeout_s:g} s and {event.meta_max_calls} model calls)")
     if isinstance(event, MetaFinished):
         patch = event.result.patch
-        dropped = f", dropped {', '.join(patch['dropped'])}" if patch.get("dropped") else ""
         return (f"node {event.node_id}: {event.result.status}; changed {patch.get('files', 0)} files "
-                f"(+{patch.get('insertions', 0)} -{patch.get('deletions', 0)}){dropped}")
+                f"(+{patch.get('insertions', 0)} -{patch.get('deletions', 0)}){_dropped(patch)}{_bidi(patch)}")
     if isinstance(event, SplitDone):
         return event.summary
     if isinstance(event, NodeFinished):
@@ -122,13 +127,27 @@ def console_line(event: Event) -> str | None:
     return None
 
 
+def _dropped(patch: dict) -> str:
+    names = list(patch.get("dropped") or [])
+    if not names:
+        return ""
+    more = f" and {len(names) - DROPPED_SHOWN} more" if len(names) > DROPPED_SHOWN else ""
+    return f", dropped {', '.join(map(str, names[:DROPPED_SHOWN]))}{more}"
+
+
+def _bidi(patch: dict) -> str:
+    files = patch.get("bidi") or []
+    return f"; warning: bidi control characters in {', '.join(map(str, files))}" if files else ""
+
+
 def console(event: Event) -> None:
-    """Prints the event's line above the progress bars of the evaluations in flight (one per slot)."""
+    """Prints the event's line above the progress bars of the evaluations in flight (one per slot),
+    every character a terminal could act on shown visibly."""
     from tqdm import tqdm
 
     line = console_line(event)
     if line is not None:
-        tqdm.write(line, file=sys.stdout)
+        tqdm.write(visible(line), file=sys.stdout)
         sys.stdout.flush()
 
 

@@ -14,7 +14,7 @@ import shutil
 from pathlib import Path
 
 from archive.records import Node
-from services.fsutil import atomic_write_csv, atomic_write_json, atomic_write_text
+from services.fsutil import atomic_write_csv, atomic_write_json, atomic_write_text, read_csv_text
 
 
 def write_train_data(run_dir: Path, domains: list) -> None:
@@ -31,10 +31,9 @@ def publish_feedback(run_dir: Path, domains: list, store, node: Node) -> None:
     meta agents can read them. `store`: the run's archive.eval_store.EvalStore.
 
     For graded domains each row gets the grader's verdict as `grade`."""
-    import pandas as pd  # paid by runs that publish feedback, not by every import of the loop
 
     def read(path: Path):
-        return pd.read_csv(path, dtype=str, keep_default_na=False)
+        return read_csv_text(path)  # the predictions as given, not as marked for spreadsheets
 
     folder = run_dir / "feedback" / node.node_id
     folder.mkdir(parents=True, exist_ok=True)

@@ -286,7 +286,8 @@ class Loop:
             discard(workspace)
         atomic_write_text(records / "patch.diff", capture.patch)
         patch = {"files": capture.files, "insertions": capture.insertions, "deletions": capture.deletions,
-                 "dropped": capture.dropped, "dropped_why": capture.dropped_why}
+                 "dropped": capture.dropped, "dropped_why": capture.dropped_why,
+                 **({"bidi": capture.bidi} if capture.bidi else {})}  # shown as a warning (Trojan Source)
         # ProviderDown when the provider failed it: nothing is recorded, the generation is redone on resume.
         failed = meta_failure(self.gateway, env["AGENT_GATEWAY_KEY"], result.stdout, capture.commit is not None)
         if not result.ok:

@@ -4,6 +4,8 @@ import signal
 import sys
 import threading
 
+from services.render import console
+
 
 class UserError(Exception):
     """A problem with the user's input or environment, not a bug: printed as one line, exit 2."""
@@ -69,16 +71,17 @@ def stop_was_caught(error: BaseException) -> None:
 def exit_on_user_error(main):
     """Run `main()`; a UserError becomes one line on stderr and exit code 2, a provider's outage
     (ProviderDown) one line and exit 75, Ctrl-C exit 130, SIGTERM exit 143, each after the cleanup
-    of whatever was open."""
+    of whatever was open. A message may carry agent text (a worker's fatal line, an agent's stderr):
+    it is printed through `services.render.console`, so no control in it reaches the terminal."""
     signal.signal(signal.SIGTERM, _raise_stop)
     signal.signal(signal.SIGINT, _raise_stop)
     try:
         return main()
     except UserError as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {console(e)}", file=sys.stderr)
         raise SystemExit(2)
     except ProviderDown as e:
-        print(f"stopped: {e.line()}", file=sys.stderr)
+        print(f"stopped: {console(e.line())}", file=sys.stderr)
         raise SystemExit(EXIT_PROVIDER_DOWN)
     except (KeyboardInterrupt, Terminated) as e:
         stop_was_caught(e)

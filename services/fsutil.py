@@ -1,5 +1,9 @@
 """Atomic file writes (a reader sees the old file or the new one, never half of one), and
-bounded reads that follow no link."""
+bounded reads that follow no link.
+
+A write never fails for what the text holds: a lone surrogate (a file name that was not UTF-8,
+text an agent returned) is written as its backslash escape, which in JSON reads back as itself.
+"""
 
 import json
 import os
@@ -25,15 +29,37 @@ def atomic_write_bytes(path, data: bytes) -> None:
 
 
 def atomic_write_text(path, text: str) -> None:
-    atomic_write_bytes(path, text.encode("utf-8"))
+    atomic_write_bytes(path, text.encode("utf-8", "backslashreplace"))
 
 
 def atomic_write_json(path, obj) -> None:
     atomic_write_text(path, json.dumps(obj, indent=2, ensure_ascii=False, default=str) + "\n")
 
 
-def atomic_write_csv(path, df) -> None:
+def atomic_write_csv(path, df, agent_text: bool = False) -> None:
+    """`df` as a CSV file. With `agent_text`, every text cell that a spreadsheet would run as a
+    formula is written as text (`services.render.csv_cell`); `read_csv_text` reads it back exactly."""
+    if agent_text:
+        from services.render import csv_cell
+
+        df = df.map(csv_cell)
     atomic_write_text(path, df.to_csv(index=False))
+
+
+def read_csv_text(source):
+    """A CSV written with `atomic_write_csv(..., agent_text=True)` (a path, or a binary file), every
+    cell as the text it was written from (empty cells stay "")."""
+    import pandas as pd
+
+    return csv_values(pd.read_csv(source, dtype=str, keep_default_na=False))
+
+
+def csv_values(df):
+    """`df`, read from a CSV that `atomic_write_csv(..., agent_text=True)` wrote, with each cell's
+    formula marking undone (`services.render.csv_value`)."""
+    from services.render import csv_value
+
+    return df.map(csv_value)
 
 
 def read_bounded(path, limit: int = 64 * 2**20) -> bytes:

@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from services.render import bidi_files, name as stored_name
+
 # Everything the meta agent may edit; the rest of the project is trusted core.
 EVOLVABLE_PATHS = ("agent", "task_agent", "meta_agent", "select_next_parent.py", "ensemble.py")
 # Code that is not the task agent: a change only there leaves task-agent results valid. ensemble.py runs
@@ -64,7 +66,7 @@ class Snapshot:
     """A workspace read as data: the files kept, and what was left out and why."""
 
     files: dict[str, tuple[bool, bytes]] = field(default_factory=dict)  # path -> (executable, content)
-    dropped: dict[str, str] = field(default_factory=dict)  # path -> reason
+    dropped: dict[str, str] = field(default_factory=dict)  # path (escaped: services.render.name) -> reason
 
 
 @dataclass
@@ -76,6 +78,7 @@ class Capture:
     deletions: int = 0
     dropped: list[str] = field(default_factory=list)  # what the workspace held that was not kept
     dropped_why: dict[str, str] = field(default_factory=dict)  # path -> reason
+    bidi: list[str] = field(default_factory=list)  # files whose added lines hold bidi controls (Trojan Source)
 
 
 def copy_evolvable(src_root: str | Path, dst: str | Path) -> Path:
@@ -109,7 +112,8 @@ def read_workspace(root: str | Path, quota: Quota = Quota(),
 
     Every folder is opened relative to its parent with O_NOFOLLOW and every file with
     O_NOFOLLOW | O_NONBLOCK, then checked with fstat: a link, fifo, device or socket is
-    reported, never opened or followed.
+    reported, never opened or followed. A dropped path is reported as escaped text
+    (`services.render.name`): a name of any bytes (not UTF-8, controls) fits every record.
     """
     snap = Snapshot()
     total = 0
@@ -163,6 +167,7 @@ def read_workspace(root: str | Path, quota: Quota = Quota(),
         take(top, "", 0)
     finally:
         os.close(top)
+    snap.dropped = {stored_name(path): why for path, why in snap.dropped.items()}
     return snap
 
 
@@ -286,10 +291,11 @@ class RunRepo:
             return Capture(None, "", dropped=dropped, dropped_why=snap.dropped)
         stat_lines = self._diff("--numstat", parent_commit, commit).strip().splitlines()
         rows = [line.split("\t") for line in stat_lines]
-        return Capture(commit, self._diff(parent_commit, commit), files=len(rows),
+        patch = self._diff(parent_commit, commit)
+        return Capture(commit, patch, files=len(rows),
                        insertions=sum(int(r[0]) for r in rows if r[0].isdigit()),
                        deletions=sum(int(r[1]) for r in rows if r[1].isdigit()), dropped=dropped,
-                       dropped_why=snap.dropped)
+                       dropped_why=snap.dropped, bidi=bidi_files(patch))
 
     def diff(self, a: str, b: str) -> str:
         """The unified diff from commit `a` to commit `b` (no diff driver or textconv of the tree applies)."""

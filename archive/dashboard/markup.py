@@ -4,6 +4,10 @@ Every string that reaches a page goes through `h` or `esc`: a plain `str` is esc
 text, file names, error messages, anything read from a run), a `Markup` is trusted as it is.
 Only this module and the pieces that call `h` make `Markup`; nothing read from disk becomes
 one, so an agent's `<script>` is shown as text, never run.
+
+Bidi control characters (Trojan Source: code that displays in another order than it runs) never
+reach a page raw: in text each is written as a marked `<U+202E>` (class `bidi`), in an attribute
+as the plain `<U+202E>`.
 """
 
 from __future__ import annotations
@@ -11,6 +15,8 @@ from __future__ import annotations
 import html
 from typing import Iterable
 from urllib.parse import quote, urlencode
+
+from services.render import BIDI_PATTERN, bidi_visible
 
 VOID = frozenset({"br", "hr", "img", "input", "meta", "link", "wbr"})
 
@@ -23,12 +29,22 @@ class Markup(str):
 
 
 def esc(value) -> Markup:
-    """`value` as HTML text: markup as it is, anything else escaped (None is empty)."""
+    """`value` as HTML text: markup as it is, anything else escaped (None is empty), each bidi
+    control marked."""
     if isinstance(value, Markup):
         return value
     if value is None:
         return Markup("")
-    return Markup(html.escape(str(value), quote=True))
+    return Markup(BIDI_PATTERN.sub(_bidi_mark, html.escape(str(value), quote=True)))
+
+
+def _bidi_mark(found) -> str:
+    return f'<span class="bidi" title="bidi control character">&lt;U+{ord(found.group()):04X}&gt;</span>'
+
+
+def _attribute(value) -> Markup:
+    """`value` as an attribute's value: escaped, each bidi control written as `<U+202E>`."""
+    return value if isinstance(value, Markup) else Markup(html.escape(bidi_visible(str(value)), quote=True))
 
 
 def join(parts: Iterable, sep: str = "") -> Markup:
@@ -43,7 +59,7 @@ def h(name: str, attrs: dict | None = None, *children) -> Markup:
         if value is None or value is False:
             continue
         key = key.rstrip("_").replace("_", "-")  # class_ -> class, data_node -> data-node
-        parts.append(key if value is True else f'{key}="{esc(value)}"')
+        parts.append(key if value is True else f'{key}="{_attribute(value)}"')
     opening = f"<{' '.join(parts)}>"
     if name in VOID:
         return Markup(opening)

@@ -9,6 +9,7 @@ from archive.dashboard.markup import Markup, h, join
 from archive.dashboard.reader import RunData
 from archive.dashboard.svg import TreeNode, line_chart, score_colour, tree_svg
 from archive.records import Node
+from services.render import bidi_visible
 
 
 def fmt_score(value) -> str:
@@ -66,9 +67,26 @@ def dot(colour: str) -> Markup:
 
 def _tooltip(data: RunData, node: Node) -> str:
     """What hovering a node of the tree says (its page says the rest)."""
-    error = f"; {node.error[:120]}" if node.error else ""
+    error = f"; {bidi_visible(node.error[:120])}" if node.error else ""
+    warning = "; warning: bidi control characters in its change" if bidi_files(node) else ""
     return f"node {node.node_id} from {node.parent}: {node.status}, score {fmt_score(data.score(node)) or 'none'}, " \
-           f"{fmt_cost(sum(node.cost_usd.values()))}{error}"
+           f"{fmt_cost(sum(node.cost_usd.values()))}{error}{warning}"
+
+
+def bidi_files(node: Node) -> list[str]:
+    """The files of the node's change whose added lines hold bidi controls (recorded at capture)."""
+    files = node.patch.get("bidi") if isinstance(node.patch, dict) else None
+    return [str(f) for f in files] if isinstance(files, list) else []
+
+
+def bidi_warning(node: Node) -> Markup:
+    """The warning a node whose change holds bidi controls carries on its page, as code hosts show it."""
+    files = bidi_files(node)
+    if not files:
+        return Markup("")
+    return h("p", {"class": "warning bidi-warning"}, "Warning: this change holds bidi control characters in ",
+             ", ".join(map(bidi_visible, files)), ": its code may run differently from how it reads. "
+             "Each is marked in the diff below.")
 
 
 def progress(data: RunData) -> Markup:
@@ -144,8 +162,10 @@ def nodes_table(data: RunData, href=None, limit: int | None = None) -> Markup:
         star = Markup(" &#9733;") if best and n.node_id == best.node_id else ""
         cells = join(h("td", {"class": "num"}, fmt_score(n.scores.get(d, {}).get(s)), score_note(n, d, s))
                      for d, s in splits)
+        flag = h("span", {"class": "bidi-flag", "title": "bidi control characters in its change"}, " bidi!") \
+            if bidi_files(n) else ""
         rows.append(h("tr", {"class": f"status-{n.status}"}, h("td", {}, name, star), h("td", {}, n.parent or ""),
-                      h("td", {"class": "num"}, n.generation), h("td", {}, str(n.status)), cells,
+                      h("td", {"class": "num"}, n.generation), h("td", {}, str(n.status), flag), cells,
                       h("td", {"class": "num"}, fmt_cost(sum(n.cost_usd.values()))),
                       h("td", {"class": "num"}, f"{n.seconds.get('total', 0):.0f} s")))
     return h("table", {"class": "nodes"}, head, join(rows))

@@ -35,6 +35,7 @@ from services.config import (
 )
 from services.errors import UserError, exit_on_user_error
 from services.providers import _litellm
+from services.render import console
 from services.sandbox import SandboxLost, choose_backend
 from services.startup import open_services
 
@@ -149,10 +150,10 @@ def evaluate(args, config: Config) -> None:
         rows = load_rows(domain, args.subset, proofs, args.num_samples)
         services.require(requested)
         if line := services.why_line(requested, "--model"):
-            print(line, flush=True)
+            print(console(line), flush=True)
         result = run_split(domain, rows, worker, folder, label=" ".join(x for x in (domain.name, args.subset) if x),
                            asked=asked)
-    print(result.line())
+    print(console(result.line()))
     if result.stopped_by:
         raise UserError(result.stop_message())
 
@@ -181,7 +182,7 @@ def exit_without_teardown(run) -> None:
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else 0 if e.code is None else 1
         if not isinstance(e.code, (int, type(None))):
-            print(e.code, file=sys.stderr)
+            print(console(e.code), file=sys.stderr)
     atexit._run_exitfuncs()  # as at a normal exit
     for stream in (sys.stdout, sys.stderr):
         try:

@@ -3,7 +3,9 @@
 Every finished row is appended to `predictions.jsonl` at once (and synced), so a killed
 run loses only the rows in flight and a resumed one pays nothing for the rows it holds.
 `predictions.csv`, the seed's output format, is rewritten whole and atomically from the
-journal.
+journal, its cells safe to open in a spreadsheet (a prediction that would run as a formula
+gets a leading `'`: `services.render.csv_cell`); the project's readers undo that
+(`services.fsutil.csv_values`), and the journal keeps the text exactly.
 """
 
 from __future__ import annotations
@@ -73,4 +75,4 @@ def write_predictions(dataset, qid_col: str, journal: Journal, path: Path, max_p
     df["seconds"] = [r.get("seconds") for r in recs]
     for key in ("prompt_tokens", "completion_tokens", "cost_usd"):
         df[key] = [u.get(key) for u in usage]
-    atomic_write_csv(path, df)
+    atomic_write_csv(path, df, agent_text=True)

@@ -19,10 +19,11 @@ def load_rows(domain: Domain, subset: str | None = None, proofs: Path | None = N
     folder: its rows are that run's rows, each prediction as the domain's answers column.
     """
     from domains.imo.data import load_csv
+    from services.fsutil import csv_values
 
     if proofs is not None:
         source = Path(proofs) / PREDICTIONS
-        found = load_csv(source, [domain.question_id, "prediction"])
+        found = csv_values(load_csv(source, [domain.question_id, "prediction"]))
         rows = found.drop(columns=[c for c in RESULT_COLUMNS if c in found.columns])
         dataset = domain.rows_from(rows, found["prediction"], source)
     else:

@@ -21,6 +21,7 @@ from domains.harness.scheduler import Row, Scheduler
 from domains.harness.worker_client import AgentWorker
 from services.errors import UserError
 from services.fsutil import atomic_write_json
+from services.render import console
 from services.ledger import Totals
 
 if TYPE_CHECKING:  # a Domain is only passed through here: no need to import pandas with it
@@ -116,7 +117,7 @@ def _run_rows(domain: Domain, rows, worker: AgentWorker, keep: "_Keeper", label:
         worker.ensure_started()
     # After the agent loaded, so a load error is the only thing on the screen.
     # `disable` only when asked, so TQDM_DISABLE=1 (set for each of --replicates' processes) turns bars off.
-    keep.bar = tqdm(total=len(rows), initial=len(rows) - len(todo), unit="row", dynamic_ncols=True, desc=label,
+    keep.bar = tqdm(total=len(rows), initial=len(rows) - len(todo), unit="row", dynamic_ncols=True, desc=console(label, 80),
                     **({} if show_progress else {"disable": True}))
     try:
         settings = worker.config.harness
