@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import atexit
-import json
 import os
 import select
 import subprocess
@@ -42,7 +41,10 @@ from services.config import (
     validate,
 )
 from services.errors import UserError, exit_on_user_error
-from services.fsutil import atomic_write_json, hold_folder
+from services.fsutil import atomic_write_json, hold_folder, read_bounded
+from services.user_files import parse_json
+
+MAX_RUN_RECORD = 2**20  # run.json: the plan and config, a few KiB
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -153,11 +155,11 @@ def load_run(resume_from: str, where: str | None = None, writable: bool = True) 
         raise UserError(f"{where} is an evaluation folder of domains.harness, not a run of run_optimization "
                         f"(continue it with python -m domains.harness --resume_from {resume_from})")
     try:
-        state = json.loads(saved.read_text(encoding="utf-8"))
+        state = parse_json(read_bounded(saved, MAX_RUN_RECORD))
     except FileNotFoundError:
         raise UserError(f"{where}: not a run folder (no run.json)") from None
     except OSError as e:
-        raise UserError(f"{where}: cannot read {saved}: {e.strerror}") from None
+        raise UserError(f"{where}: cannot read {saved}: {e.strerror or e}") from None
     except ValueError as e:
         raise UserError(f"{where}: not a run folder ({saved} is not valid JSON: {e})") from None
     try:

@@ -20,6 +20,7 @@ from domains.scoring import REPORT_SCHEMA
 from archive.records import EVAL_KEY
 from services.errors import UserError
 from services.fsutil import atomic_write_json, read_bounded
+from services.user_files import parse_json
 
 REPORT = "report.json"
 MAX_REPORT_BYTES = 2**24  # a report is a few KB of metrics; a bigger file is no report the core wrote
@@ -47,7 +48,7 @@ class EvalStore:
         it is not a report the core wrote (garbled, a link, too big, not an object, a newer schema)."""
         path = self.report_path(key)
         try:
-            report = json.loads(read_bounded(path, MAX_REPORT_BYTES).decode("utf-8"))
+            report = parse_json(read_bounded(path, MAX_REPORT_BYTES))
         except FileNotFoundError:
             return None
         except (OSError, ValueError) as e:  # ValueError: also bad JSON and bad UTF-8

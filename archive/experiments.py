@@ -13,13 +13,13 @@ Both are read back as the core wrote them, or refused with a UserError naming th
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
 from archive.records import EVAL_KEY
 from services.errors import UserError
 from services.fsutil import read_bounded
+from services.user_files import parse_json
 
 GROUP = "group.json"
 GROUP_SCHEMA = 1
@@ -33,7 +33,7 @@ MAX_RECORD = 2**20
 
 def _read(path: Path, what: str) -> dict | None:
     try:
-        return json.loads(read_bounded(path, MAX_RECORD).decode("utf-8"))
+        return parse_json(read_bounded(path, MAX_RECORD))
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as e:

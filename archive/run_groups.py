@@ -7,7 +7,6 @@ scores (archive.store.observed_score), so nothing here reads test except the fin
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
@@ -20,6 +19,7 @@ from archive.store import Archive, observed_best, observed_rule, observed_score,
 from services.errors import UserError
 from services.fsutil import read_bounded
 from services.ledger import LedgerReader
+from services.user_files import parse_json
 
 MAX_RECORD = 2**20
 
@@ -27,7 +27,7 @@ MAX_RECORD = 2**20
 def read_run_record(run_dir: Path) -> RunRecord:
     """run.json as the core wrote it; a UserError naming the file otherwise."""
     try:
-        return RunRecord.from_dict(json.loads(read_bounded(run_dir / "run.json", MAX_RECORD).decode("utf-8")))
+        return RunRecord.from_dict(parse_json(read_bounded(run_dir / "run.json", MAX_RECORD)))
     except FileNotFoundError:
         raise UserError(f"{run_dir}: not a run folder (no run.json)") from None
     except (OSError, ValueError) as e:

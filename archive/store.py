@@ -22,6 +22,7 @@ from archive.records import GenStart, MetaResult, Node, Status
 from archive.selection import Candidate
 from services.errors import UserError
 from services.fsutil import atomic_write_json, read_bounded
+from services.user_files import parse_json
 
 
 UNTRUSTED = "untrusted"  # run_dir/untrusted/<node>/<part>/: what the node's sandboxes wrote, never read as a record
@@ -170,7 +171,7 @@ class Archive:
     def _read_node(path: Path) -> Node:
         """One node record; a garbled or wrongly shaped one is a UserError naming the file, not a traceback."""
         try:
-            return Node.from_dict(json.loads(read_bounded(path).decode("utf-8")), path.parent.name)
+            return Node.from_dict(parse_json(read_bounded(path)), path.parent.name)
         except (OSError, ValueError) as e:  # ValueError: also bad JSON and bad UTF-8
             raise UserError(f"{path}: not a node record the run wrote ({e})") from None
 
@@ -195,7 +196,7 @@ class Archive:
         found = []
         for line in self.log_path.read_text(encoding="utf-8").splitlines():
             try:
-                record = json.loads(line)
+                record = parse_json(line)
             except ValueError:
                 continue  # the line a kill cut short
             if isinstance(record, dict):

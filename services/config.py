@@ -10,15 +10,15 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
+import reprlib
 import types
 import typing
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
-import yaml
-
 from services.errors import UserError
+from services.user_files import read_yaml
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG = PROJECT_ROOT / "configs" / "default.yaml"
@@ -164,7 +164,8 @@ def _merge(obj, data: dict, where: str):
     known = {f.name: f for f in dataclasses.fields(obj)}
     for key, value in data.items():
         if key not in known:
-            raise UserError(f"unknown config key {where + '.' if where else ''}{key} (known: {', '.join(known)})")
+            name = key if isinstance(key, str) and key.isidentifier() else show(key)
+            raise UserError(f"unknown config key {where + '.' if where else ''}{name} (known: {', '.join(known)})")
         current = getattr(obj, key)
         if dataclasses.is_dataclass(current):
             _merge(current, {} if value is None else value, f"{where + '.' if where else ''}{key}")
@@ -202,9 +203,13 @@ def describe(hint) -> str:
     return words.get(hint) or f"of the form {hint}"
 
 
+_SHORT = reprlib.Repr()
+_SHORT.maxlevel, _SHORT.maxstring, _SHORT.maxother = 3, 60, 60
+
+
 def show(value) -> str:
     """A value as the one line of an error message: its repr, cut short."""
-    text = repr(value)
+    text = _SHORT.repr(value)  # reprlib: a value of a billion items is cut before it is made
     return text if len(text) <= 60 else text[:57] + "..."
 
 
@@ -323,18 +328,6 @@ def validate(config: Config) -> Config:
     return config
 
 
-def _read_yaml(path: Path) -> dict:
-    try:
-        text = path.read_text()
-    except OSError as e:
-        raise UserError(f"cannot read config {path}: {e.strerror}") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise UserError(f"config {path} is not valid YAML: {str(e).splitlines()[0]}") from None
-    return data or {}
-
-
 def preset_names() -> list[str]:
     return sorted(p.stem for p in PRESETS_DIR.glob("*.yaml"))
 
@@ -355,7 +348,7 @@ def load_config(path: str | Path | None = None, preset: str | None = None) -> Co
 
 def _apply_file(config: Config, path: Path) -> None:
     """Merge one YAML file into `config` and validate it at once, so an error names the file it came from."""
-    data = _read_yaml(path)
+    data = read_yaml(path)
     try:
         validate(_merge(config, data, ""))
     except UserError as e:

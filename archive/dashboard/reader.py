@@ -8,7 +8,6 @@ without following a link. Nothing here writes to the run.
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import threading
@@ -22,6 +21,7 @@ from archive.store import META_TRANSCRIPT, UNTRUSTED, observed_best, observed_ru
 from services.errors import UserError
 from services.fsutil import read_below, read_bounded
 from services.ledger import LedgerReader
+from services.user_files import parse_json
 
 MAX_LOG = 64 * 2**20  # archive.jsonl: a line per event, about 300 bytes each
 MAX_RECORD = 2**20  # node.json, run.json
@@ -163,7 +163,7 @@ class RunReader:
         problems: list[str] = []
         record = None
         try:
-            record = RunRecord.from_dict(json.loads(read_bounded(self.path / "run.json", MAX_RECORD)))
+            record = RunRecord.from_dict(parse_json(read_bounded(self.path / "run.json", MAX_RECORD)))
         except FileNotFoundError:
             problems.append("run.json: missing")
         except (OSError, ValueError) as e:
@@ -180,7 +180,7 @@ class RunReader:
                 if self._nodes.get(entry.name, (None,))[0] == mark:  # written once, atomically: unchanged
                     nodes[entry.name] = self._nodes[entry.name][1]
                 else:
-                    nodes[entry.name] = Node.from_dict(json.loads(read_bounded(path, MAX_RECORD)), entry.name)
+                    nodes[entry.name] = Node.from_dict(parse_json(read_bounded(path, MAX_RECORD)), entry.name)
                 kept[entry.name] = (mark, nodes[entry.name])
             except FileNotFoundError:
                 continue  # a generation redone after a kill, or one reopened: not recorded (yet)
@@ -254,7 +254,7 @@ class RunReader:
         rows = read_journal(self.path, key)
         failed = None
         try:
-            report = json.loads(read_below(self.path, f"evals/{key}/{REPORT}", MAX_REPORT)[0])
+            report = parse_json(read_below(self.path, f"evals/{key}/{REPORT}", MAX_REPORT)[0])
             if isinstance(report, dict) and isinstance(report.get("question_ids_failed"), list):
                 failed = {str(q) for q in report["question_ids_failed"]}
         except (OSError, ValueError):
@@ -277,7 +277,7 @@ def json_objects(data: bytes) -> list[dict]:
     found = []
     for line in data.decode("utf-8", errors="replace").splitlines():
         try:
-            record = json.loads(line)
+            record = parse_json(line)
         except ValueError:
             continue
         if isinstance(record, dict):

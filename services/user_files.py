@@ -1,0 +1,110 @@
+"""Reading files a user names (a config, a run's or a group's records) as bounded data.
+
+A path on the command line may name anything: a fifo or a device (a plain read would block or
+never end), a file of gigabytes, bytes that are not UTF-8, a YAML alias bomb (a few hundred
+bytes whose aliases expand to billions of nodes when anything walks the result), YAML nested a
+thousand levels deep (the composer recurses) or a tag for a Python object. Each is refused here
+in one line (a UserError, or a ValueError for readers that name the file themselves), in
+bounded time and memory: only a regular file, within a size limit, strict UTF-8, YAML without
+anchors, aliases or tags beyond the safe ones, nested at most `MAX_DEPTH` levels.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+
+import yaml
+
+from services.errors import UserError
+
+MAX_CONFIG_BYTES = 2**20  # the bundled configs are a few KiB
+MAX_DEPTH = 24  # a config nests 5 levels (loop.stages.DOMAIN.[stage].[value]); records a few more
+
+
+def read_regular(path: Path, limit: int) -> bytes:
+    """The bytes of `path` (links followed: a user may link their config) if it is a regular file
+    of at most `limit` bytes; OSError saying what it is otherwise. Never blocks on a fifo."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as f:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise OSError(f"not a regular file ({_kind(info.st_mode)})")
+        if info.st_size > limit:
+            raise OSError(f"{info.st_size} bytes, over the limit of {limit} bytes")
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise OSError(f"over the limit of {limit} bytes")
+    return data
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a fifo"), (stat.S_ISSOCK, "a socket"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")):
+        if test(mode):
+            return name
+    return "not a file"
+
+
+def decode_utf8(data: bytes) -> str:
+    """`data` as text; ValueError naming the first byte that is not UTF-8 and where it is."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"not UTF-8 text (byte 0x{data[e.start]:02x} at offset {e.start})") from None
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """SafeLoader without anchors and aliases (the expansion of an alias bomb is in what walks the
+    result, so no bound on the parse can catch it) and with a bound on nesting."""
+
+    def compose_node(self, parent, index):
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
+            raise yaml.composer.ComposerError(None, None, "anchors and aliases (&name, *name) are not allowed "
+                                              "in a config; write the value out", event.start_mark)
+        self._depth = getattr(self, "_depth", 0) + 1
+        try:
+            if self._depth > MAX_DEPTH:
+                raise yaml.composer.ComposerError(None, None, f"nested more than {MAX_DEPTH} levels deep",
+                                                  event.start_mark)
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+
+def read_yaml(path: Path, what: str = "config") -> dict:
+    """A YAML mapping from a file a user named, or a UserError in one line (`what` names the file's role)."""
+    try:
+        text = decode_utf8(read_regular(path, MAX_CONFIG_BYTES))
+    except OSError as e:
+        raise UserError(f"cannot read {what} {path}: {e.strerror or e}") from None
+    except ValueError as e:
+        raise UserError(f"{what} {path} is {e}") from None
+    try:
+        data = yaml.load(text, Loader=_BoundedLoader)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        problem = getattr(e, "problem", None) or (str(e).splitlines() or ["unreadable"])[0]
+        raise UserError(f"{what} {path} is not valid YAML: {_one_line(problem)}{where}") from None
+    except RecursionError:
+        raise UserError(f"{what} {path} is not valid YAML: nested too deeply") from None
+    return data or {}
+
+
+def parse_json(data: bytes | str) -> object:
+    """JSON as data; ValueError when it is not UTF-8, not JSON, or nested past what the parser
+    can take (which would otherwise be a RecursionError)."""
+    try:
+        return json.loads(data if isinstance(data, str) else decode_utf8(data))
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
+
+
+def _one_line(text: str) -> str:
+    """A parser's message as one printable line: it may quote the file's bytes."""
+    text = " ".join(str(text).split())
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)[:300]
