@@ -38,12 +38,15 @@ def atomic_write_json(path, obj) -> None:
 
 def atomic_write_csv(path, df, agent_text: bool = False) -> None:
     """`df` as a CSV file. With `agent_text`, every text cell that a spreadsheet would run as a
-    formula is written as text (`services.render.csv_cell`); `read_csv_text` reads it back exactly."""
-    if agent_text:
-        from services.render import csv_cell
+    formula is written as text (`services.render.csv_cell`), and rows end in CRLF (RFC 4180), so that
+    a cell holding a lone CR is quoted rather than read back as two rows; `read_csv_text` reads it
+    back exactly."""
+    if not agent_text:
+        atomic_write_text(path, df.to_csv(index=False))
+        return
+    from services.render import csv_cell
 
-        df = df.map(csv_cell)
-    atomic_write_text(path, df.to_csv(index=False))
+    atomic_write_text(path, df.map(csv_cell).to_csv(index=False, lineterminator="\r\n"))
 
 
 def read_csv_text(source):
