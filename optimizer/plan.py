@@ -77,7 +77,7 @@ def print_dry_run(run_dir: Path, domains, config: Config, initial_from: dict | N
     from optimizer.evaluation import split_rows
     from services.sandbox import choose_backend_why
 
-    backend, why_backend = choose_backend_why(config.sandbox)
+    backend, why_backend = choose_backend_why(config.sandbox, dry_run=True)
     costs = estimate(domains, config, lambda d, split: split_rows(d, split, config.loop.eval_samples))
     lines = plan_lines(run_dir, domains, config, backend, (run_dir / "run.json").exists(), None, why_backend,
                        initial_from) + [costs.line()]

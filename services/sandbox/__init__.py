@@ -28,14 +28,19 @@ def choose_backend(config: SandboxConfig) -> str:
     return choose_backend_why(config)[0]
 
 
-def choose_backend_why(config: SandboxConfig) -> tuple[str, str | None]:
-    """`choose_backend`, and a note for the run's plan: why `auto` did not take docker, or where
-    the Ray cluster is and what it has (None when there is nothing to say)."""
+def choose_backend_why(config: SandboxConfig, dry_run: bool = False) -> tuple[str, str | None]:
+    """`choose_backend`, and a note for the run's plan: why `auto` did not take docker, that its
+    image would be built (`dry_run`: then nothing is started, built or removed), or where the Ray
+    cluster is and what it has (None when there is nothing to say)."""
     if config.executor == "ray":
+        if dry_run:
+            where = (f"the cluster at {config.ray_address}" if config.ray_address
+                     else "a private Ray instance, which the run would start")
+            return "ray", f"{config.backend} on each node of {where} (not contacted in a dry run)"
         from services.sandbox.ray_backend import describe_cluster
 
         return "ray", describe_cluster(config)
-    return choose_local_backend(config)
+    return choose_local_backend(config, dry_run)
 
 
 def open_sandbox(config: SandboxConfig, workspace: str | Path, mounts: list[Mount] = (),

@@ -1,4 +1,5 @@
-"""Sandbox tools: `python -m services.sandbox check` (which backend works here) and
+"""Sandbox tools: `python -m services.sandbox check` (which backend works here; with docker it
+also removes the containers of runs that were killed) and
 `python -m services.sandbox build-image [--full] [--tag T]`."""
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ def build_image(full: bool, tag: str) -> None:
 
 
 def check() -> None:
-    """Say which backend `auto` takes on this machine, or why none works (then exit 2)."""
+    """Say which backend `auto` takes on this machine, or why none works (then exit 2). Taking docker
+    removes the containers whose creating process is gone, each named on stderr."""
     from services.sandbox import choose_backend_why
 
     backend, why = choose_backend_why(SandboxConfig())
@@ -40,7 +42,8 @@ def check() -> None:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m services.sandbox", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("check", help="which sandbox backend works on this machine")
+    commands.add_parser("check", help="which sandbox backend works on this machine (with docker: also remove "
+                                      "the containers of killed runs)")
     build = commands.add_parser("build-image", help="build the docker backend's image")
     build.add_argument("--full", action="store_true",
                        help="a self-contained image from the Dockerfile (needs a registry); "

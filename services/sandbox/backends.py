@@ -21,9 +21,11 @@ NONE_WARNING = ("warning: --sandbox none: agent code runs as a plain subprocess 
                 "use it only for code you trust")
 
 
-def choose_local_backend(config: SandboxConfig) -> tuple[str, str | None]:
-    """The configured backend after checking it works on this machine, `auto` resolved; and why
-    `auto` did not take docker (None when it did, or was not asked)."""
+def choose_local_backend(config: SandboxConfig, dry_run: bool = False) -> tuple[str, str | None]:
+    """The configured backend after checking it works on this machine, `auto` resolved; and a note:
+    why `auto` did not take docker, or (`dry_run`) that docker's image would be built first. Docker
+    chosen for real: the containers of killed runs are removed and a missing image is built; in a
+    dry run nothing is started, built or removed."""
     from services.sandbox.bwrap import bwrap_unavailable
 
     wanted = config.backend
@@ -37,8 +39,7 @@ def choose_local_backend(config: SandboxConfig) -> tuple[str, str | None]:
 
             docker_problem = engine_available(config)
         if docker_problem is None:
-            ensure_docker_image(config)
-            return "docker", None
+            return "docker", prepare_docker(config, dry_run)
         if wanted == "docker":
             raise UserError(f"sandbox docker: {docker_problem}")
     bwrap_problem = bwrap_unavailable()
@@ -59,25 +60,33 @@ def no_docker_socket(config: SandboxConfig) -> str | None:
     return f"no Docker engine answers at the default socket: {DEFAULT_DOCKER_SOCKET} does not exist"
 
 
-def ensure_docker_image(config: SandboxConfig) -> None:
-    """Build the registry-free image (a fraction of a second) when the configured one is missing."""
+def prepare_docker(config: SandboxConfig, dry_run: bool = False) -> str | None:
+    """Docker about to be used: remove the containers killed runs left, and build the registry-free
+    image (a fraction of a second) when the configured one is missing. With `dry_run` only look:
+    the note "its image would be built first" when it is missing, else None."""
     import time
 
     import docker
 
     from services.sandbox.docker_backend import connect
     from services.sandbox.image import build_host_python_image
+    from services.sandbox.leftovers import remove_dead_containers
 
     client = connect(config)
     try:
+        if not dry_run:
+            remove_dead_containers(client)
         client.images.get(config.docker_image)
     except docker.errors.ImageNotFound:
+        if dry_run:
+            return "its image would be built first"
         started = time.monotonic()
         build_host_python_image(client, config.docker_image)
         print(f"built the sandbox image {config.docker_image} in {time.monotonic() - started:.2f} s "
               "(the host's Python, bound read-only)", file=sys.stderr)
     finally:
         client.close()
+    return None
 
 
 def open_local(config: SandboxConfig, workspace: Path, mounts: list, gateway_socket: Path | None,

@@ -39,8 +39,8 @@ from services.sandbox.base import (
 )
 from services.sandbox.docker_exec import DockerProcess, in_container, start_exec
 from services.sandbox.image import PYTHON_LABEL
+from services.sandbox.leftovers import LABEL, creator_labels  # noqa: F401 (LABEL: what finds our containers)
 
-LABEL = "hyperagents.sandbox"  # on every container we create, to find leftovers; its value: the pid that made it
 SANDBOX_UID = 65534  # nobody: who runs agent code when we are root
 HOST_PATHS = ("/usr", "/etc/ssl", "/etc/alternatives", "/etc/ld.so.cache")  # what the host's Python needs
 
@@ -106,7 +106,7 @@ class DockerSandbox(Sandbox):
         config = self.config
         container = self._client.containers.run(
             image.id, command, name=self._container_name, detach=True, init=True, user=self._user,
-            labels={LABEL: str(os.getpid())}, network_mode="none", cap_drop=["ALL"], security_opt=["no-new-privileges"],
+            labels=creator_labels(), network_mode="none", cap_drop=["ALL"], security_opt=["no-new-privileges"],
             read_only=True, working_dir=WORKSPACE, mounts=mounts,
             tmpfs={path: f"size={config.tmp_mb}m,mode=1777,exec" for path in ("/tmp", "/home/sandbox")},
             mem_limit=f"{config.memory_mb}m", memswap_limit=f"{config.memory_mb}m", pids_limit=config.pids,
