@@ -54,11 +54,15 @@ class GatewayJudge:
                 if self.gateway is None:
                     self.gateway = self._own.enter_context(open_services(self.config, self.folder, ["judge"])).gateway
                 self.gateway.allow_models("judge")
-                self._key = self.gateway.new_session(self.node, "judge")
+                self._key = self.gateway.new_session(self.node, "judge", ["judge"])
             return self.gateway, self._key
 
     def close(self) -> None:
-        """Stop the gateway this judge opened, if it opened one."""
+        """Revoke this judge's key, and stop the gateway this judge opened, if it opened one."""
+        with self._lock:
+            if self._key is not None and self.gateway is not None:
+                self.gateway.revoke(self._key)
+            self._key = None
         self._own.close()
 
 

@@ -6,15 +6,19 @@ its train report and predictions). Val and test results never go there, nor the 
 domain hides from agents (except the label of a train row, which the meta agent has anyway).
 As in the HyperAgents reference, where the meta agent reads the earlier generations' folders
 (their patches and train evaluations), a meta agent can see what was tried and how it did.
+
+Everything published is agent text a later sandbox reads, so every gateway session key in it
+is redacted (a task agent that returns its own key as its prediction hands it to no one; its key
+was revoked when its sandbox closed anyway: services/gateway/sessions.py).
 """
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 from archive.records import Node
-from services.fsutil import atomic_write_csv, atomic_write_json, atomic_write_text, read_csv_text
+from services.fsutil import atomic_write_bytes, atomic_write_csv, atomic_write_json, atomic_write_text, read_csv_text
+from services.gateway import redact_keys
 
 
 def write_train_data(run_dir: Path, domains: list) -> None:
@@ -39,7 +43,7 @@ def publish_feedback(run_dir: Path, domains: list, store, node: Node) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     patch = run_dir / "nodes" / node.node_id / "patch.diff"
     if patch.is_file() and not patch.is_symlink():  # written by the core; the initial node has none
-        shutil.copyfile(patch, folder / "patch.diff")
+        _publish(patch, folder / "patch.diff")
     atomic_write_json(folder / "metadata.json", {
         "node": node.node_id, "parent": node.parent, "generation": node.generation, "status": node.status,
         "full_eval": node.full_eval, "meta_failed": node.meta_failed,
@@ -52,8 +56,15 @@ def publish_feedback(run_dir: Path, domains: list, store, node: Node) -> None:
         dst = folder / domain.name
         dst.mkdir(parents=True, exist_ok=True)
         if store.report_path(key).exists():
-            shutil.copy2(store.report_path(key), dst / "report.json")
+            _publish(store.report_path(key), dst / "report.json")
         if not store.predictions(key).exists():
             continue
         grades = read(store.gradings(key)) if store.gradings(key).exists() else None
-        atomic_write_csv(dst / "predictions.csv", domain.feedback(read(store.predictions(key)), grades))
+        rows = domain.feedback(read(store.predictions(key)), grades)
+        atomic_write_csv(dst / "predictions.csv", rows.map(lambda v: redact_keys(v) if isinstance(v, str) else v))
+
+
+def _publish(source: Path, target: Path) -> None:
+    """A file the core wrote, with the gateway keys in its text redacted."""
+    text = source.read_bytes().decode("utf-8", "surrogateescape")
+    atomic_write_bytes(target, redact_keys(text).encode("utf-8", "surrogateescape"))

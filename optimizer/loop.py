@@ -114,10 +114,14 @@ class Loop:
     def run(self) -> None:
         """The run, from what is on disk; the event log says when a process ran it (for the dashboard)."""
         self.archive.log("run_start", pid=os.getpid(), host=socket.gethostname())
+        state, why = RunState.STOPPED, "stopped by a signal or an error before its end"
         try:
             self._run()
+            why = self.gateway.budget_left_message()
+            state = RunState.STOPPED if why else RunState.FINISHED
         finally:
-            self.archive.log("run_end")
+            self.archive.log("run_end", state=str(state), **({"why": why} if why else {}))
+            self.pictures.write_report()  # the last one said "running"
 
     def _run(self) -> None:
         for leftover in (self.workspaces, self.run_dir / "worktrees"):  # of a killed run (or an older layout)
@@ -364,9 +368,10 @@ class Loop:
     def _agent_env(self, box, node_id: str) -> dict:
         from domains.harness import worker_env
 
-        meta_key = self.gateway.new_session(node_id, "meta", max_calls=self.config.loop.meta_max_calls)
+        # Each key calls its role's model only, while `box` is open (services/gateway/sessions.py).
+        meta_key = self.gateway.new_session(node_id, "meta", [self.meta_model], self.config.loop.meta_max_calls, box)
         # The try command's calls are the task agent's, made for the meta agent: booked apart, capped.
-        try_key = self.gateway.new_session(node_id, "try", max_calls=self.config.loop.try_max_calls)
+        try_key = self.gateway.new_session(node_id, "try", [self.task_model], self.config.loop.try_max_calls, box)
         env = worker_env(box, box.gateway_url or self.gateway.url, meta_key, (self.meta_model, self.task_model))
         env.update(TRY_GATEWAY_KEY=try_key, TRY_MODEL=self.task_model, WORKSPACE=box.workdir,
                    PYTHONPATH=box.workdir)

@@ -1,7 +1,12 @@
-"""The ledger: one SQLite row per model call, and the response cache.
+"""The ledger: one SQLite row per model call, refused requests counted per (node, role, reason),
+and the response cache.
 
 It is the single record of what a run spent. SQLite gives atomic appends, so a run
 killed mid-call loses at most that call, and a resumed run reads its totals back.
+A refused request is no call and costs nothing: it adds one to its (run, node, role, reason)
+row of `refusals`, updated in place, so a flood of them does not grow the file. Ledgers
+written before that table existed have their refusals as rows of `calls` whose error starts
+with REFUSED; every reader here counts both.
 """
 
 from __future__ import annotations
@@ -28,6 +33,17 @@ CREATE TABLE IF NOT EXISTS calls (
     attempts INTEGER NOT NULL DEFAULT 1,
     error TEXT
 );
+CREATE TABLE IF NOT EXISTS refusals (
+    run_id TEXT NOT NULL,
+    node TEXT NOT NULL,
+    role TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    count INTEGER NOT NULL,
+    message TEXT NOT NULL,
+    first_ts REAL NOT NULL,
+    last_ts REAL NOT NULL,
+    PRIMARY KEY (run_id, node, role, reason)
+);
 CREATE TABLE IF NOT EXISTS cache (
     key TEXT PRIMARY KEY,
     response TEXT NOT NULL,
@@ -51,9 +67,12 @@ class Call:
     error: str | None = None
 
 
-# How the error of a request the gateway refused (bad key, field, model, budget) starts: such a
-# row is no model call, costs nothing, and is counted apart from the provider's errors.
+# How the error of a request the gateway refused (bad key, field, model, budget) started in ledgers
+# that booked each as a row of `calls`: such a row is no model call, costs nothing, and is counted
+# apart from the provider's errors.
 REFUSED = "refused:"
+_REFUSE = ("INSERT INTO refusals VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (run_id, node, role, reason) DO UPDATE "
+           "SET count = count + excluded.count, message = excluded.message, last_ts = excluded.last_ts")
 
 _CALL_FIELDS = [f.name for f in fields(Call)]
 _INSERT_CALL = (f"INSERT INTO calls (ts, {', '.join(_CALL_FIELDS)}) "
@@ -90,6 +109,12 @@ class Ledger:
         with self._lock:
             self._db.execute(_INSERT_CALL, values)
 
+    def refuse(self, run_id: str, node: str, role: str, reason: str, message: str, count: int = 1) -> None:
+        """Add `count` refused requests to the row of (run, node, role, reason), keeping the last message."""
+        now = time.time()
+        with self._lock:
+            self._db.execute(_REFUSE, (run_id, node, role, reason, count, message[:500], now, now))
+
     def totals(self, **where: str) -> Totals:
         """Sums over calls matching column=value filters, e.g. totals(run_id=..., node=...)."""
         clause = " AND ".join(f"{k} = ?" for k in where) or "1"
@@ -100,8 +125,19 @@ class Ledger:
                 f" COALESCE(SUM(error GLOB '{REFUSED}*'),0) FROM calls WHERE {clause}",
                 list(where.values()),
             ).fetchone()
+            counted = self._db.execute(f"SELECT COALESCE(SUM(count),0) FROM refusals WHERE {clause}",
+                                       list(where.values())).fetchone()[0]
         rows, prompt, completion, cost, hits, failed, refused = row
-        return Totals(rows - refused, prompt, completion, cost, hits, failed - refused, refused)
+        return Totals(rows - refused, prompt, completion, cost, hits, failed - refused, refused + counted)
+
+    def refusals(self, **where: str) -> list[dict]:
+        """The refusal counts matching column=value filters: run_id, node, role, reason, count, message, first_ts,
+        last_ts."""
+        clause = " AND ".join(f"{k} = ?" for k in where) or "1"
+        with self._lock:
+            cur = self._db.execute(f"SELECT * FROM refusals WHERE {clause} ORDER BY first_ts", list(where.values()))
+            names = [d[0] for d in cur.description]
+            return [dict(zip(names, r)) for r in cur.fetchall()]
 
     def roles(self, **where: str) -> list[str]:
         """The roles of the calls matching column=value filters, in the order they first appear."""
@@ -174,6 +210,16 @@ class LedgerReader:
                           "ORDER BY MIN(id)", args)
         keys = ("role", "model", "calls", "prompt_tokens", "completion_tokens", "cost_usd", "cache_hits", "errors")
         return [dict(zip(keys, r)) for r in rows]
+
+    def refusals(self, node: str | None = None) -> list[dict]:
+        """Refused requests per (role, reason), of one node or of the whole run: count and last message
+        (those of a ledger older than the refusals table are counted by reason from their rows)."""
+        where, args = ("AND node = ?", (node,)) if node is not None else ("", ())
+        rows = self._rows(f"SELECT role, reason, SUM(count), MAX(message) FROM refusals WHERE 1 {where} "
+                          "GROUP BY role, reason ORDER BY MIN(first_ts)", args)
+        rows += self._rows("SELECT role, SUBSTR(error, 10, 3), COUNT(*), MAX(error) FROM calls WHERE error GLOB ? "
+                           f"{where} GROUP BY 1, 2 ORDER BY MIN(id)", (f"{REFUSED}*", *args))
+        return [dict(zip(("role", "reason", "count", "message"), r)) for r in rows]
 
     def spend_over_time(self, points: int = 120) -> tuple[list[float], dict[str, list[float]]]:
         """Cumulative dollars by "role · model" at `points` evenly spaced times of the run: the times

@@ -86,13 +86,18 @@ class Services:
         providers): it starts the model's server, which must answer, so a server that crashes on this
         machine (SIGSEGV, SIGILL) stops the run here with one line, before the first generation."""
         local = [model for model in sorted(self.models) if is_local(model)]
-        key = self.gateway.new_session("preflight", "preflight") if local else None
-        for model in local:
-            # A seed of its own: an answer replayed from the cache (gateway.cache: all) would start no server.
-            reply = self.gateway.handle_chat(key, {"model": model, "messages": READY_PROMPT, "max_tokens": 4,
-                                                   "seed": secrets.randbelow(2**31)})
-            if reply.status != 200:
-                raise UserError(reply.body["error"]["message"])
+        if not local:
+            return
+        key = self.gateway.new_session("preflight", "preflight", local)
+        try:
+            for model in local:
+                # A seed of its own: an answer replayed from the cache (gateway.cache: all) would start no server.
+                reply = self.gateway.handle_chat(key, {"model": model, "messages": READY_PROMPT, "max_tokens": 4,
+                                                       "seed": secrets.randbelow(2**31)})
+                if reply.status != 200:
+                    raise UserError(reply.body["error"]["message"])
+        finally:
+            self.gateway.revoke(key)
 
     def close(self) -> None:
         if self._ray is not None:

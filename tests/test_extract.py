@@ -38,7 +38,7 @@ def test_task_agent_turns_label_like_answers_into_labels(gateway_factory, fake_o
 
     gw = gateway_factory()
     monkeypatch.setenv("AGENT_GATEWAY_URL", gw.url)
-    monkeypatch.setenv("AGENT_GATEWAY_KEY", gw.new_session("n", "task"))
+    monkeypatch.setenv("AGENT_GATEWAY_KEY", gw.new_session("n", "task", ["openai/fake"]))
     inputs = {"domain": "imo_grading", "problem": "P", "solution": "S", "grading_guidelines": "G",
               "student_answer": "A"}
     answers = {"The grade: Almost.": "almost", '<json>{"response": "INCORRECT"}</json>': "incorrect",

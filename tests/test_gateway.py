@@ -23,7 +23,7 @@ def call(gw, key, content="hello", model="openai/fake", **params):
 def test_forwards_and_books_every_call(gateway_factory, fake_openai):
     fake_openai.set_replies(["forty-two"])
     gw = gateway_factory()
-    key = gw.new_session(node="n1", role="task")
+    key = gw.new_session(node="n1", role="task", models=["openai/fake"])
     reply = call(gw, key, "what is 6 x 7?")
     assert reply.choices[0].message.content == "forty-two"
     # The provider saw the real model name and the provider key, never the session key.
@@ -39,7 +39,7 @@ def test_forwards_and_books_every_call(gateway_factory, fake_openai):
 def test_role_alias_resolves_to_configured_model(gateway_factory, fake_openai):
     gw = gateway_factory()
     gw.config.models.task = "openai/fake"
-    key = gw.new_session(node="n", role="task")
+    key = gw.new_session(node="n", role="task", models=["openai/fake"])
     call(gw, key, model="task")
     assert fake_openai.requests[-1]["json"]["model"] == "fake"
 
@@ -48,7 +48,7 @@ def test_transient_errors_are_retried_with_backoff(gateway_factory, fake_openai)
     fake_openai.set_replies(["ok"])
     fake_openai.add_faults(["429", "500", "503", "disconnect"])
     gw = gateway_factory(max_retries=5)
-    reply = call(gw, gw.new_session("n", "task"))
+    reply = call(gw, gw.new_session("n", "task", ["openai/fake"]))
     assert reply.choices[0].message.content == "ok"
     assert len(fake_openai.requests) == 5
     [row] = gw.ledger.calls()
@@ -59,7 +59,7 @@ def test_retries_are_bounded_and_the_error_is_booked(gateway_factory, fake_opena
     fake_openai.add_faults(["429"] * 10)
     gw = gateway_factory(max_retries=2)
     with pytest.raises(litellm.RateLimitError):
-        call(gw, gw.new_session("n", "task"))
+        call(gw, gw.new_session("n", "task", ["openai/fake"]))
     assert len(fake_openai.requests) == 3  # first try + 2 retries
     [row] = gw.ledger.calls()
     assert "RateLimitError" in row["error"]
@@ -68,7 +68,7 @@ def test_retries_are_bounded_and_the_error_is_booked(gateway_factory, fake_opena
 def test_temperature_zero_requests_are_served_from_cache(gateway_factory, fake_openai):
     fake_openai.set_replies(["first", "second"])
     gw = gateway_factory()
-    key = gw.new_session("n", "task")
+    key = gw.new_session("n", "task", ["openai/fake"])
     a = call(gw, key, "same", temperature=0)
     b = call(gw, key, "same", temperature=0)
     assert a.choices[0].message.content == b.choices[0].message.content == "first"
@@ -81,11 +81,11 @@ def test_temperature_zero_requests_are_served_from_cache(gateway_factory, fake_o
 def test_cache_survives_a_restart_of_the_run(gateway_factory, fake_openai, tmp_path):
     fake_openai.set_replies(["paid once"])
     first = gateway_factory(folder=tmp_path / "run")
-    call(first, first.new_session("n", "task"), "q", temperature=0)
+    call(first, first.new_session("n", "task", ["openai/fake"]), "q", temperature=0)
     first.stop()
     second = gateway_factory(folder=tmp_path / "run")
     assert second.spent().calls == 1  # totals are read back from the ledger
-    reply = call(second, second.new_session("n", "task"), "q", temperature=0)
+    reply = call(second, second.new_session("n", "task", ["openai/fake"]), "q", temperature=0)
     assert reply.choices[0].message.content == "paid once" and fake_openai.count == 1
 
 
@@ -93,7 +93,7 @@ def test_usd_budget_holds_each_calls_worst_case(gateway_factory, fake_openai):
     # 1M tokens cost $1 each way. A call with 100 prompt tokens (400 characters) costs about $0.0001,
     # but its worst case is ~$0.0005: a token per byte of its ~490-byte request, and max_tokens=20.
     gw = gateway_factory(budget_usd=0.00075, prices={"openai/fake": [1.0, 1.0]})
-    key = gw.new_session("n", "task")
+    key = gw.new_session("n", "task", ["openai/fake"])
     content = "x" * 400
     paid = 0
     with pytest.raises(litellm.exceptions.APIError) as err:
@@ -114,7 +114,7 @@ def test_one_oversized_call_is_refused_and_the_run_goes_on(gateway_factory, fake
     # At $1 per million tokens, its worst case is past either budget; an ordinary call (one choice, a
     # prompt of at most 64 KiB) is not.
     gw = gateway_factory(prices={"openai/fake": [1.0, 1.0]}, **budget)
-    key = gw.new_session("n", "task")
+    key = gw.new_session("n", "task", ["openai/fake"])
     with pytest.raises(litellm.exceptions.APIError) as err:
         call(gw, key, "x" * prompt, **params)
     assert err.value.status_code == 402 and "still holds an ordinary call" in str(err.value)
@@ -129,7 +129,7 @@ def test_a_call_that_fits_but_for_calls_in_flight_waits_for_them(gateway_factory
     # first to end (its real cost is a fifth of its worst case), then goes through.
     fake_openai.latency = 0.5
     gw = gateway_factory(budget_usd=0.0008, prices={"openai/fake": [1.0, 1.0]})
-    key = gw.new_session("n", "task")
+    key = gw.new_session("n", "task", ["openai/fake"])
     replies = []
     threads = [threading.Thread(target=lambda: replies.append(call(gw, key, "x" * 400, max_tokens=20)))
                for _ in range(2)]
@@ -144,18 +144,18 @@ def test_a_call_that_fits_but_for_calls_in_flight_waits_for_them(gateway_factory
 
 def test_an_exhausted_budget_refuses_every_call(gateway_factory, fake_openai, tmp_path):
     first = gateway_factory(folder=tmp_path / "run")
-    call(first, first.new_session("n", "task"), "x" * 400)
+    call(first, first.new_session("n", "task", ["openai/fake"]), "x" * 400)
     first.stop()
     resumed = gateway_factory(folder=tmp_path / "run", budget_tokens=50)  # already spent more than that
     with pytest.raises(litellm.exceptions.APIError, match="token budget exhausted"):
-        call(resumed, resumed.new_session("n", "task"), "x", max_tokens=1)
+        call(resumed, resumed.new_session("n", "task", ["openai/fake"]), "x", max_tokens=1)
     assert fake_openai.count == 1
 
 
 def test_cost_comes_from_litellms_price_table_and_unknown_models_cost_zero(gateway_factory, fake_openai):
     gw = gateway_factory()
     gw.allow_models("openai/gpt-4o-mini")  # in litellm's table; the fake server answers for it
-    key = gw.new_session("n", "task")
+    key = gw.new_session("n", "task", ["openai/fake", "openai/gpt-4o-mini"])
     reply = call(gw, key, "x" * 400, model="openai/gpt-4o-mini")
     info = litellm.get_model_info("openai/gpt-4o-mini")
     assert fake_openai.requests[-1]["json"]["max_tokens"] == info["max_output_tokens"] < 32768
@@ -181,7 +181,7 @@ def test_a_model_in_litellms_table_that_get_model_info_misses_keeps_its_price():
 
 def test_token_budget_holds_each_calls_worst_case(gateway_factory, fake_openai):
     gw = gateway_factory(budget_tokens=750)
-    key = gw.new_session("n", "task")
+    key = gw.new_session("n", "task", ["openai/fake"])
     for _ in range(3):
         call(gw, key, "x" * 400, max_tokens=20)  # ~105 tokens, ~510 at worst
     with pytest.raises(litellm.exceptions.APIError, match="token budget exhausted: 315 spent.*budget_tokens 750"):
@@ -194,20 +194,20 @@ def test_unknown_key_and_disallowed_model_are_refused(gateway_factory, fake_open
     with pytest.raises(litellm.AuthenticationError):
         call(gw, "sk-provider-secret-0123456789")  # a provider key is not a gateway key
     with pytest.raises(litellm.exceptions.APIError, match="not allowed in this run") as err:
-        call(gw, gw.new_session("n", "task"), model="openai/gpt-expensive")
+        call(gw, gw.new_session("n", "task", ["openai/gpt-expensive"]), model="openai/gpt-expensive")
     assert err.value.status_code == 403
     assert fake_openai.count == 0
 
 
 def test_a_session_call_limit_is_enforced_by_the_gateway(gateway_factory, fake_openai):
     gw = gateway_factory()
-    key = gw.new_session("n", "meta", max_calls=2)
+    key = gw.new_session("n", "meta", ["openai/fake"], max_calls=2)
     call(gw, key)
     call(gw, key)
     with pytest.raises(litellm.RateLimitError, match="limit of 2 model calls") as err:
         call(gw, key)
     assert err.value.status_code == 429 and fake_openai.count == 2
-    call(gw, gw.new_session("n", "task"))  # other sessions are not affected
+    call(gw, gw.new_session("n", "task", ["openai/fake"]))  # other sessions are not affected
     assert fake_openai.count == 3
 
 
@@ -220,7 +220,7 @@ def test_provider_key_never_reaches_the_ledger_or_the_caller(gateway_factory, fa
         raise litellm.BadRequestError(message=f"invalid key {secret}", model="fake", llm_provider="openai")
 
     gw = gateway_factory(max_retries=0)
-    key = gw.new_session("n", "task")
+    key = gw.new_session("n", "task", ["openai/fake"])
     class Shim:  # the gateway's view of litellm: real except for the provider call
         def __getattr__(self, name):
             return leaky_provider if name == "completion" else getattr(litellm, name)
@@ -248,7 +248,7 @@ def call_at_once(gw, key, n: int) -> None:
 def test_concurrent_calls_are_all_booked(gateway_factory, fake_openai):
     fake_openai.latency = 0.2
     gw = gateway_factory()
-    key = gw.new_session("n", "task")
+    key = gw.new_session("n", "task", ["openai/fake"])
     call_at_once(gw, key, 8)
     assert gw.spent().calls == 8 == len(gw.ledger.calls()) == fake_openai.count
 
@@ -256,7 +256,7 @@ def test_concurrent_calls_are_all_booked(gateway_factory, fake_openai):
 def test_calls_over_the_concurrency_limit_wait_for_a_slot(gateway_factory, fake_openai):
     fake_openai.latency = 0.3
     gw = gateway_factory(max_concurrent_calls=2)
-    key = gw.new_session("n", "task")
+    key = gw.new_session("n", "task", ["openai/fake"])
     call_at_once(gw, key, 6)
     arrivals = sorted(r["time"] for r in fake_openai.requests)
     # With two in flight, each arrival has at most one other within the 0.3 s before it.
@@ -286,7 +286,7 @@ def test_agent_client_uses_the_gateway_from_the_environment(gateway_factory, fak
     fake_openai.set_replies(["", "second try"])  # an empty answer is asked again once
     gw = gateway_factory()
     monkeypatch.setenv("AGENT_GATEWAY_URL", gw.url)
-    monkeypatch.setenv("AGENT_GATEWAY_KEY", gw.new_session("n", "task"))
+    monkeypatch.setenv("AGENT_GATEWAY_KEY", gw.new_session("n", "task", ["openai/fake"]))
     reply = get_response([{"role": "user", "content": "hi"}], model="openai/fake")
     assert reply.text == "second try"
     assert reply.usage.calls == 2 and gw.spent().calls == 2
@@ -297,7 +297,7 @@ def test_agent_client_and_gateway_price_unknown_models_without_a_warning(gateway
     gw = gateway_factory()
     gw.allow_models("openai/fake-unpriced")  # a name no earlier test registered, on either side
     monkeypatch.setenv("AGENT_GATEWAY_URL", gw.url)
-    monkeypatch.setenv("AGENT_GATEWAY_KEY", gw.new_session("n", "task"))
+    monkeypatch.setenv("AGENT_GATEWAY_KEY", gw.new_session("n", "task", ["openai/fake-unpriced"]))
     assert get_response([{"role": "user", "content": "hi"}], model="openai/fake-unpriced").text
     assert gw.ledger.calls()[-1]["cost_usd"] == 0
     assert "register_model" not in capfd.readouterr().err
@@ -335,7 +335,7 @@ def test_a_history_of_dumped_response_messages_is_accepted_without_their_echoed_
     dropped, not refused, and never reach the provider."""
     fake_openai.set_replies(["first", "second"])
     gw = gateway_factory()
-    key = gw.new_session(node="n", role="task")
+    key = gw.new_session(node="n", role="task", models=["openai/fake"])
     first = call(gw, key, "hi")
     history = [{"role": "user", "content": "hi"}, first.choices[0].message.model_dump(),
                {"role": "user", "content": "and?"}]
@@ -355,7 +355,7 @@ from services.config import Config
 from services.gateway import open_gateway
 assert not __debug__  # python -O: assert statements are gone
 gw = open_gateway(Config(), Path(sys.argv[1]), "run")
-key = gw.new_session("n", "task")
+key = gw.new_session("n", "task", ["openai/fake"])
 answers = []
 for body in (b"[1, 2]", b'"a string"', b"7", b"[" * 100000, b"\\xff"):
     conn = http.client.HTTPConnection("127.0.0.1", urlsplit(gw.url).port, timeout=30)
@@ -400,7 +400,7 @@ def breaker_state(gw, key):
 
 def test_provider_failures_in_a_row_trip_the_breaker_and_one_answer_resets_the_count(gateway_factory, fake_openai):
     gw = gateway_factory(max_retries=1, breaker_failures=3)
-    key = gw.new_session("n", "task")
+    key = gw.new_session("n", "task", ["openai/fake"])
     # Two failures (each after its retry), an answer, two more: never three in a row.
     for faults in (["500", "503"], ["429", "500"], [], ["500", "500"], ["503", "500"]):
         fake_openai.add_faults(faults)
@@ -420,18 +420,18 @@ def test_provider_failures_in_a_row_trip_the_breaker_and_one_answer_resets_the_c
     assert len(probes) == 1 and probes[0]["error"] and len(fake_openai.requests) == 9 + 2 + 2
     # From now on every call of every session is refused at once, with an error of its own.
     asked = len(fake_openai.requests)
-    other = gw.new_session("m", "meta")
+    other = gw.new_session("m", "meta", ["openai/fake"])
     error = refused(gw, other)
     assert error.status_code == 503 and "calls no provider any more: provider for openai/fake" in str(error)
     assert len(fake_openai.requests) == asked and breaker_state(gw, other)[1] == 1
-    assert gw.ledger.calls()[-1]["error"].startswith("refused: 503")
+    assert gw.ledger.refusals()[-1]["reason"] == "503 provider_down"
 
 
 def test_the_breaker_trips_only_when_the_gateways_own_probe_fails_too(gateway_factory, fake_openai):
     # Agent code can make its own calls fail (replies too long for the timeout, say); the probe is
     # the gateway's: answered, the provider is up, the count starts again and calls go on.
     gw = gateway_factory(max_retries=0, breaker_failures=2)
-    key = gw.new_session("n", "task")
+    key = gw.new_session("n", "task", ["openai/fake"])
     fake_openai.add_faults(["500", "500"])
     for _ in range(2):
         refused(gw, key)
@@ -455,7 +455,7 @@ def test_a_request_the_provider_refuses_is_not_a_provider_failure(gateway_factor
             return refusing_provider if name == "completion" else getattr(litellm, name)
 
     gw = gateway_factory(max_retries=0, breaker_failures=1)
-    key = gw.new_session("n", "task")
+    key = gw.new_session("n", "task", ["openai/fake"])
     monkeypatch.setattr(gateway_module, "_litellm", lambda: Shim())
     for _ in range(3):
         with pytest.raises(litellm.BadRequestError):
@@ -469,7 +469,7 @@ def test_a_dead_provider_trips_the_breaker_with_the_connection_error(gateway_fac
     server = FakeOpenAI().start()
     monkeypatch.setenv("OPENAI_API_BASE", server.base_url)
     gw = gateway_factory(max_retries=1, breaker_failures=2)
-    key = gw.new_session("n", "task")
+    key = gw.new_session("n", "task", ["openai/fake"])
     call(gw, key)
     server.stop()
     for _ in range(2):
@@ -491,7 +491,7 @@ def test_a_model_whose_server_is_known_dead_trips_the_breaker_at_once(tmp_path, 
     gw = Gateway(config, Ledger(tmp_path / "ledger.sqlite"), "run", provider_health=health.get).start()
     try:
         gw.allow_models("openai/fake")
-        key = gw.new_session("n", "task")
+        key = gw.new_session("n", "task", ["openai/fake"])
         fake_openai.add_faults(["500"])
         refused(gw, key)
         assert breaker_state(gw, key)[0] is None  # one failure of five, and the server lives

@@ -15,3 +15,23 @@ def test_totals_and_roles_of_a_nodes_calls(tmp_path):
     refused = ledger.totals(run_id="run", node="1", role="try")
     assert (refused.calls, refused.refused) == (0, 1)  # a refused request is no call: _book_costs skips it
     ledger.close()
+
+
+def test_refusals_are_counted_in_place_and_older_refused_rows_still_count(tmp_path):
+    ledger = Ledger(tmp_path / "ledger.sqlite")
+    for _ in range(1000):
+        ledger.refuse("run", "1", "task", "401 authentication_error", "unknown gateway key")
+    ledger.refuse("run", "1", "task", "403 permission_error", "model 'm' is not allowed", 5)
+    ledger.record(Call("run", "1", "task", "m", error=f"{REFUSED} 400 field 'x' is not allowed"))  # an older row
+    rows = ledger.refusals(run_id="run", node="1")
+    assert [(r["reason"], r["count"]) for r in rows] == [("401 authentication_error", 1000),
+                                                        ("403 permission_error", 5)]
+    spent = ledger.totals(run_id="run", node="1", role="task")
+    assert (spent.calls, spent.errors, spent.refused) == (0, 0, 1006)
+    ledger.close()
+    from services.ledger import LedgerReader
+
+    read = LedgerReader(tmp_path / "ledger.sqlite")
+    assert [(r["reason"], r["count"]) for r in read.refusals("1")] == [
+        ("401 authentication_error", 1000), ("403 permission_error", 5), ("400", 1)]
+    assert read.spend("1") == []  # refusals are no spending

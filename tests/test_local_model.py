@@ -85,7 +85,7 @@ def test_a_constrained_completion_with_the_local_model_through_the_gateway_gives
     try:
         gateway.allow_models(LOCAL_DEFAULT)
         monkeypatch.setenv("AGENT_GATEWAY_URL", gateway.url)
-        monkeypatch.setenv("AGENT_GATEWAY_KEY", gateway.new_session("n", "task"))
+        monkeypatch.setenv("AGENT_GATEWAY_KEY", gateway.new_session("n", "task", [LOCAL_DEFAULT]))
         monkeypatch.setenv("AGENT_STRUCTURED_MODELS", LOCAL_DEFAULT)
         from task_agent.task_agent import TaskAgent
 
@@ -238,7 +238,7 @@ def test_after_the_server_dies_the_gateway_answers_its_death_and_trips_the_break
     gateway = open_gateway(Config(), tmp_path, "local")
     try:
         gateway.allow_models(LOCAL_DEFAULT)
-        key = gateway.new_session("n", "task")
+        key = gateway.new_session("n", "task", [LOCAL_DEFAULT])
         body = {"model": LOCAL_DEFAULT, "messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 4}
         assert gateway.handle_chat(key, body).status == 200
         [pid] = _children_serving()

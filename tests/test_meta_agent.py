@@ -219,7 +219,7 @@ def test_budget_refusal_from_the_gateway_ends_the_loop_cleanly(gateway_factory, 
     # case ($0.001) and no more once that call has cost anything.
     gw = gateway_factory(budget_usd=0.0010005, max_output_tokens=1000, prices={MODEL: [0.0, 1.0]})
     monkeypatch.setenv("AGENT_GATEWAY_URL", gw.url)
-    monkeypatch.setenv("AGENT_GATEWAY_KEY", gw.new_session("n", "meta"))
+    monkeypatch.setenv("AGENT_GATEWAY_KEY", gw.new_session("n", "meta", [MODEL]))
     logged = []
     messages, usage = chat_with_tools([{"role": "user", "content": "go"}], MODEL, [bash], max_tool_calls=5,
                                       log=logged.append)

@@ -153,7 +153,7 @@ SANDBOXED_CALL = """if True:
 def test_sandboxed_calls_reach_the_controllers_gateway_through_ray(cluster, gateway_factory, fake_openai, tmp_path):
     gateway = gateway_factory()
     config = ray_config(cluster)
-    key = gateway.new_session("node-7", "task")
+    key = gateway.new_session("node-7", "task", ["openai/fake"])
     (tmp_path / "ws").mkdir()
     with connect(config, gateway.unix_socket), \
             open_sandbox(config.sandbox, tmp_path / "ws", [], gateway.unix_socket, "ray") as box:
@@ -175,7 +175,8 @@ def test_sandboxed_calls_reach_the_controllers_gateway_through_ray(cluster, gate
     assert seen["wrong"][0] == 401 and "unknown gateway key" in seen["wrong"][1]
     calls = gateway.ledger.calls()
     assert [(c["node"], c["role"]) for c in calls if not c["error"]] == [("node-7", "task")]
-    assert [(c["node"], c["role"]) for c in calls if c["error"]] == [("unknown", "unknown")]
+    assert not any(c["error"] for c in calls)
+    assert [(r["node"], r["role"], r["count"]) for r in gateway.ledger.refusals()] == [("unknown", "unknown", 1)]
 
 
 def test_closing_a_sandbox_from_another_thread_ends_its_command_at_once(cluster, tmp_path):

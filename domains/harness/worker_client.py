@@ -103,7 +103,7 @@ class AgentWorker:
         self.transcripts = transcripts
         self.pythonpath = list(pythonpath)
         self.also_import = list(also_import)  # MODULE:NAME entry points that must load too
-        self.key = gateway.new_session(node, role)
+        self.key = gateway.new_session(node, role, [model], sandbox=sandbox)  # refused once the sandbox closed
         self.results: queue.Queue = queue.Queue()
         self.proc: WorkerProcess | None = None
         self._parked = False  # launched with --wait_for_go and not told to go yet

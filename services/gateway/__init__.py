@@ -15,14 +15,17 @@ provider key.
     budget.py   what is spent and held against the run's budgets
     failures.py which failed calls are retried, and which are the provider's failure (not the request's)
     breaker.py  provider failures in a row (and a failed probe) stop every call: the run stops, resumably
-    server.py   the HTTP endpoint and the Unix socket sandboxes reach it through
-    core.py     the Gateway: sessions, admission, cache, forwarding, booking
+    sessions.py session keys: their node, role, models and lifetime (their sandbox's), and redaction
+    refusals.py refused requests counted per (node, role, reason), at a bounded rate
+    server.py   the HTTP endpoint and the Unix socket sandboxes reach it through, with bounded connections
+    core.py     the Gateway: admission, cache, forwarding, booking
 """
 
 from services.gateway.core import Gateway, Session, open_gateway
 from services.gateway.failures import PROVIDER_DOWN
 from services.gateway.pricing import Pricing, pricing_of, register_price
 from services.gateway.server import SOCKET_DIR_PREFIX, Reply, remove_dead_socket_dirs
+from services.gateway.sessions import redact as redact_keys
 
 __all__ = ["PROVIDER_DOWN", "SOCKET_DIR_PREFIX", "Gateway", "Pricing", "Reply", "Session", "open_gateway", "pricing_of",
-           "register_price", "remove_dead_socket_dirs"]
+           "redact_keys", "register_price", "remove_dead_socket_dirs"]

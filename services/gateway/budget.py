@@ -20,7 +20,7 @@ from typing import NamedTuple
 from services.config import GatewayConfig
 from services.gateway.params import Refusal
 from services.gateway.pricing import Pricing
-from services.ledger import REFUSED, Call, Totals
+from services.ledger import Call, Totals
 
 
 ORDINARY_PROMPT_BYTES = 2**16  # the longest prompt of an ordinary call: a grading row is a few KB to tens of KB
@@ -87,16 +87,19 @@ class Budget:
 
     def add(self, call: Call) -> None:
         """Add a booked call to the totals."""
-        refused = call.error is not None and call.error.startswith(REFUSED)
         with self._lock:
             s = self._spent
-            s.calls += not refused
-            s.refused += refused
+            s.calls += 1
             s.prompt_tokens += call.prompt_tokens
             s.completion_tokens += call.completion_tokens
             s.cost_usd += call.cost_usd
             s.cache_hits += int(call.cache_hit)
-            s.errors += call.error is not None and not refused
+            s.errors += call.error is not None
+
+    def add_refused(self, count: int) -> None:
+        """Add requests refused before any provider call (services/gateway/refusals.py) to the totals."""
+        with self._lock:
+            self._spent.refused += count
 
     def reserve(self, cost: float, tokens: int, ordinary_cost: float, ordinary_tokens: int) -> None:
         """Hold a call's worst case against the budgets until it ends, waiting while calls in flight hold

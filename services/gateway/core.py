@@ -1,6 +1,7 @@
-"""The Gateway: sessions, the run's model allowlist, and each request's way through it.
+"""The Gateway: the run's model allowlist, and each request's way through it.
 
-A request is admitted (session, model, allowlisted parameters), replayed from the cache, or
+A request is admitted (a live session, one of its role's models, allowlisted parameters; see
+sessions.py), replayed from the cache, or
 held against the budget and forwarded with litellm, with retries of transient errors; each
 is booked to the ledger. Each session counts its calls that failed at the provider, so the
 harness knows which rows met an outage; the breaker (breaker.py) stops every call once a
@@ -14,10 +15,8 @@ import dataclasses
 import hashlib
 import json
 import random
-import secrets
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 from inside.warm_up import warm_up
@@ -28,23 +27,14 @@ from services.gateway.budget import Budget, with_output_cap, worst_case
 from services.gateway.failures import PROBE, PROVIDER_DOWN, is_provider_failure, is_transient, preflight_problem
 from services.gateway.params import Refusal, canonical, checked
 from services.gateway.pricing import Pricing, pricing_of, register_price
+from services.gateway.refusals import Refusals
 from services.gateway.server import Listeners, Reply, error_reply
-from services.ledger import REFUSED, Call, Ledger, Totals
+from services.gateway.sessions import Session, Sessions
+from services.gateway.sessions import redact as redact_keys
+from services.ledger import Call, Ledger, Totals
 from services.local_model import LocalServer, fit_messages, is_local
 from services.providers import _litellm, provider_of, redact
 from services.rate_limit import CallLimits
-
-
-@dataclass
-class Session:
-    run_id: str
-    node: str
-    role: str
-    max_calls: int | None = None  # e.g. the meta agent's tool-call limit, which its own code could drop
-    calls: int = 0
-    answered: int = 0  # calls answered (from the cache too)
-    provider_failures: int = 0  # calls that failed at the provider, or were refused once the breaker tripped
-    failed_model: str | None = None  # the model of the last such failure
 
 
 def _account(call: Call, response) -> dict:
@@ -67,26 +57,28 @@ class Gateway:
         self.gw = config.gateway
         self.ledger = ledger
         self.run_id = run_id
-        self._sessions: dict[str, Session] = {}
+        self._sessions = Sessions(run_id)
         self._allowed: set[str] = set()
         self._pricing: dict[str, Pricing] = {}  # allowed model -> what its worst case costs
         self._limits = CallLimits(self.gw.max_concurrent_calls, self.gw.requests_per_minute)
         self._warmed: set[str] = set()  # litellm providers whose first-call set-up is paid (inside/warm_up.py)
         self._lock = threading.Lock()
         self._budget = Budget(self.gw, ledger.totals(run_id=run_id))
+        self._refusals = Refusals(ledger, run_id, self._budget)
         self._listeners: Listeners | None = None
         self._local: dict[str, LocalServer] = {}  # local model -> its server, started on first use
         self._breaker = Breaker(self.gw.breaker_failures, self._probe, provider_health or self._local_health)
 
     # -- lifecycle -------------------------------------------------------------------------
     def start(self) -> Gateway:
-        self._listeners = Listeners(self, self.gw.host, self.gw.port)
+        self._listeners = Listeners(self, self.gw.host, self.gw.port, self.ledger.path.parent / "gateway.log")
         return self
 
     def stop(self) -> None:
         if self._listeners:
             self._listeners.close()
             self._listeners = None
+        self._refusals.flush()
         for server in self._local.values():
             server.stop()
 
@@ -132,25 +124,34 @@ class Gateway:
         with self._lock:
             return sorted(self._allowed)
 
-    def new_session(self, node: str, role: str, max_calls: int | None = None) -> str:
-        """A key that books calls to (run, node, role), answering at most `max_calls`
-        requests; hand it to the caller as its API key."""
-        key = "gw-" + secrets.token_urlsafe(24)
-        with self._lock:
-            self._sessions[key] = Session(self.run_id, node, role, max_calls)
-        return key
+    def new_session(self, node: str, role: str, models, max_calls: int | None = None, sandbox=None) -> str:
+        """A key that books calls to (run, node, role), may call only `models` (aliases or provider
+        strings: the role's), and answers at most `max_calls` requests; with `sandbox`, only while that
+        sandbox is open (see sessions.py). Hand it to the caller as its API key."""
+        resolved = frozenset(self.config.resolve_model(m) for m in models)
+        return self._sessions.new(node, role, resolved, max_calls, sandbox)
+
+    def revoke(self, key: str) -> None:
+        """Refuse every later request with `key` (401); its counts stay readable."""
+        self._sessions.revoke(key)
+
+    @staticmethod
+    def redact(text: str) -> str:
+        """`text` with every gateway key in it (of this gateway or any other) replaced: for text a
+        later sandbox reads."""
+        return redact_keys(text)
 
     def session_counts(self, key: str) -> Session | None:
         """A copy of the session of `key` with its counts (None for a key this gateway never made)."""
+        session = self._sessions.get(key)
         with self._lock:
-            session = self._sessions.get(key)
             return dataclasses.replace(session) if session else None
 
     def provider_failures(self, key: str) -> int:
         """How many calls of the session of `key` failed at the provider so far (counted before the
         caller hears of the failure, so a reply that came after one is known to have met it)."""
+        session = self._sessions.get(key)
         with self._lock:
-            session = self._sessions.get(key)
             return session.provider_failures if session else 0
 
     def check_breaker(self) -> None:
@@ -213,31 +214,31 @@ class Gateway:
                 with self._lock:
                     session.answered += 1
                 self._book(Call(session.run_id, session.node, session.role, model, cache_hit=True))
-                return self._reply(json.loads(hit[0]), body["model"], cost=0.0, cache_hit=True)
+                return self._reply(json.loads(hit[0]), body["model"], cost=0.0)
             params = with_output_cap(params, self._pricing[model], self.gw)
             worst = worst_case(self._pricing[model], len(request), params)
             self._budget.reserve(*worst)
         except Refusal as r:
-            return self.refuse(api_key, r.status, r.message, r.kind, body.get("model"))
+            return self.refuse(api_key, r.status, r.message, r.kind)
         try:
             return self._call(session, model, messages, params, key, body["model"])
         finally:
             self._budget.release(*worst)
 
-    def refuse(self, api_key: str, status: int, message: str, kind: str, requested: object = None) -> Reply:
-        """Book a request refused before any provider call to its session (node and role "unknown"
-        without one), and the error that answers it."""
+    def refuse(self, api_key: str, status: int, message: str, kind: str) -> Reply:
+        """Count a request refused before any provider call to its session's node and role ("unknown"
+        without one), by reason (refusals.py), and the error that answers it; one past the refusals' rate
+        closes its connection."""
         session = self._sessions.get(api_key)
         node, role = (session.node, session.role) if session else ("unknown", "unknown")
-        model = self.config.resolve_model(requested)[:200] if isinstance(requested, str) else ""
-        self._book(Call(self.run_id, node, role, model, error=f"{REFUSED} {status} {message}"[:2000]))
-        return error_reply(status, message, kind)
+        reply = error_reply(status, message, kind)
+        if self._refusals.count(node, role, f"{status} {kind}", message):
+            reply.headers["Connection"] = "close"
+        return reply
 
     def _admit(self, api_key: str, body: dict) -> tuple[Session, str, list, dict]:
         """The request's session, model, messages and checked parameters; a Refusal when it may not go on."""
-        session = self._sessions.get(api_key)
-        if session is None:
-            raise Refusal(401, "unknown gateway key", "authentication_error")
+        session = self._sessions.live(api_key)
         if self._breaker.reason:
             with self._lock:
                 session.provider_failures += 1
@@ -246,6 +247,8 @@ class Gateway:
         if not isinstance(requested, str) or not isinstance(body.get("messages"), list):
             raise Refusal(400, "a chat request needs a model string and a messages list")
         model = self.config.resolve_model(requested)
+        if model not in session.models:
+            raise self._sessions.refuse_model(session, requested)
         if model not in self._allowed:
             allowed = ", ".join(sorted(self._allowed)) or "none"
             raise Refusal(403, f"model {requested[:200]!r} is not allowed in this run (allowed: {allowed})",
@@ -290,7 +293,7 @@ class Gateway:
         self._book(call)
         if key:
             self.ledger.cache_put(key, json.dumps(payload), call.cost_usd)
-        return self._reply(payload, requested, cost=call.cost_usd, cache_hit=False)
+        return self._reply(payload, requested, cost=call.cost_usd)
 
     def _probe(self, model: str) -> str | None:
         """The breaker's own small call to `model`: None when the provider answered (a refusal of the
@@ -377,10 +380,12 @@ class Gateway:
         self._budget.add(call)
 
     @staticmethod
-    def _reply(payload: dict, requested: str, cost: float, cache_hit: bool) -> Reply:
+    def _reply(payload: dict, requested: str, cost: float) -> Reply:
+        """The reply a caller gets: whether it came from the cache is the ledger's to know (a cached
+        reply costs 0, which tells a caller only of its own node and role's earlier calls, the
+        cache's scope)."""
         payload = dict(payload, model=requested)
-        headers = {"x-gateway-cost-usd": f"{cost:.8f}", "x-gateway-cache-hit": str(int(cache_hit))}
-        return Reply(200, payload, headers)
+        return Reply(200, payload, {"x-gateway-cost-usd": f"{cost:.8f}"})
 
 def open_gateway(config: Config, run_dir: str | Path, run_id: str) -> Gateway:
     """A started gateway whose ledger lives in `run_dir/ledger.sqlite` (shared with a resumed run)."""

@@ -3,6 +3,15 @@
 Both hand each request to the gateway; a request body is read only when its declared size is
 within gateway.max_request_mb. Socket folders that a killed gateway left behind are removed
 when the next one starts.
+
+Each connection has a thread, so connections are bounded: at most MAX_CONNECTIONS_PER_LISTENER
+on one listener and MAX_CONNECTIONS over a gateway's listeners; one past either is answered 503
+(Retry-After) and closed at once, by the accepting thread. A connection has IDLE_TIMEOUT_S to
+start a request, then READ_TIMEOUT_S for its headers and body, and READ_TIMEOUT_S for the reply to
+be taken: a thread shuts down late connections, which ends the read or write it is blocked in
+(half-open connections, slow headers, a caller that never reads). What goes wrong with a
+connection (a caller that hung up, a late one, one turned away) is one line in the run's
+`gateway.log` (bounded), never a traceback on the terminal.
 """
 
 from __future__ import annotations
@@ -16,11 +25,22 @@ import sys
 import tempfile
 import threading
 import time
+import traceback
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 SOCKET_DIR_PREFIX = "hyperagents-gw-"  # under the temp folder: a short path, as sun_path holds 108 bytes
+# A sandbox's worker holds one connection per thread (harness.num_workers), a Ray door at most 64.
+MAX_CONNECTIONS_PER_LISTENER = 256
+MAX_CONNECTIONS = 512  # over all listeners of one gateway
+IDLE_TIMEOUT_S = 120.0  # for a connection to start its next request (a client's pool drops closed ones)
+READ_TIMEOUT_S = 30.0  # for a request's headers and body once it started, and for its reply to be taken
+LOG_MAX_BYTES = 2**20  # of gateway.log; later lines are dropped
+_BUSY = json.dumps({"error": {"message": "the gateway has too many open connections; retry", "type":
+                              "service_unavailable", "code": 503}}).encode()
+BUSY_REPLY = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\n"
+              b"Connection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(_BUSY), _BUSY))
 
 
 @dataclass
@@ -59,11 +79,16 @@ class Listeners:
     """A gateway's HTTP endpoint and Unix socket, each served by a daemon thread until `close`.
 
     With `host` None only the socket: a Ray worker node's door to the run's gateway
-    (services/sandbox/ray_host.py), which opens no port."""
+    (services/sandbox/ray_host.py), which opens no port. `log`: the file of gateway.log (None: no log)."""
 
-    def __init__(self, gateway, host: str | None, port: int = 0):
+    def __init__(self, gateway, host: str | None, port: int = 0, log: Path | None = None):
         handler = type("GatewayHandler", (_Handler,), {"gateway": gateway})
-        self._server = _Server((host, port), handler) if host is not None else None
+        self.log = _Log(log)
+        self._deadlines = _Deadlines(self.log)
+        overall = _Gate(MAX_CONNECTIONS, "the gateway")
+        shared = {"overall": overall, "deadlines": self._deadlines, "log": self.log}
+        self._server = _Server((host, port), handler, _Gate(MAX_CONNECTIONS_PER_LISTENER, "its HTTP listener"),
+                               **shared) if host is not None else None
         # Sandboxes have no network: they reach the gateway through this socket, mounted in.
         # Its folder is short-named (sun_path holds 108 bytes) and only traversable by others,
         # so a sandbox user other than ours can connect but not list it.
@@ -71,7 +96,8 @@ class Listeners:
         self._socket_dir = Path(tempfile.mkdtemp(prefix=SOCKET_DIR_PREFIX))
         self._socket_dir.chmod(0o711)
         unix_handler = type("GatewayUnixHandler", (handler,), {"disable_nagle_algorithm": False})
-        self._unix_server = _UnixServer(str(self.unix_socket), unix_handler)
+        self._unix_server = _UnixServer(str(self.unix_socket), unix_handler,
+                                        _Gate(MAX_CONNECTIONS_PER_LISTENER, "its Unix socket"), **shared)
         self.unix_socket.chmod(0o666)
         for name, server in (("gateway", self._server), ("gateway-unix", self._unix_server)):
             if server is None:
@@ -95,28 +121,163 @@ class Listeners:
             server.closing = True
             server.shutdown()
             server.server_close()
+        self._deadlines.stop()
+        self.log.close()
         shutil.rmtree(self._socket_dir, ignore_errors=True)
 
 
-class _QuietOnHangUps:
+class _Log:
+    """gateway.log: one line per event, up to LOG_MAX_BYTES (then one line saying later ones are dropped)."""
+
+    def __init__(self, path: Path | None):
+        self._path = path
+        self._file = None
+        self._written = 0
+        self._lock = threading.Lock()
+
+    def line(self, text: str) -> None:
+        if self._path is None:
+            return
+        data = f"{time.strftime('%Y-%m-%d %H:%M:%S')} {text}\n".encode(errors="replace")
+        with self._lock:
+            if self._written >= LOG_MAX_BYTES:
+                return
+            if self._written + len(data) > LOG_MAX_BYTES:
+                data, self._written = b"gateway.log is full: later lines are dropped\n", LOG_MAX_BYTES
+            else:
+                self._written += len(data)
+            try:
+                self._file = self._file or open(self._path, "ab")  # noqa: SIM115 (held until close)
+                self._file.write(data)
+                self._file.flush()
+            except OSError:
+                self._path = None  # a log that cannot be written is no reason to fail a request
+
+    def close(self) -> None:
+        with self._lock:
+            if self._file:
+                self._file.close()
+                self._file = None
+
+
+class _Gate:
+    """A count of open connections with a ceiling."""
+
+    def __init__(self, most: int, name: str):
+        self.most = most
+        self.name = name
+        self.open = 0
+        self._lock = threading.Lock()
+
+    def enter(self) -> bool:
+        with self._lock:
+            if self.open >= self.most:
+                return False
+            self.open += 1
+            return True
+
+    def leave(self) -> None:
+        with self._lock:
+            self.open -= 1
+
+
+class _Deadlines:
+    """Connections with a time by which their current step must end; a thread shuts down late ones,
+    which ends the read or write their handler is blocked in."""
+
+    def __init__(self, log: _Log):
+        self.log = log
+        self._lock = threading.Lock()
+        self._due: dict[socket.socket, tuple[float, str]] = {}
+        self._stop = threading.Event()
+        threading.Thread(target=self._reap, name="gateway-deadlines", daemon=True).start()
+
+    def set(self, conn: socket.socket, seconds: float | None, step: str = "") -> None:
+        """`conn` must end `step` within `seconds` (None: no deadline, while the gateway itself works)."""
+        with self._lock:
+            if seconds is None:
+                self._due.pop(conn, None)
+            else:
+                self._due[conn] = (time.monotonic() + seconds, step)
+
+    def _reap(self) -> None:
+        while not self._stop.wait(0.25):
+            now = time.monotonic()
+            with self._lock:
+                late = [(conn, step) for conn, (due, step) in self._due.items() if due < now]
+                for conn, step in late:
+                    del self._due[conn]
+                    try:
+                        conn.shutdown(socket.SHUT_RDWR)
+                    except OSError:
+                        pass
+            for _, step in late:
+                self.log.line(f"closed a connection that did not {step} in time")
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+class _Bounded:
+    """What both listeners add to a threading server: the connection gates, deadlines and a quiet log."""
+
     closing = False  # set when the gateway stops: a request still in flight then has no one to answer
 
+    def __init__(self, address, handler, gate: _Gate, *, overall: _Gate, deadlines: _Deadlines, log: _Log):
+        self.gate, self.overall, self.deadlines, self.log = gate, overall, deadlines, log
+        super().__init__(address, handler)
+
+    def process_request(self, request, client_address):
+        """Serve the connection on a thread of its own, or, past a gate, answer 503 and close it here."""
+        full = next((g for g in (self.gate, self.overall) if not g.enter()), None)
+        if full is not None:
+            if full is self.overall:
+                self.gate.leave()
+            self.log.line(f"turned a connection away: {full.name} has {full.most} open")
+            try:
+                request.setblocking(False)
+                request.send(BUSY_REPLY)
+            except OSError:
+                pass
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:  # no thread for it: the caller closes the connection
+            self._leave()
+            raise
+
+    def process_request_thread(self, request, client_address):
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.deadlines.set(request, None)
+            self._leave()
+
+    def _leave(self) -> None:
+        self.overall.leave()
+        self.gate.leave()
+
     def handle_error(self, request, client_address):
-        """A caller that hung up (a sandbox closed with calls in flight, when the run stops), or a
-        request that outlived the gateway (its ledger closed under it), is no error to print: a
-        command that stops ends with one line."""
-        if not (self.closing or isinstance(sys.exc_info()[1], OSError)):
-            super().handle_error(request, client_address)
+        """One line in gateway.log for a caller that hung up or was too slow, the traceback there for
+        anything else; nothing on the terminal, where a command that stops ends with one line."""
+        if self.closing:
+            return
+        error = sys.exc_info()[1]
+        if isinstance(error, OSError):
+            self.log.line(f"a caller's connection ended: {type(error).__name__}: {str(error)[:200]}")
+        else:
+            self.log.line("a request failed in the gateway:\n" + traceback.format_exc()[-4000:])
 
 
-class _Server(_QuietOnHangUps, ThreadingHTTPServer):
+class _Server(_Bounded, ThreadingHTTPServer):
     daemon_threads = True
     # Every worker thread connects at once when a batch starts; the default backlog of 5
     # drops some of those connections and the client retries only after a second.
     request_queue_size = 128
 
 
-class _UnixServer(_QuietOnHangUps, socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+class _UnixServer(_Bounded, socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     daemon_threads = True
     request_queue_size = 128
 
@@ -127,10 +288,20 @@ class _Handler(BaseHTTPRequestHandler):
     # Headers and body go out in separate writes; with Nagle on, the body waits ~40 ms.
     disable_nagle_algorithm = True
 
-    def log_message(self, *args):  # the ledger is the log; stderr stays for the user
+    def log_message(self, *args):  # the ledger and gateway.log are the logs; stderr stays for the user
         pass
 
+    def handle_one_request(self):
+        self.server.deadlines.set(self.connection, IDLE_TIMEOUT_S, "start a request")
+        super().handle_one_request()
+
+    def parse_request(self):
+        """Called once the request line came: its headers (read here) and body have READ_TIMEOUT_S."""
+        self.server.deadlines.set(self.connection, READ_TIMEOUT_S, "send its request")
+        return super().parse_request()
+
     def _send(self, reply: Reply) -> None:
+        self.server.deadlines.set(self.connection, READ_TIMEOUT_S, "take its reply")
         data = json.dumps(reply.body).encode()
         self.send_response(reply.status)
         self.send_header("Content-Type", "application/json")
@@ -161,6 +332,10 @@ class _Handler(BaseHTTPRequestHandler):
             return self._refuse_unread(api_key, 413, f"request body of {length} bytes is over gateway.max_request_mb "
                                        f"({self.gateway.gw.max_request_mb} MB)", "request_too_large")
         raw = self.rfile.read(int(length))
+        if len(raw) < int(length):  # the caller hung up, or was too slow (its connection was shut down)
+            self.close_connection = True
+            return
+        self.server.deadlines.set(self.connection, None)  # the gateway's own time: a provider call may be long
         if self.path.rstrip("/") not in ("/v1/chat/completions", "/chat/completions"):
             return self._send(error_reply(404, f"no route {self.path}", "not_found"))
         try:

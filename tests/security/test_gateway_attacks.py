@@ -51,7 +51,7 @@ def gw(gateway_factory):
 @pytest.fixture
 def key(gw):
     """A session key booking to node n1, role task."""
-    return gw.new_session(node="n1", role="task")
+    return gw.new_session(node="n1", role="task", models=["openai/fake"])
 
 
 @pytest.mark.attack("routing fields in a request body (api_base, base_url, ...) sending the call, with the "
@@ -123,10 +123,10 @@ def test_litellm_fields_are_refused_by_name(gw, key, fake_openai, field, value):
 def test_output_caps_are_enforced(gateway_factory, fake_openai, field, value):
     """More output tokens or choices than the run allows, or a cap in a shape a check might misread."""
     gw = gateway_factory(max_output_tokens=1000, max_n=4)
-    status, answer = post(gw, chat(**{field: value}), gw.new_session("n", "task"))
+    status, answer = post(gw, chat(**{field: value}), gw.new_session("n", "task", ["openai/fake"]))
     assert status == 400 and message(answer).startswith(f"field {field!r} must be an integer from ")
     assert fake_openai.count == 0
-    assert post(gw, chat(max_tokens=1000, n=4), gw.new_session("n", "task"))[0] == 200
+    assert post(gw, chat(max_tokens=1000, n=4), gw.new_session("n", "task", ["openai/fake"]))[0] == 200
 
 
 @pytest.mark.attack("chat parameters of the wrong type or out of range (NaN temperature, long stop lists, "
@@ -207,13 +207,13 @@ def raw_post(gw, head: str) -> bytes:
 def test_oversize_or_unsized_bodies_are_refused_unread(gateway_factory, fake_openai, length, status):
     """Headers announcing a huge body (never sent), or none at all: the answer comes without reading it."""
     gw = gateway_factory(max_request_mb=1)
-    key = gw.new_session("n1", "meta")
+    key = gw.new_session("n1", "meta", ["openai/fake"])
     size = "" if length is None else f"Content-Length: {length}\r\n"
     answer = raw_post(gw, f"POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer {key}\r\n"
                           f"Content-Type: application/json\r\n{size}\r\n")
     assert answer.startswith(f"HTTP/1.1 {status} ".encode()) and b"Connection: close" in answer
-    [row] = gw.ledger.calls()
-    assert (row["node"], row["role"]) == ("n1", "meta") and row["error"].startswith(f"refused: {status} ")
+    [row] = gw.ledger.refusals()
+    assert (row["node"], row["role"], row["count"]) == ("n1", "meta", 1) and row["reason"].startswith(f"{status} ")
 
 
 @pytest.mark.attack("refused requests (unknown key, unknown field, disallowed model, call cap, budget) leaving "
@@ -223,15 +223,15 @@ def test_oversize_or_unsized_bodies_are_refused_unread(gateway_factory, fake_ope
 def test_refusals_are_booked_to_the_callers_node_and_role(gateway_factory, fake_openai, case, status):
     """Probing the gateway with requests it refuses, hoping none is recorded against the sender."""
     gw = gateway_factory(budget_usd=0.001, prices={"openai/fake": [1.0, 1.0]})  # max_tokens 32768 may cost $0.03
-    key = gw.new_session("n7", "meta", max_calls=0 if case == "call cap" else None)
+    key = gw.new_session("n7", "meta", ["openai/fake"], max_calls=0 if case == "call cap" else None)
     body = {"unknown key": chat(max_tokens=10), "field": chat(api_base="http://127.0.0.1:9", max_tokens=10),
             "model": chat(max_tokens=10) | {"model": "openai/gpt-4o"}, "call cap": chat(max_tokens=10),
             "budget": chat()}[case]
     assert post(gw, body, "gw-not-a-key" if case == "unknown key" else key)[0] == status
-    [row] = gw.ledger.calls()
+    [row] = gw.ledger.refusals()
     node_role = ("unknown", "unknown") if case == "unknown key" else ("n7", "meta")
-    assert (row["node"], row["role"], row["cost_usd"], row["prompt_tokens"]) == (*node_role, 0, 0)
-    assert row["error"].startswith(f"refused: {status} ") and fake_openai.count == 0
+    assert (row["node"], row["role"], row["count"]) == (*node_role, 1) and gw.ledger.calls() == []
+    assert row["reason"].startswith(f"{status} ") and fake_openai.count == 0
     spent = gw.spent()
     assert (spent.calls, spent.errors, spent.refused) == (0, 0, 1)
     assert gw.ledger.totals(run_id="run") == spent
@@ -243,7 +243,7 @@ def test_concurrent_calls_never_spend_past_the_budget(gateway_factory, fake_open
     fake_openai.latency = 0.2
     fake_openai.set_replies(["y" * 400])  # 100 output tokens
     gw = gateway_factory(budget_usd=1.0, prices={"openai/fake": [100.0, 1000.0]})
-    key = gw.new_session("n", "task")
+    key = gw.new_session("n", "task", ["openai/fake"])
     statuses = []
 
     def one(i: int) -> None:
