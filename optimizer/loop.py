@@ -33,6 +33,7 @@ import time
 from pathlib import Path
 
 from archive.records import GenStart, MetaResult, Node, Status
+from archive.run_state import RunState
 from archive.selection import probabilities, select_parent
 from archive.store import META_TRANSCRIPT, Archive, ScoreRule, untrusted_dir
 from archive.promotion import BestChoice, row_scores
@@ -114,14 +115,17 @@ class Loop:
     def run(self) -> None:
         """The run, from what is on disk; the event log says when a process ran it (for the dashboard)."""
         self.archive.log("run_start", pid=os.getpid(), host=socket.gethostname())
-        state, why = RunState.STOPPED, "stopped by a signal or an error before its end"
+        state, why = RunState.STOPPED, None
         try:
             self._run()
             why = self.gateway.budget_left_message()
             state = RunState.STOPPED if why else RunState.FINISHED
+        except BaseException as e:
+            why = "Ctrl-C" if isinstance(e, KeyboardInterrupt) else f"{type(e).__name__}: {str(e)[:200]}"
+            raise
         finally:
             self.archive.log("run_end", state=str(state), **({"why": why} if why else {}))
-            self.pictures.write_report()  # the last one said "running"
+            self.pictures.draw()  # the report drawn with the last node said "running"
 
     def _run(self) -> None:
         for leftover in (self.workspaces, self.run_dir / "worktrees"):  # of a killed run (or an older layout)
