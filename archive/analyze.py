@@ -22,7 +22,8 @@ names a group; the same NAME given for several paths puts those runs in one grou
   nodes on the rows both were evaluated on.
 
 It prints a markdown report and writes it with a CSV (group, metric, value, low, high, n, note)
-and progress.png to --out. Read only: it never writes inside a run folder and calls no model.
+and progress.png to --out (default: analysis/ in the folder that holds the runs). Read only: it
+never writes inside a run folder and calls no model.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from __future__ import annotations
 import argparse
 import csv
 import io
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -260,8 +262,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="a group named NAME; the same NAME for several paths makes one group of their runs")
     ap.add_argument("--k", default=DEFAULT_K, help=f"generations to measure imp@k at (default {DEFAULT_K})")
     ap.add_argument("--level", type=float, default=0.95, help="confidence level of the intervals (default 0.95)")
-    ap.add_argument("--out", default="analysis", help="folder for analysis.md, analysis.csv and progress.png "
-                                                      "(default ./analysis; never inside a run)")
+    ap.add_argument("--out", default=None, help="folder for analysis.md, analysis.csv and progress.png (default: "
+                                                "analysis/ in the folder that holds the runs; never inside a run)")
     return ap
 
 
@@ -271,11 +273,14 @@ def main(argv=None) -> None:
         raise UserError(f"--level {args.level}: expected a confidence level between 0 and 1, e.g. 0.95")
     ks = _ks(args.k)
     groups = load_groups(args.paths, args.label)
-    out = Path(args.out).resolve()
+    # By default beside the runs (a group's folder, or the outputs folder of a run), not in the
+    # current folder, which may be a checkout of this repository.
+    holder = os.path.commonpath([str(r.path.resolve().parent) for g in groups for r in g.runs])
+    out = Path(args.out).resolve() if args.out is not None else Path(holder) / "analysis"
     for g in groups:
         for r in g.runs:
-            if out == r.path or out.is_relative_to(r.path):
-                raise UserError(f"--out {args.out} is inside the run {r.path}: analysis never writes in a run")
+            if out == r.path or out.is_relative_to(r.path) or (out / "run.json").exists():
+                raise UserError(f"--out {out} is inside a run: analysis never writes in a run")
     analysis = Analysis(groups, ks, args.level).run()
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / "analysis.md", analysis.markdown())

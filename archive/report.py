@@ -5,6 +5,7 @@ tree, the progress and cost charts, spend by role and model, the top nodes and t
 
 from __future__ import annotations
 
+from datetime import datetime
 from pathlib import Path
 
 from archive.dashboard import pieces
@@ -24,6 +25,8 @@ def write_report(run_dir: Path, out: Path) -> Path:
     body = join([
         h("h1", {}, f"Run {data.name}"),
         pieces.summary(data, sum(r["cost_usd"] for r in spend) if spend else None),
+        h("p", {"class": "note"}, f"Written at {datetime.now():%Y-%m-%d %H:%M:%S} while the run was running; "
+                                  "python -m archive.dashboard shows it as it is now.") if data.live else "",
         h("h2", {}, "Archive"), pieces.tree(data),
         h("h2", {}, "Progress"), pieces.progress(data),
         h("h2", {}, "Cost"), pieces.cost_chart(times, series), pieces.spend_table(spend),

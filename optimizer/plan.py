@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
+from archive.run_state import read_state, state_text
 from optimizer.initial_agents import plan_text
 from services.config import Config
 
@@ -26,7 +27,7 @@ def plan_lines(run_dir: Path, domains, config: Config, backend: str, resumed: bo
                initial_from: dict | None = None) -> list[str]:
     from optimizer.evaluation import split_rows
 
-    lines = [f"run      {run_dir} ({'resumed' if resumed else 'new'})"]
+    lines = [f"run      {run_dir} ({f'resumed; it was {state_text(*read_state(run_dir))}' if resumed else 'new'})"]
     for d in domains:
         full = [f"{s} {split_rows(d, s, config.loop.eval_samples)}" for s in d.full_splits()]
         rows_of = "train + val" if config.loop.stage_splits == "train_and_val" and "val" in d.splits else "train"
@@ -59,7 +60,8 @@ def summary_lines(loop) -> list[str]:
     nodes = loop.archive.ordered()
     counts = Counter(n.status for n in nodes)
     spent = loop.gateway.spent()
-    lines = [f"{len(nodes)} nodes: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())),
+    lines = [f"run {state_text(*read_state(loop.run_dir))}",
+             f"{len(nodes)} nodes: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())),
              f"cost ${spent.cost_usd:.4f} in {spent.calls} model calls ({spent.cache_hits} cached)"]
     best = loop.best()
     if best:

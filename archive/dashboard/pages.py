@@ -11,7 +11,7 @@ from importlib import resources
 
 from archive.dashboard import pieces
 from archive.dashboard.markup import Markup, h, join, url
-from archive.dashboard.reader import RunData, RunReader, Text
+from archive.dashboard.reader import InFlight, RunData, RunReader, Text
 from archive.records import Node
 
 MAX_ROWS_SHOWN = 500  # predictions listed on a node page, wrong ones first
@@ -42,7 +42,7 @@ def index(runs: list[tuple[str, RunData]], version: str) -> str:
         best = data.best()
         rows.append(h("tr", {}, h("td", {}, h("a", {"href": url("runs", name)}, name)),
                       h("td", {}, ", ".join(data.domains)), h("td", {"class": "num"}, len(data.nodes)),
-                      h("td", {}, "running" if data.live else "stopped"),
+                      h("td", {}, str(data.state)),
                       h("td", {"class": "num"}, len(data.in_flight) if data.live else ""),
                       h("td", {}, f"{best.node_id}: {pieces.fmt_score(data.score(best))}" if best else ""),
                       h("td", {"class": "num"}, pieces.fmt_cost(data.cost())), h("td", {}, data.updated())))
@@ -90,15 +90,44 @@ def in_flight(data: RunData) -> Markup:
         return Markup("")
     rows = []
     for f in data.in_flight:
-        splits = join(h("div", {"class": "split-progress"}, f"{s['domain']} {s['split']}: {s['done']}/{s['rows']} rows",
-                        h("progress", {"max": max(s["rows"], 1), "value": min(s["done"], s["rows"])}))
-                      for s in f.splits)
-        rows.append(h("tr", {"class": "in-flight", "data-node": f.node_id}, h("td", {}, f.node_id),
+        rows.append(h("tr", {"class": "in-flight", "data-node": f.node_id},
+                      h("td", {}, h("a", {"href": url("runs", data.name, "nodes", f.node_id)}, f.node_id)),
                       h("td", {}, f.parent or ""), h("td", {"class": "num"}, f.generation),
-                      h("td", {}, "meta agent at work" if f.phase == "meta" else "evaluating"), h("td", {}, splits),
-                      h("td", {}, f.started)))
+                      h("td", {}, str(f.phase)), h("td", {}, split_progress(f)), h("td", {}, f.started)))
     head = h("tr", {}, join(h("th", {}, c) for c in ("node", "parent", "gen", "phase", "rows", "started")))
     return h("section", {"class": "flight"}, h("h2", {}, "In flight"), h("table", {}, head, join(rows)))
+
+
+def split_progress(flight: InFlight) -> Markup:
+    return join(h("div", {"class": "split-progress"}, f"{s['domain']} {s['split']}: {s['done']}/{s['rows']} rows",
+                  h("progress", {"max": max(s["rows"], 1), "value": min(s["done"], s["rows"])}))
+                for s in flight.splits)
+
+
+def flight_page(reader: RunReader, data: RunData, flight: InFlight) -> str:
+    """A generation started and not recorded: what is known of it so far."""
+    name, node_id = data.name, flight.node_id
+    where = str(flight.phase) if data.live else f"cut short ({data.status}); redone when the run resumes"
+    facts = [("status", f"in flight: {where}"), ("generation", str(flight.generation)), ("started", flight.started)]
+    rows = []
+    for split in flight.splits:
+        found, _ = reader.split_rows(split["key"])
+        rows += [h("tr", {}, h("td", {}, f"{split['domain']} {split['split']}"), h("td", {}, r["id"]),
+                   h("td", {"class": "pred"}, r["prediction"][:400]), h("td", {}, r["error"][:300]))
+                 for r in found[:MAX_ROWS_SHOWN]]
+    done = (h("table", {"class": "predictions"}, h("tr", {}, join(h("th", {}, c) for c in
+                                                                  ("evaluation", "row", "prediction", "error"))),
+              join(rows)) if rows else h("p", {"class": "empty"}, "No row done yet."))
+    body = join([
+        h("h1", {}, f"Node {node_id} (in flight)"),
+        h("p", {"class": "kin"}, "parent: ", h("a", {"href": url("runs", name, "nodes", flight.parent)}, flight.parent)
+          if flight.parent else "none"),
+        h("dl", {"class": "facts"}, join(h("div", {}, h("dt", {}, k), h("dd", {}, v)) for k, v in facts)),
+        h("h2", {}, "Evaluations"), split_progress(flight) or h("p", {"class": "empty"}, "None started yet."),
+        h("h2", {}, "Rows done so far (scores come with the record)"), done,
+        h("h2", {}, "Meta agent transcript, so far"), text_block(reader.transcript(node_id), "transcript")])
+    return page(f"node {node_id}: {name}", body, [("runs", "/"), (name, url("runs", name)), (f"node {node_id}", None)],
+                url("runs", name, "live"), reader.version())
 
 
 def compare_form(data: RunData, a: str | None, b: str | None) -> Markup:

@@ -30,8 +30,7 @@ def splits_of(data: RunData) -> list[tuple[str, str]]:
 
 def summary(data: RunData, spent: float | None = None) -> Markup:
     best = data.best()
-    status = ("running" if data.live else "stopped") + (f", {len(data.in_flight)} in flight" if data.in_flight
-                                                       and data.live else "")
+    status = data.status + (f", {len(data.in_flight)} in flight" if data.in_flight and data.live else "")
     cut = [f for f in data.in_flight] if not data.live else []
     facts = [("domains", ", ".join(data.domains) or "?"), ("nodes", str(len(data.nodes))), ("status", status),
              ("best", f"{best.node_id} ({fmt_score(data.score(best))})" if best else "none yet"),

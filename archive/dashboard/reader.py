@@ -9,7 +9,6 @@ without following a link. Nothing here writes to the run.
 from __future__ import annotations
 
 import os
-import socket
 import threading
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -17,13 +16,13 @@ from pathlib import Path
 
 from archive.eval_store import JOURNAL, REPORT
 from archive.records import EVAL_KEY, NODE_ID, GenStart, Node, RunRecord
+from archive.run_state import Phase, RunState, json_objects, read_events, run_state, state_text
 from archive.store import META_TRANSCRIPT, UNTRUSTED, observed_best, observed_rule, observed_score, observed_sizes
 from services.errors import UserError
 from services.fsutil import read_below, read_bounded
 from services.ledger import LedgerReader
 from services.user_files import parse_json
 
-MAX_LOG = 64 * 2**20  # archive.jsonl: a line per event, about 300 bytes each
 MAX_RECORD = 2**20  # node.json, run.json
 MAX_REPORT = 2**24  # evals/<key>/report.json (as the loop reads it)
 MAX_TEXT = 2**20  # a patch or transcript shown on a page; the rest is cut, and the page says so
@@ -44,7 +43,7 @@ class InFlight:
     node_id: str
     parent: str | None
     generation: int
-    phase: str  # meta: the meta agent is at work; eval: its change is being evaluated
+    phase: Phase
     started: str  # time of its gen_start
     splits: list[dict] = field(default_factory=list)  # domain, split, rows, done (rows in the journal)
 
@@ -60,8 +59,18 @@ class RunData:
     in_flight: list[InFlight]
     events: list[dict]
     problems: list[str]  # records that could not be read, with why
-    live: bool  # the loop is running (else a generation started and not recorded was cut short)
+    state: RunState  # running, finished, stopped, interrupted (archive/run_state.py)
+    why: str | None  # why it stopped or was interrupted
     _scores: dict = field(default_factory=dict, repr=False)  # node id -> score(), read once per reading
+
+    @property
+    def live(self) -> bool:
+        """The loop is running (else a generation started and not recorded was cut short)."""
+        return self.state == RunState.RUNNING
+
+    @property
+    def status(self) -> str:
+        return state_text(self.state, self.why)
 
     @property
     def domains(self) -> list[str]:
@@ -188,8 +197,9 @@ class RunReader:
                 problems.append(f"nodes/{entry.name}/node.json: not a node record ({str(e)[:300]})")
         self._nodes = kept
         events = read_events(self.path / "archive.jsonl")
+        state, why = run_state(events)
         return RunData(self.path.name, self.path, record, nodes, in_flight_of(events, nodes), events, problems,
-                       running(events))
+                       state, why)
 
     def _refresh_in_flight(self, data: RunData) -> None:
         for flight in data.in_flight:
@@ -263,28 +273,6 @@ class RunReader:
         return rows, failed
 
 
-def read_events(path: Path) -> list[dict]:
-    """The event log's records that are JSON objects; a line a kill cut short is skipped."""
-    try:
-        data = read_bounded(path, MAX_LOG)
-    except OSError:
-        return []
-    return json_objects(data)
-
-
-def json_objects(data: bytes) -> list[dict]:
-    """The lines of a JSON-lines file that are JSON objects; a line a kill cut short is skipped."""
-    found = []
-    for line in data.decode("utf-8", errors="replace").splitlines():
-        try:
-            record = parse_json(line)
-        except ValueError:
-            continue
-        if isinstance(record, dict):
-            found.append(record)
-    return found
-
-
 def in_flight_of(events: list[dict], nodes: dict[str, Node]) -> list[InFlight]:
     """Generations started and not recorded, newest start of each, with the evaluations they began."""
     flights: dict[str, InFlight] = {}
@@ -295,32 +283,21 @@ def in_flight_of(events: list[dict], nodes: dict[str, Node]) -> list[InFlight]:
                 start = GenStart.from_dict({k: v for k, v in e.items() if k not in ("event", "time")})
             except ValueError:
                 continue
-            flights[start.node_id] = InFlight(start.node_id, start.parent, start.generation, "meta",
+            # The initial node has no meta agent: it is evaluated from the start.
+            phase = Phase.META if start.parent is not None else Phase.EVALUATING
+            flights[start.node_id] = InFlight(start.node_id, start.parent, start.generation, phase,
                                               str(e.get("time", "")))
         elif kind == "node_recorded" and isinstance(node_id, str):
             flights.pop(node_id, None)
         elif kind == "meta_done" and node_id in flights:
-            flights[node_id].phase = "eval"
+            flights[node_id].phase = Phase.EVALUATING
         elif kind == "split_start" and node_id in flights and EVAL_KEY.fullmatch(str(e.get("key", ""))):
+            flights[node_id].phase = Phase.EVALUATING
             rows = e.get("rows")
             flights[node_id].splits.append({"domain": str(e.get("domain", "")), "split": str(e.get("split", "")),
                                             "rows": rows if isinstance(rows, int) else 0, "key": e["key"],
                                             "done": 0})
     return [f for node_id, f in flights.items() if node_id not in nodes]
-
-
-def running(events: list[dict]) -> bool:
-    """Whether the loop that writes the run is running now: its last `run_start` has no `run_end`
-    after it, and its process is alive on this machine (a run killed with -9 writes no end)."""
-    for e in reversed(events):
-        if e.get("event") == "run_end":
-            return False
-        if e.get("event") == "run_start":
-            pid = e.get("pid")
-            if e.get("host") != socket.gethostname() or type(pid) is not int or pid <= 0:
-                return True  # another machine's run, or an older log: taken as running while it writes
-            return Path(f"/proc/{pid}").exists()
-    return False
 
 
 def read_journal(run_dir: Path, key: str) -> list[dict]:

@@ -109,6 +109,9 @@ class Dashboard:
         if rest == ["nodes"]:
             return 200, html, pages.nodes_page(reader, data).encode()
         if len(rest) == 2 and rest[0] == "nodes":
+            flight = next((f for f in data.in_flight if f.node_id == rest[1]), None)
+            if flight is not None and rest[1] not in data.nodes:
+                return 200, html, pages.flight_page(reader, data, flight).encode()
             return 200, html, pages.node_page(reader, data, self._node(data, rest[1])).encode()
         if rest == ["compare"]:
             a, b = self._node(data, query.get("a", "")), self._node(data, query.get("b", ""))
