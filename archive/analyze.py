@@ -280,7 +280,8 @@ def main(argv=None) -> None:
     for g in groups:
         for r in g.runs:
             if out == r.path or out.is_relative_to(r.path) or (out / "run.json").exists():
-                raise UserError(f"--out {out} is inside a run: analysis never writes in a run")
+                raise UserError(f"--out {out} is inside the run {r.path if out.is_relative_to(r.path) else out}: "
+                                "analysis never writes in a run")
     analysis = Analysis(groups, ks, args.level).run()
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / "analysis.md", analysis.markdown())

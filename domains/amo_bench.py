@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import atexit
 import importlib.util
+import io
 from functools import lru_cache
 from pathlib import Path
 from typing import Callable
@@ -37,6 +38,9 @@ import pandas as pd
 from domains.amo_bounded import BoundedChecker
 from domains.amo_grading import extract
 from services.errors import UserError
+from services.user_files import read_regular
+
+MAX_DATA_BYTES = 2**28  # AMO-Bench is well under 1 MiB; a bigger --data file is not it
 
 HF_DATASET = "meituan-longcat/AMO-Bench"
 COLUMNS = ("question_id", "prompt", "answer", "answer_type")
@@ -74,12 +78,16 @@ def _load_once(path: str | None) -> pd.DataFrame:
 
 
 def _read(path: Path) -> pd.DataFrame:
-    if not path.is_file():
-        raise UserError(f"--data {path}: no such file")
+    try:  # a regular file of bounded size: a fifo would block, /dev/zero would never end
+        data = io.BytesIO(read_regular(path, MAX_DATA_BYTES))
+    except FileNotFoundError:
+        raise UserError(f"--data {path}: no such file") from None
+    except OSError as e:
+        raise UserError(f"--data {path}: cannot read it: {e.strerror or e}") from None
     if path.suffix == ".parquet" and importlib.util.find_spec("pyarrow") is None:
         raise UserError(f"--data {path}: reading parquet needs pyarrow (pip install pyarrow), or give the JSONL")
     try:
-        df = pd.read_parquet(path) if path.suffix == ".parquet" else pd.read_json(path, lines=path.suffix == ".jsonl")
+        df = pd.read_parquet(data) if path.suffix == ".parquet" else pd.read_json(data, lines=path.suffix == ".jsonl")
     except Exception as e:
         raise UserError(f"--data {path}: cannot read it as {path.suffix.lstrip('.') or 'JSONL'}: "
                         f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
