@@ -54,6 +54,7 @@ from domains.registry import get_domain
 from domains.scoring import REPORT_SCHEMA
 from services.config import PROJECT_ROOT, load_config
 from services.ledger import Call, Ledger
+from services.render import csv_cell
 from services.workspace import NOT_TASK_AGENT, RunRepo, read_workspace
 
 ATTACKS = {  # what hostile agent text tries; a page that escapes it shows it as text and runs none of it
@@ -240,13 +241,16 @@ def _json_value(value: str | None) -> str:
 
 
 @functools.cache
-def _csv_cell(value: str | None) -> str:
-    """One cell as csv.writer writes it in a row of several."""
+def _csv_cell(value: str | None, marked: bool = False) -> str:
+    """One cell as csv.writer writes it in a row of several: `marked`, as predictions.csv holds it
+    (formulas neutralised, rows ending in CRLF: services.fsutil.atomic_write_csv with agent_text),
+    else as the feedback copy does."""
     if value is None:
         return ""
     out = io.StringIO()
-    csv.writer(out, lineterminator="\n").writerow([value, ""])
-    return out.getvalue()[:-2]
+    end = "\r\n" if marked else "\n"
+    csv.writer(out, lineterminator=end).writerow([csv_cell(value) if marked else value, ""])
+    return out.getvalue()[:-1 - len(end)]
 
 
 def _cost(model: str, prompt: int, completion: int) -> float:
@@ -295,15 +299,16 @@ class _Maker:
         columns = list(shown.columns)
         hidden = {columns.index(c) for c in self.domain.hidden_columns if c != self.domain.label_column}
         found = []
-        for drop in (set(), hidden):
+        for drop, end in ((set(), "\r\n"), (hidden, "\n")):  # predictions.csv, then the feedback copy
             out = io.StringIO()
-            csv.writer(out, lineterminator="\n").writerow([c for j, c in enumerate(columns) if j not in drop]
-                                                          + RESULT_COLUMNS)
+            csv.writer(out, lineterminator=end).writerow([c for j, c in enumerate(columns) if j not in drop]
+                                                         + RESULT_COLUMNS)
             header, prefixes = out.getvalue(), []
             for cells in shown.values.tolist():
                 out = io.StringIO()
-                csv.writer(out, lineterminator="\n").writerow([v for j, v in enumerate(cells) if j not in drop] + [""])
-                prefixes.append(out.getvalue()[:-1])
+                csv.writer(out, lineterminator=end).writerow(
+                    [csv_cell(v) if end == "\r\n" else v for j, v in enumerate(cells) if j not in drop] + [""])
+                prefixes.append(out.getvalue()[:-len(end)])
             found.append((header, prefixes))
         return found
 
@@ -709,13 +714,15 @@ class _Maker:
         `feedback` the feedback copy of it (the columns hidden from agents dropped, but the label)."""
         numbers = [_numbers([getattr(r, name) if r else None for r in ran])
                    for name in ("seconds", "prompt_tokens", "completion_tokens", "cost_usd")]
-        results = []
-        for i, row in enumerate(ran):
-            error = ((row.error or "").split("\n")[0] or None) if row else None
-            cells = [_csv_cell(row.prediction if row else None), _csv_cell(error)]
-            results.append(",".join(cells + [column[i] for column in numbers]) + "\n")
-        return [header + "".join(prefix + result for prefix, result in zip(prefixes, results))
-                for header, prefixes in self.csv_rows[split][:1 + feedback]]
+        texts = []
+        for (header, prefixes), marked in zip(self.csv_rows[split][:1 + feedback], (True, False)):
+            results = []
+            for i, row in enumerate(ran):
+                error = ((row.error or "").split("\n")[0] or None) if row else None
+                cells = [_csv_cell(row.prediction if row else None, marked), _csv_cell(error, marked)]
+                results.append(",".join(cells + [column[i] for column in numbers]) + ("\r\n" if marked else "\n"))
+            texts.append(header + "".join(prefix + result for prefix, result in zip(prefixes, results)))
+        return texts
 
     def _feedback(self, gen: _Gen, key: str) -> None:
         """The node's train results where later meta agents read them (Loop._publish_feedback)."""

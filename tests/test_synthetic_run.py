@@ -11,7 +11,6 @@ import stat
 from collections import Counter, defaultdict
 from pathlib import Path
 
-import pandas as pd
 import pytest
 from synthetic_run import ATTACKS, BIG_TRANSCRIPT, DOMAIN, TASK_MODEL, make_run, shown_rows
 
@@ -20,6 +19,7 @@ from archive.records import Status
 from archive.store import META_TRANSCRIPT, Archive
 from domains.harness import JOURNAL, PREDICTIONS, Journal, write_predictions
 from domains.registry import get_domain
+from services.fsutil import read_csv_text
 from services.ledger import Ledger
 from services.workspace import RunRepo
 
@@ -116,7 +116,7 @@ def test_predictions_are_written_as_the_harness_and_the_loop_write_them(run, arc
     assert not store.report_path(partial).exists() and stopped.error.startswith("budget exhausted")
     domain = get_domain(DOMAIN)
     published = run_dir / "feedback" / node.node_id / DOMAIN
-    train = pd.read_csv(store.predictions(node.eval_keys[DOMAIN]["train"]), dtype=str, keep_default_na=False)
+    train = read_csv_text(store.predictions(node.eval_keys[DOMAIN]["train"]))  # the loop reads it so
     assert (published / PREDICTIONS).read_text() == domain.feedback(train).to_csv(index=False)
     assert (published / "report.json").read_text() == store.report_path(node.eval_keys[DOMAIN]["train"]).read_text()
 
