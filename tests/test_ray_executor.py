@@ -144,7 +144,8 @@ SANDBOXED_CALL = """if True:
         wrong = None
     except urllib.error.HTTPError as e:
         wrong = [e.code, e.read().decode()]
-    models = json.load(urllib.request.urlopen(url + "/models"))
+    models = json.load(urllib.request.urlopen(urllib.request.Request(url + "/models",
+                                                                     headers={"Authorization": f"Bearer {key}"})))
     print(json.dumps({"content": reply.choices[0].message.content, "reply": reply.model_dump(), "wrong": wrong,
                       "models": [m["id"] for m in models["data"]], "env": dict(os.environ)}))
 """

@@ -124,6 +124,11 @@ class Gateway:
         with self._lock:
             return sorted(self._allowed)
 
+    def models_for(self, api_key: str) -> list[str]:
+        """The models the live session of `api_key` may call (GET /v1/models); a Refusal for any other key,
+        so a sandbox learns nothing of the run's other roles."""
+        return sorted(self._sessions.live(api_key).models)
+
     def new_session(self, node: str, role: str, models, max_calls: int | None = None, sandbox=None) -> str:
         """A key that books calls to (run, node, role), may call only `models` (aliases or provider
         strings: the role's), and answers at most `max_calls` requests; with `sandbox`, only while that

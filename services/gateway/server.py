@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+from services.gateway.params import Refusal
+
 SOCKET_DIR_PREFIX = "hyperagents-gw-"  # under the temp folder: a short path, as sun_path holds 108 bytes
 # A sandbox's worker holds one connection per thread (harness.num_workers), a Ray door at most 64.
 MAX_CONNECTIONS_PER_LISTENER = 256
@@ -313,7 +315,11 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self):
         if self.path.rstrip("/") in ("/v1/models", "/models"):
-            models = self.gateway.allowed_models()
+            api_key = self.headers.get("Authorization", "").removeprefix("Bearer ").strip()
+            try:
+                models = self.gateway.models_for(api_key)
+            except Refusal as refused:
+                return self._send(error_reply(refused.status, refused.message, refused.kind))
             self._send(Reply(200, {"object": "list", "data": [{"id": m, "object": "model"} for m in models]}, {}))
         elif self.path.rstrip("/") == "/health":
             self._send(Reply(200, {"status": "ok"}, {}))

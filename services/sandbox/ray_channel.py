@@ -123,7 +123,7 @@ def forward(gateway_socket: str, kind: str, api_key: str, body: dict | None, tim
             connection.request("POST", "/v1/chat/completions", data,
                                {"Authorization": f"Bearer {api_key}", "Content-Type": "application/json"})
         else:
-            connection.request("GET", "/v1/models")
+            connection.request("GET", "/v1/models", headers={"Authorization": f"Bearer {api_key}"})
         response = connection.getresponse()
         raw = response.read(MAX_REPLY_BYTES + 1)
         if len(raw) > MAX_REPLY_BYTES:

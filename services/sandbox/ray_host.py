@@ -30,6 +30,7 @@ from types import SimpleNamespace
 
 from services.config import SandboxConfig
 from services.errors import UserError
+from services.gateway.params import Refusal
 from services.gateway.server import Listeners, Reply, error_reply
 from services.sandbox.backends import choose_local_backend, open_local
 from services.sandbox.base import INSIDE, Mount, SandboxClosed
@@ -116,11 +117,14 @@ class Door:
         """A request refused before it could go on (too large, not JSON): answered here, not booked."""
         return error_reply(status, message, kind)
 
-    def allowed_models(self) -> list[str]:
-        reply = self._ask("models", "", None)
+    def models_for(self, api_key: str) -> list[str]:
+        """The caller's models, as the run's gateway lists them for its key; its refusal as a Refusal."""
+        reply = self._ask("models", api_key, None)
         data = reply.body.get("data") if reply.status == 200 else None
         if not isinstance(data, list):
-            return []
+            error = reply.body.get("error") if isinstance(reply.body.get("error"), dict) else {}
+            raise Refusal(reply.status if reply.status != 200 else 502, str(error.get("message", "no model list"))[:300],
+                          str(error.get("type", "bad_gateway"))[:50])
         return [m["id"] for m in data if isinstance(m, dict) and isinstance(m.get("id"), str)]
 
     def _ask(self, kind: str, api_key: str, body: dict | None) -> Reply:

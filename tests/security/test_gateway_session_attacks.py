@@ -285,3 +285,26 @@ def test_choices_cannot_be_multiplied_by_another_field(gw, fake_openai, fields, 
     key = gw.new_session("n1", "task", [TASK])
     status, _, answer = unix_post(gw, chat(**fields), key)
     assert status == 400 and repr(named) in answer["error"]["message"] and fake_openai.count == 0
+
+
+@pytest.mark.attack("GET /v1/models without a key, with a revoked key, or with another role's key, to learn the "
+                    "run's other models")
+def test_the_model_list_is_the_callers_own(gw, fake_openai, capfd):
+    task, meta = gw.new_session("n1", "task", [TASK]), gw.new_session("n1", "meta", [META])
+
+    def models(key: str | None) -> tuple[int, dict]:
+        conn = http.client.HTTPConnection("127.0.0.1", urlsplit(gw.url).port, timeout=30)
+        try:
+            conn.request("GET", "/v1/models", headers={"Authorization": f"Bearer {key}"} if key else {})
+            reply = conn.getresponse()
+            return reply.status, json.loads(reply.read())
+        finally:
+            conn.close()
+
+    assert models(task) == (200, {"object": "list", "data": [{"id": TASK, "object": "model"}]})
+    assert [m["id"] for m in models(meta)[1]["data"]] == [META]
+    assert models(None)[0] == 401 and models("gw-" + "x" * 32)[0] == 401
+    gw.revoke(task)
+    status, answer = models(task)
+    assert status == 401 and "revoked" in answer["error"]["message"] and "data" not in answer
+    assert fake_openai.count == 0 and "Traceback" not in capfd.readouterr().err
