@@ -112,3 +112,9 @@ harness:
 sandbox:
   backend: bwrap
 """
+
+
+def backend_config(path: Path, backend: str, loop: str = "") -> Path:
+    """FAST_CONFIG written to `path` with sandbox `backend` and, when given, the lines of a `loop:` section."""
+    path.write_text(FAST_CONFIG.replace("backend: bwrap", f"backend: {backend}") + (f"loop:\n{loop}" if loop else ""))
+    return path

@@ -15,7 +15,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from conftest import FAST_CONFIG, cli_env, run_loop
+from conftest import backend_config, cli_env, run_loop
 from test_hostile_meta import responder
 from test_sandbox import BACKENDS
 
@@ -73,9 +73,8 @@ def run(request, tmp_path_factory, fake_openai_session):
     tmp_path = tmp_path_factory.mktemp(f"leaked-keys-{request.param}")
     fake_openai_session.reset()
     fake_openai_session.set_responder(responder([STEAL]))
-    config = tmp_path / "c.yaml"
-    config.write_text(FAST_CONFIG.replace("backend: bwrap", f"backend: {request.param}")
-                      + "loop:\n  eval_samples: 3\n  meta_max_calls: 3\n  try_max_calls: 6\n")
+    config = backend_config(tmp_path / "c.yaml", request.param,
+                            "  eval_samples: 3\n  meta_max_calls: 3\n  try_max_calls: 6\n")
     result = run_loop(tmp_path, fake_openai_session, "--max_generation", "1", "--initial_agent",
                       str(agent_folder(tmp_path)), config=config, env=cli_env(fake_openai_session), timeout=900)
     yield tmp_path / "out" / "run", result

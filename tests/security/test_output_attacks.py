@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import FAST_CONFIG, REPO_ROOT, cli_env
+from conftest import FAST_CONFIG, REPO_ROOT, backend_config, cli_env
 from test_dashboard import assert_inert, get, pages_of
 from test_hostile_meta import responder
 from test_sandbox import BACKENDS
@@ -81,9 +81,8 @@ def meta_run(request, tmp_path_factory, fake_openai_session):
     tmp_path = tmp_path_factory.mktemp(f"output-{request.param}")
     fake_openai_session.reset()
     fake_openai_session.set_responder(responder([PLANT]))
-    config = tmp_path / "c.yaml"
-    config.write_text(FAST_CONFIG.replace("backend: bwrap", f"backend: {request.param}")
-                      + "loop:\n  eval_samples: 3\n  meta_max_calls: 6\n  edit_select_parent: true\n")
+    config = backend_config(tmp_path / "c.yaml", request.param,
+                            "  eval_samples: 3\n  meta_max_calls: 6\n  edit_select_parent: true\n")
     env = cli_env(fake_openai_session)
     common = ["--task_model", "openai/fake", "--meta_model", "openai/fake-meta", "--config", str(config)]
     first = cli("run_optimization", "--domain", "imo_grading", "--output_dir", str(tmp_path / "out"), "--run_id",
