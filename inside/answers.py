@@ -21,6 +21,7 @@ import logging
 import os
 import re
 import select
+import signal
 import subprocess
 import sys
 import threading
@@ -266,7 +267,7 @@ def math_equal(prediction: str | None, truth: str, float_rounding: int = 6) -> b
         return same_tokens
     if threading.current_thread() is not threading.main_thread():
         # math-verify bounds its work with SIGALRM, which only a main thread may use: the child's.
-        return _BOUNDED(guess, gold, float_rounding)
+        return _BOUNDED.ask(json.dumps([guess, gold, float_rounding]), CHILD_LIMIT_S) == "true"
     return _verified(guess, gold, float_rounding)
 
 
@@ -282,47 +283,59 @@ def _verified(guess: str, gold: str, float_rounding: int) -> bool:
         return False
 
 
-class _BoundedChild:
-    """_verified in a child process, for callers off the main thread (the loop scores on its slots'
-    threads): the child (this file, run as a script) checks on its main thread, under math-verify's
-    limits, and a child that has not answered within CHILD_LIMIT_S (sympy busy in C on 9^{9^{9^9}})
-    is killed: not equal. JSON lines: [guess, gold, float_rounding] in, true or false out."""
+class BoundedChild:
+    """A long-lived child process that answers each request line with one line, checking on its main
+    thread (where math-verify's time limits work), and is killed with its process group and replaced
+    when an answer takes longer than the limit (sympy busy in C on 9^{9^{9^9}}). Its first line
+    must be "ready", within `start_s`. Used for this module's checks off the main thread and for
+    AMO-Bench's (domains/amo_bounded.py)."""
 
-    def __init__(self):
+    def __init__(self, argv: list[str], start_s: float, what: str, env: dict | None = None, cwd: str | None = None):
+        self.argv, self.start_s, self.what, self.env, self.cwd = argv, start_s, what, env, cwd
         self._lock = threading.Lock()
         self._proc: subprocess.Popen | None = None
 
-    def __call__(self, guess: str, gold: str, float_rounding: int) -> bool:
+    def ask(self, request: str, limit_s: float) -> str | None:
+        """The child's line in answer to `request` (one line), or None when none came within `limit_s`
+        or the child died (it is then replaced for the next request)."""
         with self._lock:
             proc = self._child()
             try:
-                proc.stdin.write((json.dumps([guess, gold, float_rounding]) + "\n").encode())
+                proc.stdin.write((request + "\n").encode())
                 proc.stdin.flush()
-                reply = _read_line(proc, time.monotonic() + CHILD_LIMIT_S)
+                reply = _read_line(proc, time.monotonic() + limit_s)
             except OSError:
                 reply = None
             if reply is None:
                 self._stop()
-            return reply == "true"
+            return reply
+
+    def close(self) -> None:
+        with self._lock:
+            self._stop()
 
     def _child(self) -> subprocess.Popen:
         if self._proc is not None and self._proc.poll() is None:
             return self._proc
         self._stop()
-        self._proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--serve"], stdin=subprocess.PIPE,
+        self._proc = subprocess.Popen(self.argv, cwd=self.cwd, env=self.env, stdin=subprocess.PIPE,
                                       stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True)
-        if _read_line(self._proc, time.monotonic() + CHILD_START_S) != "ready":
+        if _read_line(self._proc, time.monotonic() + self.start_s) != "ready":
             self._stop()  # an infrastructure failure, not the answer's: raised, never scored as wrong
-            raise RuntimeError(f"the answer-check process did not start within {CHILD_START_S} s")
+            raise RuntimeError(f"{self.what} did not start within {self.start_s:g} s")
         return self._proc
 
     def _stop(self) -> None:
-        if self._proc is not None:
-            self._proc.kill()
-            self._proc.wait()
-            for pipe in (self._proc.stdin, self._proc.stdout):
-                pipe.close()
-        self._proc = None
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+        for pipe in (proc.stdin, proc.stdout):
+            pipe.close()
 
 
 def _read_line(proc: subprocess.Popen, deadline: float) -> str | None:
@@ -340,7 +353,7 @@ def _read_line(proc: subprocess.Popen, deadline: float) -> str | None:
 
 
 def _serve() -> None:
-    """The child's loop (see _BoundedChild), until its stdin closes."""
+    """The child's loop (see BoundedChild), until its stdin closes."""
     from math_verify import verify  # noqa: F401 (imported before "ready": the first check is not slower)
 
     print("ready", flush=True)
@@ -349,8 +362,9 @@ def _serve() -> None:
         print(json.dumps(_verified(str(guess), str(gold), int(float_rounding))), flush=True)
 
 
-_BOUNDED = _BoundedChild()
-atexit.register(_BOUNDED._stop)
+_BOUNDED = BoundedChild([sys.executable, os.path.abspath(__file__), "--serve"], CHILD_START_S,
+                        "the answer-check process")
+atexit.register(_BOUNDED.close)
 
 
 def check_output(output: str, truth: str, float_rounding: int = 6) -> bool:
