@@ -38,7 +38,7 @@ import pandas as pd
 from domains.amo_bounded import BoundedChecker
 from domains.amo_grading import extract
 from services.errors import UserError
-from services.user_files import read_regular
+from services.fsutil import read_regular
 
 MAX_DATA_BYTES = 2**28  # AMO-Bench is well under 1 MiB; a bigger --data file is not it
 
@@ -79,7 +79,7 @@ def _load_once(path: str | None) -> pd.DataFrame:
 
 def _read(path: Path) -> pd.DataFrame:
     try:  # a regular file of bounded size: a fifo would block, /dev/zero would never end
-        data = io.BytesIO(read_regular(path, MAX_DATA_BYTES))
+        data = io.BytesIO(read_regular(path, MAX_DATA_BYTES, follow_links=True))
     except FileNotFoundError:
         raise UserError(f"--data {path}: no such file") from None
     except OSError as e:

@@ -65,18 +65,40 @@ def csv_values(df):
     return df.map(csv_value)
 
 
-def read_bounded(path, limit: int = 64 * 2**20) -> bytes:
-    """The bytes of the regular file `path`, refusing a link, anything else that is not a
-    regular file, and a file over `limit` bytes (OSError saying which)."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+def read_regular(path, limit: int, follow_links: bool = False) -> bytes:
+    """The bytes of `path` if it is a regular file of at most `limit` bytes; an OSError saying what it
+    is otherwise (without the path: callers name it). Never blocks on a fifo; a link is followed only
+    with `follow_links` (a user may link the config they name, never a run's records)."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow_links else os.O_NOFOLLOW)
+    fd = os.open(path, flags)
     with os.fdopen(fd, "rb") as f:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
-            raise OSError(f"{path} is not a regular file")
+            raise OSError(f"not a regular file ({_kind(info.st_mode)})")
+        if info.st_size > limit:
+            raise OSError(f"{info.st_size} bytes, over the limit of {limit} bytes")
         data = f.read(limit + 1)
     if len(data) > limit:
-        raise OSError(f"{path} is over {limit} bytes")
+        raise OSError(f"over the limit of {limit} bytes")
     return data
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a fifo"), (stat.S_ISSOCK, "a socket"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")):
+        if test(mode):
+            return name
+    return "not a file"
+
+
+def read_bounded(path, limit: int = 64 * 2**20) -> bytes:
+    """`read_regular` of a file the core wrote (a link is refused), its errors naming `path`."""
+    try:
+        return read_regular(path, limit)
+    except OSError as e:
+        if e.errno is not None:  # from the system (a link, no such file): it names the path itself
+            raise
+        raise OSError(f"{path} is {e}") from None
 
 
 def read_below(root, relative: str, limit: int) -> tuple[bytes, bool]:

@@ -12,40 +12,15 @@ anchors, aliases or tags beyond the safe ones, nested at most `MAX_DEPTH` levels
 from __future__ import annotations
 
 import json
-import os
-import stat
 from pathlib import Path
 
 import yaml
 
 from services.errors import UserError
+from services.fsutil import read_regular
 
 MAX_CONFIG_BYTES = 2**20  # the bundled configs are a few KiB
 MAX_DEPTH = 24  # a config nests 5 levels (loop.stages.DOMAIN.[stage].[value]); records a few more
-
-
-def read_regular(path: Path, limit: int) -> bytes:
-    """The bytes of `path` (links followed: a user may link their config) if it is a regular file
-    of at most `limit` bytes; OSError saying what it is otherwise. Never blocks on a fifo."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    with os.fdopen(fd, "rb") as f:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise OSError(f"not a regular file ({_kind(info.st_mode)})")
-        if info.st_size > limit:
-            raise OSError(f"{info.st_size} bytes, over the limit of {limit} bytes")
-        data = f.read(limit + 1)
-    if len(data) > limit:
-        raise OSError(f"over the limit of {limit} bytes")
-    return data
-
-
-def _kind(mode: int) -> str:
-    for test, name in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a fifo"), (stat.S_ISSOCK, "a socket"),
-                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")):
-        if test(mode):
-            return name
-    return "not a file"
 
 
 def decode_utf8(data: bytes) -> str:
@@ -78,7 +53,7 @@ class _BoundedLoader(yaml.SafeLoader):
 def read_yaml(path: Path, what: str = "config") -> dict:
     """A YAML mapping from a file a user named, or a UserError in one line (`what` names the file's role)."""
     try:
-        text = decode_utf8(read_regular(path, MAX_CONFIG_BYTES))
+        text = decode_utf8(read_regular(path, MAX_CONFIG_BYTES, follow_links=True))
     except OSError as e:
         raise UserError(f"cannot read {what} {path}: {e.strerror or e}") from None
     except ValueError as e:
