@@ -10,13 +10,12 @@ Two rules, by name (`CHOICES`); both rank on the selection split of imo_grading 
 - `full_eval`: only nodes that ended OK and finished the full evaluation; the lowest val normalized
   MAE, then the higher val accuracy, then the earlier node.
 
-Where the two differ on what a run holds: the reference screened a child on 10 rows of every
-split, val included, so a child that stopped at screening (and the initial node, which its setup
-evaluates on 10 rows a split) ranks with a 10-row val MAE beside the full evaluations' 100-row
-ones, and one lucky 10-row score can win. This framework screens on train rows only: such a node
-has no val report and is no candidate under either rule. What is left is the status filter and the
-tie-break: the reference takes the earlier of two nodes with the same MAE, `full_eval` the more
-accurate one.
+Where a run's nodes differ from the reference's: the reference screened a child on 10 rows of
+every split, val included, so a child that stopped at screening ranks with a 10-row val MAE beside
+the full evaluations' 100-row ones, and one lucky 10-row score can win. A run with
+`loop.stage_splits: train_and_val` (`--preset paper`) screens the same way and `paper` ranks such
+children as the reference does; with the default screening (train rows only) they have no val
+report and are no candidate under either rule.
 """
 
 from __future__ import annotations
