@@ -34,11 +34,8 @@ def publish_feedback(run_dir: Path, domains: list, store, node: Node) -> None:
     """The node's patch, a summary of it (train scores only) and its train results, where later
     meta agents can read them. `store`: the run's archive.eval_store.EvalStore.
 
-    For graded domains each row gets the grader's verdict as `grade`."""
-
-    def read(path: Path):
-        return read_csv_text(path)  # the predictions as given, not as marked for spreadsheets
-
+    For graded domains each row gets the grader's verdict as `grade`. Predictions are read as given
+    (read_csv_text), not as marked for spreadsheets."""
     folder = run_dir / "feedback" / node.node_id
     folder.mkdir(parents=True, exist_ok=True)
     patch = run_dir / "nodes" / node.node_id / "patch.diff"
@@ -59,8 +56,8 @@ def publish_feedback(run_dir: Path, domains: list, store, node: Node) -> None:
             _publish(store.report_path(key), dst / "report.json")
         if not store.predictions(key).exists():
             continue
-        grades = read(store.gradings(key)) if store.gradings(key).exists() else None
-        rows = domain.feedback(read(store.predictions(key)), grades)
+        grades = read_csv_text(store.gradings(key)) if store.gradings(key).exists() else None
+        rows = domain.feedback(read_csv_text(store.predictions(key)), grades)
         atomic_write_csv(dst / "predictions.csv", rows.map(lambda v: redact_keys(v) if isinstance(v, str) else v))
 
 
