@@ -63,6 +63,7 @@ def _count_usage(completion):
 # critical path otherwise; a row that calls one first waits for that warm-up's imports).
 WARM_UP_PROVIDERS = ("hosted_vllm",)
 BACKGROUND_WARM_UP_PROVIDERS = ("openai",)
+WARM_UP_JOIN_S = 60.0  # the background warm-up is a few stub calls; the exit waits this long for it at most
 
 
 def is_file_path(agent_path: str) -> bool:
@@ -290,13 +291,17 @@ def main() -> None:
     if args.wait_for_go and not sys.stdin.readline():
         sys.exit(0)  # the harness went away before the agent was needed
     TaskAgent = load_agent(args, send)
-    threading.Thread(target=warm_up_quietly, args=(BACKGROUND_WARM_UP_PROVIDERS,), name="warm-up",
-                     daemon=True).start()
+    warming = threading.Thread(target=warm_up_quietly, args=(BACKGROUND_WARM_UP_PROVIDERS,), name="warm-up",
+                               daemon=True)
+    warming.start()
     send({"ready": True})
     with ThreadPoolExecutor(max_workers=max(1, args.workers)) as pool:
         for line in sys.stdin:
             if line.strip():
                 pool.submit(run_row, send, TaskAgent, args, json.loads(line))
+    # Not left importing at exit: the interpreter would stop it holding an import lock that litellm's
+    # finalizers then wait on forever (services/gateway/core.py, Gateway.stop).
+    warming.join(WARM_UP_JOIN_S)
 
 
 if __name__ == "__main__":

@@ -311,6 +311,16 @@ def test_warm_up_answers_through_each_provider_and_leaves_no_server_behind():
     assert not [t for t in threading.enumerate() if t.name.startswith(STUB_THREAD)]
 
 
+def test_stop_waits_for_the_warm_up_so_no_import_is_cut_at_exit(gateway_factory):
+    # A warm-up thread cut by the interpreter's exit in the middle of an import held that module's
+    # lock, and litellm's finalizers, importing at exit, hung on it (a run refused at start hung).
+    gw = gateway_factory()
+    gw.allow_models("anthropic/claude-warm", "mistral/warm")  # providers not warmed yet: a thread starts
+    assert [t for t in threading.enumerate() if t.name == "gateway-warm-up"]
+    gw.stop()
+    assert not [t for t in threading.enumerate() if t.name == "gateway-warm-up" and t.is_alive()]
+
+
 def test_socket_folders_of_dead_gateways_are_removed_and_live_ones_kept(gateway_factory, tmp_path):
     import socket
     import tempfile

@@ -36,6 +36,8 @@ from services.local_model import LocalServer, fit_messages, is_local
 from services.providers import _litellm, provider_of, redact
 from services.rate_limit import CallLimits
 
+WARM_UP_JOIN_S = 60.0  # a warm-up is a few stub calls; stop waits this long for it at most
+
 
 def _account(call: Call, response) -> dict:
     """Put a provider response's tokens and cost (litellm's price table) on `call`; returns its JSON."""
@@ -62,6 +64,7 @@ class Gateway:
         self._pricing: dict[str, Pricing] = {}  # allowed model -> what its worst case costs
         self._limits = CallLimits(self.gw.max_concurrent_calls, self.gw.requests_per_minute)
         self._warmed: set[str] = set()  # litellm providers whose first-call set-up is paid (inside/warm_up.py)
+        self._warm_ups: list[threading.Thread] = []  # joined by stop (see there)
         self._lock = threading.Lock()
         self._budget = Budget(self.gw, ledger.totals(run_id=run_id))
         self._refusals = Refusals(ledger, run_id, self._budget)
@@ -81,6 +84,11 @@ class Gateway:
         self._refusals.flush()
         for server in self._local.values():
             server.stop()
+        # A warm-up still importing litellm's modules when the interpreter exits would hold their
+        # import locks forever, and litellm's finalizers, importing at exit, would wait on them: a
+        # run that stops at once (a refused model) hung at exit about one time in six on 2 cores.
+        for thread in self._warm_ups:
+            thread.join(WARM_UP_JOIN_S)
 
     def __enter__(self):
         return self.start()
@@ -117,8 +125,10 @@ class Gateway:
             providers -= self._warmed
             self._warmed |= providers
         if providers:
-            threading.Thread(target=warm_up, args=(_litellm(), sorted(providers)), name="gateway-warm-up",
-                             daemon=True).start()
+            thread = threading.Thread(target=warm_up, args=(_litellm(), sorted(providers)), name="gateway-warm-up",
+                                      daemon=True)
+            thread.start()
+            self._warm_ups.append(thread)
 
     def allowed_models(self) -> list[str]:
         with self._lock:
