@@ -44,6 +44,7 @@ class GatewayConfig:
     backoff_max_s: float = 30.0  # cap of one retry delay
     request_timeout_s: float = 900.0  # one provider call; reasoning models can be slow
     cache: str = "temperature0"  # temperature0 | all | off: which identical requests are replayed
+    prompt_caching: bool = True  # ask providers to cache stable prompt prefixes (system prompt, a conversation's history), billed at their cached rate
     budget_usd: float | None = None  # stop new calls once this much is spent (None = no limit)
     budget_tokens: int | None = None  # stop new calls once this many tokens are spent
     max_concurrent_calls: int | None = None  # provider calls in flight at once, over all models (None = no limit)
@@ -53,7 +54,7 @@ class GatewayConfig:
     max_request_mb: int = 16  # largest request body; a larger one is refused unread
     local_context: int = 2048  # tokens of context a local model is served with; prompt runs at ~300 tokens/s on 2 cores
     local_threads: int = 0  # CPU threads of the local model server (0 = half the cores)
-    prices: dict = field(default_factory=dict)  # model -> [usd per 1M input, per 1M output] for models litellm has no price for
+    prices: dict = field(default_factory=dict)  # model -> [usd per 1M input, per 1M output(, per 1M cached read, per 1M cache write)] for models litellm has no price for
 
 
 @dataclass
@@ -260,9 +261,10 @@ def _rules() -> dict:
         "gateway.max_request_mb": POSITIVE_INT,
         "gateway.local_context": _above(0),
         "gateway.local_threads": _at_least(0),
-        "gateway.prices": (lambda v: all(isinstance(k, str) and conforms(p, list[float]) and len(p) == 2
+        "gateway.prices": (lambda v: all(isinstance(k, str) and conforms(p, list[float]) and len(p) in (2, 4)
                                          and min(p) >= 0 for k, p in v.items()),
-                           "model -> [usd per 1M input, usd per 1M output], both 0 or more"),
+                           "model -> [usd per 1M input, usd per 1M output] or [input, output, cached read, "
+                           "cache write], each 0 or more"),
         "harness.num_workers": POSITIVE_INT,
         "harness.save_interval": POSITIVE_INT,
         "harness.row_timeout_s": _above(0),

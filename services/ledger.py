@@ -7,6 +7,12 @@ A refused request is no call and costs nothing: it adds one to its (run, node, r
 row of `refusals`, updated in place, so a flood of them does not grow the file. Ledgers
 written before that table existed have their refusals as rows of `calls` whose error starts
 with REFUSED; every reader here counts both.
+
+A call's prompt tokens include those the provider read from its prompt cache (`cached_tokens`)
+and wrote to it (`cache_write_tokens`); its cost prices them at the model's cached rates, and
+`cache_saved_usd` is what that saved against the whole prompt at the input price (less than 0
+where writes cost more than reads saved). Ledgers written before these columns get them, as 0,
+when a run opens them again (`_migrate`); `LedgerReader` reads them as 0 where they are missing.
 """
 
 from __future__ import annotations
@@ -31,7 +37,10 @@ CREATE TABLE IF NOT EXISTS calls (
     latency_s REAL NOT NULL DEFAULT 0,
     cache_hit INTEGER NOT NULL DEFAULT 0,
     attempts INTEGER NOT NULL DEFAULT 1,
-    error TEXT
+    error TEXT,
+    cached_tokens INTEGER NOT NULL DEFAULT 0,
+    cache_write_tokens INTEGER NOT NULL DEFAULT 0,
+    cache_saved_usd REAL NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS refusals (
     run_id TEXT NOT NULL,
@@ -65,6 +74,14 @@ class Call:
     cache_hit: bool = False
     attempts: int = 1
     error: str | None = None
+    cached_tokens: int = 0  # prompt tokens the provider read from its prompt cache
+    cache_write_tokens: int = 0  # prompt tokens the provider wrote to its prompt cache
+    cache_saved_usd: float = 0.0  # the prompt at the input price, less what its cached tokens cost
+
+
+# Columns added to `calls` since its first shape, with their declarations: added to older ledgers.
+_ADDED_COLUMNS = {"cached_tokens": "INTEGER NOT NULL DEFAULT 0", "cache_write_tokens": "INTEGER NOT NULL DEFAULT 0",
+                  "cache_saved_usd": "REAL NOT NULL DEFAULT 0"}
 
 
 # How the error of a request the gateway refused (bad key, field, model, budget) started in ledgers
@@ -88,6 +105,9 @@ class Totals:
     cache_hits: int = 0
     errors: int = 0  # calls that failed at the provider
     refused: int = 0  # requests the gateway refused without calling a provider
+    cached_tokens: int = 0  # prompt tokens read from a provider's prompt cache (part of prompt_tokens)
+    cache_write_tokens: int = 0  # prompt tokens written to a provider's prompt cache (part of prompt_tokens)
+    cache_saved_usd: float = 0.0  # what prompt caching saved against the input price
 
     @property
     def tokens(self) -> int:
@@ -103,6 +123,14 @@ class Ledger:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(_SCHEMA)
+        self._migrate()
+
+    def _migrate(self) -> None:
+        """Add the columns of `_ADDED_COLUMNS` a ledger of an older run lacks (each ALTER is atomic)."""
+        have = {row[1] for row in self._db.execute("PRAGMA table_info(calls)")}
+        for name, declaration in _ADDED_COLUMNS.items():
+            if name not in have:
+                self._db.execute(f"ALTER TABLE calls ADD COLUMN {name} {declaration}")
 
     def record(self, call: Call) -> None:
         values = [time.time(), *(getattr(call, name) for name in _CALL_FIELDS)]  # flat: asdict would deep-copy
@@ -122,13 +150,16 @@ class Ledger:
             row = self._db.execute(
                 "SELECT COUNT(*), COALESCE(SUM(prompt_tokens),0), COALESCE(SUM(completion_tokens),0),"
                 " COALESCE(SUM(cost_usd),0), COALESCE(SUM(cache_hit),0), COALESCE(SUM(error IS NOT NULL),0),"
-                f" COALESCE(SUM(error GLOB '{REFUSED}*'),0) FROM calls WHERE {clause}",
+                f" COALESCE(SUM(error GLOB '{REFUSED}*'),0), COALESCE(SUM(cached_tokens),0),"
+                " COALESCE(SUM(cache_write_tokens),0), COALESCE(SUM(cache_saved_usd),0)"
+                f" FROM calls WHERE {clause}",
                 list(where.values()),
             ).fetchone()
             counted = self._db.execute(f"SELECT COALESCE(SUM(count),0) FROM refusals WHERE {clause}",
                                        list(where.values())).fetchone()[0]
-        rows, prompt, completion, cost, hits, failed, refused = row
-        return Totals(rows - refused, prompt, completion, cost, hits, failed - refused, refused + counted)
+        rows, prompt, completion, cost, hits, failed, refused, read, written, saved = row
+        return Totals(rows - refused, prompt, completion, cost, hits, failed - refused, refused + counted, read,
+                      written, saved)
 
     def refusals(self, **where: str) -> list[dict]:
         """The refusal counts matching column=value filters: run_id, node, role, reason, count, message, first_ts,
@@ -201,14 +232,19 @@ class LedgerReader:
             db.close()
 
     def spend(self, node: str | None = None) -> list[dict]:
-        """Calls, tokens and dollars per (role, model), of one node or of the whole run."""
+        """Calls, tokens and dollars per (role, model), of one node or of the whole run, with the prompt
+        tokens read from and written to providers' caches and what that saved (0 in a ledger older than
+        those columns: a reader never migrates)."""
         where, args = ("WHERE node = ? AND (error IS NULL OR error NOT GLOB ?)", (node, f"{REFUSED}*")) \
             if node is not None else ("WHERE error IS NULL OR error NOT GLOB ?", (f"{REFUSED}*",))
+        have = {row[0] for row in self._rows("SELECT name FROM pragma_table_info('calls')")}
+        added = ", ".join(f"COALESCE(SUM({c}),0)" if c in have else "0" for c in _ADDED_COLUMNS)
         rows = self._rows("SELECT role, model, COUNT(*), COALESCE(SUM(prompt_tokens),0), "
                           "COALESCE(SUM(completion_tokens),0), COALESCE(SUM(cost_usd),0), COALESCE(SUM(cache_hit),0),"
-                          f" COALESCE(SUM(error IS NOT NULL),0) FROM calls {where} GROUP BY role, model "
+                          f" COALESCE(SUM(error IS NOT NULL),0), {added} FROM calls {where} GROUP BY role, model "
                           "ORDER BY MIN(id)", args)
-        keys = ("role", "model", "calls", "prompt_tokens", "completion_tokens", "cost_usd", "cache_hits", "errors")
+        keys = ("role", "model", "calls", "prompt_tokens", "completion_tokens", "cost_usd", "cache_hits", "errors",
+                *_ADDED_COLUMNS)
         return [dict(zip(keys, r)) for r in rows]
 
     def refusals(self, node: str | None = None) -> list[dict]:

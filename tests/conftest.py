@@ -13,6 +13,7 @@ for path in (str(REPO_ROOT), str(TESTS_DIR)):
         sys.path.insert(0, path)
 
 import pytest  # noqa: E402
+from fake_anthropic import FakeAnthropic  # noqa: E402
 from fake_openai import FakeOpenAI  # noqa: E402
 
 ATTACKS = pytest.StashKey[dict]()  # description -> node ids of the attack tests collected
@@ -51,6 +52,13 @@ def fake_openai(fake_openai_session):
     fake_openai_session.reset()
     yield fake_openai_session
     fake_openai_session.reset()
+
+
+@pytest.fixture
+def fake_anthropic():
+    """A fake Anthropic Messages API with its own, empty prompt cache (tests/fake_anthropic.py)."""
+    with FakeAnthropic() as server:
+        yield server
 
 
 @pytest.fixture

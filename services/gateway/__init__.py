@@ -11,7 +11,9 @@ and role its calls are booked to. Sandboxed code gets only such a key, never a
 provider key.
 
     params.py   what a request may carry (the allowlist of fields, each checked and capped)
-    pricing.py  what a model costs (also the run's cost estimate's prices)
+    pricing.py  what a model costs, cached prompt tokens too (also the run's cost estimate's prices)
+    caching.py  prompt caching: the cache breakpoints the gateway asks providers for, and OpenAI's cache key
+    usage.py    what a response says a call used: tokens, cost, prompt tokens read from and written to a cache
     budget.py   what is spent and held against the run's budgets
     failures.py which failed calls are retried, and which are the provider's failure (not the request's)
     breaker.py  provider failures in a row (and a failed probe) stop every call: the run stops, resumably

@@ -95,6 +95,9 @@ class Budget:
             s.cost_usd += call.cost_usd
             s.cache_hits += int(call.cache_hit)
             s.errors += call.error is not None
+            s.cached_tokens += call.cached_tokens
+            s.cache_write_tokens += call.cache_write_tokens
+            s.cache_saved_usd += call.cache_saved_usd
 
     def add_refused(self, count: int) -> None:
         """Add requests refused before any provider call (services/gateway/refusals.py) to the totals."""

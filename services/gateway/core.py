@@ -1,11 +1,11 @@
 """The Gateway: the run's model allowlist, and each request's way through it.
 
 A request is admitted (a live session, one of its role's models, allowlisted parameters; see
-sessions.py), replayed from the cache, or
-held against the budget and forwarded with litellm, with retries of transient errors; each
-is booked to the ledger. Each session counts its calls that failed at the provider, so the
-harness knows which rows met an outage; the breaker (breaker.py) stops every call once a
-provider is down.
+sessions.py), replayed from the cache, or held against the budget, marked for the provider's
+prompt cache once its replay key is taken (caching.py) and forwarded with litellm, with retries
+of transient errors; each is booked to the ledger (usage.py). Each session counts its calls that
+failed at the provider, so the harness knows which rows met an outage; the breaker (breaker.py)
+stops every call once a provider is down.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from services.config import Config
 from services.errors import ProviderDown, UserError
 from services.gateway.breaker import Breaker, Check
 from services.gateway.budget import Budget, with_output_cap, worst_case
+from services.gateway.caching import forwarded
 from services.gateway.failures import PROBE, PROVIDER_DOWN, is_provider_failure, is_transient, preflight_problem
 from services.gateway.params import Refusal, canonical, checked
 from services.gateway.pricing import Pricing, pricing_of, register_price
@@ -31,23 +32,13 @@ from services.gateway.refusals import Refusals
 from services.gateway.server import Listeners, Reply, error_reply
 from services.gateway.sessions import Session, Sessions
 from services.gateway.sessions import redact as redact_keys
+from services.gateway.usage import account
 from services.ledger import Call, Ledger, Totals
 from services.local_model import LocalServer, fit_messages, is_local
 from services.providers import _litellm, provider_of, redact
 from services.rate_limit import CallLimits
 
 WARM_UP_JOIN_S = 60.0  # a warm-up is a few stub calls; stop waits this long for it at most
-
-
-def _account(call: Call, response) -> dict:
-    """Put a provider response's tokens and cost (litellm's price table) on `call`; returns its JSON."""
-    payload = response.model_dump(mode="json")
-    usage = payload.get("usage") or {}
-    call.prompt_tokens = int(usage.get("prompt_tokens") or 0)
-    call.completion_tokens = int(usage.get("completion_tokens") or 0)
-    call.cost_usd = float((getattr(response, "_hidden_params", None) or {}).get("response_cost") or 0.0)
-    return payload
-
 
 
 class Gateway:
@@ -207,7 +198,7 @@ class Gateway:
             try:
                 response = lit.completion(model=model, messages=[{"role": "user", "content": "Reply with OK."}],
                                           max_tokens=16, num_retries=0, timeout=60, drop_params=True)
-                _account(call, response)
+                account(call, response)
             except Exception as e:
                 call.error = redact(f"{type(e).__name__}: {e}")[:2000]
                 problem = preflight_problem(e, model)
@@ -284,6 +275,7 @@ class Gateway:
         """Forward a checked request to its provider, book it and cache the answer."""
         started = time.monotonic()
         call = Call(session.run_id, session.node, session.role, model)
+        messages, params = forwarded(model, session, messages, params, self.gw.prompt_caching)
         try:
             response, call.attempts = self._forward(model, messages, params)
         except Exception as e:
@@ -301,7 +293,7 @@ class Gateway:
             status = status if isinstance(status, int) and 400 <= status < 600 else 502
             return error_reply(status, f"provider call for {model} failed: {call.error}", "provider_error")
         call.latency_s = time.monotonic() - started
-        payload = _account(call, response)
+        payload = account(call, response, self._pricing[model])
         self._breaker.answered(model)
         with self._lock:
             session.answered += 1
@@ -317,7 +309,7 @@ class Gateway:
         call = Call(self.run_id, "probe", "probe", model)
         try:
             response, call.attempts = self._forward(model, PROBE, {"max_tokens": 16})
-            _account(call, response)
+            account(call, response)
         except Exception as e:
             call.error = redact(f"{type(e).__name__}: {e}")[:2000]
             return call.error if is_provider_failure(e) else None

@@ -176,7 +176,13 @@ _ADMITTED = ("model", "messages", "stream")
 
 _ROLES = ("system", "user", "assistant", "tool", "developer")
 _MESSAGE = {"role": str, "content": object, "name": str, "tool_calls": list, "tool_call_id": str}
-_TEXT_PART = {"type": str, "text": str}
+_TEXT_PART = {"type": str, "text": str, "cache_control": dict}
+# A prompt-cache breakpoint of Anthropic's API, the one kind a caller may set, and only on a text part:
+# litellm reads marks elsewhere (tools, whole messages) in ways of its own, and turns them into Gemini
+# context caches, calls of its own that the gateway would not see.
+_CACHE_CONTROL = {"type": str, "ttl": str}
+CACHE_TTLS = ("5m", "1h")  # the lifetimes Anthropic's API takes
+MAX_CACHE_MARKS = 4  # breakpoints one Anthropic request may hold, the caller's and the gateway's together
 _TOOL_CALL = {"id": str, "type": str, "function": dict}
 # Fields of a response's message (and its tool calls) that agents send back when they append
 # `message.model_dump()` to their history: dropped, never forwarded, and not an error.
@@ -185,17 +191,31 @@ _ECHOED = frozenset(("provider_specific_fields", "refusal", "annotations", "audi
 _CALLED = {"name": str, "arguments": str}
 
 
-def _content(name: str, value) -> None:
+def _cache_control(name: str, value: dict) -> None:
+    """A check of a text part's cache breakpoint: {"type": "ephemeral"} with an optional ttl the provider takes."""
+    _shaped(name, value, _CACHE_CONTROL, required=("type",))
+    if value["type"] != "ephemeral":
+        raise _invalid(f"{name}.type", "must be 'ephemeral'")
+    if value.get("ttl") is not None and value["ttl"] not in CACHE_TTLS:
+        raise _invalid(f"{name}.ttl", "must be one of " + ", ".join(map(repr, CACHE_TTLS)))
+
+
+def _content(name: str, value) -> int:
     """A check of a message's content: a string, null, or text parts (no images or files: a provider fetches
-    their URLs)."""
+    their URLs); the number of cache breakpoints its parts set."""
     if value is None or isinstance(value, str):
-        return
+        return 0
     if not isinstance(value, list):
         raise _invalid(name, "must be a string, a list of text parts or null")
+    marks = 0
     for i, part in enumerate(value):
         _shaped(f"{name}[{i}]", part, _TEXT_PART, required=("type", "text"))
         if part["type"] != "text":
             raise _invalid(f"{name}[{i}].type", "must be 'text'")
+        if part.get("cache_control") is not None:
+            _cache_control(f"{name}[{i}].cache_control", part["cache_control"])
+            marks += 1
+    return marks
 
 
 def _without_echoes(value):
@@ -210,6 +230,7 @@ def _messages(value: list) -> list:
     if not value:
         raise _invalid("messages", "must not be empty")
     value = [_without_echoes(m) for m in value]
+    marks = 0
     for i, message in enumerate(value):
         where = f"messages[{i}]"
         _shaped(where, message, _MESSAGE, required=("role",))
@@ -217,13 +238,15 @@ def _messages(value: list) -> list:
             message["tool_calls"] = [_without_echoes(call) for call in message["tool_calls"]]
         if message["role"] not in _ROLES:
             raise _invalid(f"{where}.role", "must be one of " + ", ".join(map(repr, _ROLES)))
-        _content(f"{where}.content", message.get("content"))
+        marks += _content(f"{where}.content", message.get("content"))
         for j, call in enumerate(message.get("tool_calls") or ()):
             at = f"{where}.tool_calls[{j}]"
             _shaped(at, call, _TOOL_CALL, required=("id", "type", "function"))
             if call["type"] != "function":
                 raise _invalid(f"{at}.type", "must be 'function'")
             _shaped(f"{at}.function", call["function"], _CALLED, required=("name", "arguments"))
+    if marks > MAX_CACHE_MARKS:
+        raise _invalid("messages", f"sets {marks} cache_control breakpoints; at most {MAX_CACHE_MARKS} are allowed")
     return value
 
 

@@ -4,6 +4,10 @@ A price is the config's `gateway.prices` entry where it has one (USD per 1M toke
 local model, and otherwise litellm's table, with which litellm also prices every response the
 gateway books (`register_price` gives it an entry for each allowed model); 0 where no one
 knows the model: its tokens are still counted.
+
+Prompt tokens a provider read from its prompt cache, or wrote to it, have rates of their own
+(litellm's cache_read_input_token_cost and cache_creation_input_token_cost); where the table
+has none, litellm charges them at the input price, and so does `Pricing`.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
+from services.gateway.caching import takes_marks
 from services.local_model import DEFAULT_MAX_TOKENS, is_local
 from services.providers import _litellm, provider_of
 
@@ -18,6 +23,11 @@ from services.providers import _litellm, provider_of
 # (long prompts, priority service, reasoning tokens, ...).
 _INPUT = ("input_cost_per_token",)
 _OUTPUT = ("output_cost_per_token", "output_cost_per_reasoning_token")
+_READ, _WRITE = "cache_read_input_token_cost", "cache_creation_input_token_cost"
+# A configured price of two numbers gives the cached rates at the ratio litellm's table lists for the model;
+# for a model it does not list, these: Anthropic's (a read at a tenth of the input price, a five-minute write
+# at 1.25 times it). Providers that bill no writes (OpenAI) report none, so their write rate is never used.
+DEFAULT_READ_RATIO, DEFAULT_WRITE_RATIO = 0.1, 1.25
 
 
 @dataclass(frozen=True)
@@ -27,16 +37,40 @@ class Pricing:
     dearest_input_usd: float = 0.0  # per prompt token, the dearest tier (long prompts cost more on some models)
     dearest_output_usd: float = 0.0  # per output token, the dearest tier (reasoning tokens included)
     max_output: int | None = None  # most tokens the model writes in one reply, where that is known
+    cache_read_usd: float = 0.0  # per prompt token read from the provider's prompt cache, the listed price
+    cache_write_usd: float = 0.0  # per prompt token written to the provider's prompt cache (five-minute), listed
+
+    def cache_saved(self, read_tokens: int, written_tokens: int) -> float:
+        """What a call's cached prompt tokens saved against the input price (less than 0 when writes cost
+        more than reads saved), at the listed rates."""
+        return read_tokens * (self.input_usd - self.cache_read_usd) - written_tokens * (self.cache_write_usd
+                                                                                       - self.input_usd)
+
+
+def configured(info: dict, price: list[float]) -> dict:
+    """litellm table keys (USD per token) for a configured price: [input, output] per 1M tokens, or [input,
+    output, cached read, cache write]; with two, cached rates as DEFAULT_READ_RATIO says."""
+    per_token = [p / 1e6 for p in price]
+    listed = info.get("input_cost_per_token")
+    if len(per_token) == 4:
+        read, write = per_token[2:]
+    else:
+        def ratio(key: str, default: float) -> float:
+            rate = info.get(key)
+            return rate / listed if type(rate) in (int, float) and type(listed) in (int, float) and listed > 0 \
+                else default
+        read, write = per_token[0] * ratio(_READ, DEFAULT_READ_RATIO), per_token[0] * ratio(_WRITE, DEFAULT_WRITE_RATIO)
+    return {"input_cost_per_token": per_token[0], "output_cost_per_token": per_token[1], _READ: read, _WRITE: write}
 
 
 def pricing_of(model: str, prices: dict) -> Pricing:
     """`model`'s prices and output cap. `prices` is the config's gateway.prices (model -> [USD per 1M
-    input tokens, per 1M output tokens]); its entry replaces litellm's listed price, as `register_price`
-    does in litellm's table, whose dearer tiers for the model still count."""
+    input tokens, per 1M output tokens(, per 1M cached read, per 1M cache write)]); its entry replaces
+    litellm's listed prices, as `register_price` does in litellm's table, whose dearer tiers for the
+    model still count."""
     info = {} if is_local(model) else _model_info(model)
     if model in prices:
-        per_million_in, per_million_out = prices[model]
-        info = {**info, "input_cost_per_token": per_million_in / 1e6, "output_cost_per_token": per_million_out / 1e6}
+        info = {**info, **configured(info, prices[model])}
 
     def dearest(*prefixes: str) -> float:
         return max((float(v) for k, v in info.items() if k.startswith(prefixes) and type(v) in (int, float)),
@@ -45,9 +79,15 @@ def pricing_of(model: str, prices: dict) -> Pricing:
     def listed(key: str) -> float:
         return float(info[key]) if type(info.get(key)) in (int, float) else 0.0
 
+    def cached(key: str) -> float:  # as litellm prices it: at the input price where the table has no rate
+        return listed(key) if type(info.get(key)) in (int, float) else listed("input_cost_per_token")
+
+    # A prompt written to the cache of a provider that takes marks costs up to twice its input price (a one-hour
+    # write): that is its dearest input.
+    dearest_input = max(dearest(*_INPUT), dearest(_WRITE) if takes_marks(model) else 0.0)
     most = DEFAULT_MAX_TOKENS if is_local(model) else info.get("max_output_tokens")
-    return Pricing(listed("input_cost_per_token"), listed("output_cost_per_token"), dearest(*_INPUT), dearest(*_OUTPUT),
-                   most if type(most) is int and most > 0 else None)
+    return Pricing(listed("input_cost_per_token"), listed("output_cost_per_token"), dearest_input, dearest(*_OUTPUT),
+                   most if type(most) is int and most > 0 else None, cached(_READ), cached(_WRITE))
 
 
 def _model_info(model: str) -> dict:
@@ -58,19 +98,17 @@ def _model_info(model: str) -> dict:
         return dict(lit.get_model_info(model))
     except Exception:
         entry = lit.model_cost.get(model) or lit.model_cost.get(model.split("/", 1)[-1]) or {}
-        return {k: v for k, v in entry.items() if k.startswith(_INPUT + _OUTPUT)}
+        return {k: v for k, v in entry.items() if k.startswith(_INPUT + _OUTPUT + (_READ,))}
 
 
 @lru_cache(maxsize=None)
-def _own_listing(model: str) -> tuple[bool, tuple[float, float]]:
-    """Whether litellm finds `model` for a call, and the prices its own table lists for it (USD per 1M
-    tokens, 0 where none): asked once, before this process registers anything over them."""
+def _own_listing(model: str) -> tuple[bool, dict]:
+    """Whether litellm finds `model` for a call, and what its own table lists for it: asked once, before this
+    process registers anything over it."""
     try:
-        _litellm().get_model_info(model)
-        return True, (0.0, 0.0)
+        return True, dict(_litellm().get_model_info(model))
     except Exception:
-        info = _model_info(model)
-        return False, tuple(1e6 * float(info.get(k) or 0.0) for k in ("input_cost_per_token", "output_cost_per_token"))
+        return False, _model_info(model)
 
 
 def register_price(model: str, price: list[float] | None) -> None:
@@ -85,9 +123,10 @@ def register_price(model: str, price: list[float] | None) -> None:
     known, listed = _own_listing(model)
     if price is None and known:
         return
-    price = price or listed
-    entry = {"input_cost_per_token": price[0] / 1e6, "output_cost_per_token": price[1] / 1e6,
-             "litellm_provider": provider_of(model), "mode": "chat"}
-    if not known:  # cached tokens cost 0 either way; saying so keeps litellm from warning about it
-        entry.update(cache_creation_input_token_cost=0.0, cache_read_input_token_cost=0.0)
-    _litellm().register_model({model: entry})
+    if price is None:  # the table's own prices, found under another name; cached rates at the input price if none
+        rates = {k: float(listed.get(k) or 0.0) for k in ("input_cost_per_token", "output_cost_per_token")}
+        rates.update({k: float(listed[k]) if type(listed.get(k)) in (int, float) else rates["input_cost_per_token"]
+                      for k in (_READ, _WRITE)})
+    else:
+        rates = configured(listed, price)
+    _litellm().register_model({model: {**rates, "litellm_provider": provider_of(model), "mode": "chat"}})

@@ -190,6 +190,37 @@ def test_messages_are_checked_to_their_parts(gw, key, fake_openai, messages, whe
     assert fake_openai.count == 0
 
 
+def marked_part(mark, text: str = "x") -> list:
+    """One user message whose text part carries `mark` as its cache_control."""
+    return [{"role": "user", "content": [{"type": "text", "text": text, "cache_control": mark}]}]
+
+
+@pytest.mark.attack("cache_control past the one bounded kind allowed (ephemeral, on a text part, a lifetime the "
+                    "provider takes, at most 4): other types, lifetimes or fields, on tool calls, more than 4, and "
+                    "marks sent on to a provider that does not read them as cache breakpoints")
+@pytest.mark.parametrize("messages, where", [
+    (marked_part({"type": "persistent"}), "messages[0].content[0].cache_control.type"),
+    (marked_part({}), "messages[0].content[0].cache_control.type"),
+    (marked_part({"type": "ephemeral", "ttl": "24h"}), "messages[0].content[0].cache_control.ttl"),
+    (marked_part({"type": "ephemeral", "ttl": 3600}), "messages[0].content[0].cache_control.ttl"),
+    (marked_part({"type": "ephemeral", "scope": "global"}), "messages[0].content[0].cache_control.scope"),
+    (marked_part("ephemeral"), "messages[0].content[0].cache_control"),
+    ([{"role": "assistant", "content": None, "tool_calls": [{"id": "1", "type": "function", "function": {
+        "name": "f", "arguments": "{}"}, "cache_control": {"type": "ephemeral"}}]}],
+     "messages[0].tool_calls[0].cache_control"),
+    (marked_part({"type": "ephemeral"}) * 5, "messages"),
+])
+def test_cache_marks_are_bounded(gw, key, fake_openai, messages, where):
+    """A mark a provider or litellm would read otherwise, or more than a request may hold."""
+    status, answer = post(gw, {"model": "openai/fake", "messages": messages}, key)
+    assert status == 400 and message(answer).startswith(f"field {where!r}")
+    assert fake_openai.count == 0
+    # The bounded form passes, and goes no further than a provider that reads it as a cache breakpoint.
+    allowed = marked_part({"type": "ephemeral", "ttl": "1h"}) * 3 + marked_part({"type": "ephemeral"})
+    assert post(gw, {"model": "openai/fake", "messages": allowed}, key)[0] == 200
+    assert "cache_control" not in json.dumps(fake_openai.requests[-1]["json"])
+
+
 def raw_post(gw, head: str) -> bytes:
     """Send request headers alone, no body, and read the answer until the gateway closes."""
     with socket.create_connection(("127.0.0.1", urlsplit(gw.url).port), timeout=10) as conn:
