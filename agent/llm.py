@@ -1,24 +1,31 @@
 """A small LLM client: one chat call through the run's gateway, text plus usage back.
 
-Inside a run the trusted core sets AGENT_GATEWAY_URL and AGENT_GATEWAY_KEY; calls go
-there as an OpenAI-compatible endpoint, and the gateway forwards them to the real
-provider. Outside a run (no gateway in the environment) the call goes straight to
-the provider with litellm, using the provider's own environment variables.
+Inside a run the trusted core sets AGENT_GATEWAY_URL and AGENT_GATEWAY_KEY. The gateway is an
+OpenAI-compatible endpoint that translates for every provider on the host, so the call is one
+HTTP request made with the standard library: importing litellm would cost each sandboxed
+process seconds of CPU and about 180 MB for nothing it needs here. Outside a run (no gateway
+in the environment) the call goes straight to the provider with litellm, using the
+provider's own environment variables; only then is litellm imported.
+
+Each call through the gateway is also announced as the audit event USAGE_EVENT (tokens and
+the gateway's cost), so the evaluation worker can count a row's usage without this module
+knowing of it.
 """
 
 from __future__ import annotations
 
+import http.client
+import json
 import os
-import threading
+import sys
+import urllib.parse
 from dataclasses import dataclass, field
 
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-
-import litellm  # noqa: E402
-
-litellm.suppress_debug_info = True
-
 MAX_ATTEMPTS = 2  # the gateway already retries provider errors; this covers an empty answer
+# Longer than one provider call at the gateway (gateway.request_timeout_s, 900 s by default) and
+# a retry; a row and the meta agent have deadlines of their own. `timeout=` changes it per call.
+TIMEOUT_S = 1800.0
+USAGE_EVENT = "agent.llm.usage"  # sys.audit(USAGE_EVENT, prompt_tokens, completion_tokens, cost_usd)
 
 
 @dataclass
@@ -42,37 +49,13 @@ class LLMReply:
     tool_calls: list[dict] = field(default_factory=list)
 
 
-def _route(model: str) -> dict:
-    url = os.environ.get("AGENT_GATEWAY_URL")
-    if not url:
-        return {"model": model}
-    # The gateway is an OpenAI-compatible server: litellm's provider for those (named for
-    # vLLM) sends the rest of the string as the model name, which the gateway resolves. It
-    # takes every OpenAI parameter and, unlike "openai/", skips the openai SDK's request
-    # and response models: about a millisecond less CPU a call, on every row.
-    route = f"hosted_vllm/{model}"
-    _price_at_zero(route)
-    return {"model": route, "api_base": url, "api_key": os.environ.get("AGENT_GATEWAY_KEY", "")}
+class LLMError(Exception):
+    """A call the gateway refused or could not make; `status_code` is its HTTP status (None when the
+    gateway was not reached), e.g. 402 when the run's budget is spent."""
 
-
-_priced: set[str] = set()
-_priced_lock = threading.Lock()
-
-
-def _price_at_zero(route: str) -> None:
-    """Give litellm a zero price for a gateway route, once per process.
-
-    The gateway prices every call (its cost comes back in a header). Without a price here,
-    litellm looks the gateway's model name up after every call, fails, and formats a
-    traceback: about a millisecond of CPU a call, spent on a number nobody reads.
-    """
-    with _priced_lock:
-        if route in _priced:
-            return
-        free = dict.fromkeys(("input_cost_per_token", "output_cost_per_token", "cache_creation_input_token_cost",
-                              "cache_read_input_token_cost"), 0.0)
-        litellm.register_model({route: {**free, "litellm_provider": "hosted_vllm", "mode": "chat"}})
-        _priced.add(route)
+    def __init__(self, message: str, status_code: int | None = None):
+        super().__init__(message)
+        self.status_code = status_code
 
 
 def needs_constrained_decoding(model: str) -> bool:
@@ -82,6 +65,71 @@ def needs_constrained_decoding(model: str) -> bool:
     answer freely, since forcing the shape of a strong model's answer cuts its reasoning.
     """
     return model in os.environ.get("AGENT_STRUCTURED_MODELS", "").split(",")
+
+
+def _refusal(status: int, data: bytes) -> str:
+    """The gateway's error message from its OpenAI-shaped error body, else the status and the body's start."""
+    try:
+        return str(json.loads(data)["error"]["message"])
+    except (ValueError, KeyError, TypeError):
+        reason = http.client.responses.get(status, "")
+        return f"HTTP {status} {reason}: {data[:500].decode('utf-8', 'replace')}"
+
+
+def _post(url: str, key: str, body: dict, timeout: float) -> tuple[dict, float]:
+    """POST one chat request to the gateway at `url`: (the completion, its cost in dollars)."""
+    parts = urllib.parse.urlsplit(url)
+    kind = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+    conn = kind(parts.hostname, parts.port, timeout=timeout)
+    try:
+        conn.request("POST", parts.path.rstrip("/") + "/chat/completions", json.dumps(body).encode(),
+                     {"Content-Type": "application/json", "Authorization": f"Bearer {key}"})
+        response = conn.getresponse()
+        data = response.read()
+        cost = response.getheader("x-gateway-cost-usd") or "0"
+    except TimeoutError:
+        raise LLMError(f"the gateway gave no answer within {timeout:g} s") from None
+    except (OSError, http.client.HTTPException) as e:
+        raise LLMError(f"cannot reach the gateway at {url}: {type(e).__name__}: {e}") from None
+    finally:
+        conn.close()
+    if response.status != 200:
+        raise LLMError(_refusal(response.status, data), response.status)
+    try:
+        return json.loads(data), float(cost)
+    except ValueError:
+        raise LLMError("the gateway's answer is not JSON") from None
+
+
+def _through_gateway(url: str, model: str, messages: list[dict], params: dict) -> tuple[str, list[dict], Usage]:
+    timeout = params.pop("timeout", None) or TIMEOUT_S
+    completion, cost = _post(url, os.environ.get("AGENT_GATEWAY_KEY", ""),
+                             {"model": model, "messages": messages, **params}, timeout)
+    try:
+        message = completion["choices"][0]["message"]
+        counts = completion.get("usage") or {}
+        usage = Usage(int(counts.get("prompt_tokens") or 0), int(counts.get("completion_tokens") or 0), 1)
+    except (KeyError, IndexError, TypeError, ValueError):
+        raise LLMError("the gateway's answer has no message") from None
+    sys.audit(USAGE_EVENT, usage.prompt_tokens, usage.completion_tokens, cost)
+    calls = [call for call in message.get("tool_calls") or [] if isinstance(call, dict)]
+    return message.get("content") or "", calls, usage
+
+
+def _to_provider(model: str, messages: list[dict], params: dict) -> tuple[str, list[dict], Usage]:
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # else litellm fetches prices at import
+    import litellm
+
+    litellm.suppress_debug_info = True
+    if params.get("tools"):
+        # litellm otherwise imports its MCP gateway support to inspect the tools, which needs the
+        # optional `mcp` package; plain function tools never need it.
+        params["_skip_mcp_handler"] = True
+    response = litellm.completion(model=model, messages=messages, num_retries=0, **params)
+    u = getattr(response, "usage", None)
+    usage = Usage(getattr(u, "prompt_tokens", 0) or 0, getattr(u, "completion_tokens", 0) or 0, 1)
+    message = response.choices[0].message
+    return message.content or "", [call.model_dump() for call in getattr(message, "tool_calls", None) or []], usage
 
 
 def get_response(
@@ -96,7 +144,9 @@ def get_response(
 
     `schema` is the JSON schema of the answer, enforced only where the model needs it
     (see `needs_constrained_decoding`); then the answer is a bare JSON object.
-    `params` go to litellm as they are, e.g. `tools=[{"type": "function", ...}]` for native tool calls.
+    `params` are OpenAI chat parameters sent as they are, e.g. `tools=[{"type": "function", ...}]`
+    for native tool calls; `timeout` (seconds) bounds the wait. Raises LLMError when the gateway
+    refuses or fails the call.
     """
     extra = dict(params)
     if schema is not None and needs_constrained_decoding(model):
@@ -105,19 +155,15 @@ def get_response(
         extra["temperature"] = temperature
     if max_tokens is not None:
         extra["max_tokens"] = max_tokens
-    if extra.get("tools"):
-        # litellm otherwise imports its MCP gateway support to inspect the tools, which needs the
-        # optional `mcp` package; plain function tools never need it.
-        extra["_skip_mcp_handler"] = True
+    url = os.environ.get("AGENT_GATEWAY_URL")
     usage = Usage()
     text, tool_calls = "", []
     for _ in range(MAX_ATTEMPTS):
-        response = litellm.completion(messages=messages, num_retries=0, **_route(model), **extra)
-        u = getattr(response, "usage", None)
-        usage.add(Usage(getattr(u, "prompt_tokens", 0) or 0, getattr(u, "completion_tokens", 0) or 0, 1))
-        message = response.choices[0].message
-        text = message.content or ""
-        tool_calls = [call.model_dump() for call in getattr(message, "tool_calls", None) or []]
+        if url:
+            text, tool_calls, used = _through_gateway(url, model, messages, dict(extra))
+        else:
+            text, tool_calls, used = _to_provider(model, messages, dict(extra))
+        usage.add(used)
         if text.strip() or tool_calls:
             break
     return LLMReply(text, usage, tool_calls)

@@ -12,7 +12,6 @@ hostile data, and only ever to tell a meta agent that changed nothing why.
 """
 
 import argparse
-import gc
 import inspect
 import json
 import os
@@ -90,15 +89,9 @@ def main() -> int:
     ap.add_argument("--agent_root", default=None,
                     help="where the meta agent's own code is, if not in --repo (a frozen copy, for a baseline)")
     args = ap.parse_args()
-    import litellm  # what the meta agent will import anyway
+    from route import route_on_import  # mounted beside this file
 
-    from route import route_to_gateway  # mounted beside this file
-
-    route_to_gateway(litellm)  # a meta agent that calls a provider's model directly still reaches the gateway
-
-    # Its objects are never garbage: kept out of every collection, the process also exits
-    # about 0.7 s sooner (finalization otherwise walks them all), which is the generation's time.
-    gc.freeze()
+    route_on_import()  # a meta agent that calls a provider's model with litellm still reaches the gateway
     sys.path.insert(0, args.agent_root or args.repo)
     try:
         from meta_agent import MetaAgent

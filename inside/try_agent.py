@@ -8,7 +8,6 @@ the sandbox. Model calls go through the gateway under the try key, booked to the
 """
 
 import argparse
-import gc
 import json
 import os
 import sys
@@ -43,11 +42,9 @@ def main() -> int:
         rows = [r for r in rows if str(r["id"]) in wanted]
     else:
         rows = rows[: args.rows]
-    import litellm  # what the task agent will import anyway
-    from route import route_to_gateway
+    from route import route_on_import
 
-    route_to_gateway(litellm)  # as in the evaluation's worker: provider model names reach the gateway
-    gc.freeze()  # never garbage: the command then exits about 0.7 s sooner (see run_meta.py)
+    route_on_import()  # as in the evaluation's worker: provider model names reach the gateway
     os.environ.update(AGENT_GATEWAY_KEY=os.environ["TRY_GATEWAY_KEY"], OPENAI_API_KEY=os.environ["TRY_GATEWAY_KEY"])
     sys.path.insert(0, os.environ.get("WORKSPACE", "/workspace"))
     from task_agent import TaskAgent

@@ -1,10 +1,9 @@
 """The task-agent worker: loads a TaskAgent and answers rows sent as JSON lines.
 
 It runs where agent code may run (a sandbox from the sandbox layer on), so it imports
-nothing from the trusted core: stdlib and litellm only. Protocol, one JSON object a line:
+nothing from the trusted core: the standard library only. Protocol, one JSON object a line:
 
   harness -> worker   {"id": ..., "inputs": {...}}
-  harness -> worker   one empty line first, when started with --wait_for_go
   worker -> harness   {"ready": true} once loaded, or {"fatal": "..."} and exit
                       {"started": id} when a thread takes a row up (rows may queue here)
                       {"id", "prediction", "error", "usage", "seconds"} per row
@@ -13,13 +12,18 @@ Rows run concurrently in a thread pool. Agent code that prints to stdout cannot
 corrupt the protocol: file descriptor 1 is pointed at stderr before the agent loads.
 Every row is answered whatever its agent code returns or raises: a prediction is text
 made here (a __str__ that raises cannot stop it), at most --max_prediction_bytes long.
+
+Each row's usage (calls, tokens, the gateway's cost) is counted from two sources: the audit
+event agent/llm.py raises per call (USAGE_EVENT), and litellm's completion, wrapped when an
+agent that brings its own client imports litellm (inside/route.py). The worker itself never
+imports litellm: most agents do not need it, and it costs seconds and ~180 MB per process.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextvars
-import gc
+import functools
 import importlib
 import importlib.util
 import json
@@ -34,36 +38,48 @@ from pathlib import Path
 
 # A row's usage; a context variable, so threads the agent starts with copy_context() add to it too.
 _usage: contextvars.ContextVar = contextvars.ContextVar("usage", default=None)
+# The audit event agent/llm.py raises after each call through the gateway, with the call's prompt
+# tokens, completion tokens and cost in dollars (the gateway's x-gateway-cost-usd header).
+USAGE_EVENT = "agent.llm.usage"
 
 
-def _count_usage(completion):
-    """Wrap litellm.completion so each row's calls, tokens and gateway cost add up per row."""
+def add_usage(prompt_tokens, completion_tokens, cost_usd) -> None:
+    """Count one model call to the row of the current context, if a row runs there."""
+    usage = _usage.get()
+    if usage is not None:
+        usage["calls"] += 1
+        usage["prompt_tokens"] += int(prompt_tokens)
+        usage["completion_tokens"] += int(completion_tokens)
+        usage["cost_usd"] += float(cost_usd)
 
+
+def _on_audit(event: str, args: tuple) -> None:
+    # Called for every audit event of the process (imports, opens, ...), so it does one comparison
+    # for all others. It must not raise: the exception would fail the audited operation.
+    if event == USAGE_EVENT:
+        try:
+            add_usage(*args)
+        except Exception:  # agent code can raise the event with anything in it
+            pass
+
+
+def count_litellm(litellm) -> None:
+    """Wrap litellm.completion so an agent's own litellm calls count for its row too."""
+    completion = litellm.completion
+
+    @functools.wraps(completion)
     def counted(*args, **kwargs):
         response = completion(*args, **kwargs)
-        usage = _usage.get()
-        if usage is not None:
-            u = getattr(response, "usage", None)
-            usage["calls"] += 1
-            usage["prompt_tokens"] += getattr(u, "prompt_tokens", 0) or 0
-            usage["completion_tokens"] += getattr(u, "completion_tokens", 0) or 0
-            headers = (getattr(response, "_hidden_params", None) or {}).get("additional_headers") or {}
-            try:
-                usage["cost_usd"] += float(headers.get("llm_provider-x-gateway-cost-usd", 0) or 0)
-            except ValueError:
-                pass
+        u = getattr(response, "usage", None)
+        headers = (getattr(response, "_hidden_params", None) or {}).get("additional_headers") or {}
+        try:
+            add_usage(getattr(u, "prompt_tokens", 0) or 0, getattr(u, "completion_tokens", 0) or 0,
+                      headers.get("llm_provider-x-gateway-cost-usd", 0) or 0)
+        except (TypeError, ValueError):
+            pass
         return response
 
-    return counted
-
-
-# litellm's providers for an OpenAI-compatible gateway: `agent/llm.py` routes through the
-# first, warmed up before the worker is ready; agents that evolved their own client may use
-# the others, warmed up in the background once the agent loaded (seconds on the start's
-# critical path otherwise; a row that calls one first waits for that warm-up's imports).
-WARM_UP_PROVIDERS = ("hosted_vllm",)
-BACKGROUND_WARM_UP_PROVIDERS = ("openai",)
-WARM_UP_JOIN_S = 60.0  # the background warm-up is a few stub calls; the exit waits this long for it at most
+    litellm.completion = counted
 
 
 def is_file_path(agent_path: str) -> bool:
@@ -170,9 +186,6 @@ def parse_args(argv=None) -> argparse.Namespace:
                     help="another entry point of the workspace that must import (the loop's load check)")
     ap.add_argument("--max_prediction_bytes", type=int, default=1_000_000,
                     help="a longer prediction (UTF-8) is answered as an error")
-    ap.add_argument("--wait_for_go", action="store_true",
-                    help="import litellm, then wait for a line on stdin before loading the agent "
-                         "(the harness starts the worker before the agent's files are in place)")
     return ap.parse_args(argv)
 
 
@@ -191,44 +204,6 @@ def protocol_writer():
             protocol.flush()
 
     return send
-
-
-def import_litellm(send) -> None:
-    """litellm imported and warmed up, its completion counted per row; exits on failure.
-
-    The garbage collector is off meanwhile: the import makes millions of objects and next to no
-    garbage, and collecting during it took a fifth of its time. What it made is then frozen, so
-    the collections of the run do not go over it again.
-    """
-    gc.disable()
-    try:
-        import litellm
-
-        litellm.suppress_debug_info = True
-        from warm_up import warm_up  # mounted beside this file
-
-        warm_up(litellm, WARM_UP_PROVIDERS)
-        from route import route_to_gateway  # mounted beside this file
-
-        route_to_gateway(litellm)  # an agent that calls a provider's model directly still reaches the gateway
-        litellm.completion = _count_usage(litellm.completion)
-    except BaseException as e:
-        send({"fatal": f"cannot import litellm: {describe(e)}"})
-        sys.exit(1)
-    finally:
-        gc.freeze()
-        gc.enable()
-
-
-def warm_up_quietly(providers) -> None:
-    """`warm_up` for `providers`, in a thread of its own: a failure only leaves the cost to the first call."""
-    try:
-        import litellm
-        from warm_up import warm_up
-
-        warm_up(litellm, providers)
-    except BaseException:
-        pass
 
 
 def load_agent(args, send):
@@ -286,22 +261,17 @@ def main() -> None:
     send = protocol_writer()
     if args.transcripts:
         os.makedirs(args.transcripts, exist_ok=True)
-    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-    import_litellm(send)
-    if args.wait_for_go and not sys.stdin.readline():
-        sys.exit(0)  # the harness went away before the agent was needed
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # for an agent that imports litellm
+    sys.addaudithook(_on_audit)
+    from route import route_on_import  # mounted beside this file
+
+    route_on_import(count_litellm)
     TaskAgent = load_agent(args, send)
-    warming = threading.Thread(target=warm_up_quietly, args=(BACKGROUND_WARM_UP_PROVIDERS,), name="warm-up",
-                               daemon=True)
-    warming.start()
     send({"ready": True})
     with ThreadPoolExecutor(max_workers=max(1, args.workers)) as pool:
         for line in sys.stdin:
             if line.strip():
                 pool.submit(run_row, send, TaskAgent, args, json.loads(line))
-    # Not left importing at exit: the interpreter would stop it holding an import lock that litellm's
-    # finalizers then wait on forever (services/gateway/core.py, Gateway.stop).
-    warming.join(WARM_UP_JOIN_S)
 
 
 if __name__ == "__main__":

@@ -99,8 +99,8 @@ class Evaluator:
 
     def node_sandbox(self, node_id: str, node_dir: Path, transcripts: Path,
                      check_imports: list[str] = ()) -> "NodeSandbox":
-        """A node's evaluation sandbox, to open before its files exist (see NodeSandbox); its worker
-        writes transcripts to `transcripts` and nothing else, its log goes to `node_dir`."""
+        """A node's evaluation sandbox (see NodeSandbox); its worker writes transcripts to `transcripts`
+        and nothing else, its log goes to `node_dir`."""
         workspace = self.run_dir / "workspaces" / f"{node_id}-eval"
         return NodeSandbox(self, workspace, node_id, node_dir, transcripts, list(check_imports))
 
@@ -254,10 +254,9 @@ class NodeTools:
 class NodeSandbox:
     """A node's evaluation workspace, its sandbox and its task-agent worker.
 
-    Entered before the node's files exist: the worker starts at once and pays its imports
-    (litellm: ~2 s) while the meta agent is still writing the code, and loads the agent
-    only when `Evaluator.evaluate` asks. `fill` puts the files of a commit in place.
-    The workspace holds the files only, without git metadata, and is removed on exit.
+    Entered with an empty workspace; `fill` puts the files of a commit in place, and the worker
+    starts and loads the agent when `Evaluator.evaluate` asks. The workspace holds the files
+    only, without git metadata, and is removed on exit.
     """
 
     def __init__(self, evaluator: Evaluator, workspace: Path, node_id: str, node_dir: Path, transcripts: Path,
@@ -285,7 +284,6 @@ class NodeSandbox:
                                       "task", self.transcripts, self.node_dir / "worker.log",
                                       also_import=self.check_imports)
             self._stack.callback(self.worker.stop)
-            self.worker.prestart()
         except BaseException:
             self._stack.close()
             raise

@@ -24,7 +24,6 @@ change is not asked for again, evaluations continue from their journals.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import random
@@ -41,7 +40,6 @@ from optimizer.evaluation import (
     BudgetStop,
     Evaluator,
     LoadFailed,
-    NodeSandbox,
     Peers,
     split_rows,
 )
@@ -223,42 +221,30 @@ class Loop:
             return node
         started = time.monotonic()
         parent_commit = self.repo.node_commit(parent)
-        with contextlib.ExitStack() as stack:
-            done = self.archive.meta_result(node_id)
-            prepared = None
-            if done is None:
-                prepared = self._prepare_evaluation(stack, node_id)
-                loop = self.config.loop
-                self.events.emit(GenerationStarted(node_id, parent, generation, loop.meta_timeout_s,
-                                                   loop.meta_max_calls))
-                done = self.run_meta_agent(node_id, parent_commit, generation)
-                self.archive.log_meta_result(node_id, done)
-                self.events.emit(MetaFinished(node_id, done))
-            node = Node(node_id, parent, generation, commit=done.commit, patch=done.patch,
-                        seconds={"meta": done.seconds})
-            evaluate_anyway = self.config.loop.meta_failure == "parent" and done.commit is not None
-            if done.status != Status.OK and not evaluate_anyway:
-                node.status, node.error = done.status, done.error
-            elif done.commit is None:
-                node.status = Status.NO_CHANGE
-            else:
-                # The paper's rule: a failed meta agent's change is still evaluated; its parent is what
-                # stops being chosen (archive.candidates reads meta_error).
-                node.meta_error = done.error if done.status != Status.OK else None
-                node = self._evaluate_new(node, prepared)
+        done = self.archive.meta_result(node_id)
+        if done is None:
+            loop = self.config.loop
+            self.events.emit(GenerationStarted(node_id, parent, generation, loop.meta_timeout_s,
+                                               loop.meta_max_calls))
+            done = self.run_meta_agent(node_id, parent_commit, generation)
+            self.archive.log_meta_result(node_id, done)
+            self.events.emit(MetaFinished(node_id, done))
+        node = Node(node_id, parent, generation, commit=done.commit, patch=done.patch,
+                    seconds={"meta": done.seconds})
+        evaluate_anyway = self.config.loop.meta_failure == "parent" and done.commit is not None
+        if done.status != Status.OK and not evaluate_anyway:
+            node.status, node.error = done.status, done.error
+        elif done.commit is None:
+            node.status = Status.NO_CHANGE
+        else:
+            # The paper's rule: a failed meta agent's change is still evaluated; its parent is what
+            # stops being chosen (archive.candidates reads meta_error).
+            node.meta_error = done.error if done.status != Status.OK else None
+            node = self._evaluate_new(node)
         node.seconds["total"] = round(time.monotonic() - started, 3)
         self._book_costs(node)
         publish_feedback(self.run_dir, self.domains, self.evaluator.store, node)
         return node
-
-    def _prepare_evaluation(self, stack: contextlib.ExitStack, node_id: str) -> NodeSandbox | None:
-        """The child's evaluation sandbox, opened now so its worker's imports overlap the meta agent.
-
-        If it cannot open, None: the evaluation opens its own and records why it failed."""
-        try:
-            return stack.enter_context(self.node_sandbox(node_id))
-        except Exception:
-            return None
 
     def sandbox_out(self, node_id: str, part: str) -> Path:
         return untrusted_dir(self.run_dir, node_id, part)
@@ -315,11 +301,10 @@ class Loop:
             argv += ["--try_command", f"python {box.trusted_script('try_agent.py')} --rows 5"]
         return argv + (["--agent_root", FROZEN_META] if frozen else [])
 
-    def _evaluate_new(self, node: Node, prepared: NodeSandbox | None = None) -> Node:
+    def _evaluate_new(self, node: Node) -> Node:
         """Evaluate the committed change of `node` and fill in its scores or why it has none."""
         try:
-            with contextlib.ExitStack() as stack:
-                box = prepared or stack.enter_context(self.node_sandbox(node.node_id))
+            with self.node_sandbox(node.node_id) as box:
                 box.fill(self.repo, node.commit)
                 results = self.evaluator.evaluate(self.domains, box, self.repo.task_agent_hash(node.commit),
                                                   node.seconds, self._peers(node.parent, node.generation))

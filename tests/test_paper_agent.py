@@ -183,8 +183,9 @@ def test_model_rules_for_temperature_and_output_limit(fake_openai, env):
         from agent.llm import get_response_from_llm, sampling_params
         models = ["openai/gpt-4o", "openai/gpt-5", "openai/gpt-5-mini", "openai/gpt-5.2",
                   "anthropic/claude-3-haiku-20240307", "anthropic/claude-sonnet-4-5-20250929"]
-        result = {"params": {m: sampling_params(m) for m in models}, "drop_params": litellm.drop_params,
+        result = {"params": {m: sampling_params(m) for m in models},
                   "replies": [get_response_from_llm("hi", model=m)[0] for m in ("openai/gpt-5-mini", "openai/gpt-5.2")]}
+        result["drop_params"] = litellm.drop_params  # set when a call first uses litellm
     """, env)
     assert result["params"] == {
         "openai/gpt-4o": {"temperature": 0.0, "max_tokens": 16384},

@@ -146,7 +146,6 @@ def evaluate(args, config: Config) -> None:
     with removed_on_error(folder), run_folder(folder), lost_node_is_one_line(), services, \
             open_agent_worker(config, args.agent_path, model, services.gateway, folder, backend=backend,
                               node="eval", role=domain.model_role) as worker:
-        worker.prestart()
         rows = load_rows(domain, args.subset, proofs, args.num_samples)
         services.require(requested)
         if line := services.why_line(requested, "--model"):

@@ -106,29 +106,16 @@ class AgentWorker:
         self.key = gateway.new_session(node, role, [model], sandbox=sandbox)  # refused once the sandbox closed
         self.results: queue.Queue = queue.Queue()
         self.proc: WorkerProcess | None = None
-        self._parked = False  # launched with --wait_for_go and not told to go yet
-
-    def prestart(self) -> None:
-        """Launch the worker now so it pays its imports, but load the agent only at `start()`:
-        the loop calls this before the agent's files exist (while the meta agent writes them)."""
-        self.stop()
-        self._launch(wait_for_go=True)
 
     def start(self) -> None:
-        """Load the agent in the prestarted worker, or in a fresh one; returns once the agent loaded."""
+        """Start a fresh worker; returns once it loaded the agent."""
         if getattr(self.sandbox, "disk_capped", None):  # its watch kills whatever starts there now
             raise UserError(f"the agent's sandbox was stopped for {self.sandbox.disk_capped}")
-        # Here, not at construction: allowing a model prices it with litellm, whose import a
-        # prestarted worker's own import of it can overlap. No agent code runs before this.
+        # Here, where the first call can come: pricing the model imports litellm on the host, which the
+        # harness's command overlaps with the sandbox's start (domains/harness/__main__.py).
         self.gateway.allow_models(self.model)
-        try:
-            if self.proc is None or not self.proc.alive() or not self._parked:
-                raise BrokenPipeError
-            self.proc.go()
-        except OSError:  # none parked, or it died waiting
-            self.stop()
-            self._launch(wait_for_go=False)
-        self._parked = False
+        self.stop()
+        self._launch()
         deadline = time.monotonic() + self.config.harness.start_timeout_s
         while True:
             try:
@@ -147,7 +134,7 @@ class AgentWorker:
                 raise UserError(f"the agent's sandbox was stopped for {self.sandbox.disk_capped}")
             raise UserError(msg.get("fatal") or f"the worker exited before loading the agent (see {self.log_path})")
 
-    def _launch(self, wait_for_go: bool) -> None:
+    def _launch(self) -> None:
         box = self.sandbox
         cmd = [box.python, box.trusted_script("worker.py"), "--agent_path", self.agent_path, "--model", self.model,
                "--workers", str(self.config.harness.num_workers), "--root", box.workdir,
@@ -155,16 +142,14 @@ class AgentWorker:
         cap = self.config.harness.max_prediction_bytes
         cmd += ["--max_prediction_bytes", str(cap)]
         cmd += [arg for entry in self.also_import for arg in ("--also_import", entry)]
-        cmd += ["--wait_for_go"] if wait_for_go else []
         env = worker_env(box, box.gateway_url or self.gateway.url, self.key, (self.model,))
         if self.pythonpath:
             env["PYTHONPATH"] = ":".join(self.pythonpath)
         log_cap = int(self.config.sandbox.output_cap_mb * 2**20)
         self.proc = WorkerProcess(box.popen(cmd, env), self.log_path, log_cap, self.results, cap, box)
-        self._parked = wait_for_go
 
     def ensure_started(self) -> None:
-        if self.proc is None or not self.proc.alive() or self._parked:
+        if self.proc is None or not self.proc.alive():
             self.start()
 
     def stop(self) -> None:

@@ -186,11 +186,6 @@ class WorkerProcess:
             return f"the worker was killed for {self.sandbox.disk_capped}"
         return f"the worker died while running this row (see {self.log_path.name})"
 
-    def go(self) -> None:
-        """Let a worker started with --wait_for_go load the agent."""
-        self.proc.stdin.write("\n")
-        self.proc.stdin.flush()
-
     def send(self, qid: str, inputs: dict) -> None:
         self._waiting.add(qid)  # before the worker can see it, so its start is never early
         try:
