@@ -16,7 +16,8 @@ names a group; the same NAME given for several paths puts those runs in one grou
   staged score scaled by its share of the rows), so imp@k never reads test.
 - The best node of each run with its score and interval, and its test score when the run's final
   test measured it (`run_optimization --resume_from RUN --final_test`).
-- Cost and tokens per role, from each run's ledger, as a mean over the group's runs.
+- Cost and tokens per role, from each run's ledger, as a mean over the group's runs, with the prompt
+  tokens providers read from their prompt caches and the dollars that saved.
 - Between two groups, for each k: a paired sign-flip test of imp@k when both groups ran the same
   seeds, else a permutation test; for two single runs, also an exact paired test of their best
   nodes on the rows both were evaluated on.
@@ -39,9 +40,20 @@ from archive.run_groups import Group, Run, load_groups
 from archive.stats import Estimate, bootstrap_band, bootstrap_mean, paired_p, permutation_p
 from services.errors import UserError, exit_on_user_error
 from services.fsutil import atomic_write_bytes, atomic_write_text
+from services.ledger import LedgerReader
 from services.render import console, csv_cell
 
 DEFAULT_K = "10,50"
+
+
+def _caching(run: Run) -> dict[str, tuple[int, float]]:
+    """Per role, the prompt tokens a run's providers read from their caches and the dollars that saved (none for
+    a run without a ledger, or whose ledger predates them)."""
+    caching: dict[str, tuple[int, float]] = {}
+    for row in LedgerReader(run.path / "ledger.sqlite").spend():
+        tokens, usd = caching.get(row["role"], (0, 0.0))
+        caching[row["role"]] = (tokens + row["cached_tokens"], usd + row["cache_saved_usd"])
+    return caching
 
 
 def _over_runs(values: list[float], level: float) -> Estimate:
@@ -153,16 +165,23 @@ class Analysis:
         self.md.append("")
 
     def _spend(self) -> None:
-        self.md += ["## Cost and tokens per role (mean over runs)", "", "| group | role | $ | tokens |",
-                    "|---|---|---|---|"]
+        self.md += ["## Cost and tokens per role (mean over runs)", "",
+                    "Cached tokens: prompt tokens read from a provider's prompt cache (part of the tokens), billed "
+                    "at its cached rate; saved: what that saved against the input price.", "",
+                    "| group | role | $ | tokens | cached tokens | $ saved by caching |", "|---|---|---|---|---|---|"]
         for g in self.groups:
             spends = [r.spend() for r in g.runs]
+            cachings = [_caching(r) for r in g.runs]
+            n = len(spends)
             for role in sorted({role for s in spends for role in s}):
-                usd = sum(s.get(role, (0.0, 0))[0] for s in spends) / len(spends)
-                tokens = sum(s.get(role, (0.0, 0))[1] for s in spends) / len(spends)
-                self.rows += [Row(g.name, f"cost_usd:{role}", usd, n=len(spends)),
-                              Row(g.name, f"tokens:{role}", tokens, n=len(spends))]
-                self.md.append(f"| {g.name} | {role} | {usd:.4f} | {tokens:,.0f} |")
+                usd = sum(s.get(role, (0.0, 0))[0] for s in spends) / n
+                tokens = sum(s.get(role, (0.0, 0))[1] for s in spends) / n
+                cached = sum(c.get(role, (0, 0.0))[0] for c in cachings) / n
+                saved = sum(c.get(role, (0, 0.0))[1] for c in cachings) / n
+                self.rows += [Row(g.name, f"cost_usd:{role}", usd, n=n), Row(g.name, f"tokens:{role}", tokens, n=n),
+                              Row(g.name, f"cached_tokens:{role}", cached, n=n),
+                              Row(g.name, f"cache_saved_usd:{role}", saved, n=n)]
+                self.md.append(f"| {g.name} | {role} | {usd:.4f} | {tokens:,.0f} | {cached:,.0f} | {saved:.4f} |")
         self.md.append("")
 
     def _between(self) -> None:

@@ -24,7 +24,7 @@ def write_report(run_dir: Path, out: Path) -> Path:
     spend = reader.spend()
     body = join([
         h("h1", {}, f"Run {data.name}"),
-        pieces.summary(data, sum(r["cost_usd"] for r in spend) if spend else None),
+        pieces.summary(data, spend),
         h("p", {"class": "note"}, f"Written at {datetime.now():%Y-%m-%d %H:%M:%S} while the run was running; "
                                   "python -m archive.dashboard shows it as it is now.") if data.live else "",
         h("h2", {}, "Archive"), pieces.tree(data),

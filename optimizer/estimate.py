@@ -4,18 +4,26 @@ Tokens are estimated from the data (characters / 4 for the prompt of a row) and 
 allowances for what models write; prices are the gateway's (the config's `gateway.prices`,
 else litellm's table), 0 for local and unknown models. An estimate, not a quote: it is
 there to catch a budget that cannot pay for even one generation.
+
+The meta agent's conversation grows by a turn each call and is sent whole every time. Where
+its provider caches prompts (Anthropic's models while `gateway.prompt_caching` is on; a
+provider that caches by itself, OpenAI's, always), each call reads the history the call
+before wrote at the cached read price, and writes only its own new turn. A task agent's row
+prompt is estimated shorter than a provider caches (1,024 tokens), so evaluations are not.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from services.gateway.caching import takes_marks
 from services.gateway.pricing import pricing_of
 
 CHARS_PER_TOKEN = 4
 INSTRUCTION_TOKENS = 600  # the agent's own prompt around a row's inputs
 COMPLETION_TOKENS = 1500  # a reply, reasoning included (o-series models think before answering)
 META_PROMPT_TOKENS = 12000  # one meta agent call, averaged over a conversation whose history grows
+META_FIRST_PROMPT_TOKENS = 3000  # its first call: the tool instructions and the task, before any turn
 META_COMPLETION_TOKENS = 800
 
 
@@ -26,6 +34,7 @@ class Estimate:
     evaluation_usd: float  # one child's staged and full evaluation
     generations: int
     final_test_usd: float = 0.0  # the test split, once, for the chosen node and the initial one (loop.final_test)
+    caching_saves_usd: float = 0.0  # what prompt caching saves on one meta agent run (already taken off meta_usd)
 
     @property
     def generation_usd(self) -> float:
@@ -37,9 +46,12 @@ class Estimate:
 
     def line(self) -> str:
         final = f", final test ~${self.final_test_usd:.2f}" if self.final_test_usd else ""
+        saved = (f"\n         prompt caching of the meta agent's history saves ~${self.caching_saves_usd:.2f} a "
+                 f"generation (~${self.generations * self.caching_saves_usd:.2f} a run)"
+                 if self.caching_saves_usd >= 0.005 else "")
         return (f"estimate ~${self.run_usd:.2f} for the run: initial evaluation ~${self.initial_usd:.2f}, "
                 f"each generation up to ~${self.generation_usd:.2f} (meta agent ~${self.meta_usd:.2f}, "
-                f"evaluation ~${self.evaluation_usd:.2f}){final}")
+                f"evaluation ~${self.evaluation_usd:.2f}){final}{saved}")
 
 
 def call_usd(model: str, prices: dict, prompt_tokens: float, completion_tokens: float) -> float:
@@ -68,9 +80,25 @@ def evaluation_usd(domains: list, config, rows_of, test: bool = False) -> float:
     return total
 
 
+def meta_usd(model: str, gw, calls: int) -> tuple[float, float]:
+    """One meta agent run of `calls` calls whose prompt grows evenly from META_FIRST_PROMPT_TOKENS and averages
+    META_PROMPT_TOKENS: what it costs, and what prompt caching saves of that."""
+    pricing = pricing_of(model, gw.prices)
+    last = 2 * META_PROMPT_TOKENS - META_FIRST_PROMPT_TOKENS
+    prompts = [META_FIRST_PROMPT_TOKENS + (last - META_FIRST_PROMPT_TOKENS) * k / max(calls - 1, 1)
+               for k in range(calls)]
+    output = calls * META_COMPLETION_TOKENS * pricing.output_usd
+    full = sum(prompts) * pricing.input_usd + output
+    caches = gw.prompt_caching if takes_marks(model) else pricing.cache_read_usd < pricing.input_usd
+    if calls < 2 or not caches:
+        return full, 0.0
+    # Each prompt token is written once, when it is new; every later call reads it.
+    cached = prompts[-1] * pricing.cache_write_usd + sum(prompts[:-1]) * pricing.cache_read_usd + output
+    return min(full, cached), max(full - cached, 0.0)
+
+
 def estimate(domains: list, config, rows_of) -> Estimate:
     evaluation = evaluation_usd(domains, config, rows_of)
-    meta = config.loop.meta_max_calls * call_usd(config.resolve_model("meta"), config.gateway.prices,
-                                                 META_PROMPT_TOKENS, META_COMPLETION_TOKENS)
+    meta, saved = meta_usd(config.resolve_model("meta"), config.gateway, config.loop.meta_max_calls)
     final = 2 * evaluation_usd(domains, config, rows_of, test=True) if config.loop.final_test else 0.0
-    return Estimate(evaluation, meta, evaluation, config.loop.max_generation, final)
+    return Estimate(evaluation, meta, evaluation, config.loop.max_generation, final, saved)

@@ -64,6 +64,8 @@ class CostBooked:
     role: str  # meta, try, task, grader, judge
     cost_usd: float
     tokens: int
+    cached_tokens: int = 0  # prompt tokens of these calls read from the provider's prompt cache
+    cache_saved_usd: float = 0.0  # what that saved against the input price
 
 
 @dataclass(frozen=True)
@@ -115,6 +117,9 @@ def console_line(event: Event) -> str | None:
                 f"(+{patch.get('insertions', 0)} -{patch.get('deletions', 0)}){_dropped(patch)}{_bidi(patch)}")
     if isinstance(event, SplitDone):
         return event.summary
+    if isinstance(event, CostBooked) and event.cached_tokens:
+        return (f"node {event.node_id}: {event.role} read {event.cached_tokens:,} prompt tokens from the provider's "
+                f"cache, saving ${event.cache_saved_usd:.4f} of ${event.cost_usd + event.cache_saved_usd:.4f}")
     if isinstance(event, NodeFinished):
         node = event.node
         stopped = [f"; {d} {lines[-1]}" for d, lines in node.screening.items() if ": stopped: " in lines[-1]]

@@ -56,13 +56,20 @@ def plan_lines(run_dir: Path, domains, config: Config, backend: str, resumed: bo
     return lines
 
 
+def caching_text(spent) -> str:
+    """What providers' prompt caches did for a run's calls (services.ledger.Totals), after its cost."""
+    return (f"; prompt caching: {spent.cached_tokens:,} prompt tokens read from the providers' caches, "
+            f"{spent.cache_write_tokens:,} written, ${spent.cache_saved_usd:.4f} saved")
+
+
 def summary_lines(loop) -> list[str]:
     nodes = loop.archive.ordered()
     counts = Counter(n.status for n in nodes)
     spent = loop.gateway.spent()
     lines = [f"run {state_text(*read_state(loop.run_dir))}",
              f"{len(nodes)} nodes: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())),
-             f"cost ${spent.cost_usd:.4f} in {spent.calls} model calls ({spent.cache_hits} cached)"]
+             f"cost ${spent.cost_usd:.4f} in {spent.calls} model calls ({spent.cache_hits} cached)"
+             + (caching_text(spent) if spent.cached_tokens or spent.cache_write_tokens else "")]
     best = loop.best()
     if best:
         how = "" if loop.config.loop.best_choice == "highest" else (

@@ -4,6 +4,7 @@ prompt cache as the real one does (tests/fake_anthropic.py), and the ledger that
 import http.client
 import json
 import sqlite3
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
@@ -260,3 +261,68 @@ def test_a_ledger_written_before_cached_tokens_is_read_and_migrated(tmp_path):
     assert (new.cached_tokens, new.cache_write_tokens, new.cache_saved_usd) == (150, 20, 0.02)
     ledger.close()
     assert sum(r["cached_tokens"] for r in LedgerReader(path).spend()) == 150
+
+
+def test_the_estimate_counts_the_meta_agents_history_at_the_cached_rates(tmp_path):
+    from optimizer.estimate import Estimate, meta_usd
+
+    config = load_config(None)
+    full = 40 * (12000 * INPUT + 800 * OUTPUT)  # 40 calls averaging 12,000 prompt tokens at the input price
+    config.gateway.prompt_caching = False
+    assert meta_usd(CLAUDE, config.gateway, 40) == (pytest.approx(full), 0.0)
+    config.gateway.prompt_caching = True
+    cost, saved = meta_usd(CLAUDE, config.gateway, 40)
+    # The history grows from 3,000 to 21,000 tokens: each token written once, every earlier prompt read again.
+    assert cost == pytest.approx(21000 * WRITE + (40 * 12000 - 21000) * READ + 40 * 800 * OUTPUT)
+    assert saved == pytest.approx(full - cost) and cost < 0.4 * full
+    assert meta_usd("openai/fake", config.gateway, 40)[1] == 0  # no cached rate known: nothing saved
+    line = Estimate(1.0, cost, 1.0, 10, caching_saves_usd=saved).line()
+    assert f"prompt caching of the meta agent's history saves ~${saved:.2f} a generation (~${10 * saved:.2f} a run)" \
+        in line
+
+
+def run_with_cached_calls(run: Path) -> Path:
+    """A run folder of one node whose meta agent's calls read from Anthropic's cache."""
+    from archive.records import Node, RunRecord
+    from services.fsutil import atomic_write_json
+
+    (run / "nodes").mkdir(parents=True)
+    atomic_write_json(run / "run.json", RunRecord(["imo_grading"], {"loop": {"seed": 1}}, "bwrap").to_dict())
+    node = Node("initial", None, 0)
+    node.scores, node.samples, node.full_eval = ({"imo_grading": {"train": 0.5, "val": 0.5}},
+                                                 {"imo_grading": {"train": 10, "val": 10}}, {"imo_grading": True})
+    atomic_write_json(run / "nodes" / "initial" / "node.json", node.to_dict())
+    ledger = Ledger(run / "ledger.sqlite")
+    ledger.record(Call("run", "initial", "meta", CLAUDE, 5000, 100, 0.01, cached_tokens=4000, cache_write_tokens=900,
+                       cache_saved_usd=0.0101))
+    ledger.record(Call("run", "initial", "task", "openai/fake", 300, 50, 0.002))
+    ledger.close()
+    return run
+
+
+def test_report_dashboard_and_analysis_show_what_caching_saved(tmp_path):
+    from archive.analyze import Analysis
+    from archive.dashboard.pieces import spend_table
+    from archive.report import write_report
+    from archive.run_groups import load_groups
+
+    run = run_with_cached_calls(tmp_path / "runs" / "seed-1")
+    html = write_report(run, tmp_path / "report.html").read_text()
+    assert "prompt caching saved $0.0101; 4,000 prompt tokens read from providers&#x27; caches" in html
+    table = str(spend_table(LedgerReader(run / "ledger.sqlite").spend()))
+    assert "<th>of them cached</th><th>cache writes</th>" in table and "<td class=\"num\">4,000</td>" in table
+    [group] = load_groups([str(tmp_path / "runs")], [])
+    rows = {row.metric: row.value for row in Analysis([group], [1]).run().rows}
+    assert (rows["cached_tokens:meta"], rows["cache_saved_usd:meta"], rows["cached_tokens:task"]) == (4000, 0.0101, 0)
+
+
+def test_the_console_says_what_caching_saved():
+    from optimizer.events import CostBooked, console_line
+    from optimizer.plan import caching_text
+    from services.ledger import Totals
+
+    assert console_line(CostBooked("3", "meta", 0.25, 10)) is None
+    assert console_line(CostBooked("3", "meta", 0.25, 50000, cached_tokens=40000, cache_saved_usd=0.108)) == (
+        "node 3: meta read 40,000 prompt tokens from the provider's cache, saving $0.1080 of $0.3580")
+    assert caching_text(Totals(cached_tokens=40000, cache_write_tokens=5000, cache_saved_usd=0.1)) == (
+        "; prompt caching: 40,000 prompt tokens read from the providers' caches, 5,000 written, $0.1000 saved")

@@ -59,7 +59,7 @@ def run_page(reader: RunReader, data: RunData) -> str:
     spend = reader.spend()
     body = join([
         h("h1", {}, f"Run {name}"),
-        pieces.summary(data, sum(r["cost_usd"] for r in spend) if spend else None),
+        pieces.summary(data, spend),
         in_flight(data),
         h("h2", {}, "Archive"), pieces.tree(data, lambda n: url("runs", name, "nodes", n)),
         compare_form(data, *((best.parent, best.node_id) if (best := data.best()) else (None, None))),

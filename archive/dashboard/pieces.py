@@ -28,13 +28,16 @@ def splits_of(data: RunData) -> list[tuple[str, str]]:
                                         order.get(p[1], 9), p[1]))
 
 
-def summary(data: RunData, spent: float | None = None) -> Markup:
+def summary(data: RunData, spend: list[dict] | None = None) -> Markup:
+    """The run's facts; its cost from `spend` (the ledger's rows, with what prompt caching saved) where it has
+    any, else from the nodes' records."""
     best = data.best()
     status = data.status + (f", {len(data.in_flight)} in flight" if data.in_flight and data.live else "")
     cut = [f for f in data.in_flight] if not data.live else []
+    cost = fmt_cost(sum(r["cost_usd"] for r in spend) if spend else data.cost())
     facts = [("domains", ", ".join(data.domains) or "?"), ("nodes", str(len(data.nodes))), ("status", status),
              ("best", f"{best.node_id} ({fmt_score(data.score(best))})" if best else "none yet"),
-             ("cost", fmt_cost(spent if spent is not None else data.cost())), ("last event", data.updated())]
+             ("cost", cost + caching_note(spend or [])), ("last event", data.updated())]
     if cut:
         facts.append(("cut short", ", ".join(f.node_id for f in cut) + " (redone when the run resumes)"))
     items = join(h("div", {"class": "fact"}, h("span", {"class": "key"}, k), h("span", {"class": "value"}, v))
@@ -118,21 +121,41 @@ def cost_chart(times: list[float], series: dict[str, list[float]]) -> Markup:
     return line_chart(lines, "minutes since the first call", "dollars spent")
 
 
+def fmt_saved(value: float) -> str:
+    """Dollars prompt caching saved (less than 0 where cache writes cost more than reads saved)."""
+    return ("-" if value < 0 else "") + fmt_cost(abs(value))
+
+
+def caching_note(spend: list[dict]) -> str:
+    """After a cost: what providers' prompt caches saved of it, when they read any prompt tokens."""
+    read = sum(r["cached_tokens"] for r in spend)
+    if not read:
+        return ""
+    return f" (prompt caching saved {fmt_saved(sum(r['cache_saved_usd'] for r in spend))}; {read:,} prompt tokens " \
+           "read from providers' caches)"
+
+
+# The ledger's columns per role and model (LedgerReader.spend): heading, key, how a number is shown, whether
+# the total row sums it.
+_SPEND = (("calls", "calls", str, True), ("prompt tokens", "prompt_tokens", "{:,}".format, True),
+          ("of them cached", "cached_tokens", "{:,}".format, True),
+          ("cache writes", "cache_write_tokens", "{:,}".format, True),
+          ("completion tokens", "completion_tokens", "{:,}".format, True), ("cost", "cost_usd", fmt_cost, True),
+          ("saved by caching", "cache_saved_usd", fmt_saved, True), ("replayed", "cache_hits", str, False),
+          ("errors", "errors", str, False))
+
+
 def spend_table(rows: list[dict]) -> Markup:
+    """Spend by role and model; prompt tokens include those read from a provider's cache (and written to it),
+    whose cost is the cached rate; "replayed" are answers the gateway gave again from its own cache."""
     if not rows:
         return h("p", {"class": "empty"}, "No call booked.")
-    head = h("tr", {}, join(h("th", {}, c) for c in ("role", "model", "calls", "prompt tokens",
-                                                        "completion tokens", "cost", "cache hits", "errors")))
-    body = join(h("tr", {}, h("td", {}, r["role"]), h("td", {}, r["model"]), h("td", {"class": "num"}, r["calls"]),
-                  h("td", {"class": "num"}, f"{r['prompt_tokens']:,}"),
-                  h("td", {"class": "num"}, f"{r['completion_tokens']:,}"),
-                  h("td", {"class": "num"}, fmt_cost(r["cost_usd"])), h("td", {"class": "num"}, r["cache_hits"]),
-                  h("td", {"class": "num"}, r["errors"])) for r in rows)
-    total = sum(r["cost_usd"] for r in rows)
-    foot = h("tr", {"class": "total"}, h("td", {}, "total"), h("td", {}), h("td", {"class": "num"},
-             sum(r["calls"] for r in rows)), h("td", {"class": "num"}, f"{sum(r['prompt_tokens'] for r in rows):,}"),
-             h("td", {"class": "num"}, f"{sum(r['completion_tokens'] for r in rows):,}"),
-             h("td", {"class": "num"}, fmt_cost(total)), h("td", {}), h("td", {}))
+    head = h("tr", {}, join(h("th", {}, c) for c in ("role", "model", *(c[0] for c in _SPEND))))
+    body = join(h("tr", {}, h("td", {}, r["role"]), h("td", {}, r["model"]),
+                  join(h("td", {"class": "num"}, shown(r[key])) for _, key, shown, _ in _SPEND)) for r in rows)
+    foot = h("tr", {"class": "total"}, h("td", {}, "total"), h("td", {}),
+             join(h("td", {"class": "num"}, shown(sum(r[key] for r in rows))) if summed else h("td", {})
+                  for _, key, shown, summed in _SPEND))
     return h("table", {"class": "spend"}, head, body, foot)
 
 
