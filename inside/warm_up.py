@@ -6,8 +6,8 @@ milliseconds per process, in the middle of the first batch. A call to a stub
 OpenAI-compatible server on this process's own loopback takes the whole path, request
 to parsed response, and costs nothing.
 
-Stdlib and litellm only: it runs in the gateway and, mounted beside the worker, inside
-sandboxes, whose network namespaces have a loopback and nothing else.
+Stdlib and litellm only. The host's gateway runs it: it is the one process of a run that
+imports litellm (sandboxed code reaches the gateway with a plain HTTP client, agent/llm.py).
 """
 
 from __future__ import annotations

@@ -116,6 +116,35 @@ def test_row_errors_are_recorded_and_retried_on_resume(tmp_path, fake_openai, co
     assert (df["prediction"] == "almost").all() and (df["error"] == "").all()
 
 
+def test_an_agent_that_imports_litellm_in_a_row_is_routed_to_the_gateway_and_counted(tmp_path, fake_openai):
+    # The worker does not import litellm; the agent's first import of it, in the middle of a row, is
+    # wrapped at once: its provider model name reaches the gateway (which allows only "openai/fake",
+    # not the "fake" that litellm alone would send), and the call counts for its row.
+    cfg = tmp_path / "priced.yaml"
+    cfg.write_text(FAST_CONFIG + "gateway:\n  prices: {openai/fake: [1.0, 2.0]}\n")
+    path = agent_file(tmp_path, """
+        class TaskAgent:
+            def __init__(self, model, chat_history_file=None):
+                self.model = model
+            def forward(self, inputs):
+                import litellm
+                reply = litellm.completion(model=self.model, messages=[{"role": "user", "content": "grade"}])
+                return reply.choices[0].message.content, []
+    """)
+    fake_openai.set_replies([LABEL_REPLY])
+    r = harness(tmp_path, fake_openai, "--domain", "imo_grading", "--num_samples", "3", "--agent_path", path,
+                config=str(cfg))
+    assert r.returncode == 0, r.stderr
+    folder = tmp_path / "out" / "r"
+    df = pd.read_csv(folder / "predictions.csv", keep_default_na=False)
+    assert (df["error"] == "").all() and (df["prediction"] == LABEL_REPLY).all()
+    assert fake_openai.count == 3 and {req["json"]["model"] for req in fake_openai.requests} == {"fake"}
+    usage = [json.loads(line).get("usage") for line in (folder / "predictions.jsonl").read_text().splitlines()]
+    assert [u["calls"] for u in usage] == [1, 1, 1] and (df["prompt_tokens"] > 0).all()
+    assert df["cost_usd"].sum() == pytest.approx(json.loads((folder / "run.json").read_text())["cost_usd"])
+    assert (df["cost_usd"] > 0).all()
+
+
 def test_worker_crash_fails_only_that_row(tmp_path, fake_openai, config_file):
     path = agent_file(tmp_path, """
         import os
