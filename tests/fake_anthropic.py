@@ -281,6 +281,9 @@ def _make_handler(server: FakeAnthropic) -> type[BaseHTTPRequestHandler]:
 
         def setup(self) -> None:
             super().setup()
+            # Headers and body go out as two writes: without this, Nagle's algorithm holds the body back until
+            # the client's delayed ACK, 40 ms a reply.
+            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             with server._lock:
                 server._connections.add(self.connection)
 
