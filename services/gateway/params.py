@@ -196,7 +196,7 @@ def _cache_control(name: str, value: dict) -> None:
     _shaped(name, value, _CACHE_CONTROL, required=("type",))
     if value["type"] != "ephemeral":
         raise _invalid(f"{name}.type", "must be 'ephemeral'")
-    if value.get("ttl") is not None and value["ttl"] not in CACHE_TTLS:
+    if "ttl" in value and value["ttl"] not in CACHE_TTLS:  # a null too: litellm would send it on as it is
         raise _invalid(f"{name}.ttl", "must be one of " + ", ".join(map(repr, CACHE_TTLS)))
 
 
@@ -215,6 +215,8 @@ def _content(name: str, value) -> int:
         if part.get("cache_control") is not None:
             _cache_control(f"{name}[{i}].cache_control", part["cache_control"])
             marks += 1
+        elif "cache_control" in part:  # null, "not set": litellm would send it on as null, which Anthropic refuses
+            del part["cache_control"]
     return marks
 
 

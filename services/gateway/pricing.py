@@ -47,7 +47,7 @@ class Pricing:
                                                                                        - self.input_usd)
 
 
-def configured(info: dict, price: list[float]) -> dict:
+def _configured(info: dict, price: list[float]) -> dict:
     """litellm table keys (USD per token) for a configured price: [input, output] per 1M tokens, or [input,
     output, cached read, cache write]; with two, cached rates as DEFAULT_READ_RATIO says."""
     per_token = [p / 1e6 for p in price]
@@ -70,7 +70,7 @@ def pricing_of(model: str, prices: dict) -> Pricing:
     model still count."""
     info = {} if is_local(model) else _model_info(model)
     if model in prices:
-        info = {**info, **configured(info, prices[model])}
+        info = {**info, **_configured(info, prices[model])}
 
     def dearest(*prefixes: str) -> float:
         return max((float(v) for k, v in info.items() if k.startswith(prefixes) and type(v) in (int, float)),
@@ -98,7 +98,7 @@ def _model_info(model: str) -> dict:
         return dict(lit.get_model_info(model))
     except Exception:
         entry = lit.model_cost.get(model) or lit.model_cost.get(model.split("/", 1)[-1]) or {}
-        return {k: v for k, v in entry.items() if k.startswith(_INPUT + _OUTPUT + (_READ,))}
+        return {k: v for k, v in entry.items() if k.startswith(_INPUT + _OUTPUT + (_READ, _WRITE))}
 
 
 @lru_cache(maxsize=None)
@@ -128,5 +128,5 @@ def register_price(model: str, price: list[float] | None) -> None:
         rates.update({k: float(listed[k]) if type(listed.get(k)) in (int, float) else rates["input_cost_per_token"]
                       for k in (_READ, _WRITE)})
     else:
-        rates = configured(listed, price)
+        rates = _configured(listed, price)
     _litellm().register_model({model: {**rates, "litellm_provider": provider_of(model), "mode": "chat"}})

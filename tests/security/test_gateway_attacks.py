@@ -203,6 +203,7 @@ def marked_part(mark, text: str = "x") -> list:
     (marked_part({}), "messages[0].content[0].cache_control.type"),
     (marked_part({"type": "ephemeral", "ttl": "24h"}), "messages[0].content[0].cache_control.ttl"),
     (marked_part({"type": "ephemeral", "ttl": 3600}), "messages[0].content[0].cache_control.ttl"),
+    (marked_part({"type": "ephemeral", "ttl": None}), "messages[0].content[0].cache_control.ttl"),
     (marked_part({"type": "ephemeral", "scope": "global"}), "messages[0].content[0].cache_control.scope"),
     (marked_part("ephemeral"), "messages[0].content[0].cache_control"),
     ([{"role": "assistant", "content": None, "tool_calls": [{"id": "1", "type": "function", "function": {
