@@ -5,7 +5,9 @@ answers at once: as the meta model it makes one edit to the task agent, as the t
 model it answers a label. The generation's wall time (gen_start -> node_recorded in
 archive.jsonl) minus the time the gateway spent waiting for the provider (ledger
 latencies) is the framework's: sandboxes, worker start-up, git, evaluation plumbing.
-Its phases (meta agent, import check, evaluation) come from the node record.
+Its phases (meta agent, import check, evaluation) come from the node record. The peak RSS
+(VmHWM) of every process the run started is polled while it runs and printed by kind: the
+loop's controller, the meta runner, the evaluation worker (both in bwrap behind the relay).
 
     python bench/generation_overhead.py --sandbox bwrap --eval_samples 20
 """
@@ -15,18 +17,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import sqlite3
-import subprocess
 import sys
 import tempfile
 from datetime import datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "bench")]
 
 from fake_openai import FakeOpenAI  # noqa: E402
+from harness_throughput import run_watched  # noqa: E402
 
 TARGET_S = 5.0
 EDIT = {"tool_name": "editor", "tool_input": {"command": "str_replace", "path": "/workspace/task_agent/task_agent.py",
@@ -56,9 +57,10 @@ def main(argv=None) -> int:
         cmd = [sys.executable, "-m", "run_optimization", "--domain", "imo_grading", "--output_dir", tmp,
                "--run_id", "run", "--max_generation", "1", "--eval_samples", str(args.eval_samples),
                "--task_model", "openai/fake", "--meta_model", "openai/fake-meta", "--sandbox", args.sandbox]
-        proc = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True)
-        if proc.returncode != 0:
-            print(proc.stderr[-3000:], file=sys.stderr)
+        log = Path(tmp) / "run.log"
+        returncode, _, controller, peaks = run_watched(cmd, env, ROOT, log)
+        if returncode != 0:
+            print(log.read_text(errors="replace")[-3000:], file=sys.stderr)
             return 1
         run_dir = Path(tmp) / "run"
         events = [json.loads(line) for line in (run_dir / "archive.jsonl").read_text().splitlines()]
@@ -77,8 +79,13 @@ def main(argv=None) -> int:
     print(f"framework time            {framework:.2f} s  target < {TARGET_S:g} s: "
           f"{'PASS' if framework < TARGET_S else 'FAIL'}")
     print("phases: " + ", ".join(f"{k} {v:.2f} s" for k, v in node["seconds"].items()))
-    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-    print(f"peak RSS of the largest process run (loop controller or a worker): {peak:.1f} MB")
+    by_kind: dict[str, float] = {}
+    for pid, kb in peaks.peak_kb.items():
+        if pid not in peaks.forks:
+            kind = "controller" if pid == controller else peaks.label.get(pid, "?")
+            by_kind[kind] = max(by_kind.get(kind, 0.0), kb / 1024)
+    print("peak RSS by process (VmHWM, the highest of each kind): "
+          + ", ".join(f"{kind} {mb:.1f} MB" for kind, mb in sorted(by_kind.items(), key=lambda kv: -kv[1])))
     return 0
 
 

@@ -7,22 +7,23 @@ timed on the server's side, from the first chat request it receives to the last 
 it answers, so interpreter start-up, data loading and the worker's imports are not
 counted; the whole command's wall time is printed beside it.
 
-Side by side, the same requests are then sent by bare litellm (threads of one process,
-the agent client's route, no harness, worker, sandbox or gateway) to a fresh fake
-server: litellm's own floor, printed as a ratio to the ideal and to the harness.
+Side by side, the same requests are then sent by the bare agent client (agent/llm.py, from
+threads of one process, no harness, worker, sandbox or gateway) to a fresh fake server: the
+client's own floor, printed as a ratio to the ideal and to the harness.
 
 Peak memory is VmHWM from /proc/<pid>/status of the harness and of every descendant,
 polled while the harness runs. The 400 MB target is the harness process's (it holds the
-gateway); the agent's worker is another process, in the sandbox, and is printed beside
-it with the sum over all processes. A child seen between fork and exec has its parent's
-command line and pages; it is left out of the sum, and its peak restarts when it execs.
+gateway); the agent's worker is another process, in the sandbox, with a target of its own
+(80 MB: it imports no litellm), and the sum over all processes is printed too. A child seen
+between fork and exec has its parent's command line and pages; it is left out of the sum,
+and its peak restarts when it execs.
 
     python bench/harness_throughput.py --samples 100 --workers 10 --latency 0.2
 
 With `--reference DIR` (a checkout of facebookresearch/HyperAgents), the reference's own
 `domains/harness.py` runs the same rows against a fresh fake server of the same latency,
 alternating with ours for `--repeat` runs each, and the medians of the whole command's wall
-time are compared (target: ours / reference <= 1.0). The reference runs unchanged, in a temp
+time are compared (target: ours / reference <= 0.8, both importing the litellm installed here). The reference runs unchanged, in a temp
 folder holding the same CSV at the path it reads (`./domains/imo/gradingbench<subset>.csv`),
 with two things on its PYTHONPATH: `--reference_path` (its dependencies missing here, e.g.
 `pip install --target DIR backoff hydra-core`) and a `sitecustomize.py` written by this bench
@@ -32,6 +33,11 @@ sends its calls to the fake server.
 
     python bench/harness_throughput.py --reference /tmp/reference --reference_path /tmp/refdeps --repeat 3
 
+With `--reference_litellm DIR` as well (a folder holding the litellm version the reference pins,
+e.g. `pip install --target DIR --no-deps litellm==1.74.9`), each round also runs the reference with
+that litellm first on its path, and its ratio is printed beside the other (no target: the two
+harnesses then import different code).
+
 Exits non-zero only when a harness fails (non-zero exit, no run.json, or rows not
 done); a missed target prints FAIL but exits 0.
 """
@@ -40,6 +46,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import importlib.metadata
 import json
 import os
 import shutil
@@ -60,9 +67,10 @@ from fake_openai import CHAT_PATHS, FakeOpenAI  # noqa: E402
 REPLY = '<json>{"response": "Partial"}</json>'
 RATIO_TARGET = 1.15  # sampling wall time / ideal
 RSS_TARGET_MB = 400.0  # the harness process
+WORKER_RSS_TARGET_MB = 80.0  # the agent's worker in its sandbox
 POLL_S = 0.05  # seconds between /proc reads while the harness runs
 RUN_ID = "bench"
-TOTAL_TARGET = 1.0  # the whole command's wall time, ours / the reference's
+TOTAL_TARGET = 0.8  # the whole command's wall time, ours / the reference's, with the same litellm
 SUBSET_FILE = ROOT / "domains" / "imo" / "data" / "gradingbench_filtered_100_train.csv"  # our --subset train
 REFERENCE_SUBSET = "_filtered_100_train"  # the reference's name for the same file
 REFERENCE_MODEL = "gpt-o4-mini-genai"  # what the reference's imo_grading utils call
@@ -142,7 +150,7 @@ class Measurement:
     listen_overflows: int | None  # system-wide TCP backlog drops during the run
     log_tail: str
     messages: list  # each chat request's messages, as the provider received them
-    bare_s: float | None = None  # the same requests from bare litellm (`measure_bare`)
+    bare_s: float | None = None  # the same requests from the bare agent client (`measure_bare`)
     bare_peak_kb: int = 0
 
 
@@ -164,7 +172,8 @@ def _label(cmd: str) -> str:
     if names[0] == "bwrap":  # the sandbox; its arguments hold the command it runs
         return "bwrap"
     if "relay.py" in names:  # the relay runs a trusted script such as the worker in its own process
-        return "worker+relay" if any(Path(a).name == "worker.py" for a in argv) else "relay"
+        scripts = [Path(a).stem for a in argv[argv.index("--") + 1:] if a.endswith(".py")] if "--" in argv else []
+        return f"{scripts[0]}+relay" if scripts else "relay"
     if "worker.py" in names:
         return "worker"
     return " ".join(names)[:14]
@@ -378,31 +387,26 @@ def reference_failure(r: ReferenceRun, samples: int) -> str | None:
     return None
 
 
-# Run in a fresh interpreter by `measure_bare`: the bare client, warmed up as the worker is.
+# Run in a fresh interpreter by `measure_bare`: the agent's client, the fake server as its gateway.
 BARE_CLIENT = """
 import json, os, sys
 from concurrent.futures import ThreadPoolExecutor
 os.environ["AGENT_GATEWAY_URL"] = sys.argv[2]
 sys.path.insert(0, os.getcwd())
-import litellm
-from agent.llm import _route
-from inside.warm_up import warm_up
-litellm.suppress_debug_info = True
-warm_up(litellm, ["hosted_vllm"])
-route = _route("fake")
+from agent.llm import get_response
 with open(sys.argv[1]) as f:
     messages = json.load(f)
 with ThreadPoolExecutor(int(sys.argv[3])) as pool:
-    list(pool.map(lambda m: litellm.completion(messages=m, num_retries=0, **route), messages))
+    list(pool.map(lambda m: get_response(m, "fake"), messages))
 import resource
 print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)  # kB: its peak RSS
 """
 
 
 def measure_bare(messages: list, workers: int, latency: float) -> tuple[float, int] | None:
-    """Sampling wall time of the same requests sent by `workers` threads of one process with
-    litellm.completion, the way agent/llm.py sends them, straight to a fake provider: no
-    harness, worker, sandbox or gateway. With the client's peak RSS (kB); None when a request failed."""
+    """Sampling wall time of the same requests sent by `workers` threads of one process with the
+    agent's client (agent/llm.py), straight to a fake provider: no harness, worker, sandbox or
+    gateway. With the client's peak RSS (kB); None when a request failed."""
     with tempfile.TemporaryDirectory(prefix="harness_throughput_bare_") as tmp, \
             TimedFakeOpenAI(latency=latency) as server:
         server.set_replies([REPLY])
@@ -412,7 +416,7 @@ def measure_bare(messages: list, workers: int, latency: float) -> tuple[float, i
                               env=harness_env(server.base_url), cwd=ROOT, capture_output=True)
         arrivals = [r["time"] for r in server.requests if r["path"] in CHAT_PATHS]
         if done.returncode != 0 or server.count != len(messages):
-            print(f"bare litellm run failed: {done.stderr.decode(errors='replace')[-500:]}", file=sys.stderr)
+            print(f"bare client run failed: {done.stderr.decode(errors='replace')[-500:]}", file=sys.stderr)
             return None
         return max(server.answered_at) - min(arrivals), int(done.stdout.split()[-1])
 
@@ -456,9 +460,9 @@ def report(m: Measurement) -> list[str]:
         ]
         if m.bare_s:
             lines += [
-                f"bare litellm            {m.bare_s:.3f} s  ratio {m.bare_s / ideal:.3f}  (the same requests, "
-                f"{m.workers} threads of one process, no harness: litellm's own floor)",
-                f"harness / bare litellm  {sampling / m.bare_s:.3f}",
+                f"bare client             {m.bare_s:.3f} s  ratio {m.bare_s / ideal:.3f}  (the same requests, "
+                f"{m.workers} threads of one process, no harness: the client's own floor)",
+                f"harness / bare client   {sampling / m.bare_s:.3f}",
             ]
     else:
         lines.append("sampling wall time      n/a (no request answered)")
@@ -472,6 +476,8 @@ def report(m: Measurement) -> list[str]:
     for pid in sorted(p for p in mb if p != m.harness_pid):
         label = m.memory.label.get(pid, "?")
         note = "  not summed: a fork, on its parent's pages" if pid in m.memory.forks else ""
+        if label.startswith("worker"):
+            note = f"  target <= {WORKER_RSS_TARGET_MB:.0f} MB: {'PASS' if mb[pid] <= WORKER_RSS_TARGET_MB else 'FAIL'}"
         lines.append(f"peak RSS {label:<14} {mb[pid]:.1f} MB  (VmHWM, pid {pid}){note}")
     lines.append(f"peak RSS, all processes {combined:.1f} MB  (sum of each process's own peak)")
     if m.bare_peak_kb:
@@ -483,8 +489,9 @@ def _runs(seconds) -> str:
     return " ".join(f"{v:.2f}" for v in seconds)
 
 
-def side_by_side(ours: list[Measurement], refs: list[ReferenceRun]) -> list[str]:
-    """The medians of alternating runs of ours and the reference's, whole command and sampling."""
+def side_by_side(ours: list[Measurement], refs: list[ReferenceRun], pinned: list[ReferenceRun]) -> list[str]:
+    """The medians of alternating runs of ours and the reference's, whole command and sampling; with
+    `pinned` (runs of the reference on its own pinned litellm), that ratio too."""
     ours_total = statistics.median(m.total_s for m in ours)
     ref_total = statistics.median(r.total_s for r in refs)
     ratio = ours_total / ref_total
@@ -493,8 +500,13 @@ def side_by_side(ours: list[Measurement], refs: list[ReferenceRun]) -> list[str]
         f"side by side            {len(ours)} alternating runs each, medians",
         f"whole command, ours     {ours_total:.3f} s  (runs: {_runs(m.total_s for m in ours)})",
         f"whole command, ref.     {ref_total:.3f} s  (runs: {_runs(r.total_s for r in refs)})",
-        f"ours / reference        {ratio:.3f}  target <= {TOTAL_TARGET}: {verdict}",
+        f"ours / reference        {ratio:.3f}  target <= {TOTAL_TARGET}: {verdict}  (both on litellm "
+        f"{importlib.metadata.version('litellm')})",
     ]
+    if pinned:
+        pinned_total = statistics.median(r.total_s for r in pinned)
+        lines += [f"whole command, ref. pin {pinned_total:.3f} s  (runs: {_runs(r.total_s for r in pinned)})",
+                  f"ours / ref. pinned      {ours_total / pinned_total:.3f}  (the reference on its pinned litellm)"]
     samplings = [r.sampling_s for r in refs if r.sampling_s]
     if samplings and all(m.answered for m in ours):
         ours_sampling = statistics.median(m.last_answer - m.first_request for m in ours)
@@ -503,6 +515,9 @@ def side_by_side(ours: list[Measurement], refs: list[ReferenceRun]) -> list[str]
                      f"{ours_sampling / ref_sampling:.3f}  (first request received -> last answered)")
     peak = max(r.peak_kb for r in refs) / 1024
     lines.append(f"peak RSS reference      {peak:.1f} MB  (VmHWM of its one process, highest run)")
+    if pinned:
+        lines.append(f"peak RSS ref. pinned    {max(r.peak_kb for r in pinned) / 1024:.1f} MB  (the same, on its pinned "
+                     "litellm)")
     return lines
 
 
@@ -514,11 +529,15 @@ def compare(args) -> int:
         print(f"--reference {args.reference}: no domains/harness.py there (a HyperAgents checkout)", file=sys.stderr)
         return 2
     extra = [str(Path(p).resolve()) for p in (args.reference_path or "").split(os.pathsep) if p]
+    kinds = {"ref": extra}
+    if args.reference_litellm:
+        kinds["pinned"] = [str(Path(args.reference_litellm).resolve()), *extra]
     ours: list[Measurement] = []
-    refs: list[ReferenceRun] = []
+    refs: dict[str, list[ReferenceRun]] = {kind: [] for kind in kinds}
     failed: list[str] = []  # why each failed run of the reference failed
     for round_ in range(args.repeat):
-        for which in (("ours", "ref") if round_ % 2 == 0 else ("ref", "ours")):
+        order = ["ours", *kinds]
+        for which in (order if round_ % 2 == 0 else order[::-1]):
             if which == "ours":
                 m = measure(args.samples, args.workers, args.latency, nagle=args.fake_nagle)
                 failure = harness_failure(m)
@@ -528,16 +547,17 @@ def compare(args) -> int:
                 ours.append(m)
                 print(f"run {round_ + 1} ours       {m.total_s:.3f} s", flush=True)
             else:
-                r = reference_run(ref_dir, extra, args, failed)
+                r = reference_run(ref_dir, kinds[which], args, failed)
                 if r is None:
                     return 1
-                refs.append(r)
-                print(f"run {round_ + 1} reference  {r.total_s:.3f} s", flush=True)
+                refs[which].append(r)
+                print(f"run {round_ + 1} {'reference' if which == 'ref' else 'ref. pin.'}  {r.total_s:.3f} s",
+                      flush=True)
     median_run = sorted(ours, key=lambda m: m.total_s)[len(ours) // 2]
     if not args.no_bare:
         median_run.bare_s, median_run.bare_peak_kb = (measure_bare(median_run.messages, args.workers, args.latency)
                                                       or (None, 0))
-    lines = ["ours, the run of median wall time:", *report(median_run), *side_by_side(ours, refs)]
+    lines = ["ours, the run of median wall time:", *report(median_run), *side_by_side(ours, refs["ref"], refs.get("pinned", []))]
     if failed:
         lines.append(f"reference runs failed   {len(failed)}, each run again (last: {failed[-1]})")
     print("\n".join(lines), flush=True)
@@ -570,11 +590,13 @@ def main(argv=None) -> int:
     ap.add_argument("--fake_nagle", action="store_true",
                     help="leave Nagle on in the fake server, as tests/fake_openai.py ships")
     ap.add_argument("--no_bare", action="store_true",
-                    help="skip the side-by-side run of the same requests from bare litellm")
+                    help="skip the side-by-side run of the same requests from the bare agent client")
     ap.add_argument("--reference", metavar="DIR", default=None,
                     help="a HyperAgents checkout: time its harness on the same workload, alternating with ours")
     ap.add_argument("--reference_path", metavar="PATHS", default=None,
                     help="folders put on the reference's PYTHONPATH (its dependencies missing here)")
+    ap.add_argument("--reference_litellm", metavar="DIR", default=None,
+                    help="with --reference: a folder with the reference's pinned litellm, run as a third contender")
     ap.add_argument("--repeat", type=int, default=3, help="with --reference: runs of each, alternating")
     args = ap.parse_args(argv)
     if args.reference:

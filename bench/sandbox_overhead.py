@@ -7,8 +7,8 @@ answers in `--latency` seconds, and measures
 
 - start: from asking the sandbox for the worker to the first row's answer, minus the
   provider's latency (median over `--starts` fresh sandboxes);
-- per request: the median round trip of one row (worker -> litellm -> relay ->
-  gateway -> provider and back) minus the time the provider itself took (from its
+- per request: the median round trip of one row (worker -> the agent's client ->
+  relay -> gateway -> litellm -> provider and back) minus the time the provider itself took (from its
   receiving the request to its answering, as the fake server timed it), over
   `--requests` sequential rows.
 
@@ -124,7 +124,8 @@ def main(argv=None) -> int:
         print(f"{name:<8} {r['start']:>8.3f} {r['start'] / base['start']:>7.2f} {r['start'] - base['start']:>+10.3f} "
               f"{r['overhead'] * 1000:>12.1f} {r['overhead'] / args.latency:>10.1%} {r['overhead'] / base['overhead']:>7.2f} "
               f"{(r['overhead'] - base['overhead']) * 1000:>+10.1f} {r['peak_mb']:>15.1f}")
-    print("targets (absolute: the whole stack, two litellm hops included; added: what the sandbox adds to `none`):")
+    print("targets (absolute: the whole stack, the gateway's litellm hop included; added: what the sandbox adds "
+          "to `none`):")
     for name, r in results.items():
         if name == "none":
             continue

@@ -101,7 +101,7 @@ def test_files_the_host_adds_after_open_become_writable_inside(workspace):
 
 
 def test_a_loop_generation_runs_in_docker(tmp_path):
-    """The loop with the docker backend: meta agent, then the prestarted evaluation worker."""
+    """The loop with the docker backend: meta agent, then the evaluation worker."""
     from conftest import FAST_CONFIG, run_loop
     from fake_openai import FakeOpenAI
     from test_loop import IMPROVE, responder

@@ -109,11 +109,17 @@ def lost_node_is_one_line():
 
 def import_litellm_meanwhile() -> None:
     """Start importing litellm, for the gateway and the key check, in a thread: it runs while this
-    thread waits for the sandbox's self-test and the worker's start, which this thread's own
-    import would follow."""
+    thread loads the data and opens the sandbox, which this thread's own import would follow.
+
+    The garbage collector is off meanwhile: the import makes millions of objects and next to no
+    garbage, and collecting during it cost a third of the command's CPU (measured side by side with
+    bench/harness_throughput.py's command: 3.7 s against 2.7 s). What it made is then frozen, so the
+    collections of the run do not go over it again. The host's gateway is the one process of a run
+    that imports litellm; sandboxed code does not (agent/llm.py).
+    """
 
     def run() -> None:
-        gc.disable()  # as the worker does (inside/worker.py, import_litellm): a fifth of the import's time
+        gc.disable()
         try:
             _litellm()
         except Exception:
@@ -128,9 +134,9 @@ def import_litellm_meanwhile() -> None:
 def evaluate(args, config: Config) -> None:
     """One harness run as the flags ask, with a gateway and a sandbox of its own.
 
-    The worker starts first: its interpreter's import of litellm is the longest part of the
-    start, and the key check (litellm's import here) and the rows come while it runs. A bad
-    key or subset still ends the run before any row, and leaves no folder.
+    litellm's import here (for the gateway and the key check) is the longest part of the start and
+    runs from the first line on; the worker starts with the first row. A bad key or subset still
+    ends the run before any row, and leaves no folder.
     """
     import_litellm_meanwhile()
     use_data_files(config.harness.data_files)
@@ -138,7 +144,7 @@ def evaluate(args, config: Config) -> None:
     proofs = Path(args.proofs_dname) if args.proofs_dname else None
     folder = output_folder(args)
     requested = args.model or domain.model_role
-    services = open_services(config, folder)  # `requested` is checked below, once the worker is starting
+    services = open_services(config, folder)  # `requested` is checked below, once the sandbox is open
     model = config.resolve_model(requested)
     backend = choose_backend(config.sandbox)
     asked = {"subset": args.subset, "proofs_dname": args.proofs_dname, "agent_path": args.agent_path,
@@ -172,8 +178,9 @@ def exit_without_teardown(run) -> None:
     """Run `run` (main under exit_on_user_error), then end the process with its exit code at once.
 
     By then every file, sandbox and server of the run is closed; the atexit handlers still run.
-    What is skipped is the interpreter's teardown of litellm's thousands of modules and objects:
-    seconds of a command that has nothing left to do.
+    What is skipped is the interpreter's teardown of litellm's thousands of modules and objects,
+    which the gateway's import put in this process: about 0.25 s of a 3 s command on 2 busy cores
+    (bench/harness_throughput.py's command, measured side by side), with nothing left to do.
     """
     try:
         run()
