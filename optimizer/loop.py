@@ -373,7 +373,8 @@ class Loop:
             if spent.calls:
                 node.cost_usd[role] = round(spent.cost_usd, 6)
                 node.tokens[role] = spent.tokens
-                self.events.emit(CostBooked(node.node_id, role, node.cost_usd[role], spent.tokens))
+                self.events.emit(CostBooked(node.node_id, role, node.cost_usd[role], spent.tokens, spent.cached_tokens,
+                                            spent.cache_saved_usd))
 
     def best(self, upto: int | None = None) -> Node | None:
         return self.archive.best(self.domains, self.full_sizes, BestChoice.of(self.config.loop), upto,
