@@ -78,9 +78,8 @@ def _refusal(status: int, data: bytes) -> str:
 
 def _post(url: str, key: str, body: dict, timeout: float) -> tuple[dict, float]:
     """POST one chat request to the gateway at `url`: (the completion, its cost in dollars)."""
-    parts = urllib.parse.urlsplit(url)
-    kind = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
-    conn = kind(parts.hostname, parts.port, timeout=timeout)
+    parts = urllib.parse.urlsplit(url)  # http on a loopback port: the sandbox's relay, or the host's gateway
+    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=timeout)
     try:
         conn.request("POST", parts.path.rstrip("/") + "/chat/completions", json.dumps(body).encode(),
                      {"Content-Type": "application/json", "Authorization": f"Bearer {key}"})

@@ -5,12 +5,11 @@ Agent code written for providers (an agent folder such as the HyperAgents refere
 sandbox. Here its calls go to the gateway instead, as litellm's provider for an
 OpenAI-compatible server (`hosted_vllm/<model>`) with the session's key, so the gateway
 receives the model name the agent asked for, checks it against the session like any call
-and books it. A call that names a server of its own (agent/llm.py names the gateway; the
-warm-up, a stub on the sandbox's loopback) is left as it is: nothing but the loopback and
-the gateway can be reached from a sandbox anyway. Nothing here is a barrier: code that undoes
+and books it. A call that names a server of its own (`api_base` or `base_url`) is left as it
+is: nothing but the loopback and the gateway can be reached from a sandbox anyway. Nothing here is a barrier: code that undoes
 it only loses its calls, since the sandbox has no other way out.
 
-The trusted scripts never import litellm themselves (seconds of CPU and a few hundred MB per
+The trusted scripts never import litellm themselves (seconds of CPU and about 200 MB per
 process, for agents that mostly do not use it): `route_on_import` wraps it right after agent
 code imports it, at load time or lazily in the middle of a row.
 """
@@ -88,8 +87,9 @@ class _OnImport(importlib.abc.MetaPathFinder):
 
         def exec_module(module):
             run(module)
-            for patch in self.patches:
-                patch(module)
+            if hasattr(module, "completion"):  # not a module of the workspace's that took the name
+                for patch in self.patches:
+                    patch(module)
 
         spec.loader.exec_module = exec_module  # this spec's own loader object: nothing else sees it
         return spec

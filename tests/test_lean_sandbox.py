@@ -133,3 +133,24 @@ def test_a_built_proofgrader_imports_without_litellm(tmp_path):
     assert result.ok, result.stderr[-3000:]
     assert {"proofgrader.task_agent.task_agent", "proofgrader.agent.llm"} <= imported(result.stderr)
     assert litellm_in(result.stderr) == []
+
+
+def test_the_plain_client_says_why_a_call_failed(gw, fake_openai, monkeypatch):
+    from agent.llm import LLMError, get_response
+
+    monkeypatch.setenv("AGENT_GATEWAY_URL", gw.url)
+    monkeypatch.setenv("AGENT_GATEWAY_KEY", gw.new_session("n", "task", [MODEL]))
+    with pytest.raises(LLMError) as refused:  # a model the session may not call: the gateway's own words
+        get_response([{"role": "user", "content": "hi"}], model="openai/other")
+    assert refused.value.status_code == 403 and "openai/other" in str(refused.value)
+    with pytest.raises(LLMError) as unknown:  # a field the gateway does not take is named
+        get_response([{"role": "user", "content": "hi"}], model=MODEL, num_retries=3)
+    assert unknown.value.status_code == 400 and "num_retries" in str(unknown.value)
+    fake_openai.add_faults(["slow:3"])
+    with pytest.raises(LLMError) as slow:
+        get_response([{"role": "user", "content": "hi"}], model=MODEL, timeout=0.5)
+    assert slow.value.status_code is None and "within 0.5 s" in str(slow.value)
+    monkeypatch.setenv("AGENT_GATEWAY_URL", "http://127.0.0.1:9/v1")
+    with pytest.raises(LLMError) as unreachable:
+        get_response([{"role": "user", "content": "hi"}], model=MODEL)
+    assert unreachable.value.status_code is None and "cannot reach the gateway" in str(unreachable.value)

@@ -63,6 +63,8 @@ def gateway_completion(url, body):
         conn.request("POST", parts.path.rstrip("/") + "/chat/completions", json.dumps(body).encode(), headers)
         response = conn.getresponse()
         data = response.read()
+    except TimeoutError:
+        raise GatewayError(f"the gateway gave no answer within {TIMEOUT_S:g} s") from None
     except (OSError, http.client.HTTPException) as e:
         raise GatewayError(f"cannot reach the gateway at {url}: {type(e).__name__}: {e}") from None
     finally:
