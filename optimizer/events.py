@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import time
 from dataclasses import dataclass
 from typing import Callable, Union
 
@@ -157,19 +158,32 @@ def console(event: Event) -> None:
 
 
 class Pictures:
-    """Redraws the run's plots and report.html after every node. A picture is never worth a run:
-    a failure to draw is a warning event, and the run goes on."""
+    """Redraws the run's plots and report.html after a node, at most once every `every_s` seconds:
+    the controller calls `catch_up` while it waits, so a node that came back too soon after the
+    last drawing is drawn a moment later. Drawing takes a third of a second of the controller's CPU
+    (three figures), the largest part of what a generation costs it once sandboxes import no
+    litellm, and it bought nothing when nodes come back seconds apart. A picture is never worth a
+    run: a failure to draw is a warning event, and the run goes on."""
 
     def __init__(self, archive, domains: list, full_sizes: dict[str, int], run_dir, events: Events,
-                 choice: BestChoice = BestChoice(), rule: ScoreRule = ScoreRule()):
+                 choice: BestChoice = BestChoice(), rule: ScoreRule = ScoreRule(), every_s: float = 0.0):
         self.archive, self.domains, self.full_sizes, self.run_dir = archive, domains, full_sizes, run_dir
-        self.events, self.choice, self.rule = events, choice, rule
+        self.events, self.choice, self.rule, self.every_s = events, choice, rule, every_s
+        self._drawn_at = float("-inf")  # time.monotonic() of the last drawing
+        self._behind = False  # a node came back since the last drawing
 
     def __call__(self, event: Event) -> None:
         if isinstance(event, NodeFinished):
+            self._behind = True
+            self.catch_up()
+
+    def catch_up(self) -> None:
+        """Draw when a node is not in the pictures yet and the last drawing is old enough."""
+        if self._behind and time.monotonic() - self._drawn_at >= self.every_s:
             self.draw()
 
     def draw(self) -> None:
+        self._behind, self._drawn_at = False, time.monotonic()
         from archive.plots import (
             write_plots,  # matplotlib: paid by runs that draw, not by every import
         )

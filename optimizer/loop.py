@@ -104,7 +104,7 @@ class Loop:
         self.score_rule = ScoreRule.of(config.loop, domains)
         self.rng = random.Random()  # parent selection without a seed (with one, see choose_parent)
         self.pictures = Pictures(self.archive, domains, self.full_sizes, run_dir, self.events,
-                                 BestChoice.of(config.loop), self.score_rule)
+                                 BestChoice.of(config.loop), self.score_rule, config.loop.pictures_every_s)
         self.events.subscribe(self.pictures)
         self.events.subscribe(self._log_split_start)
         write_train_data(run_dir, domains)

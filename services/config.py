@@ -97,6 +97,7 @@ class LoopConfig:
     promotion: str = "score_above"  # how a stage promotes a child (archive/promotion.py): score_above (the paper's: score > above) | not_worse_than_parent (and not worse than its parent on the rows both ran, by a one-sided paired test at promotion_level) | sica (and at least the lower bound of the best node's 95% interval on those rows)
     promotion_level: float = 0.05  # not_worse_than_parent: a child is rejected when the test's p-value is below this
     promotion_test: str = "exact"  # not_worse_than_parent's test: exact (sign test; sign-flip permutation for partial credit) | bootstrap (paired)
+    pictures_every_s: float = 10.0  # plots and report.html are redrawn when a node comes back, at most this often (and at the end of the run)
     best_choice: str = "highest"  # which node is the run's best (report, --final_test, transfer, sica's peer): highest (the paper's: the highest selection score; `ties` breaks equal ones) | paired (nodes in generation order; a node replaces the best so far only when a one-sided paired test on the selection split's shared rows finds it better at best_level)
     best_level: float = 0.05  # best_choice paired: a node replaces the best so far when the test's p-value is below this (the test is promotion_test)
     final_test: bool = False  # once the last generation is recorded, evaluate the test split once, for the node chosen on val and the initial node (the loop never reads test scores)

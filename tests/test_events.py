@@ -1,5 +1,7 @@
 """The loop's events: what subscribers get, what the console says, and pictures that fail to draw."""
 
+import time
+
 from archive.records import MetaResult, Node, Status
 from archive.store import Archive
 from domains.registry import get_domain
@@ -46,3 +48,27 @@ def test_pictures_are_redrawn_after_a_node_and_a_failure_is_a_warning(tmp_path):
     events.emit(NodeFinished(archive.nodes["initial"]))
     warned = [e for e in seen if isinstance(e, Warned)]
     assert len(warned) == 1 and warned[0].message.startswith("plots not updated: ")
+
+
+def test_nodes_that_come_back_together_are_drawn_once_and_the_last_one_is_caught_up(tmp_path):
+    domain = get_domain("imo_grading")
+    archive = Archive(tmp_path)
+    node = Node("initial", None, 0, scores={"imo_grading": {"train": 0.3, "val": 0.4}},
+                samples={"imo_grading": {"train": 100, "val": 100}}, full_eval={"imo_grading": True})
+    archive.record(node)
+    events = Events(lambda event: None)
+    pictures = Pictures(archive, [domain], {"imo_grading": 100}, tmp_path, events, every_s=0.5)
+    events.subscribe(pictures)
+    report = tmp_path / "report.html"
+    events.emit(NodeFinished(node))  # the first node is drawn at once
+    first = report.stat().st_mtime_ns
+    events.emit(NodeFinished(node))  # the next, right after: left for later
+    pictures.catch_up()
+    assert report.stat().st_mtime_ns == first
+    time.sleep(0.6)
+    pictures.catch_up()  # the controller's wait comes by: now it is drawn
+    assert report.stat().st_mtime_ns > first
+    drawn = report.stat().st_mtime_ns
+    time.sleep(0.6)
+    pictures.catch_up()  # nothing new came back: no drawing
+    assert report.stat().st_mtime_ns == drawn
