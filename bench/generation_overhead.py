@@ -29,7 +29,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "bench")]
 from fake_openai import FakeOpenAI  # noqa: E402
 from harness_throughput import run_watched  # noqa: E402
 
-TARGET_S = 5.0
+TARGET_S = 1.5  # issue 28: under 1.5 s of framework per generation (before the plain client inside: 4.0 s)
 EDIT = {"tool_name": "editor", "tool_input": {"command": "str_replace", "path": "/workspace/task_agent/task_agent.py",
                                               "old_str": "You are an expert grader",
                                               "new_str": "You are a careful expert grader"}}

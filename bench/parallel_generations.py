@@ -4,13 +4,12 @@ Each run is `python -m run_optimization --max_generation 8` against one FakeOpen
 that answers every call after a fixed latency: as the meta model it looks around, makes one edit and
 stops (5 calls), each child's code differing from its parent's so that it is evaluated in
 full (10 staged rows, then 10 more train and 10 val rows, 5 at a time); as the task model
-it answers a label. The latency is chosen so that the models' time, not this machine's 2
-cores, bounds a generation, as it does with the paper's models (a call takes tens of
-seconds). Sandboxes and interpreters still cost CPU: a generation's meta agent and its
-evaluation worker each import litellm (about 5 s of a core here), so 4 generations starting
-together keep both cores busy for about 20 s before their first call, where one alone waits
-about 6 s. At 10 s a call the models take 90 s of a generation and N=4 reaches 3.4x here;
-at 5 s, 45 s and 3.0x.
+it answers a label. The models' time bounds a generation, as it does with the paper's models
+(a call takes tens of seconds), once the framework's own CPU per generation is small: no
+sandboxed process imports litellm (a plain client reaches the gateway), and the plots are
+redrawn at most every loop.pictures_every_s, so a generation costs the whole process tree
+about 0.1 s of CPU beyond its calls. Measured here, 2 cores: 3.61x at 1 s a call (a
+generation is 9.3 s of model time), 3.96x at 10 s (90 s), controller 350 MB.
 
 The generations' wall time is measured from the moment the initial node is recorded (the
 bench polls archive.jsonl) to the end of the command, so the initial evaluation, the same
@@ -47,7 +46,8 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 from fake_openai import FakeOpenAI  # noqa: E402
 
 GENERATIONS = 8
-TARGETS = {"local": 3.2, "ray": 2.8}  # speed-up of --parallel 4 over --parallel 1
+# Speed-up of --parallel 4 over --parallel 1: (executor, whether calls take 10 s or more) -> target.
+TARGETS = {("local", False): 3.0, ("local", True): 3.8, ("ray", False): 2.8, ("ray", True): 2.8}
 META_TURNS = 4  # tool calls of each meta agent run before it says it is done
 
 
@@ -149,7 +149,7 @@ def main(argv=None) -> int:
               f"wall {r['node']:.1f} s, models {r['bound']:.1f} s, framework {r['node'] - r['bound']:.1f} s; "
               f"nodes {', '.join(r['statuses'])}")
     speedup = results[1]["wall"] / results[args.parallel]["wall"]
-    target = TARGETS[args.executor] if args.parallel == 4 else None
+    target = TARGETS[args.executor, args.latency >= 10] if args.parallel == 4 else None
     verdict = f"  target >= {target:g}: {'PASS' if speedup >= target else 'FAIL'}" if target else ""
     print(f"speed-up {speedup:.2f}x with --parallel {args.parallel} (ideal {args.parallel}){verdict}")
     peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
