@@ -68,7 +68,7 @@ def summary_lines(loop) -> list[str]:
     spent = loop.gateway.spent()
     lines = [f"run {state_text(*read_state(loop.run_dir))}",
              f"{len(nodes)} nodes: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())),
-             f"cost ${spent.cost_usd:.4f} in {spent.calls} model calls ({spent.cache_hits} cached)"
+             f"cost ${spent.cost_usd:.4f} in {spent.calls} model calls ({spent.cache_hits} replayed)"
              + (caching_text(spent) if spent.cached_tokens or spent.cache_write_tokens else "")]
     best = loop.best()
     if best:

@@ -326,3 +326,41 @@ def test_the_console_says_what_caching_saved():
         "node 3: meta read 40,000 prompt tokens from the provider's cache, saving $0.1080 of $0.3580")
     assert caching_text(Totals(cached_tokens=40000, cache_write_tokens=5000, cache_saved_usd=0.1)) == (
         "; prompt caching: 40,000 prompt tokens read from the providers' caches, 5,000 written, $0.1000 saved")
+
+
+def test_a_run_whose_meta_agent_is_claude_reads_its_history_from_the_cache_and_says_what_that_saved(
+        tmp_path, fake_openai, fake_anthropic):
+    from conftest import FAST_CONFIG, cli_env, run_cli
+
+    def meta(body: dict) -> str:  # looks around three times, makes one edit, then stops
+        turns = sum(1 for m in body["messages"] if m["role"] == "assistant")
+        if turns < 3:
+            return '<json>{"tool_name": "bash", "tool_input": {"command": "ls /workspace/task_agent"}}</json>'
+        if turns == 3:
+            return ('<json>{"tool_name": "bash", "tool_input": {"command": '
+                    '"echo \'# cached\' >> /workspace/task_agent/task_agent.py"}}</json>')
+        return "Done."
+
+    fake_anthropic.set_responder(meta)
+    fake_openai.set_replies(['<json>{"response": "partial"}</json>'])
+    config = tmp_path / "c.yaml"
+    config.write_text(FAST_CONFIG)
+    env = cli_env(fake_openai, ANTHROPIC_API_BASE=fake_anthropic.base_url, ANTHROPIC_API_KEY="sk-ant-test-0123456789")
+    r = run_cli("run_optimization", "--domain", "imo_grading", "--output_dir", str(tmp_path / "out"), "--run_id", "run",
+                "--task_model", "openai/fake", "--meta_model", CLAUDE, "--config", str(config), "--max_generation", "1",
+                "--eval_samples", "2", env=env, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    # The start's check of the model is one short question; then the meta agent's five turns.
+    meta_calls = [u for r, u in zip(fake_anthropic.requests, fake_anthropic.usages) if r["json"].get("system")]
+    assert len(meta_calls) == 5 and len(fake_anthropic.usages) == 6
+    # The first turn is one question (nothing marked: the system prompt alone is under Sonnet's 1,024
+    # tokens); from the second on, each turn writes its history and the next reads all of it back.
+    reads = [u["cache_read_input_tokens"] for u in meta_calls]
+    writes = [u["cache_creation_input_tokens"] for u in meta_calls]
+    assert reads[:2] == [0, 0] and writes[1] > 1024
+    assert all(reads[i] == reads[i - 1] + writes[i - 1] > 0 for i in range(2, 5))
+    with sqlite3.connect(tmp_path / "out" / "run" / "ledger.sqlite") as db:
+        booked = db.execute("SELECT SUM(cached_tokens), SUM(cache_saved_usd) FROM calls WHERE role = 'meta'").fetchone()
+    assert booked[0] == sum(reads) and booked[1] > 0
+    assert f"meta read {sum(reads):,} prompt tokens from the provider's" in r.stdout
+    assert f"prompt caching: {sum(reads):,} prompt tokens read from the providers' caches" in r.stdout

@@ -43,7 +43,7 @@ class SplitResult:
 
     def line(self, whose: str = "cost") -> str:
         return (f"{self.done}/{self.rows} rows done, {self.errors} errors, {whose} ${self.spent.cost_usd:.4f} "
-                f"({self.spent.calls} calls, {self.spent.cache_hits} cached); "
+                f"({self.spent.calls} calls, {self.spent.cache_hits} replayed); "
                 f"predictions: {self.folder / PREDICTIONS}")
 
     def stop_message(self) -> str:
@@ -152,7 +152,9 @@ class _Keeper:
         self.errors += bool(rec.get("error"))
         self.unsaved += 1
         self.bar.update(1)
-        self.bar.set_postfix_str(f"cost ${self.gateway.spent().cost_usd:.4f}, errors {self.errors}", refresh=False)
+        spent = self.gateway.spent()
+        saved = f" (${spent.cache_saved_usd:.4f} saved by prompt caching)" if spent.cache_saved_usd > 0 else ""
+        self.bar.set_postfix_str(f"cost ${spent.cost_usd:.4f}{saved}, errors {self.errors}", refresh=False)
         if self.unsaved >= self.settings.save_interval:
             self.save()
 
