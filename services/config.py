@@ -118,6 +118,19 @@ class LoopConfig:
     workspace_total_mb: float = 50  # all files of a workspace taken into a node's commit; past this, files are dropped
 
 
+TRACKERS = ("mlflow", "wandb", "tensorboard")  # each in optimizer/trackers/, installed as a pip extra of its name
+
+
+@dataclass
+class TrackingConfig:
+    backends: list[str] = field(default_factory=list)  # experiment trackers the run also logs to (--track): mlflow | wandb | tensorboard, each a pip extra (pip install -e ".[mlflow]")
+    mlflow_uri: str | None = None  # MLflow tracking URI (http://HOST:PORT, sqlite:///PATH, ...); null = a file store in RUN/tracking/mlruns
+    experiment: str = "hyperagents"  # the MLflow experiment and the W&B project a run is logged under
+    wandb_mode: str = "offline"  # offline: W&B's files in RUN/tracking/wandb (upload later with `wandb sync`) | online (needs WANDB_API_KEY)
+    wandb_entity: str | None = None  # the W&B team or user; null = the account's default
+    text_kb: int = 256  # agent-written text (a patch, an error) is cut to this many KiB before a tracker gets it
+
+
 @dataclass
 class Config:
     models: ModelsConfig = field(default_factory=ModelsConfig)
@@ -125,6 +138,7 @@ class Config:
     harness: HarnessConfig = field(default_factory=HarnessConfig)
     sandbox: SandboxConfig = field(default_factory=SandboxConfig)
     loop: LoopConfig = field(default_factory=LoopConfig)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
 
     def resolve_model(self, name: str) -> str:
         """A role alias (task, meta, grader, judge) to its model string; anything else unchanged."""
@@ -306,6 +320,11 @@ def _rules() -> dict:
         "loop.try_max_calls": _at_least(0),
         "loop.workspace_file_mb": _above(0),
         "loop.workspace_total_mb": _above(0),
+        "tracking.backends": (lambda v: set(v) <= set(TRACKERS) and len(set(v)) == len(v),
+                              f"a list of distinct trackers among {', '.join(TRACKERS)}"),
+        "tracking.experiment": (lambda v: bool(v.strip()), "a name"),
+        "tracking.wandb_mode": _one_of("offline", "online"),
+        "tracking.text_kb": POSITIVE_INT,
     }
 
 
