@@ -15,36 +15,17 @@ resume).
 from __future__ import annotations
 
 import argparse
-import atexit
-import os
-import select
-import subprocess
-import sys
 from datetime import datetime
 from pathlib import Path
-from urllib.parse import quote
 
-from archive.records import RunRecord
 from optimizer.initial_agents import INITIAL_AGENTS
-from optimizer.plan import plan_lines, print_dry_run, summary_lines
+from optimizer.launch import FLAG_FIELDS, RunRequest, apply_overrides, check_writable, launch
+from optimizer.launch import start_dashboard  # noqa: F401  (where tests and older callers find it)
 from optimizer.transfer import TRANSFERS
-from services.config import (
-    BASELINES,
-    EXECUTORS,
-    PROJECT_ROOT,
-    SANDBOX_BACKENDS,
-    Config,
-    int_flag,
-    load_config,
-    number_flag,
-    parse_data_flags,
-    validate,
-)
+from services.config import BASELINES, EXECUTORS, SANDBOX_BACKENDS, Config
 from services.errors import UserError, exit_on_user_error
-from services.fsutil import atomic_write_json, hold_folder, read_bounded
-from services.user_files import parse_json
-
-MAX_RUN_RECORD = 2**20  # run.json: the plan and config, a few KiB
+from services.flags import int_flag, number_flag
+from services.fsutil import hold_folder
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -55,6 +36,12 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--config", default=None, help="YAML config overriding configs/default.yaml")
     ap.add_argument("--preset", default=None, help="a config of configs/presets/ applied before --config, "
                     "e.g. quick: 2 small generations")
+    ap.add_argument("--set", action="append", default=None, metavar="SECTION.KEY=VALUE", dest="settings",
+                    help="one config field, after --preset and --config and before the flags below, e.g. --set "
+                         "loop.promotion=not_worse_than_parent (VALUE is YAML: 8, null, [a, b]; repeatable)")
+    ap.add_argument("--name", default=None, help="the run's name, kept in run.json and shown in lists of runs")
+    ap.add_argument("--tag", action="append", default=None, dest="tags", metavar="TAG",
+                    help="a label to find and group runs by (repeatable)")
     ap.add_argument("--run_id", default=None, help="run folder name (default: a timestamp)")
     ap.add_argument("--output_dir", default="./outputs", help="parent folder of runs")
     ap.add_argument("--resume_from", default=None, help="a run folder to continue")
@@ -112,120 +99,9 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
-LOOP_FLAGS = ("max_generation", "eval_samples", "parent_selection", "seed", "parallel", "skip_staged_eval", "final_test",
-              "edit_select_parent", "run_baseline", "initial_agent")
-
-
 def apply_flags(config: Config, args) -> Config:
-    config.harness.data_files.update(parse_data_flags(args.data))
-    for name in LOOP_FLAGS:
-        if getattr(args, name) is not None:
-            setattr(config.loop, name, getattr(args, name))
-    for flag, (section, name) in {"budget_usd": ("gateway", "budget_usd"), "eval_workers": ("harness", "num_workers"),
-                                  "meta_model": ("models", "meta"), "task_model": ("models", "task"),
-                                  "sandbox": ("sandbox", "backend"), "executor": ("sandbox", "executor"),
-                                  "ray_address": ("sandbox", "ray_address")}.items():
-        if getattr(args, flag) is not None:
-            setattr(getattr(config, section), name, getattr(args, flag))
-    return validate(config)
-
-
-def check_writable(path: Path, flag: str) -> None:
-    """Refuse, before anything is created, a folder that cannot be made or written: the nearest
-    existing ancestor of `path` (or `path` itself) must be a writable folder."""
-    existing = path
-    while not os.path.lexists(existing):  # lexists: a dangling link is in the way too
-        existing = existing.parent
-    if not existing.is_dir():
-        raise UserError(f"{flag}: {existing} is not a folder")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise UserError(f"{flag}: {existing} is not writable")
-
-
-def load_run(resume_from: str, where: str | None = None, writable: bool = True) -> tuple[Path, RunRecord, Config]:
-    """The folder, record and config of a run to resume (or to start from), each checked before
-    anything starts."""
-    from archive.store import Archive
-
-    run_dir, where = Path(resume_from).resolve(), where or f"--resume_from {resume_from}"
-    saved = run_dir / "run.json"
-    if not run_dir.is_dir():
-        raise UserError(f"{where}: no such folder")
-    if (run_dir / "predictions.jsonl").exists() or (run_dir / "predictions.csv").exists():
-        raise UserError(f"{where} is an evaluation folder of domains.harness, not a run of run_optimization "
-                        f"(continue it with python -m domains.harness --resume_from {resume_from})")
-    try:
-        state = parse_json(read_bounded(saved, MAX_RUN_RECORD))
-    except FileNotFoundError:
-        raise UserError(f"{where}: not a run folder (no run.json)") from None
-    except OSError as e:
-        raise UserError(f"{where}: cannot read {saved}: {e.strerror or e}") from None
-    except ValueError as e:
-        raise UserError(f"{where}: not a run folder ({saved} is not valid JSON: {e})") from None
-    try:
-        record = RunRecord.from_dict(state)
-    except ValueError as e:
-        raise UserError(f"{where}: not a run folder ({saved}: {e})") from None
-    try:
-        config = Config.from_dict(record.config)
-    except UserError as e:
-        raise UserError(f"{saved}: {e}") from None
-    Archive(run_dir)  # reads every node record: a garbled one stops the resume before the gateway starts
-    if writable:
-        check_writable(run_dir, where)
-    return run_dir, record, config
-
-
-def initial_code(initial_agent, transfer):
-    """How the fresh copy of the project's evolvable code becomes the initial node's: the chosen task
-    agent, and with --initial_from the source node's code (all of it, or all but the task agent)."""
-    def prepare(workspace: Path) -> None:
-        if transfer is not None:
-            transfer.apply(workspace)
-        if transfer is None or transfer.keep == "meta":
-            initial_agent.apply(workspace)
-    return prepare
-
-
-def transfer_of(args, full_sizes):
-    """The node a new run starts from (--initial_from, --transfer), checked; None without --initial_from."""
-    from domains.base import use_data_files
-    from archive.promotion import BestChoice
-    from domains.registry import get_domain
-    from optimizer.transfer import pick_transfer, split_spec
-
-    if args.initial_from is None:
-        if args.transfer is not None:
-            raise UserError("--transfer needs --initial_from RUN[:NODE]")
-        return None
-    if args.resume_from:
-        raise UserError("--initial_from starts a new run; a resumed run keeps where it started from")
-    keep = args.transfer or "meta"
-    if keep == "all" and args.initial_agent is not None:
-        raise UserError("--initial_agent has no effect with --transfer all (the node's task agent is kept)")
-    folder, node_id = split_spec(args.initial_from)
-    run_dir, record, config = load_run(folder, where=f"--initial_from {args.initial_from}", writable=False)
-    use_data_files(config.harness.data_files)
-    domains = [get_domain(n) for n in record.domains]
-    return pick_transfer(run_dir, node_id, domains, full_sizes(domains, config), keep,
-                         f"--initial_from {args.initial_from}", BestChoice.of(config.loop))
-
-
-def start_dashboard(run_dir: Path, port: int) -> None:
-    """The run's dashboard (python -m archive.dashboard) in a process of its own, which ends with
-    the run, also a killed one. One that cannot start is a warning: the run goes on without it."""
-    proc = subprocess.Popen([sys.executable, "-m", "archive.dashboard", str(run_dir), "--port", str(port),
-                             "--exit_with", str(os.getpid())], cwd=PROJECT_ROOT, stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, text=True)  # its errors go to this run's stderr
-    ready, _, _ = select.select([proc.stdout], [], [], 30)
-    line = proc.stdout.readline() if ready else ""
-    if not line.startswith("dashboard: "):
-        proc.kill()
-        print("warning: the dashboard did not start (see above); the run goes on without it", flush=True)
-        return
-    address = line.split()[1]
-    print(f"dashboard {address}runs/{quote(run_dir.name)}", flush=True)
-    atexit.register(proc.terminate)
+    """The flags that set one config field each, over `config`."""
+    return apply_overrides(config, {option: getattr(args, option) for option in FLAG_FIELDS}, args.data or ())
 
 
 def check_flags(args) -> bool:
@@ -245,18 +121,6 @@ def check_flags(args) -> bool:
         raise UserError(f"--dry_run plans a run before it starts; {args.resume_from} is a group that has started "
                         "(pass --dry_run --resume_from one of its seed-<s> runs)")
     return group
-
-
-def claim_run(run_dir: Path, domains, args) -> None:
-    """What is refused before any model call: a run another process writes (one at a time), and
-    --evaluate of a node or a split the run lacks."""
-    if (run_dir / "run.json").exists():
-        hold_folder(run_dir, "run")
-    if args.evaluate is not None:
-        from archive.store import Archive
-        from optimizer.final_test import check_evaluate
-
-        check_evaluate(Archive(run_dir).nodes, domains, args.evaluate, args.split)
 
 
 def run_replicates(parser, args) -> None:
@@ -286,86 +150,24 @@ def run_replicates(parser, args) -> None:
         raise UserError(f"{failed} of {len(group['runs'])} replicates did not finish (see above)")
 
 
-def main(argv=None) -> None:
-    from domains.base import use_data_files
-    from domains.registry import get_domain
-    from optimizer.estimate import estimate
-    from optimizer.evaluation import split_rows
-    from optimizer.initial_agents import AgentFolder, get_initial_agent
-    from optimizer.loop import Loop
-    from services.sandbox import choose_backend_why
-    from services.startup import open_services
-    from services.workspace import RunRepo
+def request_of(args) -> RunRequest:
+    """The run the flags ask for."""
+    return RunRequest(
+        domains=tuple(args.domain or ()), config=args.config, preset=args.preset, settings=tuple(args.settings or ()),
+        overrides={option: getattr(args, option) for option in FLAG_FIELDS}, data=tuple(args.data or ()),
+        output_dir=args.output_dir, run_id=args.run_id, resume_from=args.resume_from, name=args.name,
+        tags=None if args.tags is None else tuple(args.tags), initial_from=args.initial_from,
+        transfer=args.transfer, evaluate=None if args.evaluate is None else tuple(args.evaluate), split=args.split,
+        dry_run=args.dry_run, replicates=args.replicates, dashboard=args.dashboard)
 
+
+def main(argv=None) -> None:
     parser = build_parser()
     args = parser.parse_args(argv)
     group = check_flags(args)
     if not args.dry_run and (args.replicates or group):
         return run_replicates(parser, args)
-    transfer = transfer_of(args, lambda ds, cfg: {d.name: split_rows(d, d.selection_split, cfg.loop.eval_samples)
-                                                  for d in ds})
-    initial_from = transfer.to_dict() if transfer else None
-    if args.resume_from:
-        run_dir, record, config = load_run(args.resume_from)
-        domain_names, initial_from = record.domains, record.initial_from
-    else:
-        if not args.domain:
-            raise UserError("pass --domain (e.g. --domain imo_grading), or --resume_from RUN_DIR")
-        config = load_config(args.config, args.preset)
-        domain_names = [n for arg in args.domain for n in arg.split(",") if n]
-        run_dir = (Path(args.output_dir) / (args.run_id or datetime.now().strftime("%Y%m%d_%H%M%S"))).resolve()
-        check_writable(run_dir, f"--output_dir {args.output_dir}")
-        if (run_dir / "run.json").exists():
-            raise UserError(f"{run_dir} already holds a run: pass --resume_from {run_dir}, or another --run_id")
-    config = apply_flags(config, args)
-    use_data_files(config.harness.data_files)
-    domains = [get_domain(n) for n in domain_names]
-    initial_agent = get_initial_agent(config.loop.initial_agent, [d.task or d.name for d in domains])
-    if transfer is not None and transfer.keep == "meta" and isinstance(initial_agent, AgentFolder):
-        raise UserError(f"--transfer meta takes the meta agent of {args.initial_from} and a task agent of this "
-                        f"project; --initial_agent {config.loop.initial_agent} is a whole agent folder")
-    if isinstance(initial_agent, AgentFolder) and not initial_agent.bundled:
-        config.loop.initial_agent = str(initial_agent.path)  # run.json names the folder, wherever it is read
-    for d in domains:
-        if "train" not in d.splits:
-            raise UserError(f"domain {d.name} has no train split and cannot be optimized")
-        d.scorer.check_ready(d)
-    if args.dry_run:
-        return print_dry_run(run_dir, domains, config, initial_from, args.replicates)
-    claim_run(run_dir, domains, args)
-    services = open_services(config, run_dir, [] if args.evaluate is not None else ["meta"], preflight=True)
-    services.require(*(model for d in domains for model in d.models_needed(config)))
-    backend, why_backend = choose_backend_why(config.sandbox)
-    resumed = (run_dir / "run.json").exists()
-    costs = estimate(domains, config, lambda d, split: split_rows(d, split, config.loop.eval_samples))
-    print("\n".join(plan_lines(run_dir, domains, config, backend, resumed, services.why_models, why_backend,
-                               initial_from) + ([] if args.evaluate is not None else [costs.line()])), flush=True)
-    first = costs.initial_usd + costs.generation_usd
-    if config.gateway.budget_usd is not None and not resumed and config.gateway.budget_usd < first:
-        print(f"warning: the budget of ${config.gateway.budget_usd:g} is below the estimate for the initial "
-              f"evaluation and one generation (~${first:.2f}): the run will likely stop before its first child "
-              "is scored; raise --budget_usd or lower --eval_samples", flush=True)
-
-    with services:  # a new run folder is removed again if the preflight calls fail
-        hold_folder(run_dir, "run")  # a new run's folder exists from here on
-        gateway = services.gateway
-        if not resumed:
-            RunRepo.create(run_dir / "repo", PROJECT_ROOT, initial_code(initial_agent, transfer))
-        atomic_write_json(run_dir / "run.json", RunRecord(domain_names, config.to_dict(), backend,
-                                                          initial_from).to_dict())
-        if args.dashboard is not None:
-            start_dashboard(run_dir, args.dashboard)
-        loop = Loop(run_dir, config, domains, gateway, backend)
-        if args.evaluate is not None:
-            from optimizer.final_test import run_evaluations
-
-            print("\n".join(run_evaluations(loop, args.evaluate, args.split)))
-        else:
-            loop.run()
-            print("\n".join(summary_lines(loop)))
-        stopped = gateway.budget_left_message()
-        if stopped:
-            print(f"stopped: {stopped}; raise --budget_usd and rerun with --resume_from {run_dir} to continue")
+    launch(request_of(args))
 
 
 if __name__ == "__main__":

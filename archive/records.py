@@ -15,11 +15,15 @@ from datetime import datetime
 from enum import StrEnum
 
 from services.config import conforms, describe, show
+from services.render import BIDI_PATTERN
 
 NODE_SCHEMA = 3  # node.json; 2 adds intervals and screening, 3 meta_error
 META_SCHEMA = 1  # the meta agent's result, in archive.jsonl's meta_done event
 START_SCHEMA = 1  # a generation's start, archive.jsonl's gen_start event
-RUN_SCHEMA = 2  # run.json; 2 adds initial_from
+RUN_SCHEMA = 3  # run.json; 2 adds initial_from, 3 name and tags
+MAX_NAME = 120  # characters of a run's name: a title in a list of runs, not a description
+MAX_TAG = 40  # characters of one tag
+MAX_TAGS = 20  # tags of one run
 
 COMMIT = re.compile(r"[0-9a-f]{40}")  # a commit of the run's repository (git's SHA-1 object names)
 EVAL_KEY = re.compile(r"[0-9a-f]{24}")  # a folder under evals/: archive/eval_store.py EvalStore.key
@@ -189,6 +193,8 @@ class RunRecord:
     config: dict  # Config.to_dict() of the run's configuration, flags applied
     sandbox: str = ""  # the backend the run chose
     initial_from: dict | None = None  # the node the run started from (--initial_from): run, node, commit, keep
+    name: str = ""  # what the user calls the run (--name), shown in lists of runs; "" = unnamed
+    tags: list[str] = field(default_factory=list)  # labels to find and group runs by (--tag), in the order given
     updated_at: str = field(default_factory=lambda: datetime.now().isoformat(timespec="seconds"))
 
     def to_dict(self) -> dict:
@@ -196,7 +202,33 @@ class RunRecord:
 
     @classmethod
     def from_dict(cls, data) -> RunRecord:
-        record = cls(**_checked(cls, data, {}))
+        record = cls(**_checked(cls, data, {"tags": list[str]}))
         if not record.domains:
             raise ValueError("domains must name at least one domain")
+        check_labels(record.name, record.tags)
         return record
+
+
+def label_problem(text: str, limit: int) -> str | None:
+    """Why `text` cannot be a run's name or tag, or None: it is shown on terminals and pages as it
+    is, so it is one line of printable characters (no control, no bidi mark), within `limit`."""
+    if len(text) > limit:
+        return f"longer than {limit} characters"
+    if text != text.strip():
+        return "starts or ends with a space"
+    if not text.isprintable() or BIDI_PATTERN.search(text):
+        return "holds a control or bidi character"
+    return None
+
+
+def check_labels(name: str, tags: list[str]) -> None:
+    """A run's name and tags as run.json may hold them; ValueError naming the first bad one."""
+    if problem := label_problem(name, MAX_NAME):
+        raise ValueError(f"name {show(name)}: {problem}")
+    if len(tags) > MAX_TAGS:
+        raise ValueError(f"more than {MAX_TAGS} tags")
+    for tag in tags:
+        if problem := label_problem(tag, MAX_TAG) or (None if tag else "empty"):
+            raise ValueError(f"tag {show(tag)}: {problem}")
+    if len(set(tags)) != len(tags):
+        raise ValueError("a tag is given twice")

@@ -9,6 +9,7 @@ from pathlib import Path
 from archive.run_state import read_state, state_text
 from optimizer.initial_agents import plan_text
 from services.config import Config
+from services.render import console
 
 
 def promotion_text(domain, stage, loop) -> str:
@@ -24,10 +25,12 @@ def promotion_text(domain, stage, loop) -> str:
 
 def plan_lines(run_dir: Path, domains, config: Config, backend: str, resumed: bool,
                why_models: str | None = None, why_backend: str | None = None,
-               initial_from: dict | None = None) -> list[str]:
+               initial_from: dict | None = None, name: str = "", tags=()) -> list[str]:
     from optimizer.evaluation import split_rows
 
     lines = [f"run      {run_dir} ({f'resumed; it was {state_text(*read_state(run_dir))}' if resumed else 'new'})"]
+    if label := label_text(name, tags):
+        lines.append(f"name     {label}")
     for d in domains:
         full = [f"{s} {split_rows(d, s, config.loop.eval_samples)}" for s in d.full_splits()]
         rows_of = "train + val" if config.loop.stage_splits == "train_and_val" and "val" in d.splits else "train"
@@ -56,17 +59,25 @@ def plan_lines(run_dir: Path, domains, config: Config, backend: str, resumed: bo
     return lines
 
 
+def label_text(name: str, tags) -> str:
+    """A run's name and tags in one line ("" when it has neither); both were checked printable when
+    the run took them, and go through `console` all the same since run.json can be edited."""
+    shown = [console(name)] if name else []
+    return ", ".join(shown + ([f"tags {', '.join(console(t) for t in tags)}"] if tags else []))
+
+
 def caching_text(spent) -> str:
     """What providers' prompt caches did for a run's calls (services.ledger.Totals), after its cost."""
     return (f"; prompt caching: {spent.cached_tokens:,} prompt tokens read from the providers' caches, "
             f"{spent.cache_write_tokens:,} written, ${spent.cache_saved_usd:.4f} saved")
 
 
-def summary_lines(loop) -> list[str]:
+def summary_lines(loop, name: str = "", tags=()) -> list[str]:
     nodes = loop.archive.ordered()
     counts = Counter(n.status for n in nodes)
     spent = loop.gateway.spent()
-    lines = [f"run {state_text(*read_state(loop.run_dir))}",
+    label = label_text(name, tags)
+    lines = [f"run {state_text(*read_state(loop.run_dir))}" + (f" ({label})" if label else ""),
              f"{len(nodes)} nodes: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())),
              f"cost ${spent.cost_usd:.4f} in {spent.calls} model calls ({spent.cache_hits} replayed)"
              + (caching_text(spent) if spent.cached_tokens or spent.cache_write_tokens else "")]
@@ -79,7 +90,8 @@ def summary_lines(loop) -> list[str]:
     return lines
 
 
-def print_dry_run(run_dir: Path, domains, config: Config, initial_from: dict | None, replicates: int | None) -> None:
+def print_dry_run(run_dir: Path, domains, config: Config, initial_from: dict | None, replicates: int | None,
+                  name: str = "", tags=()) -> None:
     """--dry_run: the plan and the cost estimate (of each replicate and of the group), with no folder made
     and no call."""
     from optimizer.estimate import estimate
@@ -89,7 +101,7 @@ def print_dry_run(run_dir: Path, domains, config: Config, initial_from: dict | N
     backend, why_backend = choose_backend_why(config.sandbox, dry_run=True)
     costs = estimate(domains, config, lambda d, split: split_rows(d, split, config.loop.eval_samples))
     lines = plan_lines(run_dir, domains, config, backend, (run_dir / "run.json").exists(), None, why_backend,
-                       initial_from) + [costs.line()]
+                       initial_from, name, tags) + [costs.line()]
     if replicates:
         seed = config.loop.seed or 0
         lines.append(f"group    {replicates} replicates, seeds {seed} to {seed + replicates - 1}, each run as above: "

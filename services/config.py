@@ -1,13 +1,13 @@
 """Typed configuration loaded from YAML: every field has a default and a one-line reason.
 
 `load_config(path)` starts from `configs/default.yaml`, then applies the user's file;
-command-line flags override the result field by field. `validate(config)` checks every
+`services.flags.apply_settings` applies `--set SECTION.KEY=VALUE` flags to the result, and
+the specific command-line flags override it field by field last. `validate(config)` checks every
 field against its annotation and `_rules()`; each way a config is made ends with it.
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import math
 import reprlib
@@ -370,46 +370,12 @@ def load_config(path: str | Path | None = None, preset: str | None = None) -> Co
 
 def _apply_file(config: Config, path: Path) -> None:
     """Merge one YAML file into `config` and validate it at once, so an error names the file it came from."""
-    data = read_yaml(path)
+    apply_mapping(config, read_yaml(path), f"config {path}")
+
+
+def apply_mapping(config: Config, data: dict, where: str) -> Config:
+    """Merge a mapping shaped like a config file into `config` and validate it; an error names `where`."""
     try:
-        validate(_merge(config, data, ""))
+        return validate(_merge(config, data, ""))
     except UserError as e:
-        raise UserError(f"config {path}: {e}") from None
-
-
-def parse_data_flags(values: list[str] | None) -> dict[str, str]:
-    """`--data DOMAIN=PATH` flags as {domain: absolute path}."""
-    files = {}
-    for value in values or []:
-        domain, sep, path = value.partition("=")
-        if not sep or not domain or not path:
-            raise UserError(f"--data {value}: expected DOMAIN=PATH, e.g. --data amo_bench=AMO-Bench.jsonl")
-        files[domain] = str(Path(path).expanduser().resolve())
-    return files
-
-
-def int_flag(low: int, also: int | None = None):
-    """An argparse `type=`: an integer of at least `low`, or `also` (e.g. -1 = all); else usage and exit 2."""
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-        if value < low and value != also:
-            either = "" if also is None else f"{also} or "
-            raise argparse.ArgumentTypeError(f"must be {either}{low} or more, got {value}")
-        return value
-    return parse
-
-
-def number_flag(low: float):
-    """An argparse `type=`: a finite number of at least `low`; else usage and exit 2."""
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-        if not math.isfinite(value) or value < low:
-            raise argparse.ArgumentTypeError(f"must be a number, {low:g} or more, got {text}")
-        return value
-    return parse
+        raise UserError(f"{where}: {e}") from None

@@ -20,6 +20,7 @@ from services.errors import UserError
 from services.fsutil import read_regular
 
 MAX_CONFIG_BYTES = 2**20  # the bundled configs are a few KiB
+MAX_VALUE_CHARS = 10_000  # one value on a command line: a model name, a number, a short list
 MAX_DEPTH = 24  # a config nests 5 levels (loop.stages.DOMAIN.[stage].[value]); records a few more
 
 
@@ -68,6 +69,19 @@ def read_yaml(path: Path, what: str = "config") -> dict:
     except RecursionError:
         raise UserError(f"{what} {path} is not valid YAML: nested too deeply") from None
     return data or {}
+
+
+def yaml_value(text: str) -> object:
+    """One value written on a command line (`--set KEY=VALUE`): a YAML scalar, flow list or flow
+    mapping, read with the same bounds as a file; ValueError in one line when it is not YAML."""
+    if len(text) > MAX_VALUE_CHARS:
+        raise ValueError(f"longer than {MAX_VALUE_CHARS} characters")
+    try:
+        return yaml.load(text, Loader=_BoundedLoader)
+    except yaml.YAMLError as e:
+        raise ValueError(f"not a YAML value: {_one_line(getattr(e, 'problem', None) or e)}") from None
+    except RecursionError:
+        raise ValueError("not a YAML value: nested too deeply") from None
 
 
 def parse_json(data: bytes | str) -> object:

@@ -24,16 +24,9 @@ from domains.harness.rows import load_rows
 from domains.harness.split import run_folder, run_split
 from domains.harness.worker_client import open_agent_worker
 from domains.registry import get_domain
-from services.config import (
-    SANDBOX_BACKENDS,
-    Config,
-    int_flag,
-    load_config,
-    number_flag,
-    parse_data_flags,
-    validate,
-)
+from services.config import SANDBOX_BACKENDS, Config, load_config, validate
 from services.errors import UserError, exit_on_user_error
+from services.flags import apply_settings, int_flag, number_flag, parse_data_flags
 from services.providers import _litellm
 from services.render import console
 from services.sandbox import SandboxLost, choose_backend
@@ -57,6 +50,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--proofs_dname", default=None, help="imo_proof_grading: a run folder whose proofs to grade")
     ap.add_argument("--model", default=None, help="litellm model string or a role alias from the config")
     ap.add_argument("--config", default=None, help="YAML config overriding configs/default.yaml")
+    ap.add_argument("--set", action="append", default=None, metavar="SECTION.KEY=VALUE", dest="settings",
+                    help="one config field, after --config and before the flags below, e.g. --set "
+                         "harness.row_timeout_s=600 (VALUE is YAML; repeatable)")
     ap.add_argument("--budget_usd", type=number_flag(0), default=None,
                     help="stop new LLM calls after this many dollars")
     ap.add_argument("--budget_tokens", type=int_flag(0), default=None, help="stop new LLM calls after this many tokens")
@@ -165,7 +161,7 @@ def evaluate(args, config: Config) -> None:
 
 def main(argv=None) -> None:
     args = build_parser().parse_args(argv)
-    config = load_config(args.config)
+    config = apply_settings(load_config(args.config), args.settings)
     config.harness.data_files.update(parse_data_flags(args.data))
     for flag, (section, name) in FLAGS.items():
         if getattr(args, flag) is not None:

@@ -1,0 +1,305 @@
+"""Starting, resuming or evaluating one run from a typed request: what `python -m run_optimization`
+and the Python API (`hyperagents.run`) both do once their inputs are read, so both check the same
+things in the same order (config, flags, domains, the run folder and its lock) and both refuse bad
+input with the same one-line UserError before anything is made or paid for."""
+
+from __future__ import annotations
+
+import atexit
+import os
+import select
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from urllib.parse import quote
+
+from archive.records import MAX_NAME, MAX_TAG, MAX_TAGS, RunRecord, label_problem
+from optimizer.plan import plan_lines, print_dry_run, summary_lines
+from services.config import (
+    PROJECT_ROOT,
+    Config,
+    apply_mapping,
+    load_config,
+    show,
+    validate,
+)
+from services.errors import UserError
+from services.flags import apply_settings, parse_data_flags
+from services.fsutil import atomic_write_json, hold_folder, read_bounded
+from services.user_files import parse_json
+
+MAX_RUN_RECORD = 2**20  # run.json: the plan and config, a few KiB
+
+# The options that set one config field each (the command line's flags of the same names), applied
+# after the config file and --set: option -> (section, field).
+FLAG_FIELDS = {
+    **{name: ("loop", name) for name in ("max_generation", "eval_samples", "parent_selection", "seed", "parallel",
+                                         "skip_staged_eval", "final_test", "edit_select_parent", "run_baseline",
+                                         "initial_agent")},
+    "budget_usd": ("gateway", "budget_usd"), "eval_workers": ("harness", "num_workers"),
+    "meta_model": ("models", "meta"), "task_model": ("models", "task"), "sandbox": ("sandbox", "backend"),
+    "executor": ("sandbox", "executor"), "ray_address": ("sandbox", "ray_address"),
+}
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """One run to start, resume or evaluate, as the command line or the API asks for it."""
+
+    domains: tuple[str, ...] = ()  # domain names of a new run (a resumed run keeps its own)
+    config: str | Path | dict | None = None  # a YAML file, or a mapping shaped like one, applied after the preset
+    preset: str | None = None  # a config of configs/presets/, applied before `config`
+    settings: tuple[str, ...] = ()  # SECTION.KEY=VALUE items (--set), applied after `config`
+    overrides: dict = field(default_factory=dict)  # option of FLAG_FIELDS -> value (None: not given), applied last
+    data: tuple[str, ...] = ()  # DOMAIN=PATH items: data files of domains that are not bundled
+    output_dir: str | Path = "./outputs"  # parent folder of a new run
+    run_id: str | None = None  # a new run's folder name (default: a timestamp)
+    resume_from: str | Path | None = None  # a run folder to continue
+    name: str | None = None  # the run's name (None: a new run has none, a resumed run keeps its own)
+    tags: tuple[str, ...] | None = None  # the run's tags (None: as for `name`)
+    initial_from: str | None = None  # RUN[:NODE]: a new run starts from another run's node
+    transfer: str | None = None  # with initial_from: meta or all
+    evaluate: tuple[str, ...] | None = None  # node ids to evaluate on `split` in full, no generation
+    split: str | None = None  # the split `evaluate` evaluates
+    dry_run: bool = False  # print the plan and the estimate only
+    replicates: int | None = None  # with dry_run: the group's line of the plan
+    dashboard: int | None = None  # serve the run's dashboard on this port while it runs
+
+
+def apply_overrides(config: Config, overrides: dict, data=()) -> Config:
+    """The options of FLAG_FIELDS given (not None) and the data files, over `config`, validated."""
+    unknown = sorted(set(overrides) - set(FLAG_FIELDS))
+    if unknown:
+        raise UserError(f"unknown option {show(unknown[0])} (known: {', '.join(sorted(FLAG_FIELDS))})")
+    config.harness.data_files.update(parse_data_flags(list(data)))
+    for option, value in overrides.items():
+        if value is not None:
+            section, name = FLAG_FIELDS[option]
+            setattr(getattr(config, section), name, value)
+    return validate(config)
+
+
+def check_writable(path: Path, flag: str) -> None:
+    """Refuse, before anything is created, a folder that cannot be made or written: the nearest
+    existing ancestor of `path` (or `path` itself) must be a writable folder."""
+    existing = path
+    while not os.path.lexists(existing):  # lexists: a dangling link is in the way too
+        existing = existing.parent
+    if not existing.is_dir():
+        raise UserError(f"{flag}: {existing} is not a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise UserError(f"{flag}: {existing} is not writable")
+
+
+def open_run(resume_from: str | Path, where: str | None = None,
+             writable: bool = True) -> tuple[Path, RunRecord, Config]:
+    """The folder, record and config of a run to resume (or to start from), each checked before
+    anything starts."""
+    from archive.store import Archive
+
+    run_dir, where = Path(resume_from).resolve(), where or f"--resume_from {resume_from}"
+    saved = run_dir / "run.json"
+    if not run_dir.is_dir():
+        raise UserError(f"{where}: no such folder")
+    if (run_dir / "predictions.jsonl").exists() or (run_dir / "predictions.csv").exists():
+        raise UserError(f"{where} is an evaluation folder of domains.harness, not a run of run_optimization "
+                        f"(continue it with python -m domains.harness --resume_from {resume_from})")
+    try:
+        state = parse_json(read_bounded(saved, MAX_RUN_RECORD))
+    except FileNotFoundError:
+        raise UserError(f"{where}: not a run folder (no run.json)") from None
+    except OSError as e:
+        raise UserError(f"{where}: cannot read {saved}: {e.strerror or e}") from None
+    except ValueError as e:
+        raise UserError(f"{where}: not a run folder ({saved} is not valid JSON: {e})") from None
+    try:
+        record = RunRecord.from_dict(state)
+    except ValueError as e:
+        raise UserError(f"{where}: not a run folder ({saved}: {e})") from None
+    try:
+        config = Config.from_dict(record.config)
+    except UserError as e:
+        raise UserError(f"{saved}: {e}") from None
+    Archive(run_dir)  # reads every node record: a garbled one stops the resume before the gateway starts
+    if writable:
+        check_writable(run_dir, where)
+    return run_dir, record, config
+
+
+def labels(request: RunRequest, record: RunRecord | None) -> tuple[str, list[str]]:
+    """The run's name and tags: the request's, else the resumed run's own; checked as run.json is."""
+    name = request.name if request.name is not None else record.name if record else ""
+    tags = list(request.tags) if request.tags is not None else record.tags if record else []
+    if problem := label_problem(name, MAX_NAME):
+        raise UserError(f"--name {show(name)}: {problem}")
+    if len(tags) > MAX_TAGS:
+        raise UserError(f"--tag: at most {MAX_TAGS} tags, got {len(tags)}")
+    for tag in tags:
+        if problem := label_problem(tag, MAX_TAG) or (None if tag else "empty"):
+            raise UserError(f"--tag {show(tag)}: {problem}")
+    return name, list(dict.fromkeys(tags))  # a tag given twice is kept once
+
+
+def initial_code(initial_agent, transfer):
+    """How the fresh copy of the project's evolvable code becomes the initial node's: the chosen task
+    agent, and with --initial_from the source node's code (all of it, or all but the task agent)."""
+    def prepare(workspace: Path) -> None:
+        if transfer is not None:
+            transfer.apply(workspace)
+        if transfer is None or transfer.keep == "meta":
+            initial_agent.apply(workspace)
+    return prepare
+
+
+def transfer_of(request: RunRequest, full_sizes):
+    """The node a new run starts from (--initial_from, --transfer), checked; None without --initial_from."""
+    from archive.promotion import BestChoice
+    from domains.base import use_data_files
+    from domains.registry import get_domain
+    from optimizer.transfer import pick_transfer, split_spec
+
+    if request.initial_from is None:
+        if request.transfer is not None:
+            raise UserError("--transfer needs --initial_from RUN[:NODE]")
+        return None
+    if request.resume_from:
+        raise UserError("--initial_from starts a new run; a resumed run keeps where it started from")
+    keep = request.transfer or "meta"
+    if keep == "all" and request.overrides.get("initial_agent") is not None:
+        raise UserError("--initial_agent has no effect with --transfer all (the node's task agent is kept)")
+    folder, node_id = split_spec(request.initial_from)
+    run_dir, record, config = open_run(folder, where=f"--initial_from {request.initial_from}", writable=False)
+    use_data_files(config.harness.data_files)
+    domains = [get_domain(n) for n in record.domains]
+    return pick_transfer(run_dir, node_id, domains, full_sizes(domains, config), keep,
+                         f"--initial_from {request.initial_from}", BestChoice.of(config.loop))
+
+
+def start_dashboard(run_dir: Path, port: int) -> None:
+    """The run's dashboard (python -m archive.dashboard) in a process of its own, which ends with
+    the run, also a killed one. One that cannot start is a warning: the run goes on without it."""
+    proc = subprocess.Popen([sys.executable, "-m", "archive.dashboard", str(run_dir), "--port", str(port),
+                             "--exit_with", str(os.getpid())], cwd=PROJECT_ROOT, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, text=True)  # its errors go to this run's stderr
+    ready, _, _ = select.select([proc.stdout], [], [], 30)
+    line = proc.stdout.readline() if ready else ""
+    if not line.startswith("dashboard: "):
+        proc.kill()
+        print("warning: the dashboard did not start (see above); the run goes on without it", flush=True)
+        return
+    address = line.split()[1]
+    print(f"dashboard {address}runs/{quote(run_dir.name)}", flush=True)
+    atexit.register(proc.terminate)
+
+
+def claim_run(run_dir: Path, domains, request: RunRequest) -> None:
+    """What is refused before any model call: a run another process writes (one at a time), and
+    --evaluate of a node or a split the run lacks."""
+    if (run_dir / "run.json").exists():
+        hold_folder(run_dir, "run")
+    if request.evaluate is not None:
+        from archive.store import Archive
+        from optimizer.final_test import check_evaluate
+
+        check_evaluate(Archive(run_dir).nodes, domains, list(request.evaluate), request.split)
+
+
+def new_run_dir(request: RunRequest) -> Path:
+    """A new run's folder, checked: writable, and holding no run yet."""
+    run_dir = (Path(request.output_dir) / (request.run_id or datetime.now().strftime("%Y%m%d_%H%M%S"))).resolve()
+    check_writable(run_dir, f"--output_dir {request.output_dir}")
+    if (run_dir / "run.json").exists():
+        raise UserError(f"{run_dir} already holds a run: pass --resume_from {run_dir}, or another --run_id")
+    return run_dir
+
+
+def request_config(request: RunRequest, saved: Config | None) -> Config:
+    """The run's config: the resumed run's own, or the defaults, the preset and `request.config`; then
+    the settings, then the options."""
+    if saved is not None:
+        config = saved
+    elif isinstance(request.config, dict):
+        config = apply_mapping(load_config(None, request.preset), request.config, "config")
+    else:
+        config = load_config(request.config, request.preset)
+    return apply_overrides(apply_settings(config, list(request.settings)), request.overrides, request.data)
+
+
+def launch(request: RunRequest) -> Path:
+    """Start, resume or evaluate the run `request` names; its folder (nothing is made for a dry run)."""
+    from domains.base import use_data_files
+    from domains.registry import get_domain
+    from optimizer.estimate import estimate
+    from optimizer.evaluation import split_rows
+    from optimizer.initial_agents import AgentFolder, get_initial_agent
+    from optimizer.loop import Loop
+    from services.sandbox import choose_backend_why
+    from services.startup import open_services
+    from services.workspace import RunRepo
+
+    transfer = transfer_of(request, lambda ds, cfg: {d.name: split_rows(d, d.selection_split, cfg.loop.eval_samples)
+                                                     for d in ds})
+    initial_from, record, saved = transfer.to_dict() if transfer else None, None, None
+    if request.resume_from:
+        run_dir, record, saved = open_run(request.resume_from)
+        domain_names, initial_from = record.domains, record.initial_from
+    else:
+        if not request.domains:
+            raise UserError("pass --domain (e.g. --domain imo_grading), or --resume_from RUN_DIR")
+        domain_names = [n for arg in request.domains for n in arg.split(",") if n]
+        run_dir = new_run_dir(request)
+    config = request_config(request, saved)
+    name, tags = labels(request, record)
+    use_data_files(config.harness.data_files)
+    domains = [get_domain(n) for n in domain_names]
+    initial_agent = get_initial_agent(config.loop.initial_agent, [d.task or d.name for d in domains])
+    if transfer is not None and transfer.keep == "meta" and isinstance(initial_agent, AgentFolder):
+        raise UserError(f"--transfer meta takes the meta agent of {request.initial_from} and a task agent of this "
+                        f"project; --initial_agent {config.loop.initial_agent} is a whole agent folder")
+    if isinstance(initial_agent, AgentFolder) and not initial_agent.bundled:
+        config.loop.initial_agent = str(initial_agent.path)  # run.json names the folder, wherever it is read
+    for d in domains:
+        if "train" not in d.splits:
+            raise UserError(f"domain {d.name} has no train split and cannot be optimized")
+        d.scorer.check_ready(d)
+    if request.dry_run:
+        print_dry_run(run_dir, domains, config, initial_from, request.replicates, name, tags)
+        return run_dir
+    claim_run(run_dir, domains, request)
+    services = open_services(config, run_dir, [] if request.evaluate is not None else ["meta"], preflight=True)
+    services.require(*(model for d in domains for model in d.models_needed(config)))
+    backend, why_backend = choose_backend_why(config.sandbox)
+    resumed = (run_dir / "run.json").exists()
+    costs = estimate(domains, config, lambda d, split: split_rows(d, split, config.loop.eval_samples))
+    print("\n".join(plan_lines(run_dir, domains, config, backend, resumed, services.why_models, why_backend,
+                               initial_from, name, tags)
+                    + ([] if request.evaluate is not None else [costs.line()])), flush=True)
+    first = costs.initial_usd + costs.generation_usd
+    if config.gateway.budget_usd is not None and not resumed and config.gateway.budget_usd < first:
+        print(f"warning: the budget of ${config.gateway.budget_usd:g} is below the estimate for the initial "
+              f"evaluation and one generation (~${first:.2f}): the run will likely stop before its first child "
+              "is scored; raise --budget_usd or lower --eval_samples", flush=True)
+
+    with services:  # a new run folder is removed again if the preflight calls fail
+        hold_folder(run_dir, "run")  # a new run's folder exists from here on
+        gateway = services.gateway
+        if not resumed:
+            RunRepo.create(run_dir / "repo", PROJECT_ROOT, initial_code(initial_agent, transfer))
+        atomic_write_json(run_dir / "run.json", RunRecord(domain_names, config.to_dict(), backend, initial_from,
+                                                          name, tags).to_dict())
+        if request.dashboard is not None:
+            start_dashboard(run_dir, request.dashboard)
+        loop = Loop(run_dir, config, domains, gateway, backend)
+        if request.evaluate is not None:
+            from optimizer.final_test import run_evaluations
+
+            print("\n".join(run_evaluations(loop, list(request.evaluate), request.split)))
+        else:
+            loop.run()
+            print("\n".join(summary_lines(loop, name, tags)))
+        stopped = gateway.budget_left_message()
+        if stopped:
+            print(f"stopped: {stopped}; raise --budget_usd and rerun with --resume_from {run_dir} to continue")
+    return run_dir

@@ -1,0 +1,69 @@
+"""Values given on a command line: `--set SECTION.KEY=VALUE` config fields, `--data DOMAIN=PATH`
+data files, and argparse types of numbers with a lower bound. Each bad value is one line naming its
+flag (a UserError), or argparse's usage line (exit 2)."""
+
+from __future__ import annotations
+
+import argparse
+import math
+from pathlib import Path
+
+from services.config import Config, apply_mapping
+from services.errors import UserError
+from services.user_files import yaml_value
+
+
+def apply_settings(config: Config, settings: list[str] | None, flag: str = "--set") -> Config:
+    """`--set SECTION.KEY=VALUE` flags applied in order, VALUE read as YAML (`8`, `null`, `[a, b]`,
+    `{model: [1, 2]}`); each is checked as a file's key would be, and an error names `--set KEY`."""
+    for item in settings or []:
+        key, sep, text = item.partition("=")
+        key = key.strip()
+        section, dot, name = key.partition(".")
+        if not sep or not section or not name or "." in name:
+            raise UserError(f"{flag} {item[:60]}: expected SECTION.KEY=VALUE, "
+                            "e.g. --set loop.promotion=not_worse_than_parent")
+        try:
+            value = yaml_value(text)
+        except ValueError as e:
+            raise UserError(f"{flag} {key}: {e}") from None
+        apply_mapping(config, {section: {name: value}}, f"{flag} {key}")
+    return config
+
+
+def parse_data_flags(values: list[str] | None) -> dict[str, str]:
+    """`--data DOMAIN=PATH` flags as {domain: absolute path}."""
+    files = {}
+    for value in values or []:
+        domain, sep, path = value.partition("=")
+        if not sep or not domain or not path:
+            raise UserError(f"--data {value}: expected DOMAIN=PATH, e.g. --data amo_bench=AMO-Bench.jsonl")
+        files[domain] = str(Path(path).expanduser().resolve())
+    return files
+
+
+def int_flag(low: int, also: int | None = None):
+    """An argparse `type=`: an integer of at least `low`, or `also` (e.g. -1 = all); else usage and exit 2."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < low and value != also:
+            either = "" if also is None else f"{also} or "
+            raise argparse.ArgumentTypeError(f"must be {either}{low} or more, got {value}")
+        return value
+    return parse
+
+
+def number_flag(low: float):
+    """An argparse `type=`: a finite number of at least `low`; else usage and exit 2."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        if not math.isfinite(value) or value < low:
+            raise argparse.ArgumentTypeError(f"must be a number, {low:g} or more, got {text}")
+        return value
+    return parse
