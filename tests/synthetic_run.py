@@ -44,6 +44,7 @@ import pandas as pd
 
 from archive.eval_store import EvalStore
 from archive.records import GenStart, MetaResult, Node, RunRecord, Status
+from archive.stats import wilson
 from archive.store import META_TRANSCRIPT, mean_score, untrusted_dir
 from domains.harness import JOURNAL, PREDICTIONS
 from domains.harness.journal import RESULT_COLUMNS
@@ -152,7 +153,8 @@ class _Gen:
 
 
 def make_run(run_dir: Path, nodes: int = 1000, seed: int = 0, hostile: bool = False, in_flight: int = 0,
-             feedback: bool = False, now: float | None = None, pid: int | None = None) -> dict:
+             feedback: bool = False, now: float | None = None, pid: int | None = None, name: str | None = None,
+             tags: list | None = None) -> dict:
     """Write a run of `nodes` recorded nodes (`initial`, then generations 1..nodes-1) into the new
     folder `run_dir`, and `in_flight` generations started after them: the first has its change
     committed and its staged evaluation under way, the others have their meta agent at work.
@@ -168,12 +170,16 @@ def make_run(run_dir: Path, nodes: int = 1000, seed: int = 0, hostile: bool = Fa
     node the loop ranks first), in_flight (ids), evaluating (the in-flight id with a partial
     evaluation, or None), hostile (what -> node id: patch, file_names, dropped_names, transcript,
     predictions, meta_stdout, worker_log, error, symlink, fifo, big_transcript; empty unless
-    hostile), evals (folders under evals/), calls (ledger rows), cost_usd (the run's)."""
+    hostile), evals (folders under evals/), calls (ledger rows), cost_usd (the run's).
+
+    `name` and `tags`, when given, are written to run.json as `--name` and `--tag` write them
+    (anything JSON can hold: a reader must bound and check them)."""
     if nodes < 1 or in_flight < 0 or (hostile and nodes < 12):
         raise ValueError(f"need nodes >= 1 (12 with hostile=True) and in_flight >= 0, got {nodes}, {in_flight}")
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True)
     maker = _Maker(run_dir, seed, hostile, feedback)
+    maker.run_labels = {**({"name": name} if name is not None else {}), **({"tags": tags} if tags is not None else {})}
     maker.plan(nodes, in_flight)
     maker.simulate()
     return maker.write(time.time() if now is None else now, os.getpid() if pid is None else pid)
@@ -260,6 +266,7 @@ def _cost(model: str, prompt: int, completion: int) -> float:
 
 class _Maker:
     def __init__(self, run_dir: Path, seed: int, hostile: bool, feedback: bool):
+        self.run_labels: dict = {}  # run.json's "name" and "tags", when the caller gives them
         self.run_dir, self.seed, self.hostile, self.feedback = run_dir, seed, hostile, feedback
         self.rng = random.Random(seed)
         self.domain = get_domain(DOMAIN)
@@ -614,6 +621,9 @@ class _Maker:
         node.scores[DOMAIN] = {s: v[0] for s, v in splits.items()}
         node.samples[DOMAIN] = {s: v[1] for s, v in splits.items()}
         node.eval_keys[DOMAIN] = {s: v[2] for s, v in splits.items()}
+        # As the loop records them (archive.stats.interval): the rows score 0 or 1, so Wilson's.
+        node.intervals[DOMAIN] = {s: [round(b, 4) for b in wilson(round(v[0] * v[1]), v[1])]
+                                  for s, v in splits.items() if v[0] is not None}
         node.seconds["eval"] = round(t - started, 3)
         if self.feedback:
             self._feedback(gen, splits["train"][2])
@@ -754,7 +764,7 @@ class _Maker:
         for run in self.eval_runs:
             self._eval_run(run, base, cumulative)
         record = RunRecord([DOMAIN], self.config.to_dict(), "bwrap", updated_at=_iso(base + self.start))
-        (self.run_dir / "run.json").write_text(_json_text(record.to_dict()), encoding="utf-8")
+        (self.run_dir / "run.json").write_text(_json_text({**record.to_dict(), **self.run_labels}), encoding="utf-8")
         (self.run_dir / "train_data").mkdir()
         (self.run_dir / "train_data" / f"{DOMAIN}_train.jsonl").write_text(
             "\n".join(self.domain.try_lines(self.domain.load("train"))) + "\n", encoding="utf-8")

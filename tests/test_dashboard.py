@@ -12,12 +12,14 @@ import subprocess
 import sys
 import threading
 import time
+from contextlib import contextmanager
 from html.parser import HTMLParser
 from pathlib import Path
+from urllib.parse import urlencode
 
 import pytest
 from conftest import REPO_ROOT
-from synthetic_run import make_run
+from synthetic_run import ATTACKS, make_run
 
 from archive.dashboard.server import serve
 from services.ledger import Call, Ledger
@@ -26,7 +28,8 @@ from services.ledger import Call, Ledger
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("runs")
-    hostile = make_run(root / "hostile", nodes=40, seed=1, hostile=True)
+    hostile = make_run(root / "hostile", nodes=40, seed=1, hostile=True, name=ATTACKS["script"],
+                       tags=[ATTACKS["img"], ATTACKS["javascript_url"]])
     make_run(root / "plain", nodes=12, seed=2)
     (root / "not-a-run").mkdir()
     os.symlink(root / "plain", root / "linked")  # a link in the runs folder is not a run of it
@@ -72,7 +75,7 @@ def assert_inert(body: str) -> None:
     parser.feed(body)
     for tag, attrs in parser.tags:
         assert tag not in ("iframe", "object", "embed", "img", "base", "form") or tag == "form" and \
-            attrs.get("action", "").startswith("/runs/"), (tag, attrs)
+            (attrs.get("action", "").startswith("/runs/") or attrs.get("action") == "/compare"), (tag, attrs)
         assert not [a for a in attrs if a.lower().startswith("on")], (tag, attrs)
         if tag == "script":
             assert attrs == {"src": "/static/dashboard.js"}
@@ -236,3 +239,181 @@ def test_a_record_that_is_not_one_is_listed_as_a_problem_not_shown(tmp_path):
     finally:
         srv.shutdown()
         srv.server_close()
+
+
+@contextmanager
+def serving(root: Path):
+    srv = serve(root, "127.0.0.1", 0)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        yield srv.server_address[1]
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+class Tables(HTMLParser):
+    """The rows of a page's tables, each row's attributes and its cells' text, by the table's class."""
+
+    def __init__(self):
+        super().__init__()
+        self.rows: list[tuple[str, dict, list[str]]] = []  # (table class, row attributes, cells)
+        self._table: list[dict] = []
+        self._cell: list[str] | None = None
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "table":
+            self._table.append(dict(attrs))
+        elif tag == "tr" and self._table:
+            self.rows.append((self._table[-1].get("class", ""), dict(attrs), []))
+        elif tag in ("td", "th") and self.rows:
+            self._cell = []
+
+    def handle_endtag(self, tag):
+        if tag == "table" and self._table:
+            self._table.pop()
+        elif tag in ("td", "th") and self._cell is not None:
+            self.rows[-1][2].append("".join(self._cell))
+            self._cell = None
+
+    def handle_data(self, data):
+        if self._cell is not None:
+            self._cell.append(data)
+
+
+def rows_of(body: str, table: str) -> list[tuple[dict, list[str]]]:
+    parser = Tables()
+    parser.feed(body)
+    return [(attrs, cells) for kind, attrs, cells in parser.rows if kind == table and cells and attrs]
+
+
+def make_group(folder: Path, seeds: list[int], nodes: int, **labels) -> None:
+    """A folder of replicates as --replicates writes it: seed-N runs and group.json."""
+    for seed in seeds:
+        make_run(folder / f"seed-{seed}", nodes=nodes, seed=seed, **labels)
+    (folder / "group.json").write_text(json.dumps({"schema_version": 1, "runs": [f"seed-{s}" for s in seeds],
+                                                   "seeds": seeds, "argv": []}))
+
+
+def test_runs_have_names_and_tags_a_filter_by_tag_and_a_comparison(tmp_path):
+    from archive.dashboard.pieces import fmt_cost
+    from archive.dashboard.reader import RunReader
+
+    root = tmp_path / "runs"
+    make_run(root / "a", nodes=14, seed=2, name="baseline " + ATTACKS["script"], tags=["sweep", ATTACKS["img"]])
+    make_run(root / "b", nodes=10, seed=3, name="x" * 5000,
+             tags=["sweep", 7, "", "t" * 500, "sweep", *(f"n{i}" for i in range(100))])
+    make_group(root / "grp", [11, 12], nodes=9, tags=["replicates"])
+    with serving(root) as port:
+        status, _, index = get(port, "/")
+        assert status == 200
+        assert_inert(index)
+        listed = {attrs["data-run"]: cells for attrs, cells in rows_of(index, "runs")}
+        assert set(listed) == {"a", "b", "grp/seed-11", "grp/seed-12"}  # a group's replicates are runs of the list
+        # Names and tags are text: escaped, cut to a bound, non-text tags and repeats left out.
+        assert "baseline &lt;script&gt;window.__pwned=1&lt;/script&gt;" in index and "<script>window" not in index
+        assert listed["b"][2] == "x" * 200
+        assert listed["b"][3].startswith("sweep" + "t" * 64 + "n0n1") and listed["b"][3].endswith("n29")
+        # Filtering by a tag, hostile ones included.
+        for tag, expect in (("sweep", {"a", "b"}), (ATTACKS["img"], {"a"}), ("replicates", {"grp/seed-11",
+                                                                                             "grp/seed-12"})):
+            _, _, page = get(port, "/?" + urlencode({"tag": tag}))
+            assert {attrs["data-run"] for attrs, _ in rows_of(page, "runs")} == expect, tag
+            assert_inert(page)
+        # The comparison: a line and a band per run, and one for the group of two replicates.
+        status, _, page = get(port, "/compare?run=a&run=grp%2Fseed-11&run=grp%2Fseed-12")
+        assert status == 200
+        assert_inert(page)
+        elements = Elements()
+        elements.feed(page)
+        lines = {a["data-series"]: a["points"].split() for t, a in elements.tags if t == "polyline"}
+        bands = {a["data-series"] for t, a in elements.tags if t == "polygon" and a.get("class") == "band"}
+        group = "group grp: mean of 2 replicates"
+        assert set(lines) == bands == {"a (baseline " + ATTACKS["script"] + ")", "grp/seed-11", "grp/seed-12", group}
+        readers = {name: RunReader(root / path, name).read() for name, path in
+                   (("a", "a"), ("grp/seed-11", "grp/seed-11"), ("grp/seed-12", "grp/seed-12"))}
+        for name, data in readers.items():
+            label = "a (baseline " + ATTACKS["script"] + ")" if name == "a" else name
+            assert len(lines[label]) == len(data.best_so_far()) == max(n.generation for n in data.nodes.values()) + 1
+            best = data.best()
+            low, high = data.interval(best)
+            cells = {attrs["data-run"]: cells for attrs, cells in rows_of(page, "runs compared")}[name]
+            assert cells[7] == f"{best.node_id}: {data.score(best):.3f} [{low:.3f} – {high:.3f}]"
+            assert cells[8] == fmt_cost(data.cost())
+        assert len(lines[group]) == 9  # generations 0..8, both replicates reached them
+        assert get(port, "/compare?run=nope")[0] == 404
+        assert "No run chosen" in get(port, "/compare")[2]
+
+
+def test_a_node_page_shows_the_gold_label_beside_each_prediction(tmp_path):
+    import pandas as pd
+
+    summary = make_run(tmp_path / "runs" / "labels", nodes=8, seed=9)
+    run_dir = tmp_path / "runs" / "labels"
+    node = json.loads((run_dir / "nodes" / summary["best"] / "node.json").read_text())
+    with serving(tmp_path / "runs") as port:
+        _, _, page = get(port, f"/runs/labels/nodes/{summary['best']}")
+    assert_inert(page)
+    for split in ("train", "val"):
+        truth = pd.read_csv(run_dir / "evals" / node["eval_keys"]["imo_grading"][split] / "predictions.csv", dtype=str)
+        labels = dict(zip(truth["Grading ID"], truth["Reward"]))
+        shown = [cells for attrs, cells in rows_of(page, "predictions") if attrs.get("class") in ("right", "wrong")]
+        table = [c for c in shown if c[0] in labels]
+        assert len(table) >= len(labels) and all(c[3] == labels[c[0]] for c in table), split
+        assert {c[1] for c in table} == {"right", "wrong"}
+
+
+def test_the_comparison_of_two_nodes_states_its_paired_test(tmp_path):
+    from archive.dashboard.reader import RunReader
+    from archive.stats import paired_p
+
+    summary = make_run(tmp_path / "runs" / "pair", nodes=14, seed=2)
+    run_dir, best = tmp_path / "runs" / "pair", summary["best"]
+    reader = RunReader(run_dir)
+    nodes = reader.read().nodes
+
+    def expected(split: str) -> tuple[int, str]:
+        a, b = (reader.row_scores(nodes[n].eval_keys["imo_grading"][split], "overall_accuracy") for n in ("initial", best))
+        shared = sorted(set(a) & set(b))
+        return len(shared), f"{paired_p([b[i] for i in shared], [a[i] for i in shared], 'two-sided', 'exact'):.4g}"
+
+    with serving(tmp_path / "runs") as port:
+        _, _, page = get(port, f"/runs/pair/compare?a=initial&b={best}")
+        tests = rows_of(page, "paired-tests")
+        assert [c[1] for _, c in tests] == ["train", "val"] and "p, two-sided" in page
+        for _, cells in tests:
+            shared, p = expected(cells[1])
+            assert int(cells[2]) == shared and cells[6] == p
+            assert cells[5].startswith("exact sign test (McNemar) on the ")
+        # Partial credit: the sign-flip permutation test, the same p as paired_p's.
+        key = nodes[best].eval_keys["imo_grading"]["val"]
+        report_path = run_dir / "evals" / key / "report.json"
+        report = json.loads(report_path.read_text())
+        report["row_scores"] = {q: (0.5 if i % 3 == 0 else v) for i, (q, v) in enumerate(report["row_scores"].items())}
+        report_path.write_text(json.dumps(report))
+        _, _, page = get(port, f"/runs/pair/compare?a=initial&b={best}")
+        cells = next(c for _, c in rows_of(page, "paired-tests") if c[1] == "val")
+        shared, p = expected("val")
+        assert cells[5].startswith("sign-flip permutation test") and cells[6] == p and int(cells[2]) == shared
+
+
+def test_the_meta_agent_transcript_is_followed_while_it_works(tmp_path):
+    summary = make_run(tmp_path / "runs" / "live", nodes=10, seed=6, in_flight=2)
+    meta = next(n for n in summary["in_flight"] if n != summary["evaluating"])
+    transcript = tmp_path / "runs" / "live" / "untrusted" / meta / "meta" / "meta_chat_history.md"
+    with serving(tmp_path / "runs") as port:
+        _, _, page = get(port, f"/runs/live/nodes/{meta}")
+        assert 'id="transcript-live"' in page and "Earlier turns are left out" not in page
+        before = get(port, "/runs/live/live")[2]
+        with open(transcript, "a", encoding="utf-8") as f:  # the agent's next turn, hostile
+            f.write(f"\n## assistant\n\n{ATTACKS['script']} {ATTACKS['anchor']}\n")
+        assert get(port, "/runs/live/live")[2] != before  # the page reloads itself
+        _, _, page = get(port, f"/runs/live/nodes/{meta}")
+        assert_inert(page)
+        assert "&lt;script&gt;window.__pwned=1&lt;/script&gt; &lt;a href=" in page and "<script>window" not in page
+        with open(transcript, "a", encoding="utf-8") as f:  # a long session: only its end is shown
+            f.write("".join(f"turn {i}: {'y' * 90}\n" for i in range(2000)) + "the latest turn\n")
+        _, _, page = get(port, f"/runs/live/nodes/{meta}")
+        shown = page.split('<pre class="text" id="transcript">')[1].split("</pre>")[0]
+        assert "Earlier turns are left out" in page and shown.endswith("the latest turn\n")
+        assert shown.startswith("turn ") and len(shown.encode()) <= 2**16

@@ -1,5 +1,6 @@
-"""Two nodes side by side: their scores, the code diff from one to the other, and the rows whose
-prediction changed, with whether the change made them right or wrong."""
+"""Two nodes side by side: their scores, a paired test of the difference on the rows both answered,
+the code diff from one to the other, and the rows whose prediction changed, with whether the
+change made them right or wrong."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ import subprocess
 from archive.dashboard import pieces
 from archive.dashboard.markup import Markup, h, join, url
 from archive.dashboard.pages import compare_form, diff_block, page
-from archive.dashboard.reader import MAX_TEXT, RunData, RunReader, Text
+from archive.dashboard.reader import MAX_TEXT, RunData, RunReader, Text, known_domain
 from archive.records import Node
+from archive.stats import MAX_ENUMERATED_FLIPS, paired_p
 from services.workspace import RunRepo
 
 MAX_CHANGED_SHOWN = 500
@@ -21,6 +23,7 @@ def compare_page(reader: RunReader, data: RunData, a: Node, b: Node) -> str:
         h("h1", {}, f"Node {a.node_id} and node {b.node_id}"),
         compare_form(data, a.node_id, b.node_id),
         h("h2", {}, "Scores"), scores_side_by_side(data, a, b),
+        h("h2", {}, "Paired test on the rows both answered"), paired_tests(reader, a, b),
         h("h2", {}, f"Code: from {a.node_id} to {b.node_id}"), diff_block(code_diff(reader, a, b), "code-diff"),
         h("h2", {}, "Rows whose prediction changed"), changed_rows(reader, a, b)])
     return page(f"{a.node_id} vs {b.node_id}: {name}", body,
@@ -42,6 +45,48 @@ def scores_side_by_side(data: RunData, a: Node, b: Node) -> Markup:
     head = h("tr", {}, join(h("th", {}, c) for c in ("domain", "split", a.node_id, b.node_id, "change")))
     return h("table", {"class": "scores"}, head, join(rows)) if rows else h("p", {"class": "empty"},
                                                                               "Neither node was scored.")
+
+
+def paired_tests(reader: RunReader, a: Node, b: Node) -> Markup:
+    """Per domain and split both evaluated: the p-value of archive.stats.paired_p (the test the
+    promotion rules use) on the rows both reports scored, two-sided (the page compares any two
+    nodes, with no direction chosen before looking)."""
+    rows = []
+    for domain, keys in b.eval_keys.items():
+        score_key = getattr(known_domain(domain), "score_key", None)
+        for split, key_b in keys.items():
+            key_a = a.eval_keys.get(domain, {}).get(split)
+            if key_a is None or score_key is None:
+                continue
+            rows_a, rows_b = reader.row_scores(key_a, score_key), reader.row_scores(key_b, score_key)
+            shared = sorted(set(rows_a or {}) & set(rows_b or {}))
+            if not shared:
+                rows.append(h("tr", {}, h("td", {}, domain), h("td", {}, split), h("td", {"class": "num"}, 0),
+                              h("td", {"colspan": 4, "class": "empty"}, "no row both reports scored")))
+                continue
+            xa, xb = [rows_a[i] for i in shared], [rows_b[i] for i in shared]
+            rows.append(h("tr", {"class": "paired"}, h("td", {}, domain), h("td", {}, split),
+                          h("td", {"class": "num shared"}, len(shared)),
+                          h("td", {"class": "num"}, f"{sum(xa) / len(xa):.3f}"),
+                          h("td", {"class": "num"}, f"{sum(xb) / len(xb):.3f}"), h("td", {}, test_named(xa, xb)),
+                          h("td", {"class": "num p-value"}, f"{paired_p(xb, xa, 'two-sided', 'exact'):.4g}")))
+    if not rows:
+        return h("p", {"class": "empty"}, "No split both nodes were scored on, row by row.")
+    head = h("tr", {}, join(h("th", {}, c) for c in ("domain", "split", "shared rows", f"{a.node_id} on them",
+                                                      f"{b.node_id} on them", "test", "p, two-sided")))
+    return h("table", {"class": "paired-tests"}, head, join(rows)) + h(
+        "p", {"class": "note"}, "The null hypothesis: neither node scores higher on these rows. A small p says the "
+                                "difference is unlikely to be noise of the rows drawn; with many splits or pairs "
+                                "looked at, some small p's come by chance.")
+
+
+def test_named(xa: list[float], xb: list[float]) -> str:
+    """The test paired_p(method="exact") runs on these rows, in words."""
+    discordant = sum(1 for x, y in zip(xa, xb) if x != y)
+    if all(v in (0.0, 1.0) for v in xa + xb):
+        return f"exact sign test (McNemar) on the {discordant} rows that differ"
+    exact = "every sign pattern" if discordant <= MAX_ENUMERATED_FLIPS else "2,000 seeded sign patterns"
+    return f"sign-flip permutation test of the summed differences on the {discordant} rows that differ ({exact})"
 
 
 def _rows(node: Node, domain: str, split: str) -> Markup:

@@ -11,8 +11,9 @@ from importlib import resources
 
 from archive.dashboard import pieces
 from archive.dashboard.markup import Markup, h, join, url
-from archive.dashboard.reader import InFlight, RunData, RunReader, Text
+from archive.dashboard.reader import MAX_TAIL, InFlight, RunData, RunReader, Text, known_domain
 from archive.records import Node
+from archive.run_state import Phase
 
 MAX_ROWS_SHOWN = 500  # predictions listed on a node page, wrong ones first
 TOP_NODES = 50  # nodes in the run page's table (all of them: /runs/<run>/nodes)
@@ -36,21 +37,36 @@ def page(title: str, body: Markup, crumbs: list[tuple[str, str | None]], live: s
           h("script", {"src": "/static/dashboard.js"})))
 
 
-def index(runs: list[tuple[str, RunData]], version: str) -> str:
+def index(runs: list[tuple[str, RunData]], version: str, tag: str | None = None) -> str:
+    """The runs of the folder (those carrying `tag`, when given), each with a box to pick it for the
+    comparison of runs."""
+    known = sorted({t for _, data in runs for t in data.tags})
+    shown = [(name, data) for name, data in runs if tag is None or tag in data.tags]
     rows = []
-    for name, data in runs:
-        best = data.best()
-        rows.append(h("tr", {}, h("td", {}, h("a", {"href": url("runs", name)}, name)),
+    for name, data in shown:
+        rows.append(h("tr", {"class": "run", "data-run": name},
+                      h("td", {}, h("input", {"type": "checkbox", "name": "run", "value": name,
+                                              "aria-label": f"compare {name}"})),
+                      h("td", {}, h("a", {"href": url("runs", name)}, name)), h("td", {"class": "run-name"}, data.title),
+                      h("td", {"class": "tags"}, pieces.tag_chips(data.tags, lambda t: url(tag=t))),
                       h("td", {}, ", ".join(data.domains)), h("td", {"class": "num"}, len(data.nodes)),
                       h("td", {}, str(data.state)),
                       h("td", {"class": "num"}, len(data.in_flight) if data.live else ""),
-                      h("td", {}, f"{best.node_id}: {pieces.fmt_score(data.score(best))}" if best else ""),
+                      h("td", {"class": "best"}, pieces.best_cell(data)),
                       h("td", {"class": "num"}, pieces.fmt_cost(data.cost())), h("td", {}, data.updated())))
-    head = h("tr", {}, join(h("th", {}, c) for c in ("run", "domains", "nodes", "status", "in flight", "best",
-                                                        "cost", "last event")))
-    body = h("h1", {}, "Runs") + (h("table", {"class": "runs"}, head, join(rows)) if rows else
-                                  h("p", {"class": "empty"}, "No run in this folder yet."))
-    return page("Runs", body, [("runs", None)], "/live", version)
+    head = h("tr", {}, join(h("th", {}, c) for c in ("", "run", "name", "tags", "domains", "nodes", "status",
+                                                        "in flight", "best [95% interval]", "cost", "last event")))
+    filters = h("p", {"class": "tag-filter"}, "Tags: ",
+                h("a", {"href": "/", "class": "tag" + " chosen" * (tag is None)}, "all"), " ",
+                join((h("a", {"href": url(tag=t), "class": "tag" + " chosen" * (t == tag)}, t) for t in known), " ")) \
+        if known else Markup("")
+    table = h("form", {"class": "runs-form", "method": "get", "action": "/compare"},
+              h("table", {"class": "runs"}, head, join(rows)),
+              h("button", {"type": "submit", "id": "compare-runs"}, "compare the runs ticked"))
+    body = h("h1", {}, "Runs" + (f" tagged {tag}" if tag is not None else "")) + filters + (
+        table if rows else h("p", {"class": "empty"}, "No run in this folder yet." if tag is None
+                             else "No run carries this tag."))
+    return page("Runs", body, [("runs", None)], url("live"), version)
 
 
 def run_page(reader: RunReader, data: RunData) -> str:
@@ -125,9 +141,24 @@ def flight_page(reader: RunReader, data: RunData, flight: InFlight) -> str:
         h("dl", {"class": "facts"}, join(h("div", {}, h("dt", {}, k), h("dd", {}, v)) for k, v in facts)),
         h("h2", {}, "Evaluations"), split_progress(flight) or h("p", {"class": "empty"}, "None started yet."),
         h("h2", {}, "Rows done so far (scores come with the record)"), done,
-        h("h2", {}, "Meta agent transcript, so far"), text_block(reader.transcript(node_id), "transcript")])
+        h("h2", {}, "Meta agent transcript, so far"), live_transcript(reader, data, flight)])
     return page(f"node {node_id}: {name}", body, [("runs", "/"), (name, url("runs", name)), (f"node {node_id}", None)],
                 url("runs", name, "live"), reader.version())
+
+
+def live_transcript(reader: RunReader, data: RunData, flight: InFlight) -> Markup:
+    """The end of the transcript the meta agent is writing: the page follows it while the agent works
+    (the run's version counts the file), and when the agent is done, the whole of it."""
+    if not (data.live and flight.phase == Phase.META):
+        return text_block(reader.transcript(flight.node_id), "transcript")
+    tail = reader.transcript_tail(flight.node_id)
+    note = h("p", {"class": "note", "id": "transcript-live"},
+             f"The meta agent is at work: its transcript's last {MAX_TAIL // 1024} KiB, followed as it grows.")
+    if tail.missing:
+        return note + h("p", {"class": "empty"}, f"No transcript: {tail.missing}.")
+    cut = h("p", {"class": "cut"}, "Earlier turns are left out here: the whole is in the run folder.") \
+        if tail.cut else Markup("")
+    return note + cut + h("pre", {"class": "text", "id": "transcript"}, tail.text)
 
 
 def compare_form(data: RunData, a: str | None, b: str | None) -> Markup:
@@ -166,7 +197,7 @@ def node_page(reader: RunReader, data: RunData, node: Node) -> str:
         h("h2", {}, "Cost and tokens"), pieces.spend_table(reader.spend(node_id)),
         h("h2", {}, "Change"), patch_facts(node), diff_block(reader.patch(node_id), "patch"),
         h("h2", {}, "Meta agent transcript"), text_block(reader.transcript(node_id), "transcript"),
-        h("h2", {}, "Train predictions, wrong first"), predictions(reader, node)])
+        h("h2", {}, "Predictions, wrong first, beside the gold labels"), predictions(reader, node)])
     return page(f"node {node_id}: {name}", body, [("runs", "/"), (name, url("runs", name)), (f"node {node_id}", None)],
                 url("runs", name, "live"), reader.version())
 
@@ -222,21 +253,29 @@ def cut_note(text: Text) -> Markup:
 
 
 def predictions(reader: RunReader, node: Node) -> Markup:
+    """Each train and val evaluation's rows, wrong first, with the label from its predictions.csv:
+    shown to the person at the dashboard only (agents' feedback is optimizer/feedback.py's, and this
+    package writes nothing)."""
     parts = []
     for domain, keys in node.eval_keys.items():
-        key = keys.get("train")
-        if key is None:
-            continue
-        rows, failed = reader.split_rows(key)
-        if failed is not None:
-            rows = sorted(rows, key=lambda r: r["id"] not in failed)
-        body = join(h("tr", {"class": "wrong" if failed and r["id"] in failed else "right"}, h("td", {}, r["id"]),
-                      h("td", {}, "?" if failed is None else "wrong" if r["id"] in failed else "right"),
-                      h("td", {"class": "pred"}, r["prediction"][:400]), h("td", {}, r["error"][:300]))
-                    for r in rows[:MAX_ROWS_SHOWN])
-        wrong = "" if failed is None else f": {len(failed)} wrong of {len(rows)}"
-        parts.append(h("h3", {}, f"{domain}{wrong}") +
-                     h("table", {"class": "predictions"}, h("tr", {}, join(h("th", {}, c) for c in
-                                                                         ("row", "verdict", "prediction", "error"))),
-                       body))
-    return join(parts) or h("p", {"class": "empty"}, "No train evaluation.")
+        known = known_domain(domain)
+        for split in ("train", "val"):
+            key = keys.get(split)
+            if key is None:
+                continue
+            rows, failed = reader.split_rows(key)
+            labels = reader.labels(key, known.question_id, known.label_column) \
+                if known is not None and known.label_column else {}
+            if failed is not None:
+                rows = sorted(rows, key=lambda r: r["id"] not in failed)
+            body = join(h("tr", {"class": "wrong" if failed and r["id"] in failed else "right"}, h("td", {}, r["id"]),
+                          h("td", {}, "?" if failed is None else "wrong" if r["id"] in failed else "right"),
+                          h("td", {"class": "pred"}, r["prediction"][:400]),
+                          h("td", {"class": "label"}, labels.get(r["id"], "")[:400]), h("td", {}, r["error"][:300]))
+                        for r in rows[:MAX_ROWS_SHOWN])
+            wrong = "" if failed is None else f": {len(failed)} wrong of {len(rows)}"
+            parts.append(h("h3", {}, f"{domain} {split}{wrong}") +
+                         h("table", {"class": "predictions", "data-split": split},
+                           h("tr", {}, join(h("th", {}, c) for c in ("row", "verdict", "prediction", "gold label",
+                                                                      "error"))), body))
+    return join(parts) or h("p", {"class": "empty"}, "No train or val evaluation.")

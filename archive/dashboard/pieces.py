@@ -20,6 +20,26 @@ def fmt_cost(value: float) -> str:
     return f"${value:.4f}" if value < 10 else f"${value:,.2f}"
 
 
+def fmt_interval(band: tuple[float, float] | None) -> str:
+    return f"{band[0]:.3f} – {band[1]:.3f}" if band else ""
+
+
+def best_cell(data: RunData) -> Markup:
+    """The run's best node, its score and the score's 95% interval (where the run has one)."""
+    best = data.best()
+    if best is None:
+        return Markup("")
+    band = data.interval(best)
+    return h("span", {}, f"{best.node_id}: {fmt_score(data.score(best))}",
+             h("small", {"title": "95% interval"}, f" [{fmt_interval(band)}]") if band else "")
+
+
+def tag_chips(tags: list[str], href=None) -> Markup:
+    """A run's tags, each a link to the runs that carry it when `href(tag)` is given."""
+    return join((h("a", {"class": "tag", "href": href(t)}, t) if href else h("span", {"class": "tag"}, t))
+                for t in tags)
+
+
 def splits_of(data: RunData) -> list[tuple[str, str]]:
     """(domain, split) pairs that some node has a score for, train, val, test in that order."""
     order = {"train": 0, "val": 1, "test": 2}
@@ -35,7 +55,8 @@ def summary(data: RunData, spend: list[dict] | None = None) -> Markup:
     status = data.status + (f", {len(data.in_flight)} in flight" if data.in_flight and data.live else "")
     cut = [f for f in data.in_flight] if not data.live else []
     cost = fmt_cost(sum(r["cost_usd"] for r in spend) if spend else data.cost())
-    facts = [("domains", ", ".join(data.domains) or "?"), ("nodes", str(len(data.nodes))), ("status", status),
+    facts = [*((("name", data.title),) if data.title else ()), *((("tags", tag_chips(data.tags)),) if data.tags else ()),
+             ("domains", ", ".join(data.domains) or "?"), ("nodes", str(len(data.nodes))), ("status", status),
              ("best", f"{best.node_id} ({fmt_score(data.score(best))})" if best else "none yet"),
              ("cost", cost + caching_note(spend or [])), ("last event", data.updated())]
     if cut:

@@ -8,25 +8,33 @@ without following a link. Nothing here writes to the run.
 
 from __future__ import annotations
 
+import csv
+import io
 import os
+import stat
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from functools import cached_property
 from pathlib import Path
 
-from archive.eval_store import JOURNAL, REPORT
+from archive.eval_store import JOURNAL, PREDICTIONS, REPORT
+from archive.promotion import row_scores
 from archive.records import EVAL_KEY, NODE_ID, GenStart, Node, RunRecord
 from archive.run_state import Phase, RunState, json_objects, read_events, run_state, state_text
 from archive.store import META_TRANSCRIPT, UNTRUSTED, observed_best, observed_rule, observed_score, observed_sizes
 from services.errors import UserError
 from services.fsutil import read_below, read_bounded
 from services.ledger import LedgerReader
+from services.render import csv_value
 from services.user_files import parse_json
 
 MAX_RECORD = 2**20  # node.json, run.json
 MAX_REPORT = 2**24  # evals/<key>/report.json (as the loop reads it)
 MAX_TEXT = 2**20  # a patch or transcript shown on a page; the rest is cut, and the page says so
 MAX_JOURNAL = 2**25  # a split's predictions.jsonl
+MAX_PREDICTIONS = 2**26  # a split's predictions.csv, read for its labels
+MAX_TAIL = 2**16  # the end of a transcript a meta agent is still writing, shown on its in-flight page
+MAX_NAME, MAX_TAG, MAX_TAGS = 200, 64, 32  # a run's name and tags (run.json) as pages show them
 
 
 @dataclass
@@ -61,6 +69,8 @@ class RunData:
     problems: list[str]  # records that could not be read, with why
     state: RunState  # running, finished, stopped, interrupted (archive/run_state.py)
     why: str | None  # why it stopped or was interrupted
+    title: str = ""  # the run's name (run.json "name"), bounded; "" when it has none
+    tags: list[str] = field(default_factory=list)  # the run's tags (run.json "tags"), bounded
     _scores: dict = field(default_factory=dict, repr=False)  # node id -> score(), read once per reading
 
     @property
@@ -113,6 +123,36 @@ class RunData:
             node_id = self.nodes[node_id].parent
         return chain
 
+    def interval(self, node: Node) -> tuple[float, float] | None:
+        """A 95% interval of `node`'s score, when each domain has one on the split the run selects on
+        and was evaluated in full: with several domains, the mean of their bounds (wider than the
+        mean's own interval, never narrower)."""
+        bands = []
+        for domain, (split, _) in self._sizes.items():
+            band = node.intervals.get(domain, {}).get(split)
+            if not node.full_eval.get(domain) or not band:
+                return None
+            bands.append(band)
+        if not bands:
+            return None
+        return sum(b[0] for b in bands) / len(bands), sum(b[1] for b in bands) / len(bands)
+
+    def best_so_far(self) -> list[tuple[int, Node]]:
+        """Per generation 0..the last recorded, the node with the best score up to it (generations
+        before the first scored node are left out)."""
+        by_generation: dict[int, list[Node]] = {}
+        for node in self.nodes.values():
+            if node.valid_parent and self.score(node) is not None:
+                by_generation.setdefault(node.generation, []).append(node)
+        curve, best = [], None
+        for generation in range(max(by_generation, default=-1) + 1):
+            for node in by_generation.get(generation, []):
+                if best is None or self.score(node) > self.score(best):
+                    best = node
+            if best is not None:
+                curve.append((generation, best))
+        return curve
+
     def cost(self) -> float:
         return sum(sum(n.cost_usd.values()) for n in self.nodes.values())
 
@@ -123,8 +163,9 @@ class RunData:
 class RunReader:
     """Reads one run folder, again only when its event log, run.json or nodes changed."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, name: str | None = None):
         self.path = Path(path)
+        self.name = name or self.path.name  # how the dashboard names it ("group/seed-1" for a replicate)
         self.ledger = LedgerReader(self.path / "ledger.sqlite")
         self._lock = threading.Lock()
         self._seen: tuple | None = None
@@ -139,7 +180,8 @@ class RunReader:
         and rows done before the dash, the ledger after it (calls come often: pages follow them
         at a slower pace)."""
         data = self.read()
-        rows = [self._seen, *(self._stat(f"evals/{s['key']}/{JOURNAL}") for f in data.in_flight for s in f.splits)]
+        rows = [self._seen, *(self._stat(f"evals/{s['key']}/{JOURNAL}") for f in data.in_flight for s in f.splits),
+                *(self._stat(self._transcript_path(f.node_id)) for f in data.in_flight if f.phase == Phase.META)]
         spend = [self._stat("ledger.sqlite"), self._stat("ledger.sqlite-wal")]
         return f"{hash(tuple(rows)) & 0xFFFFFFFFFFFF:x}-{hash(tuple(spend)) & 0xFFFFFFFFFFFF:x}"
 
@@ -170,9 +212,10 @@ class RunReader:
 
     def _load(self) -> RunData:
         problems: list[str] = []
-        record = None
+        record, raw = None, None
         try:
-            record = RunRecord.from_dict(parse_json(read_bounded(self.path / "run.json", MAX_RECORD)))
+            raw = parse_json(read_bounded(self.path / "run.json", MAX_RECORD))
+            record = RunRecord.from_dict(without_unknown_labels(raw))
         except FileNotFoundError:
             problems.append("run.json: missing")
         except (OSError, ValueError) as e:
@@ -198,8 +241,9 @@ class RunReader:
         self._nodes = kept
         events = read_events(self.path / "archive.jsonl")
         state, why = run_state(events)
-        return RunData(self.path.name, self.path, record, nodes, in_flight_of(events, nodes), events, problems,
-                       state, why)
+        title, tags = run_labels(raw)
+        return RunData(self.name, self.path, record, nodes, in_flight_of(events, nodes), events, problems,
+                       state, why, title, tags)
 
     def _refresh_in_flight(self, data: RunData) -> None:
         for flight in data.in_flight:
@@ -237,7 +281,23 @@ class RunReader:
         return self._text(f"nodes/{node_id}/patch.diff")
 
     def transcript(self, node_id: str) -> Text:
-        return self._text(f"{UNTRUSTED}/{node_id}/meta/{META_TRANSCRIPT}")
+        return self._text(self._transcript_path(node_id))
+
+    def transcript_tail(self, node_id: str) -> Text:
+        """The last MAX_TAIL bytes of the transcript a meta agent is writing, from a line's start."""
+        try:
+            data, cut = tail_below(self.path, self._transcript_path(node_id), MAX_TAIL)
+        except FileNotFoundError:
+            return Text(missing="none written yet")
+        except OSError as e:
+            return Text(missing=f"not shown: {e.strerror or e}")
+        if cut and b"\n" in data:
+            data = data[data.index(b"\n") + 1:]
+        return Text(data.decode("utf-8", errors="replace"), cut)
+
+    @staticmethod
+    def _transcript_path(node_id: str) -> str:
+        return f"{UNTRUSTED}/{node_id}/meta/{META_TRANSCRIPT}"
 
     def _text(self, relative: str) -> Text:
         try:
@@ -263,14 +323,104 @@ class RunReader:
             return cached[1], cached[2]
         rows = read_journal(self.path, key)
         failed = None
-        try:
-            report = parse_json(read_below(self.path, f"evals/{key}/{REPORT}", MAX_REPORT)[0])
-            if isinstance(report, dict) and isinstance(report.get("question_ids_failed"), list):
-                failed = {str(q) for q in report["question_ids_failed"]}
-        except (OSError, ValueError):
-            pass
+        report = self.report(key)
+        if isinstance(report, dict) and isinstance(report.get("question_ids_failed"), list):
+            failed = {str(q) for q in report["question_ids_failed"]}
         self._split_cache[(key,)] = (mark, rows, failed)
         return rows, failed
+
+    def report(self, key: str) -> dict | None:
+        """An evaluation's report.json, None when it has none (yet) or it is not a JSON object."""
+        if not EVAL_KEY.fullmatch(key):
+            return None
+        try:
+            report = parse_json(read_below(self.path, f"evals/{key}/{REPORT}", MAX_REPORT)[0])
+        except (OSError, ValueError):
+            return None
+        return report if isinstance(report, dict) else None
+
+    def row_scores(self, key: str, score_key: str) -> dict[str, float] | None:
+        """Per row, the score the report gives it (archive.promotion.row_scores checks it)."""
+        report = self.report(key)
+        return row_scores(report, score_key) if report is not None else None
+
+    def labels(self, key: str, id_column: str, label_column: str) -> dict[str, str]:
+        """Row id -> the gold label, from the evaluation's predictions.csv (it holds the data set's
+        columns): for the person reading the dashboard only; nothing here reaches an agent."""
+        if not EVAL_KEY.fullmatch(key):
+            return {}
+        try:
+            data, _ = read_below(self.path, f"evals/{key}/{PREDICTIONS}", MAX_PREDICTIONS)
+        except OSError:
+            return {}
+        found = {}
+        try:
+            for row in csv.DictReader(io.StringIO(data.decode("utf-8", errors="replace"), newline="")):
+                if row.get(id_column) is not None and row.get(label_column) is not None:
+                    found[csv_value(row[id_column])] = csv_value(row[label_column])
+        except csv.Error:
+            pass  # a file cut at the bound: the labels read so far
+        return found
+
+
+def known_domain(name: str):
+    """The domain `name` as this version defines it, or None (a run of a domain it does not know is
+    still shown, without what only the domain can tell: labels' column, the report's score key)."""
+    from domains.registry import get_domain
+
+    try:
+        return get_domain(name)
+    except (UserError, KeyError, ValueError):
+        return None
+
+
+_RECORD_FIELDS = {f.name for f in fields(RunRecord)}
+
+
+def without_unknown_labels(raw):
+    """run.json without "name" and "tags" when this version's RunRecord does not know them (a run
+    written by a newer version still reads)."""
+    if not isinstance(raw, dict):
+        return raw
+    return {k: v for k, v in raw.items() if k in _RECORD_FIELDS or k not in ("name", "tags")}
+
+
+def run_labels(raw) -> tuple[str, list[str]]:
+    """The run's name and tags from run.json, bounded: text a user gave (or a script), shown escaped."""
+    if not isinstance(raw, dict):
+        return "", []
+    name = raw.get("name")
+    title = " ".join(name.split())[:MAX_NAME] if isinstance(name, str) else ""
+    given = raw.get("tags")
+    tags: list[str] = []
+    for tag in given if isinstance(given, list) else []:
+        if isinstance(tag, str) and tag.strip() and " ".join(tag.split())[:MAX_TAG] not in tags:
+            tags.append(" ".join(tag.split())[:MAX_TAG])
+    return title, tags[:MAX_TAGS]
+
+
+def tail_below(root: Path, relative: str, limit: int) -> tuple[bytes, bool]:
+    """The last `limit` bytes of the regular file `relative` under `root`, and whether there was more
+    before them; as fsutil.read_below opens it (no link on the way, no fifo)."""
+    parts = [p for p in str(relative).split("/") if p not in ("", ".")]
+    if not parts or ".." in parts:
+        raise OSError(f"{relative!r} is not a path below {root}")
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for part in parts[:-1]:
+            below = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+            os.close(fd)
+            fd = below
+        file_fd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=fd)
+    finally:
+        os.close(fd)
+    with os.fdopen(file_fd, "rb") as f:
+        info = os.fstat(file_fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise OSError(f"{relative} is not a regular file")
+        start = max(info.st_size - limit, 0)
+        f.seek(start)
+        return f.read(limit), start > 0
 
 
 def in_flight_of(events: list[dict], nodes: dict[str, Node]) -> list[InFlight]:

@@ -18,10 +18,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from archive.dashboard import pages
+from archive.dashboard import pages, runs_page
 from archive.dashboard.compare import compare_page
 from archive.dashboard.reader import RunReader
+from archive.experiments import read_group
 from archive.records import NODE_ID
+from services.errors import UserError
 
 ASSETS = {"dashboard.js": "text/javascript; charset=utf-8", "dashboard.css": "text/css; charset=utf-8"}
 HEADERS = {
@@ -50,12 +52,25 @@ class Dashboard:
         self.assets = {name: pages.static(name).encode() for name in ASSETS}
 
     def runs(self) -> dict[str, Path]:
+        """The runs here by name: the folders that hold a run.json, and the replicates of each group
+        folder (group.json) as "GROUP/seed-N"."""
         if self.one_run:
             return {self.root.name: self.root}
         found = {}
         for entry in sorted(os.scandir(self.root), key=lambda e: e.name) if self.root.is_dir() else []:
-            if entry.is_dir(follow_symlinks=False) and os.path.isfile(os.path.join(entry.path, "run.json")):
+            if not entry.is_dir(follow_symlinks=False):
+                continue
+            if os.path.isfile(os.path.join(entry.path, "run.json")):
                 found[entry.name] = Path(entry.path)
+                continue
+            try:
+                group = read_group(Path(entry.path))
+            except UserError:
+                group = None  # not a group the run wrote: its folders are no runs of this list
+            for run in group["runs"] if group else []:
+                path = Path(entry.path) / run
+                if not path.is_symlink() and (path / "run.json").is_file():
+                    found[f"{entry.name}/{run}"] = path
         return found
 
     def reader(self, name: str) -> RunReader:
@@ -64,7 +79,7 @@ class Dashboard:
             raise NotFound(f"no run {name!r} here")
         with self._lock:
             if name not in self._readers:
-                self._readers[name] = RunReader(path)
+                self._readers[name] = RunReader(path, name)
             return self._readers[name]
 
     def read_all(self) -> None:
@@ -82,17 +97,22 @@ class Dashboard:
         """(status, content type, body) for a GET of `target`."""
         parts = urlsplit(target)
         segments = [unquote(s) for s in parts.path.split("/") if s]
-        query = {k: v[0] for k, v in parse_qs(parts.query).items()}
+        lists = parse_qs(parts.query)
+        query = {k: v[0] for k, v in lists.items()}
         try:
-            return self._route(segments, query)
+            return self._route(segments, query, lists)
         except NotFound as e:
             return 404, "text/plain; charset=utf-8", f"not found: {e}\n".encode()
 
-    def _route(self, segments: list[str], query: dict) -> tuple[int, str, bytes]:
+    def _route(self, segments: list[str], query: dict, lists: dict) -> tuple[int, str, bytes]:
         html = "text/html; charset=utf-8"
         if not segments:
             runs = [(n, self.reader(n).read()) for n in self.runs()]
-            return 200, html, pages.index(runs, self._version()).encode()
+            return 200, html, pages.index(runs, self._version(), query.get("tag")).encode()
+        if segments == ["compare"]:
+            names = list(dict.fromkeys(lists.get("run", [])))[:runs_page.MAX_COMPARED]
+            runs = [(n, self.reader(n).read()) for n in names]
+            return 200, html, runs_page.compare_runs(runs, self._version()).encode()
         if segments == ["live"]:
             return self._json({"version": self._version()})
         if len(segments) == 2 and segments[0] == "static" and segments[1] in ASSETS:

@@ -100,9 +100,12 @@ def _at(position: tuple[float, float]) -> tuple[float, float]:
 
 def line_chart(series: dict[str, list[tuple[float, float]]], x_label: str, y_label: str, *,
                dots: dict[str, list[tuple[float, float]]] | None = None, width: int = 640, height: int = 260,
-               y_range: tuple[float, float] | None = None) -> Markup:
-    """Lines (and dots) on shared axes, with a legend; every value a plain number."""
-    points = [p for line in series.values() for p in line] + [p for d in (dots or {}).values() for p in d]
+               y_range: tuple[float, float] | None = None,
+               bands: dict[str, list[tuple[float, float, float]]] | None = None) -> Markup:
+    """Lines (and dots) on shared axes, with a legend; every value a plain number. `bands` shades,
+    in a line's colour, the area between (x, low, high) points (a step where x repeats)."""
+    points = [p for line in series.values() for p in line] + [p for d in (dots or {}).values() for p in d] + \
+        [(x, v) for band in (bands or {}).values() for x, low, high in band for v in (low, high)]
     if not points:
         return h("p", {"class": "empty"}, "Nothing to draw yet.")
     left, right, top, bottom = 56, 16, 12, 40
@@ -133,9 +136,14 @@ def line_chart(series: dict[str, list[tuple[float, float]]], x_label: str, y_lab
     legend = []
     for i, name in enumerate(names):
         colour = PALETTE[i % len(PALETTE)]
+        band = (bands or {}).get(name)
+        if band:
+            outline = [at(x, high) for x, _, high in band] + [at(x, low) for x, low, _ in reversed(band)]
+            parts.append(h("polygon", {"points": " ".join(outline), "fill": colour, "class": "band",
+                                       "data-series": name}))
         if series.get(name):
             parts.append(h("polyline", {"points": " ".join(at(x, y) for x, y in series[name]), "stroke": colour,
-                                        "class": "series"}))
+                                        "class": "series", "data-series": name}))
         for x, y in (dots or {}).get(name, []):
             cx, cy = at(x, y).split(",")
             parts.append(h("circle", {"cx": cx, "cy": cy, "r": 2.5, "fill": colour, "class": "dot"}))
