@@ -23,7 +23,8 @@ import pandas as pd
 from domains import amo_bench
 from domains.answer_metrics import answer_metrics, format_answers
 from domains.base import DATA_FILES, Domain
-from domains.imo.data import DATA_DIR, load_csv, verify_file
+from domains.data import load_csv, verify_file
+from domains.imo.data import DATA_DIR
 from domains.judge import AnswerGrader
 from domains.scoring import ByRule, Judged
 from inside.answers import aime_any_number, aime_strict, check_output

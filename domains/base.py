@@ -72,7 +72,7 @@ class Domain:
         return cols + ([self.label_column] if self.label_column else [])
 
     def load(self, subset: str | None = None):
-        from domains.imo.data import load_csv
+        from domains.data import load_csv
 
         if self.answers_column is not None:
             raise UserError(f"domain {self.name} grades another run's proofs: pass --proofs_dname RUN_DIR")

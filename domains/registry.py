@@ -1,11 +1,31 @@
-"""The domains a run can name: the IMO-Bench ones and the final-answer ones, by name."""
+"""The domains a run can name: the bundled ones (IMO-Bench, final answers), those of installed
+plugins, and those written as a spec file (domains/spec.py), by name.
+
+A plugin is a package with an entry point in the group `hyperagents_imo.domains`; the entry is a
+`Domain`, a spec file's path, a list of them, or a function returning one of these:
+
+    [project.entry-points."hyperagents_imo.domains"]
+    capitals = "my_package.tasks:capitals"
+
+A spec domain is known to this process once read: from `--domain_spec` (`use_domain_specs`),
+or from a run's folder that kept it (`use_run_domains`, for a resumed run and for every reader
+of finished runs).
+"""
 
 from __future__ import annotations
+
+import threading
+from functools import cache
+from importlib.metadata import entry_points
+from pathlib import Path
 
 from domains import answer_domains
 from domains.base import Domain
 from domains.imo import domains as imo_domains
+from domains.spec import DomainSpec, read_spec, record_spec, run_specs
 from services.errors import UserError
+
+ENTRY_POINTS = "hyperagents_imo.domains"
 
 
 def _checked(domain: Domain) -> Domain:
@@ -16,9 +36,83 @@ def _checked(domain: Domain) -> Domain:
 
 
 DOMAINS: dict[str, Domain] = {d.name: _checked(d) for d in (*imo_domains.DOMAINS, *answer_domains.DOMAINS)}
+_specs: dict[str, tuple[DomainSpec, Domain]] = {}  # the spec domains this process read, by name
+_lock = threading.Lock()  # the dashboard's server reads runs from several threads
+
+
+@cache
+def plugin_domains() -> dict[str, Domain]:
+    """The domains of installed plugins, loaded once; a plugin that does not load is a UserError naming it."""
+    found: dict[str, Domain] = {}
+    for point in entry_points(group=ENTRY_POINTS):
+        where = f"plugin {point.name} ({point.value}, entry point group {ENTRY_POINTS})"
+        try:
+            value = point.load()
+            value = value() if callable(value) and not isinstance(value, Domain) else value
+        except Exception as e:  # a plugin is the user's code: anything may go wrong in it
+            raise UserError(f"{where} does not load: {type(e).__name__}: {str(e)[:200]}") from None
+        for item in value if isinstance(value, (list, tuple)) else [value]:
+            domain = read_spec(item).domain() if isinstance(item, (str, Path)) else item
+            if not isinstance(domain, Domain):
+                raise UserError(f"{where} gave {type(item).__name__}, not a Domain or a spec file's path")
+            if domain.name in DOMAINS or domain.name in found:
+                raise UserError(f"{where}: a domain named {domain.name} exists already")
+            found[domain.name] = _checked(domain)
+    return found
+
+
+def known() -> list[str]:
+    with _lock:
+        return sorted({*DOMAINS, *_specs, *plugin_domains()})
 
 
 def get_domain(name: str) -> Domain:
-    if name not in DOMAINS:
-        raise UserError(f"unknown domain {name!r} (known: {', '.join(sorted(DOMAINS))})")
-    return DOMAINS[name]
+    if name in DOMAINS:
+        return DOMAINS[name]
+    with _lock:
+        if name in _specs:
+            return _specs[name][1]
+    if name in plugin_domains():
+        return plugin_domains()[name]
+    raise UserError(f"unknown domain {name!r} (known: {', '.join(known())}; a domain of your own: --domain_spec FILE)")
+
+
+def register(spec: DomainSpec, replace: bool = False) -> Domain:
+    """Make the domain of `spec` known by its name. Another spec of that name is refused unless
+    `replace` (a reader of several runs takes each run's own); a bundled or plugin name always is."""
+    if spec.name in DOMAINS or spec.name in plugin_domains():
+        raise UserError(f"domain spec {spec.source or spec.name}: a domain named {spec.name} exists already; "
+                        "give the spec another name")
+    same = {k: v for k, v in spec.to_dict().items() if k != "source"}
+    with _lock:
+        old = _specs.get(spec.name)
+        if old is not None and not replace:
+            if {k: v for k, v in old[0].to_dict().items() if k != "source"} != same:
+                raise UserError(f"two different domains are named {spec.name} ({old[0].source} and {spec.source})")
+            return old[1]
+        domain = _checked(spec.domain())
+        _specs[spec.name] = (spec, domain)
+        return domain
+
+
+def use_run_domains(run_dir: Path) -> list[str]:
+    """Make known the spec domains a run kept in its folder; their names."""
+    return [register(spec, replace=True).name for spec in run_specs(run_dir)]
+
+
+def use_domain_specs(paths: list[str] | None, run_dir: Path, resumed: bool, keep: bool) -> list[str]:
+    """The domains of `--domain_spec` files, read, checked and made known; with `keep`, kept in
+    the run's folder. A resumed run keeps the domains it started with."""
+    if not paths:
+        return []
+    if resumed:
+        raise UserError("--domain_spec names the domains of a new run; a resumed run keeps its own "
+                        f"(kept in {Path(run_dir) / 'domain_specs'})")
+    names = []
+    for path in paths:
+        spec = read_spec(path)
+        register(spec)
+        if keep:
+            record_spec(run_dir, spec)
+        names.append(spec.name)
+    return names

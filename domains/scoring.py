@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Protocol
 
-from domains.imo.data import load_csv
+from domains.data import load_csv
 from services.errors import UserError
 from services.fsutil import csv_values
 
@@ -59,12 +59,12 @@ class ScoringTools(Protocol):
         returns the graded predictions.csv."""
 
 
-def _read(domain: Domain, predictions: Path):
+def read_predictions(domain: Domain, predictions: Path):
     """The predictions as the harness was given them (predictions.csv marks formula-like cells)."""
     return csv_values(load_csv(predictions, [domain.question_id, "prediction"]))
 
 
-def _scored(predictions: Path, metrics, df, **kwargs) -> dict:
+def scored(predictions: Path, metrics, df, **kwargs) -> dict:
     """The metrics' report, as a record: report.json carries its schema version."""
     try:
         return {"schema_version": REPORT_SCHEMA, **metrics(df, **kwargs)}
@@ -80,7 +80,7 @@ class ByRule:
     lines: Callable[[dict], str]  # the report as a few lines for a person
 
     def score(self, domain: Domain, predictions: Path, tools: ScoringTools | None = None) -> dict:
-        return _scored(predictions, self.metrics, _read(domain, predictions))
+        return scored(predictions, self.metrics, read_predictions(domain, predictions))
 
     def models(self, config) -> set[str]:
         return set()
@@ -99,7 +99,7 @@ class Judged(ByRule):
     def score(self, domain: Domain, predictions: Path, tools: ScoringTools | None = None) -> dict:
         if tools is None:
             raise UserError(f"domain {domain.name} is scored with LLM judges: it needs a gateway to call them")
-        return _scored(predictions, self.metrics, _read(domain, predictions), judge=tools.judge())
+        return scored(predictions, self.metrics, read_predictions(domain, predictions), judge=tools.judge())
 
     def models(self, config) -> set[str]:
         return {config.resolve_model("judge")}

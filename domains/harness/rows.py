@@ -18,7 +18,7 @@ def load_rows(domain: Domain, subset: str | None = None, proofs: Path | None = N
     With `proofs`, a grading domain (imo_proof_grading) grades the predictions of that run
     folder: its rows are that run's rows, each prediction as the domain's answers column.
     """
-    from domains.imo.data import load_csv
+    from domains.data import load_csv
     from services.fsutil import csv_values
 
     if proofs is not None:
