@@ -90,6 +90,9 @@ def build_parser() -> argparse.ArgumentParser:
                          "(--resume_from it continues them all; python -m archive.analyze reads it)")
     ap.add_argument("--replicates_at_once", type=int_flag(1), default=None, metavar="N",
                     help="with --replicates: runs at once (default 1; all K with --executor ray)")
+    ap.add_argument("--track", action="extend", type=lambda text: [t for t in text.split(",") if t], default=None,
+                    metavar="TRACKER[,TRACKER...]", help="also log the run to mlflow, wandb or tensorboard "
+                    "(repeatable; each a pip extra: pip install -e \".[mlflow]\"); see README, Tracking")
     ap.add_argument("--sandbox", choices=SANDBOX_BACKENDS, default=None, help="where agent code runs (auto)")
     ap.add_argument("--executor", choices=EXECUTORS, default=None,
                     help="local (default), or ray: every sandbox on a node of a Ray cluster, in that node's backend")

@@ -80,13 +80,30 @@ class Warned:
 
 
 @dataclass(frozen=True)
+class RunStarted:
+    """The loop starts (or resumes) the run in this process: subscribers that keep something open
+    for the run (an experiment tracker) open it here."""
+
+    run_dir: str
+
+
+@dataclass(frozen=True)
+class RunEnded:
+    """The loop ended, by itself or not: `state` is a RunState's text (finished, stopped)."""
+
+    state: str
+    why: str | None = None
+
+
+@dataclass(frozen=True)
 class FinalTested:
     """A line of the final test's result (optimizer/final_test.py)."""
 
     line: str
 
 
-Event = Union[GenerationStarted, MetaFinished, SplitStarted, SplitDone, CostBooked, NodeFinished, Warned, FinalTested]
+Event = Union[GenerationStarted, MetaFinished, SplitStarted, SplitDone, CostBooked, NodeFinished, Warned, FinalTested,
+              RunStarted, RunEnded]
 Subscriber = Callable[[Event], None]
 
 

@@ -41,6 +41,7 @@ FLAG_FIELDS = {
     "budget_usd": ("gateway", "budget_usd"), "eval_workers": ("harness", "num_workers"),
     "meta_model": ("models", "meta"), "task_model": ("models", "task"), "sandbox": ("sandbox", "backend"),
     "executor": ("sandbox", "executor"), "ray_address": ("sandbox", "ray_address"),
+    "track": ("tracking", "backends"),
 }
 
 
@@ -235,6 +236,7 @@ def launch(request: RunRequest) -> Path:
     from optimizer.evaluation import split_rows
     from optimizer.initial_agents import AgentFolder, get_initial_agent
     from optimizer.loop import Loop
+    from optimizer.trackers import require as require_trackers
     from services.sandbox import choose_backend_why
     from services.startup import open_services
     from services.workspace import RunRepo
@@ -251,6 +253,7 @@ def launch(request: RunRequest) -> Path:
         domain_names = [n for arg in request.domains for n in arg.split(",") if n]
         run_dir = new_run_dir(request)
     config = request_config(request, saved)
+    require_trackers(config.tracking.backends)  # a tracker's missing extra, before anything starts
     name, tags = labels(request, record)
     use_data_files(config.harness.data_files)
     domains = [get_domain(n) for n in domain_names]

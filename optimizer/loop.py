@@ -51,6 +51,8 @@ from optimizer.events import (
     MetaFinished,
     NodeFinished,
     Pictures,
+    RunEnded,
+    RunStarted,
     SplitStarted,
     Warned,
     console,
@@ -58,6 +60,7 @@ from optimizer.events import (
 from optimizer.feedback import publish_feedback, write_train_data
 from optimizer.meta_outcome import meta_failure
 from optimizer.slots import Slots, horizon, run_generation
+from optimizer.trackers import Trackers
 from services.config import Baseline, Config
 from services.errors import UserError
 from services.fsutil import atomic_write_text
@@ -106,6 +109,7 @@ class Loop:
         self.pictures = Pictures(self.archive, domains, self.full_sizes, run_dir, self.events,
                                  BestChoice.of(config.loop), self.score_rule, config.loop.pictures_every_s)
         self.events.subscribe(self.pictures)
+        self.events.subscribe(Trackers(run_dir, config, self.archive, self.best, self.events))
         self.events.subscribe(self._log_split_start)
         write_train_data(run_dir, domains)
 
@@ -113,6 +117,7 @@ class Loop:
     def run(self) -> None:
         """The run, from what is on disk; the event log says when a process ran it (for the dashboard)."""
         self.archive.log("run_start", pid=os.getpid(), host=socket.gethostname())
+        self.events.emit(RunStarted(str(self.run_dir)))
         state, why = RunState.STOPPED, None
         try:
             self._run()
@@ -124,6 +129,7 @@ class Loop:
         finally:
             self.archive.log("run_end", state=str(state), **({"why": why} if why else {}))
             self.pictures.draw()  # the report drawn with the last node said "running"
+            self.events.emit(RunEnded(str(state), why))
 
     def _run(self) -> None:
         for leftover in (self.workspaces, self.run_dir / "worktrees"):  # of a killed run (or an older layout)

@@ -1,0 +1,153 @@
+"""Experiment trackers: the run as MLflow, Weights & Biases or TensorBoard show it, alongside its own
+records (`tracking.backends`, `--track`).
+
+`Trackers` is one subscriber of the loop's events; the loop knows nothing of it. At `RunStarted`
+each backend opens (or reopens) its run and logs what it has not logged yet: the config and
+run.json once, then every recorded node it lacks, so a resumed run continues the same tracker run
+and a node is logged once. At each `NodeFinished` it logs the node and, when the run's best node
+changed, the new best. At `RunEnded` it closes.
+
+What each backend has logged is kept in RUN/tracking/<backend>.json (its run id, the nodes by
+their record's time: a node reopened and redone is a new record), written after each step, so a
+run killed between a node's record and its logging logs it on resume. A tracker is never worth a
+run: a backend that fails (a full disk, the library's error) is a warning event and logs nothing
+more in this process; the next resume catches it up."""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from archive.records import Node
+from optimizer.events import Events, NodeFinished, RunEnded, RunStarted, Warned
+from optimizer.trackers.content import best_metrics, cut, node_metrics, node_record
+from services.config import Config
+from services.errors import UserError
+from services.fsutil import atomic_write_json, read_below, read_bounded
+from services.user_files import parse_json
+
+NEEDS = {"mlflow": "mlflow", "wandb": "wandb", "tensorboard": "tensorboardX"}  # backend -> the module its extra installs
+STATE_LIMIT = 16 * 2**20  # RUN/tracking/<backend>.json: a run id and a line per node
+
+
+def require(backends: list[str]) -> None:
+    """Refuse, before the run starts, a tracker whose library is not installed, naming the pip command."""
+    missing = [b for b in backends if importlib.util.find_spec(NEEDS[b]) is None]
+    if missing:
+        raise UserError(f"--track {','.join(missing)}: {', '.join(NEEDS[b] for b in missing)} not installed; "
+                        f"pip install -e \".[{','.join(missing)}]\"")
+
+
+def _backend(name: str):
+    if name == "mlflow":
+        from optimizer.trackers.mlflow_tracker import MlflowTracker
+        return MlflowTracker
+    if name == "wandb":
+        from optimizer.trackers.wandb_tracker import WandbTracker
+        return WandbTracker
+    from optimizer.trackers.tensorboard_tracker import TensorboardTracker
+    return TensorboardTracker
+
+
+@dataclass
+class _Open:
+    """A backend logging this run, and what it has logged."""
+
+    tracker: object
+    state_path: Path
+    kept: dict = field(default_factory=dict)  # the backend's own ids (run id, URI)
+    logged: dict[str, str] = field(default_factory=dict)  # node id -> created_at of the record logged
+    best: str | None = None
+
+    def save(self) -> None:
+        atomic_write_json(self.state_path, {"kept": self.kept, "logged": self.logged, "best": self.best})
+
+
+class Trackers:
+    def __init__(self, run_dir: Path, config: Config, archive, best: Callable[[], Node | None], events: Events):
+        self.run_dir, self.settings, self.archive = Path(run_dir), config.tracking, archive
+        self.best_node, self.events = best, events
+        self.open: list[_Open] = []
+
+    def __call__(self, event) -> None:
+        if not self.settings.backends:
+            return
+        if isinstance(event, RunStarted):
+            for name in self.settings.backends:
+                self._start(name)
+        elif isinstance(event, NodeFinished):
+            for backend in list(self.open):
+                self._guard(backend, "logging node " + event.node.node_id, lambda b=backend: self._node(b, event.node))
+        elif isinstance(event, RunEnded):
+            for backend in list(self.open):
+                self._guard(backend, "closing", lambda b=backend: b.tracker.finish(event.state))
+            self.open.clear()
+
+    def _start(self, name: str) -> None:
+        folder = self.run_dir / "tracking"
+        backend = _Open(None, folder / f"{name}.json")
+        try:
+            folder.mkdir(exist_ok=True)
+            backend.kept, backend.logged, backend.best = self._read(backend.state_path)
+            backend.tracker = _backend(name)(self.run_dir, self.settings)
+            run_record = parse_json(read_bounded(self.run_dir / "run.json", 2**20))
+            backend.kept = backend.tracker.start(backend.kept, run_record)
+            backend.save()
+        except Exception as e:
+            self.events.emit(Warned(f"tracker {name} not started: {type(e).__name__}: {cut(str(e), 300)}"))
+            return
+        self.open.append(backend)
+        self._guard(backend, "catching up", lambda: self._catch_up(backend))
+
+    def _read(self, path: Path) -> tuple[dict, dict, str | None]:
+        """What a backend logged in earlier processes of this run; nothing for a new one."""
+        if not path.exists():
+            return {}, {}, None
+        try:
+            state = parse_json(read_bounded(path, STATE_LIMIT))
+            kept, logged, best = state["kept"], state["logged"], state["best"]
+            if isinstance(kept, dict) and isinstance(logged, dict) and (best is None or isinstance(best, str)):
+                return kept, logged, best
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+        self.events.emit(Warned(f"{path} is garbled: its tracker starts a new run"))
+        return {}, {}, None
+
+    def _catch_up(self, backend: _Open) -> None:
+        for node in self.archive.ordered():
+            if backend.logged.get(node.node_id) != node.created_at:
+                self._node(backend, node)
+
+    def _node(self, backend: _Open, node: Node) -> None:
+        if backend.logged.get(node.node_id) == node.created_at:
+            return
+        limit = self.settings.text_kb * 1024
+        backend.tracker.node(node.generation, node.node_id, node_metrics(node), node_record(node),
+                             self._patch(node.node_id, limit))
+        backend.logged[node.node_id] = node.created_at
+        best = self.best_node()
+        if best is not None and best.node_id != backend.best:
+            backend.tracker.best(node.generation, best.node_id, best_metrics(best))
+            backend.best = best.node_id
+        backend.save()
+
+    def _patch(self, node_id: str, limit: int) -> str:
+        """The node's patch.diff, its first `limit` bytes (the agent wrote it)."""
+        try:
+            data, more = read_below(self.run_dir / "nodes", f"{node_id}/patch.diff", limit)
+        except FileNotFoundError:
+            return ""  # the initial node, and a node whose meta agent left no change
+        text = data.decode("utf-8", "replace")
+        return text + (f"\n[... cut at {limit} bytes for the tracker; the whole patch is in nodes/{node_id}/]"
+                       if more else "")
+
+    def _guard(self, backend: _Open, what: str, step: Callable[[], None]) -> None:
+        try:
+            step()
+        except Exception as e:
+            name = backend.tracker.name
+            self.open.remove(backend)
+            self.events.emit(Warned(f"tracker {name}: {what} failed ({type(e).__name__}: {cut(str(e), 300)}); it "
+                                    "logs nothing more in this process, and a resume catches it up"))

@@ -1,0 +1,61 @@
+"""The run in Weights & Biases: one W&B run per run of the loop, its config as the run's config;
+per node a history row (its numbers, with `generation` as the x axis, since parallel generations
+come back out of order) and its record and patch as files of the run (nodes/<id>/); the best node
+so far as best/ numbers and the summary's `best_node`.
+
+Offline by default: W&B keeps everything in RUN/tracking/wandb/offline-run-*/, and `wandb sync`
+uploads it later. A resumed run continues the W&B run of the id it kept (a new offline folder of
+the same id, which `wandb sync` joins). W&B does not take over the console (console off): the
+run's own lines stay as they are."""
+
+from __future__ import annotations
+
+import json
+import secrets
+from pathlib import Path
+
+
+class WandbTracker:
+    name = "wandb"
+
+    def __init__(self, run_dir: Path, config):
+        import wandb
+
+        self.wandb, self.config, self.run_dir = wandb, config, run_dir
+        self.folder = run_dir / "tracking"
+        self.run = None
+
+    def start(self, kept: dict, run_record: dict) -> dict:
+        wandb = self.wandb
+        run_id = kept.get("run_id") or secrets.token_hex(8)  # W&B takes any id of letters and digits
+        self.folder.mkdir(parents=True, exist_ok=True)
+        settings = wandb.Settings(console="off", silent=True, disable_git=True, save_code=False,
+                                  x_save_requirements=False, x_disable_stats=True, x_disable_machine_info=True)
+        self.run = wandb.init(project=self.config.experiment, entity=self.config.wandb_entity, id=run_id,
+                              name=self.run_dir.name, dir=str(self.folder), mode=self.config.wandb_mode,
+                              resume="allow", settings=settings, reinit="create_new",
+                              config={"domains": run_record.get("domains", []), "backend": run_record.get("backend"),
+                                      **run_record.get("config", {})})
+        self.run.define_metric("generation")
+        self.run.define_metric("*", step_metric="generation")
+        self._file("run.json", json.dumps(run_record, indent=1))
+        return {"run_id": run_id}
+
+    def node(self, step: int, node_id: str, metrics: dict[str, float], record: dict, patch: str) -> None:
+        self.run.log({**metrics, "generation": step})
+        self._file(f"nodes/{node_id}/node.json", json.dumps(record, indent=1))
+        self._file(f"nodes/{node_id}/patch.diff", patch)
+
+    def best(self, step: int, node_id: str, metrics: dict[str, float]) -> None:
+        self.run.log({**metrics, "generation": step})
+        self.run.summary["best_node"] = node_id
+
+    def finish(self, ended: str) -> None:
+        self.run.finish(exit_code=0 if ended == "finished" else 1)
+
+    def _file(self, name: str, text: str) -> None:
+        """A file of the run: what W&B keeps in the run's files folder goes up with it."""
+        path = Path(self.run.dir) / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        self.run.save(str(path), base_path=self.run.dir, policy="end")
