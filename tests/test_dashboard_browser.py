@@ -192,3 +192,46 @@ def test_hostile_text_never_runs_and_the_tree_pans_and_zooms(tmp_path):
     finally:
         srv.shutdown()
         srv.server_close()
+
+
+def test_pick_runs_by_tag_tick_them_and_compare_their_progress(tmp_path):
+    """The list of runs in a real browser: filter by a (hostile) tag, tick two runs, compare: one
+    line and one band per run, and none of the names or tags runs as script."""
+    from selenium.webdriver.common.by import By
+
+    from archive.dashboard.server import serve
+    from synthetic_run import ATTACKS, make_run
+
+    root = tmp_path / "runs"
+    make_run(root / "baseline", nodes=20, seed=2, name="baseline " + ATTACKS["svg"], tags=["lr-sweep", ATTACKS["img"]])
+    make_run(root / "higher-lr", nodes=16, seed=3, name="lr x2", tags=["lr-sweep"])
+    make_run(root / "unrelated", nodes=6, seed=4, name=ATTACKS["script"], tags=[ATTACKS["javascript_url"]])
+    srv = serve(root, "127.0.0.1", 0)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        with open_browser() as driver:
+            driver.get(f"http://127.0.0.1:{srv.server_address[1]}/")
+            assert len(driver.find_elements(By.CSS_SELECTOR, "tr.run")) == 3
+            driver.find_element(By.XPATH, "//p[@class='tag-filter']/a[text()='lr-sweep']").click()
+            wait_for(lambda: len(driver.find_elements(By.CSS_SELECTOR, "tr.run")) == 2, 10, "the runs tagged lr-sweep")
+            assert "baseline " + ATTACKS["svg"] in driver.find_element(By.CSS_SELECTOR, "table.runs").text
+            for box in driver.find_elements(By.CSS_SELECTOR, "tr.run input[type=checkbox]"):
+                box.click()
+            driver.find_element(By.ID, "compare-runs").click()
+            wait_for(lambda: driver.find_elements(By.CSS_SELECTOR, ".compare-runs svg"), 10, "the comparison")
+            assert driver.find_element(By.TAG_NAME, "h1").text == "Compare 2 runs"
+            lines = driver.find_elements(By.CSS_SELECTOR, ".compare-runs polyline.series")
+            bands = driver.find_elements(By.CSS_SELECTOR, ".compare-runs polygon.band")
+            assert len(lines) == len(bands) == 2
+            assert all(b.size["height"] > 0 for b in bands)  # drawn, not collapsed to a line
+            rows = driver.find_elements(By.CSS_SELECTOR, "table.compared tr[data-run]")
+            assert [r.get_attribute("data-run") for r in rows] == ["baseline", "higher-lr"]
+            assert all("[" in r.find_element(By.CSS_SELECTOR, "td.best").text for r in rows)  # best with interval
+            screenshot(driver, "dashboard-compare-runs")
+            for page in ("/", "/?tag=" + ATTACKS["javascript_url"], "/compare?run=unrelated&run=baseline"):
+                driver.get(f"http://127.0.0.1:{srv.server_address[1]}{page}")
+                assert driver.execute_script("return window.__pwned") is None, page
+            assert js_errors(driver) == []
+    finally:
+        srv.shutdown()
+        srv.server_close()
