@@ -13,20 +13,26 @@ from services.errors import UserError
 from services.user_files import yaml_value
 
 
-def apply_settings(config: Config, settings: list[str] | None, flag: str = "--set") -> Config:
-    """`--set SECTION.KEY=VALUE` flags applied in order, VALUE read as YAML (`8`, `null`, `[a, b]`,
-    `{model: [1, 2]}`); each is checked as a file's key would be, and an error names `--set KEY`."""
+def apply_settings(config: Config, settings, flag: str = "--set") -> Config:
+    """Config fields set one by one, in order: `SECTION.KEY=VALUE` texts (`--set`, VALUE read as YAML:
+    `8`, `null`, `[a, b]`, `{model: [1, 2]}`) or (SECTION.KEY, value) pairs (the API's). Each is
+    checked as a file's key would be, and an error names `--set KEY`."""
     for item in settings or []:
-        key, sep, text = item.partition("=")
+        if isinstance(item, str):
+            key, sep, text = item.partition("=")
+            if not sep:
+                raise UserError(f"{flag} {item[:60]}: expected SECTION.KEY=VALUE, "
+                                "e.g. --set loop.promotion=not_worse_than_parent")
+            try:
+                value = yaml_value(text)
+            except ValueError as e:
+                raise UserError(f"{flag} {key.strip()[:60]}: {e}") from None
+        else:
+            key, value = item
         key = key.strip()
-        section, dot, name = key.partition(".")
-        if not sep or not section or not name or "." in name:
-            raise UserError(f"{flag} {item[:60]}: expected SECTION.KEY=VALUE, "
-                            "e.g. --set loop.promotion=not_worse_than_parent")
-        try:
-            value = yaml_value(text)
-        except ValueError as e:
-            raise UserError(f"{flag} {key}: {e}") from None
+        section, _, name = key.partition(".")
+        if not section or not name or "." in name:
+            raise UserError(f"{flag} {key[:60]}: expected SECTION.KEY, e.g. loop.promotion")
         apply_mapping(config, {section: {name: value}}, f"{flag} {key}")
     return config
 

@@ -154,3 +154,11 @@ def hold_folder(folder, what: str) -> None:
     os.ftruncate(fd, 0)
     os.pwrite(fd, str(os.getpid()).encode(), 0)
     _HELD[str(path)] = fd
+
+
+def release_folder(folder) -> None:
+    """Let go of a folder `hold_folder` held, for a process that lives on after its run (a Python
+    session using the API), so another process may resume the run; a folder not held is a no-op."""
+    fd = _HELD.pop(str(Path(folder) / ".lock"), None)
+    if fd is not None:
+        os.close(fd)  # closing the only descriptor of the open file drops its flock

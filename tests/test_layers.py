@@ -27,7 +27,7 @@ import pytest
 from services.config import PARENT_SELECTIONS, PROJECT_ROOT
 
 LAYERS = {"inside": 0, "services": 1, "domains": 2, "archive": 3, "optimizer": 4,
-          "run_optimization": 5, "setup_proofgrader_repo": 5}
+          "run_optimization": 5, "setup_proofgrader_repo": 5, "hyperagents": 5}
 AGENT_CODE = ("agent", "task_agent", "meta_agent", "select_next_parent", "ensemble")
 TRUSTED = tuple(LAYERS)
 MAX_MODULE_LINES = 400

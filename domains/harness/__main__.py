@@ -23,7 +23,7 @@ from domains.harness.journal import JOURNAL, PREDICTIONS
 from domains.harness.rows import load_rows
 from domains.harness.split import run_folder, run_split
 from domains.harness.worker_client import open_agent_worker
-from domains.registry import get_domain
+from domains.registry import get_domain, use_domain_specs
 from services.config import SANDBOX_BACKENDS, Config, load_config, validate
 from services.errors import UserError, exit_on_user_error
 from services.flags import apply_settings, int_flag, number_flag, parse_data_flags
@@ -35,8 +35,10 @@ from services.startup import open_services
 
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m domains.harness", description="Evaluate a task agent on a domain.")
-    ap.add_argument("--domain", required=True,
+    ap.add_argument("--domain", default=None,
                     help="imo_grading, imo_proof, imo_proof_grading, imo_answer, aime2025 or amo_bench")
+    ap.add_argument("--domain_spec", default=None, metavar="FILE",
+                    help="instead of --domain: a domain of your own, written as a YAML spec (README, Your own task)")
     ap.add_argument("--data", action="append", default=None, metavar="DOMAIN=PATH",
                     help="the data file of a domain that is not bundled, e.g. amo_bench=AMO-Bench.jsonl")
     ap.add_argument("--agent_path", default="task_agent", help="a .py file or a module path with a TaskAgent")
@@ -127,6 +129,13 @@ def import_litellm_meanwhile() -> None:
     threading.Thread(target=run, name="import-litellm", daemon=True).start()
 
 
+def domain_of(args):
+    """The domain --domain names, or the one --domain_spec defines."""
+    if (args.domain is None) == (args.domain_spec is None):
+        raise UserError("pass --domain NAME or --domain_spec FILE (one of them)")
+    return get_domain(args.domain or use_domain_specs([args.domain_spec])[0])
+
+
 def evaluate(args, config: Config) -> None:
     """One harness run as the flags ask, with a gateway and a sandbox of its own.
 
@@ -136,7 +145,7 @@ def evaluate(args, config: Config) -> None:
     """
     import_litellm_meanwhile()
     use_data_files(config.harness.data_files)
-    domain = get_domain(args.domain)
+    domain = domain_of(args)
     proofs = Path(args.proofs_dname) if args.proofs_dname else None
     folder = output_folder(args)
     requested = args.model or domain.model_role
@@ -159,15 +168,19 @@ def evaluate(args, config: Config) -> None:
         raise UserError(result.stop_message())
 
 
-def main(argv=None) -> None:
-    args = build_parser().parse_args(argv)
+def config_of(args) -> Config:
+    """The config the flags ask for: --config, then --set, then the specific flags."""
     config = apply_settings(load_config(args.config), args.settings)
     config.harness.data_files.update(parse_data_flags(args.data))
     for flag, (section, name) in FLAGS.items():
         if getattr(args, flag) is not None:
             setattr(getattr(config, section), name, getattr(args, flag))
-    validate(config)
-    evaluate(args, config)
+    return validate(config)
+
+
+def main(argv=None) -> None:
+    args = build_parser().parse_args(argv)
+    evaluate(args, config_of(args))
 
 
 def exit_without_teardown(run) -> None:

@@ -1,0 +1,246 @@
+"""The Python API: run the loop, evaluate an agent, read a run, from a script or a notebook.
+
+    from hyperagents import evaluate, load_run, run
+
+    result = run("imo_grading", max_generation=2, settings={"loop.promotion": "not_worse_than_parent"})
+    print(result.best.scores["imo_grading"]["val"])
+
+Each call goes through what the command line does (`optimizer.launch` for `run`, the harness for
+`evaluate`): the same config validation, run folder, lock and resume. Where a command would print
+one line and exit 2, a call raises `services.errors.UserError` with that line; a provider's outage
+raises `ProviderDown` (a BaseException, as Ctrl-C's KeyboardInterrupt is), after which the same
+call with `resume_from` goes on. Results are frozen dataclasses read back from the run's own
+records (archive.store, archive.records, archive.stats, the ledger), so a run started on the
+command line reads the same as one started here.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from archive.experiments import EVALUATIONS, read_evaluations
+from archive.promotion import row_scores
+from archive.records import Node
+from archive.run_groups import read_run_record
+from archive.run_state import read_state
+from archive.stats import interval
+from archive.store import Archive, observed_best, observed_sizes
+from optimizer.launch import RunRequest, launch
+from optimizer.transfer import split_spec
+from services.errors import ProviderDown, UserError
+from services.fsutil import release_folder
+from services.ledger import LedgerReader
+
+__all__ = ["EvalResult", "NodeView", "ProviderDown", "RunView", "Score", "Spend", "UserError", "evaluate",
+           "load_run", "run"]
+
+
+@dataclass(frozen=True)
+class Score:
+    """One evaluation of one split: the domain's score (its score key), the rows it is over, its 95% interval."""
+
+    value: float | None  # None: evaluated, but nothing could be scored
+    rows: int | None  # rows scored (None when the record does not say)
+    interval: tuple[float, float] | None  # 95%: Wilson for right/wrong rows, bootstrap for partial credit
+
+
+@dataclass(frozen=True)
+class Spend:
+    """Money and tokens of a role's model calls (meta, try, task, grader, judge)."""
+
+    cost_usd: float
+    tokens: int
+
+
+@dataclass(frozen=True)
+class NodeView:
+    """One agent version of a run, as its node.json records it."""
+
+    id: str  # "initial", or the generation's number
+    parent: str | None
+    generation: int
+    status: str  # ok, no_change, meta_failed, load_failed, eval_failed, budget_stopped, lost
+    scores: dict[str, dict[str, Score]]  # domain -> split -> score
+    full_eval: dict[str, bool]  # domain -> whether it passed screening and was evaluated in full
+    spend: dict[str, Spend]  # role -> what the node's calls cost
+    error: str | None
+
+
+@dataclass(frozen=True)
+class RunView:
+    """A run folder read as data, finished or still running."""
+
+    path: Path
+    name: str  # --name / run(name=...); "" when unnamed
+    tags: tuple[str, ...]
+    domains: tuple[str, ...]
+    state: str  # new, running, finished, stopped or interrupted (archive/run_state.py)
+    nodes: dict[str, NodeView]  # by id, in generation order
+    best: NodeView | None  # the run's best by its own loop.best_choice; None before a node is scored
+    spend: dict[str, Spend]  # role -> the whole run's calls (the ledger's; the nodes' records without one)
+    cost_usd: float
+    tokens: int
+    config: dict  # the run's configuration, as run.json keeps it
+
+
+@dataclass(frozen=True)
+class EvalResult:
+    """An agent's evaluation on one split of one domain."""
+
+    domain: str
+    split: str
+    score: Score
+    folder: Path  # where its predictions are: a harness folder, or the run whose node was evaluated
+
+
+def _node_view(node: Node) -> NodeView:
+    scores = {d: {s: Score(v, node.samples.get(d, {}).get(s),
+                           tuple(band) if (band := node.intervals.get(d, {}).get(s)) else None)
+                  for s, v in splits.items()} for d, splits in node.scores.items()}
+    spend = {role: Spend(usd, node.tokens.get(role, 0)) for role, usd in node.cost_usd.items()}
+    return NodeView(node.node_id, node.parent, node.generation, str(node.status), scores, dict(node.full_eval),
+                    spend, node.error)
+
+
+def _run_spend(run_dir: Path, nodes: list[Node]) -> dict[str, Spend]:
+    spend: dict[str, Spend] = {}
+    for row in LedgerReader(run_dir / "ledger.sqlite").spend():
+        old = spend.get(row["role"], Spend(0.0, 0))
+        spend[row["role"]] = Spend(old.cost_usd + row["cost_usd"],
+                                   old.tokens + row["prompt_tokens"] + row["completion_tokens"])
+    if not spend:  # a run copied without its ledger: what its nodes recorded
+        for node in nodes:
+            for role, usd in node.cost_usd.items():
+                old = spend.get(role, Spend(0.0, 0))
+                spend[role] = Spend(old.cost_usd + usd, old.tokens + node.tokens.get(role, 0))
+    return spend
+
+
+def load_run(path: str | Path) -> RunView:
+    """The run in folder `path`: its records checked as a resume checks them (UserError otherwise);
+    nothing is written, and a running run is read as it is now."""
+    run_dir = Path(path).resolve()
+    record = read_run_record(run_dir)
+    nodes = Archive(run_dir).ordered()
+    try:
+        best = observed_best(nodes, observed_sizes(record.domains, nodes), run_dir, record.config.get("loop"))
+    except ValueError as e:
+        raise UserError(f"{run_dir / 'run.json'}: {e}") from None
+    spend = _run_spend(run_dir, nodes)
+    return RunView(run_dir, record.name, tuple(record.tags), tuple(record.domains), str(read_state(run_dir)[0]),
+                   {n.node_id: _node_view(n) for n in nodes}, best and _node_view(best), spend,
+                   sum(s.cost_usd for s in spend.values()), sum(s.tokens for s in spend.values()), record.config)
+
+
+def _settings(settings: Mapping[str, object] | Sequence[str] | None) -> tuple:
+    """`settings` as apply_settings takes them: a mapping's items, or SECTION.KEY=VALUE texts."""
+    if settings is None:
+        return ()
+    return tuple(settings.items()) if isinstance(settings, Mapping) else tuple(settings)
+
+
+def run(domain: str | Sequence[str] | None = None, config: str | Path | Mapping | None = None,
+        output_dir: str | Path = "./outputs", *, preset: str | None = None,
+        settings: Mapping[str, object] | Sequence[str] | None = None, run_id: str | None = None,
+        resume_from: str | Path | None = None, name: str | None = None, tags: Sequence[str] | None = None,
+        data: Mapping[str, str] | None = None, initial_from: str | None = None, transfer: str | None = None,
+        dashboard: int | None = None, **overrides) -> RunView:
+    """Run the loop as `python -m run_optimization` does, and return the run read back.
+
+    `config` is a YAML file or a mapping shaped like one; `settings` sets single fields
+    ({"loop.promotion": "sica"}, like --set), after `preset` and `config`; `overrides` are the command
+    line's options by name (max_generation=2, eval_samples=20, task_model=..., budget_usd=...), applied
+    last. `resume_from` continues a run (its config is its own; settings and overrides still apply).
+    The run's lock is let go when the call returns, so another process may resume it."""
+    if isinstance(domain, str):
+        domain = [domain]
+    run_id = run_id or datetime.now().strftime("%Y%m%d_%H%M%S_%f")
+    folder = Path(resume_from) if resume_from else Path(output_dir) / run_id
+    request = RunRequest(
+        domains=tuple(domain or ()), config=dict(config) if isinstance(config, Mapping) else config, preset=preset,
+        settings=_settings(settings), overrides=dict(overrides), data=tuple(f"{k}={v}" for k, v in (data or {}).items()),
+        output_dir=output_dir, run_id=run_id, resume_from=resume_from, name=name,
+        tags=None if tags is None else tuple([tags] if isinstance(tags, str) else tags), initial_from=initial_from,
+        transfer=transfer, dashboard=dashboard)
+    try:
+        run_dir = launch(request)
+    finally:
+        release_folder(folder.resolve())
+    return load_run(run_dir)
+
+
+def _node_of(agent: str) -> tuple[Path, str] | None:
+    """(run folder, node id) when `agent` is "RUN:NODE" and RUN is a run folder; else None (an agent path)."""
+    folder, node_id = split_spec(agent)
+    return (Path(folder), node_id) if node_id is not None and (Path(folder) / "run.json").is_file() else None
+
+
+def evaluate(agent: str | Path, domain: str | None = None, split: str = "val", *, run_dir: str | Path | None = None,
+             config: str | None = None, settings: Mapping[str, object] | Sequence[str] | None = None,
+             output_dir: str | Path = "./outputs", run_id: str | None = None, num_samples: int = -1,
+             model: str | None = None, budget_usd: float | None = None, **options) -> EvalResult:
+    """Evaluate an agent on `split` of `domain` and score it.
+
+    `agent` is a node of a run ("RUN:NODE", or a node id with `run_dir=`): the split is evaluated in full
+    as `run_optimization --resume_from RUN --evaluate NODE --split SPLIT` does, into the run's
+    evaluations.json (`domain` defaults to the run's first). Otherwise it is a task agent's file or
+    module (as --agent_path), run by the harness into a folder of its own under `output_dir` on the
+    first `num_samples` rows (-1: all), then scored as `python -m domains.report` scores it. `options`
+    are the harness's other flags (num_workers, sandbox, data, ...)."""
+    node = (Path(run_dir), str(agent)) if run_dir is not None else _node_of(str(agent))
+    if node is not None:
+        return _evaluate_node(*node, domain, split, settings, budget_usd)
+    if domain is None:
+        raise UserError("evaluate: name the domain of the task agent")
+    return _evaluate_agent(str(agent), domain, split, config, settings, output_dir, run_id, num_samples, model,
+                           budget_usd, options)
+
+
+def _evaluate_node(run_dir: Path, node_id: str, domain: str | None, split: str, settings,
+                   budget_usd: float | None) -> EvalResult:
+    record = read_run_record(run_dir.resolve())
+    domain = domain or record.domains[0]
+    if domain not in record.domains:
+        raise UserError(f"evaluate: run {run_dir} has no domain {domain} (it has {', '.join(record.domains)})")
+    try:
+        launch(RunRequest(resume_from=run_dir, settings=_settings(settings), overrides={"budget_usd": budget_usd},
+                          evaluate=(node_id,), split=split))
+    finally:
+        release_folder(run_dir.resolve())
+    scored = read_evaluations(run_dir / EVALUATIONS)["nodes"][node_id][domain][split]
+    band = scored.get("interval")
+    return EvalResult(domain, split, Score(scored["score"], scored["rows"], tuple(band) if band else None),
+                      run_dir.resolve())
+
+
+def _evaluate_agent(agent_path: str, domain: str, split: str, config, settings, output_dir, run_id,
+                    num_samples: int, model, budget_usd, options: dict) -> EvalResult:
+    from domains.harness.__main__ import build_parser, config_of
+    from domains.harness.__main__ import evaluate as run_harness
+    from domains.registry import get_domain
+    from domains.report import report
+
+    args = build_parser().parse_args(["--domain", domain])
+    unknown = sorted(set(options) - set(vars(args)))
+    if unknown:
+        raise UserError(f"evaluate: unknown option {unknown[0]} (known: {', '.join(sorted(vars(args)))})")
+    args = argparse.Namespace(**{**vars(args), **options, "agent_path": agent_path, "subset": split,
+                                 "config": config, "settings": list(_settings(settings)), "output_dir": output_dir,
+                                 "run_id": run_id or datetime.now().strftime("%Y%m%d_%H%M%S_%f"),
+                                 "num_samples": num_samples, "model": model, "budget_usd": budget_usd})
+    if isinstance(args.data, Mapping):
+        args.data = [f"{k}={v}" for k, v in args.data.items()]
+    settings_of_run = config_of(args)
+    run_harness(args, settings_of_run)
+    folder = (Path(args.output_dir) / args.run_id).resolve()
+    scored = report(folder, domain, settings_of_run, model)
+    rows = row_scores(scored, get_domain(domain).score_key)
+    band = interval(list(rows.values())) if rows else None
+    value = scored.get(get_domain(domain).score_key)
+    return EvalResult(domain, split, Score(value if isinstance(value, (int, float)) else None,
+                                           len(rows) if rows else None, (band.low, band.high) if band else None),
+                      folder)
