@@ -1,0 +1,105 @@
+"""The Python API (hyperagents.py): the README's example run as it is, against the fake provider,
+and the command line's guarantees kept (one-line UserError, no folder made, the lock let go)."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+from conftest import FAST_CONFIG, REPO_ROOT, cli_env, run_loop
+
+from services.errors import UserError
+
+
+def readme_example() -> str:
+    text = (REPO_ROOT / "README.md").read_text()
+    section = text.split("## Python API\n", 1)[1]
+    return re.search(r"```python\n(.*?)```", section, re.S).group(1)
+
+
+def test_the_readme_example_runs_and_reads_its_run_back(tmp_path, fake_openai):
+    code = readme_example()
+    assert len(code.strip().splitlines()) <= 12
+    fake_openai.responder = lambda request: '<json>{"response": "incorrect"}</json>'  # some rows right: on to val
+    env = cli_env(fake_openai, PYTHONPATH=str(REPO_ROOT))
+    r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    (run_dir,) = (tmp_path / "outputs").iterdir()
+    record = json.loads((run_dir / "run.json").read_text())
+    assert record["name"] == "first try" and record["tags"] == ["demo"]
+    assert record["config"]["loop"]["promotion"] == "not_worse_than_parent"
+    assert record["config"]["loop"]["max_generation"] == 1 and record["config"]["models"]["task"] == "openai/gpt-4o-mini"
+    lines = r.stdout.splitlines()
+    assert any(line.startswith("finished $") and " initial {'train': Score(value=" in line for line in lines), r.stdout
+    nodes = [line for line in lines if re.match(r"(initial None 0|1 initial 1) ", line)]
+    assert len(nodes) == 2 and "Spend(cost_usd=" in nodes[0]
+    evaluations = json.loads((run_dir / "evaluations.json").read_text())["nodes"]["initial"]["imo_grading"]["test"]
+    assert f"{evaluations['score']} 10 ({evaluations['interval'][0]}, {evaluations['interval'][1]})" in r.stdout
+
+    from hyperagents import load_run
+
+    view = load_run(run_dir)
+    assert view.state == "finished" and view.domains == ("imo_grading",) and view.name == "first try"
+    assert list(view.nodes) == ["initial", "1"] and view.nodes["1"].parent == "initial"
+    val = view.nodes["initial"].scores["imo_grading"]["val"]
+    assert val.rows == 10 and val.interval[0] <= val.value <= val.interval[1]
+    assert view.cost_usd > 0 and view.tokens > 0 and set(view.spend) >= {"meta", "task"}
+    assert view.best is not None and view.best.id == "initial"
+
+    # the lock was let go when run() returned: the command line resumes the run
+    config = tmp_path / "c.yaml"
+    config.write_text(FAST_CONFIG)
+    r = run_loop(tmp_path, fake_openai, "--resume_from", str(run_dir), config=config)
+    assert r.returncode == 0 and "in use by another process" not in r.stderr, r.stderr
+
+
+def test_bad_input_raises_the_command_lines_one_line_error_and_makes_nothing(tmp_path, fake_openai, monkeypatch):
+    from hyperagents import evaluate, load_run, run
+
+    out = tmp_path / "out"
+    for call, expected in [
+        (lambda: run("imo_grading", output_dir=out, settings={"loop.nope": 1}),
+         "--set loop.nope: unknown config key loop.nope"),
+        (lambda: run("imo_grading", output_dir=out, max_generation=-1),
+         "loop.max_generation must be 0 or more, got -1"),
+        (lambda: run("imo_grading", output_dir=out, max_generations=2), "unknown option 'max_generations'"),
+        (lambda: run("imo_grading", output_dir=out, config={"loop": {"seed": "x"}}),
+         "config: loop.seed must be an integer or null"),
+        (lambda: run("no_such_domain", output_dir=out), "unknown domain"),
+        (lambda: run("imo_grading", output_dir=out, name="bad\nname"), "--name 'bad\\nname': holds a control"),
+        (lambda: run(resume_from=tmp_path), "--resume_from"),
+        (lambda: load_run(tmp_path), "not a run folder (no run.json)"),
+        (lambda: evaluate("task_agent", None), "evaluate: name the domain"),
+        (lambda: evaluate("task_agent", "imo_grading", output_dir=out, nope=1), "evaluate: unknown option nope"),
+    ]:
+        with pytest.raises(UserError) as e:
+            call()
+        assert expected in str(e.value) and "\n" not in str(e.value), str(e.value)
+    assert not out.exists()
+
+
+def test_evaluate_runs_a_task_agent_on_a_split_and_scores_it(tmp_path, fake_openai, monkeypatch):
+    from hyperagents import evaluate
+
+    monkeypatch.setenv("OPENAI_API_BASE", fake_openai.base_url)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-provider-secret-0123456789")
+    fake_openai.responder = lambda request: '<json>{"response": "incorrect"}</json>'
+    result = evaluate("task_agent", "imo_grading", "_filtered_100_val", output_dir=tmp_path, run_id="e",
+                      num_samples=6, model="openai/fake", settings={"sandbox.backend": "bwrap"})
+    predictions = (tmp_path / "e" / "predictions.csv").read_text().splitlines()
+    assert result.folder == tmp_path / "e" and len(predictions) > 6
+    report = json.loads((tmp_path / "e" / "report.json").read_text())
+    assert result.score.value == report["overall_accuracy"] and result.score.rows == 6
+    low, high = result.score.interval
+    assert 0 <= low <= result.score.value <= high <= 1 and high - low > 0.1  # six rows: a wide interval
+
+
+def test_the_package_exposes_the_api_module():
+    text = (REPO_ROOT / "pyproject.toml").read_text()
+    assert '"hyperagents"' in text.split("py-modules", 1)[1].splitlines()[0]
+    r = subprocess.run([sys.executable, "-c", "import hyperagents; print(hyperagents.__all__)"], cwd="/",
+                       env={**os.environ, "PYTHONPATH": str(REPO_ROOT)}, capture_output=True, text=True)
+    assert "'run'" in r.stdout and "'load_run'" in r.stdout and "'evaluate'" in r.stdout
