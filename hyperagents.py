@@ -162,7 +162,8 @@ def run(domain: str | Sequence[str] | None = None, config: str | Path | Mapping 
     folder = Path(resume_from) if resume_from else Path(output_dir) / run_id
     request = RunRequest(
         domains=tuple(domain or ()), config=dict(config) if isinstance(config, Mapping) else config, preset=preset,
-        settings=_settings(settings), overrides=dict(overrides), data=tuple(f"{k}={v}" for k, v in (data or {}).items()),
+        settings=_settings(settings), overrides=dict(overrides),
+        data=tuple(f"{k}={v}" for k, v in (data or {}).items()),
         output_dir=output_dir, run_id=run_id, resume_from=resume_from, name=name,
         tags=None if tags is None else tuple([tags] if isinstance(tags, str) else tags), initial_from=initial_from,
         transfer=transfer, dashboard=dashboard)

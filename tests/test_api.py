@@ -31,7 +31,8 @@ def test_the_readme_example_runs_and_reads_its_run_back(tmp_path, fake_openai):
     record = json.loads((run_dir / "run.json").read_text())
     assert record["name"] == "first try" and record["tags"] == ["demo"]
     assert record["config"]["loop"]["promotion"] == "not_worse_than_parent"
-    assert record["config"]["loop"]["max_generation"] == 1 and record["config"]["models"]["task"] == "openai/gpt-4o-mini"
+    assert record["config"]["loop"]["max_generation"] == 1
+    assert record["config"]["models"]["task"] == "openai/gpt-4o-mini"
     lines = r.stdout.splitlines()
     assert any(line.startswith("finished $") and " initial {'train': Score(value=" in line for line in lines), r.stdout
     nodes = [line for line in lines if re.match(r"(initial None 0|1 initial 1) ", line)]
