@@ -11,7 +11,8 @@ from importlib import resources
 
 from archive.dashboard import pieces
 from archive.dashboard.markup import Markup, h, join, url
-from archive.dashboard.reader import MAX_TAIL, InFlight, RunData, RunReader, Text, known_domain
+from archive.dashboard.flight import MAX_TAIL, InFlight
+from archive.dashboard.reader import RunData, RunReader, Text, known_domain
 from archive.records import Node
 from archive.run_state import Phase
 

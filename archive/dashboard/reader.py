@@ -8,18 +8,20 @@ without following a link. Nothing here writes to the run.
 
 from __future__ import annotations
 
-import csv
 import io
 import os
-import stat
 import threading
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
+import pandas as pd
+
 from archive.eval_store import JOURNAL, PREDICTIONS, REPORT
 from archive.promotion import row_scores
-from archive.records import EVAL_KEY, NODE_ID, GenStart, Node, RunRecord
+from archive.dashboard.flight import MAX_TAIL, InFlight, in_flight_of, tail_below
+from archive.dashboard.run_labels import run_labels, without_unknown_labels
+from archive.records import EVAL_KEY, NODE_ID, Node, RunRecord
 from archive.run_state import Phase, RunState, json_objects, read_events, run_state, state_text
 from archive.store import META_TRANSCRIPT, UNTRUSTED, observed_best, observed_rule, observed_score, observed_sizes
 from services.errors import UserError
@@ -33,8 +35,6 @@ MAX_REPORT = 2**24  # evals/<key>/report.json (as the loop reads it)
 MAX_TEXT = 2**20  # a patch or transcript shown on a page; the rest is cut, and the page says so
 MAX_JOURNAL = 2**25  # a split's predictions.jsonl
 MAX_PREDICTIONS = 2**26  # a split's predictions.csv, read for its labels
-MAX_TAIL = 2**16  # the end of a transcript a meta agent is still writing, shown on its in-flight page
-MAX_NAME, MAX_TAG, MAX_TAGS = 200, 64, 32  # a run's name and tags (run.json) as pages show them
 
 
 @dataclass
@@ -44,16 +44,6 @@ class Text:
     text: str = ""
     cut: bool = False
     missing: str | None = None
-
-
-@dataclass
-class InFlight:
-    node_id: str
-    parent: str | None
-    generation: int
-    phase: Phase
-    started: str  # time of its gen_start
-    splits: list[dict] = field(default_factory=list)  # domain, split, rows, done (rows in the journal)
 
 
 @dataclass
@@ -171,6 +161,7 @@ class RunReader:
         self._seen: tuple | None = None
         self._data: RunData | None = None
         self._split_cache: dict[tuple, tuple] = {}
+        self._labels_cache: dict[tuple, tuple] = {}  # (key, id column, label column) -> (predictions.csv's stat, labels)
         self._nodes: dict[str, tuple] = {}  # node id -> (its node.json's stat, the record read from it)
         self._ledger_marks: list | None = None
         self._ledger_cache: dict[tuple, object] = {}
@@ -211,7 +202,9 @@ class RunReader:
         return tuple(marks)
 
     def _load(self) -> RunData:
-        problems: list[str] = []
+        from domains.registry import run_domain_problems
+
+        problems = run_domain_problems(self.path)  # its spec domains (domains/spec.py): score key, stages
         record, raw = None, None
         try:
             raw = parse_json(read_bounded(self.path / "run.json", MAX_RECORD))
@@ -346,20 +339,27 @@ class RunReader:
 
     def labels(self, key: str, id_column: str, label_column: str) -> dict[str, str]:
         """Row id -> the gold label, from the evaluation's predictions.csv (it holds the data set's
-        columns): for the person reading the dashboard only; nothing here reaches an agent."""
+        columns): for the person reading the dashboard only; nothing here reaches an agent. Cached
+        until the file changes."""
         if not EVAL_KEY.fullmatch(key):
             return {}
+        mark = self._stat(f"evals/{key}/{PREDICTIONS}")
+        cached = self._labels_cache.get((key, id_column, label_column))
+        if cached and cached[0] == mark:
+            return cached[1]
         try:
             data, _ = read_below(self.path, f"evals/{key}/{PREDICTIONS}", MAX_PREDICTIONS)
         except OSError:
             return {}
-        found = {}
-        try:
-            for row in csv.DictReader(io.StringIO(data.decode("utf-8", errors="replace"), newline="")):
-                if row.get(id_column) is not None and row.get(label_column) is not None:
-                    found[csv_value(row[id_column])] = csv_value(row[label_column])
-        except csv.Error:
-            pass  # a file cut at the bound: the labels read so far
+        try:  # pandas, as the project reads its CSVs: no limit on a cell's size (a long prediction)
+            table = pd.read_csv(io.BytesIO(data), dtype=str, keep_default_na=False, usecols=[id_column, label_column],
+                                encoding_errors="replace")
+        except (ValueError, pd.errors.ParserError):
+            return {}  # no such columns, or not a CSV
+        found = {csv_value(q): csv_value(label) for q, label in zip(table[id_column], table[label_column])}
+        if len(self._labels_cache) > 256:  # node pages of a big run: keep the latest
+            self._labels_cache.clear()
+        self._labels_cache[(key, id_column, label_column)] = (mark, found)
         return found
 
 
@@ -372,82 +372,6 @@ def known_domain(name: str):
         return get_domain(name)
     except (UserError, KeyError, ValueError):
         return None
-
-
-_RECORD_FIELDS = {f.name for f in fields(RunRecord)}
-
-
-def without_unknown_labels(raw):
-    """run.json without "name" and "tags" when this version's RunRecord does not know them (a run
-    written by a newer version still reads)."""
-    if not isinstance(raw, dict):
-        return raw
-    return {k: v for k, v in raw.items() if k in _RECORD_FIELDS or k not in ("name", "tags")}
-
-
-def run_labels(raw) -> tuple[str, list[str]]:
-    """The run's name and tags from run.json, bounded: text a user gave (or a script), shown escaped."""
-    if not isinstance(raw, dict):
-        return "", []
-    name = raw.get("name")
-    title = " ".join(name.split())[:MAX_NAME] if isinstance(name, str) else ""
-    given = raw.get("tags")
-    tags: list[str] = []
-    for tag in given if isinstance(given, list) else []:
-        if isinstance(tag, str) and tag.strip() and " ".join(tag.split())[:MAX_TAG] not in tags:
-            tags.append(" ".join(tag.split())[:MAX_TAG])
-    return title, tags[:MAX_TAGS]
-
-
-def tail_below(root: Path, relative: str, limit: int) -> tuple[bytes, bool]:
-    """The last `limit` bytes of the regular file `relative` under `root`, and whether there was more
-    before them; as fsutil.read_below opens it (no link on the way, no fifo)."""
-    parts = [p for p in str(relative).split("/") if p not in ("", ".")]
-    if not parts or ".." in parts:
-        raise OSError(f"{relative!r} is not a path below {root}")
-    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        for part in parts[:-1]:
-            below = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
-            os.close(fd)
-            fd = below
-        file_fd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=fd)
-    finally:
-        os.close(fd)
-    with os.fdopen(file_fd, "rb") as f:
-        info = os.fstat(file_fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise OSError(f"{relative} is not a regular file")
-        start = max(info.st_size - limit, 0)
-        f.seek(start)
-        return f.read(limit), start > 0
-
-
-def in_flight_of(events: list[dict], nodes: dict[str, Node]) -> list[InFlight]:
-    """Generations started and not recorded, newest start of each, with the evaluations they began."""
-    flights: dict[str, InFlight] = {}
-    for e in events:
-        kind, node_id = e.get("event"), e.get("node_id")
-        if kind == "gen_start" and node_id not in nodes:
-            try:
-                start = GenStart.from_dict({k: v for k, v in e.items() if k not in ("event", "time")})
-            except ValueError:
-                continue
-            # The initial node has no meta agent: it is evaluated from the start.
-            phase = Phase.META if start.parent is not None else Phase.EVALUATING
-            flights[start.node_id] = InFlight(start.node_id, start.parent, start.generation, phase,
-                                              str(e.get("time", "")))
-        elif kind == "node_recorded" and isinstance(node_id, str):
-            flights.pop(node_id, None)
-        elif kind == "meta_done" and node_id in flights:
-            flights[node_id].phase = Phase.EVALUATING
-        elif kind == "split_start" and node_id in flights and EVAL_KEY.fullmatch(str(e.get("key", ""))):
-            flights[node_id].phase = Phase.EVALUATING
-            rows = e.get("rows")
-            flights[node_id].splits.append({"domain": str(e.get("domain", "")), "split": str(e.get("split", "")),
-                                            "rows": rows if isinstance(rows, int) else 0, "key": e["key"],
-                                            "done": 0})
-    return [f for node_id, f in flights.items() if node_id not in nodes]
 
 
 def read_journal(run_dir: Path, key: str) -> list[dict]:
