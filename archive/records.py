@@ -226,7 +226,7 @@ def check_labels(name: str, tags: list[str]) -> None:
     if problem := label_problem(name, MAX_NAME):
         raise ValueError(f"name {show(name)}: {problem}")
     if len(tags) > MAX_TAGS:
-        raise ValueError(f"more than {MAX_TAGS} tags")
+        raise ValueError(f"tag: at most {MAX_TAGS} tags, got {len(tags)}")
     for tag in tags:
         if problem := label_problem(tag, MAX_TAG) or (None if tag else "empty"):
             raise ValueError(f"tag {show(tag)}: {problem}")

@@ -15,7 +15,7 @@ from datetime import datetime
 from pathlib import Path
 from urllib.parse import quote
 
-from archive.records import MAX_NAME, MAX_TAG, MAX_TAGS, RunRecord, label_problem
+from archive.records import RunRecord, check_labels
 from optimizer.plan import plan_lines, print_dry_run, summary_lines
 from services.config import (
     PROJECT_ROOT,
@@ -132,15 +132,12 @@ def open_run(resume_from: str | Path, where: str | None = None,
 def labels(request: RunRequest, record: RunRecord | None) -> tuple[str, list[str]]:
     """The run's name and tags: the request's, else the resumed run's own; checked as run.json is."""
     name = request.name if request.name is not None else record.name if record else ""
-    tags = list(request.tags) if request.tags is not None else record.tags if record else []
-    if problem := label_problem(name, MAX_NAME):
-        raise UserError(f"--name {show(name)}: {problem}")
-    if len(tags) > MAX_TAGS:
-        raise UserError(f"--tag: at most {MAX_TAGS} tags, got {len(tags)}")
-    for tag in tags:
-        if problem := label_problem(tag, MAX_TAG) or (None if tag else "empty"):
-            raise UserError(f"--tag {show(tag)}: {problem}")
-    return name, list(dict.fromkeys(tags))  # a tag given twice is kept once
+    tags = list(dict.fromkeys(request.tags)) if request.tags is not None else record.tags if record else []
+    try:
+        check_labels(name, tags)
+    except ValueError as e:  # "name ...", "tag ...": the flag that gave it
+        raise UserError(f"--{e}") from None
+    return name, tags
 
 
 def initial_code(initial_agent, transfer):

@@ -6,6 +6,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 
 import pytest
 from conftest import FAST_CONFIG, REPO_ROOT, cli_env, run_loop
@@ -55,6 +56,37 @@ def test_the_readme_example_runs_and_reads_its_run_back(tmp_path, fake_openai):
     config.write_text(FAST_CONFIG)
     r = run_loop(tmp_path, fake_openai, "--resume_from", str(run_dir), config=config)
     assert r.returncode == 0 and "in use by another process" not in r.stderr, r.stderr
+
+
+def test_load_run_reads_a_run_while_it_runs_without_holding_it_up(tmp_path, fake_openai):
+    from hyperagents import load_run
+
+    fake_openai.responder = lambda request: '<json>{"response": "incorrect"}</json>'
+    fake_openai.latency = 0.2
+    config = tmp_path / "c.yaml"
+    config.write_text(FAST_CONFIG + "loop:\n  eval_samples: 6\n")
+    run_dir = tmp_path / "out" / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "run_optimization", "--domain", "imo_grading", "--output_dir",
+                             str(tmp_path / "out"), "--run_id", "run", "--task_model", "openai/fake", "--meta_model",
+                             "openai/fake-meta", "--config", str(config), "--max_generation", "1", "--name", "live"],
+                            cwd=REPO_ROOT, env=cli_env(fake_openai), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True)
+    seen = []
+    try:
+        deadline = time.time() + 300
+        while proc.poll() is None and time.time() < deadline:
+            if (run_dir / "run.json").exists():
+                view = load_run(run_dir)
+                seen.append((view.state, len(view.nodes), view.best is not None))
+            time.sleep(0.2)
+    finally:
+        proc.kill() if proc.poll() is None else None
+        stderr = proc.communicate()[1]
+    assert proc.returncode == 0, stderr
+    assert seen and seen[0][0] == "running" and ("running", 0, False) in seen
+    assert any(state == "running" and nodes == 1 and best for state, nodes, best in seen)
+    view = load_run(run_dir)
+    assert view.state == "finished" and view.name == "live" and list(view.nodes) == ["initial", "1"]
 
 
 def test_bad_input_raises_the_command_lines_one_line_error_and_makes_nothing(tmp_path, fake_openai, monkeypatch):
