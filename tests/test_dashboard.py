@@ -314,6 +314,10 @@ def test_runs_have_names_and_tags_a_filter_by_tag_and_a_comparison(tmp_path):
         assert "baseline &lt;script&gt;window.__pwned=1&lt;/script&gt;" in index and "<script>window" not in index
         assert listed["b"][2] == "x" * 200
         assert listed["b"][3].startswith("sweep" + "t" * 64 + "n0n1") and listed["b"][3].endswith("n29")
+        _, _, run_page = get(port, "/runs/a")  # the run's own page says them too
+        assert_inert(run_page)
+        assert '<span class="value">baseline &lt;script&gt;window.__pwned=1&lt;/script&gt;</span>' in run_page
+        assert '<span class="tag">&lt;img src=x onerror=&quot;window.__pwned=1&quot;&gt;</span>' in run_page
         # Filtering by a tag, hostile ones included.
         for tag, expect in (("sweep", {"a", "b"}), (ATTACKS["img"], {"a"}), ("replicates", {"grp/seed-11",
                                                                                              "grp/seed-12"})):

@@ -103,7 +103,7 @@ def line_chart(series: dict[str, list[tuple[float, float]]], x_label: str, y_lab
                y_range: tuple[float, float] | None = None,
                bands: dict[str, list[tuple[float, float, float]]] | None = None) -> Markup:
     """Lines (and dots) on shared axes, with a legend; every value a plain number. `bands` shades,
-    in a line's colour, the area between (x, low, high) points (a step where x repeats)."""
+    in a line's colour, the area between its (x, low, high) points."""
     points = [p for line in series.values() for p in line] + [p for d in (dots or {}).values() for p in d] + \
         [(x, v) for band in (bands or {}).values() for x, low, high in band for v in (low, high)]
     if not points:
