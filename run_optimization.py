@@ -15,6 +15,7 @@ resume).
 from __future__ import annotations
 
 import argparse
+import os
 from datetime import datetime
 from pathlib import Path
 
@@ -33,6 +34,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     ap = argparse.ArgumentParser(prog="python -m run_optimization", description=__doc__.split("\n\n")[0])
     ap.add_argument("--domain", nargs="+", default=None, help="one or more domains (imo_grading, imo_proof, ...)")
+    ap.add_argument("--domain_spec", action="append", type=os.path.abspath, default=None, metavar="FILE",
+                    help="a domain of your own, written as a YAML spec (README, Your own task); repeatable")
     ap.add_argument("--config", default=None, help="YAML config overriding configs/default.yaml")
     ap.add_argument("--preset", default=None, help="a config of configs/presets/ applied before --config, "
                     "e.g. quick: 2 small generations")
@@ -135,8 +138,8 @@ def run_replicates(parser, args) -> None:
         group_dir = Path(args.resume_from).resolve()
         group = read_group(group_dir)
     else:
-        if not args.domain:
-            raise UserError("pass --domain (e.g. --domain imo_grading), or --resume_from GROUP_DIR")
+        if not (args.domain or args.domain_spec):
+            raise UserError("pass --domain (e.g. --domain imo_grading) or --domain_spec FILE, or --resume_from GROUP_DIR")
         group_dir = (Path(args.output_dir) / (args.run_id or datetime.now().strftime("%Y%m%d_%H%M%S"))).resolve()
         check_writable(group_dir, f"--output_dir {args.output_dir}")
         group = start_group(group_dir, replicate_argv(parser, args), args.replicates, args.seed or 0)
@@ -164,12 +167,20 @@ def request_of(args) -> RunRequest:
         dry_run=args.dry_run, replicates=args.replicates, dashboard=args.dashboard)
 
 
+def domain_specs(paths, resumed: bool) -> list[str]:
+    """The names of the --domain_spec domains, read and checked (domains/spec.py)."""
+    from domains.registry import use_domain_specs
+
+    return use_domain_specs(paths, resumed)
+
+
 def main(argv=None) -> None:
     parser = build_parser()
     args = parser.parse_args(argv)
     group = check_flags(args)
     if not args.dry_run and (args.replicates or group):
         return run_replicates(parser, args)
+    args.domain = list(dict.fromkeys([*(args.domain or []), *domain_specs(args.domain_spec, bool(args.resume_from))]))
     launch(request_of(args))
 
 

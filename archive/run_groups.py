@@ -25,7 +25,11 @@ MAX_RECORD = 2**20
 
 
 def read_run_record(run_dir: Path) -> RunRecord:
-    """run.json as the core wrote it; a UserError naming the file otherwise."""
+    """run.json as the core wrote it, the spec domains kept beside it made known (domains/spec.py); a
+    UserError naming the file otherwise."""
+    from domains.registry import use_run_domains
+
+    use_run_domains(run_dir)
     try:
         return RunRecord.from_dict(parse_json(read_bounded(run_dir / "run.json", MAX_RECORD)))
     except FileNotFoundError:

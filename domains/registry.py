@@ -100,19 +100,34 @@ def use_run_domains(run_dir: Path) -> list[str]:
     return [register(spec, replace=True).name for spec in run_specs(run_dir)]
 
 
-def use_domain_specs(paths: list[str] | None, run_dir: Path, resumed: bool, keep: bool) -> list[str]:
-    """The domains of `--domain_spec` files, read, checked and made known; with `keep`, kept in
-    the run's folder. A resumed run keeps the domains it started with."""
-    if not paths:
-        return []
-    if resumed:
+def run_domain_problems(run_dir: Path) -> list[str]:
+    """`use_run_domains` for a reader that lists what it could not read rather than stopping."""
+    try:
+        use_run_domains(run_dir)
+    except UserError as e:
+        return [str(e)]
+    return []
+
+
+def run_domains(names, run_dir: Path) -> list[Domain]:
+    """The domains of a run by name, the spec domains it kept in its folder (when it has one) among them."""
+    use_run_domains(run_dir)
+    return [get_domain(name) for name in names]
+
+
+def keep_specs(run_dir: Path, domains: list[Domain]) -> None:
+    """Keep in the run's folder the spec of each of its domains that was defined by one, so that
+    resuming and reading the run need neither the YAML nor its folder."""
+    with _lock:
+        specs = [_specs[d.name][0] for d in domains if d.name in _specs and _specs[d.name][1] is d]
+    for spec in specs:
+        record_spec(run_dir, spec)
+
+
+def use_domain_specs(paths: list[str] | None, resumed: bool = False) -> list[str]:
+    """The names of the domains of `--domain_spec` files, each read, checked and made known. A
+    resumed run keeps the domains it started with."""
+    if paths and resumed:
         raise UserError("--domain_spec names the domains of a new run; a resumed run keeps its own "
-                        f"(kept in {Path(run_dir) / 'domain_specs'})")
-    names = []
-    for path in paths:
-        spec = read_spec(path)
-        register(spec)
-        if keep:
-            record_spec(run_dir, spec)
-        names.append(spec.name)
-    return names
+                        "(their specs are kept in its folder, domain_specs/)")
+    return [register(read_spec(path)).name for path in paths or ()]

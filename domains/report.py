@@ -2,6 +2,7 @@
 
     python -m domains.report --domain imo_grading --dname ./outputs/RUN
     python -m domains.report --domain imo_proof --dname ./outputs/RUN   # grades the proofs first
+    python -m domains.report --domain_spec my_task.yaml --dname ./outputs/RUN
 
 Each domain's scorer makes the report (domains/scoring.py). What a scorer asks for comes
 from here: LLM judges through a gateway whose ledger is in `RUN/judgements/`, and the
@@ -18,7 +19,7 @@ from pathlib import Path
 from domains.base import Domain
 from domains.harness import GRADINGS, PREDICTIONS, grade_run, run_folder
 from domains.judge import GatewayJudge
-from domains.registry import get_domain
+from domains.registry import get_domain, use_domain_specs
 from services.config import Config, load_config
 from services.errors import UserError, exit_on_user_error
 from services.fsutil import atomic_write_json
@@ -77,13 +78,17 @@ def report(dname: str | Path, domain: str, config: Config | None = None, model: 
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(prog="python -m domains.report", description="Score a harness run.")
-    ap.add_argument("--domain", required=True)
+    ap.add_argument("--domain", default=None)
+    ap.add_argument("--domain_spec", default=None, metavar="FILE", help="instead of --domain: a domain's YAML spec")
     ap.add_argument("--dname", required=True, help="the harness output folder")
     ap.add_argument("--config", default=None, help="YAML config (models for grading proofs)")
     ap.add_argument("--model", default=None, help="grader model for imo_proof (default: the config's grader)")
     args = ap.parse_args(argv)
-    result = report(args.dname, args.domain, load_config(args.config), args.model)
-    print(get_domain(args.domain).format_report(result))
+    if (args.domain is None) == (args.domain_spec is None):
+        raise UserError("pass --domain NAME or --domain_spec FILE (one of them)")
+    domain = args.domain or use_domain_specs([args.domain_spec])[0]
+    result = report(args.dname, domain, load_config(args.config), args.model)
+    print(get_domain(domain).format_report(result))
     print(f"report: {Path(args.dname) / 'report.json'}")
 
 

@@ -70,7 +70,7 @@ class DomainSpec:
             score_key=self.score_key, data_dir=base, default_subset="train", loader=self.load,
             scorer=SpecScorer(self.scorer, self.score_key, self.label, tuple(self.inputs.items()), self.rubric, base),
             try_match="math" if self.scorer == "math_verify" else "label",
-            score_note=f"defined by the spec {self.source}" if self.source else "")
+            score_note=f"the mean of the rows' scores by {self.scorer}, as the spec {self.source or self.name} says")
 
     def load(self, suffix: str):
         """The rows of a split (suffix `_train`), refused when the file changed since the spec was read."""
@@ -208,7 +208,7 @@ def run_specs(run_dir: Path) -> list[DomainSpec]:
         if not isinstance(raw, dict) or raw.pop("schema_version", None) != SPEC_SCHEMA:
             raise UserError(f"{path}: not a domain spec record of schema {SPEC_SCHEMA}")
         where = f"domain spec record {path}"
-        spec = checked({k: raw.get(k) for k in KEYS if raw.get(k) is not None}, where, Path("/"), files=False)
+        spec = checked({k: raw[k] for k in KEYS if raw.get(k) not in (None, "")}, where, Path("/"), files=False)
         digests = raw.get("sha256")
         if spec.name != path.stem or not isinstance(digests, dict) or set(digests) != set(spec.data):
             raise UserError(f"{where}: its name or its data's digests do not match its file")

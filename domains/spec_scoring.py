@@ -72,6 +72,14 @@ def user_function(ref: str, base: Path | None) -> Callable:
     return function
 
 
+def called(function: Callable, ref: str, prediction: str, row: dict, row_id: str):
+    """The user's function on one row; what it raises, as one line naming the row."""
+    try:
+        return function(prediction, dict(row))
+    except Exception as e:  # the user's code may raise anything
+        raise UserError(f"scorer {ref} raised {type(e).__name__}: {str(e)[:200]} on row {row_id!r}") from None
+
+
 def row_value(value, ref: str, row_id: str) -> float:
     """A user function's verdict on one row as a score in [0, 1]."""
     if isinstance(value, bool):
@@ -129,7 +137,7 @@ class SpecScorer:
         if self.rule == "llm_judge":
             return self._judged(outputs, rows, tools, name)
         function = user_function(self.rule, self.base)
-        return [row_value(function(o, dict(r)), self.rule, i) for o, r, i in zip(outputs, rows, ids)], {}
+        return [row_value(called(function, self.rule, o, r, i), self.rule, i) for o, r, i in zip(outputs, rows, ids)], {}
 
     def _judged(self, outputs, rows, tools, name) -> tuple[list[float], dict]:
         from domains.judge import steady

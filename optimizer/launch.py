@@ -155,7 +155,7 @@ def transfer_of(request: RunRequest, full_sizes):
     """The node a new run starts from (--initial_from, --transfer), checked; None without --initial_from."""
     from archive.promotion import BestChoice
     from domains.base import use_data_files
-    from domains.registry import get_domain
+    from domains.registry import run_domains
     from optimizer.transfer import pick_transfer, split_spec
 
     if request.initial_from is None:
@@ -170,7 +170,7 @@ def transfer_of(request: RunRequest, full_sizes):
     folder, node_id = split_spec(request.initial_from)
     run_dir, record, config = open_run(folder, where=f"--initial_from {request.initial_from}", writable=False)
     use_data_files(config.harness.data_files)
-    domains = [get_domain(n) for n in record.domains]
+    domains = run_domains(record.domains, run_dir)
     return pick_transfer(run_dir, node_id, domains, full_sizes(domains, config), keep,
                          f"--initial_from {request.initial_from}", BestChoice.of(config.loop))
 
@@ -228,7 +228,7 @@ def request_config(request: RunRequest, saved: Config | None) -> Config:
 def launch(request: RunRequest) -> Path:
     """Start, resume or evaluate the run `request` names; its folder (nothing is made for a dry run)."""
     from domains.base import use_data_files
-    from domains.registry import get_domain
+    from domains.registry import keep_specs, run_domains
     from optimizer.estimate import estimate
     from optimizer.evaluation import split_rows
     from optimizer.initial_agents import AgentFolder, get_initial_agent
@@ -253,7 +253,7 @@ def launch(request: RunRequest) -> Path:
     require_trackers(config.tracking.backends)  # a tracker's missing extra, before anything starts
     name, tags = labels(request, record)
     use_data_files(config.harness.data_files)
-    domains = [get_domain(n) for n in domain_names]
+    domains = run_domains(domain_names, run_dir)  # a resumed run's spec domains are kept in its folder
     initial_agent = get_initial_agent(config.loop.initial_agent, [d.task or d.name for d in domains])
     if transfer is not None and transfer.keep == "meta" and isinstance(initial_agent, AgentFolder):
         raise UserError(f"--transfer meta takes the meta agent of {request.initial_from} and a task agent of this "
@@ -289,6 +289,7 @@ def launch(request: RunRequest) -> Path:
             RunRepo.create(run_dir / "repo", PROJECT_ROOT, initial_code(initial_agent, transfer))
         atomic_write_json(run_dir / "run.json", RunRecord(domain_names, config.to_dict(), backend, initial_from,
                                                           name, tags).to_dict())
+        keep_specs(run_dir, domains)
         if request.dashboard is not None:
             start_dashboard(run_dir, request.dashboard)
         loop = Loop(run_dir, config, domains, gateway, backend)

@@ -72,14 +72,15 @@ Put only the final answer, in LaTeX, in the "response" field.
 
 
 def generic_instruction(inputs: dict) -> str:
-    return f"""You are an agent working on the task below.
+    """Any other domain (one of the user's own, defined by a spec file): its inputs as labeled fields."""
+    fields = "\n\n".join(f"## {key.replace('_', ' ').capitalize()}\n{value}"
+                          for key, value in inputs.items() if key != "domain")
+    return f"""You are an expert working on a task of the kind "{inputs.get("domain", "")}".
+Answer it from the input below. Think it through first; then give only the final answer, exactly as it should be checked.
 
-The task's input:
-```
-{inputs}
-```
+{fields}
 
-""" + _ANSWER_FORMAT.format(schema="...")
+""" + _ANSWER_FORMAT.format(schema='"your final answer"')
 
 
 def answer_schema(values: list[str] | None = None) -> dict:

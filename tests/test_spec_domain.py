@@ -1,0 +1,302 @@
+"""A domain of the user's own, written as a YAML spec outside the package (domains/spec.py).
+
+The spec is the README's example (examples/capitals), copied to a folder of the test's own: it
+runs through the loop (bwrap, the fake provider as task and meta model), a resume, the harness,
+the report, `archive.analyze` and the dashboard's reader, the latter two after the spec's folder
+is gone. Each scorer scores real predictions; each mistake in a spec is one line and exit 2.
+"""
+
+import io
+import json
+import re
+import shutil
+import sqlite3
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from conftest import FAST_CONFIG, cli_env, run_cli
+
+from services.config import PROJECT_ROOT
+from services.errors import UserError
+
+EXAMPLE = PROJECT_ROOT / "examples" / "capitals"
+CAPITALS = {re.search(r"capital of (.+)\?", r["Question"]).group(1): r["Answer"]
+            for split in ("train", "val", "test")
+            for r in pd.read_csv(EXAMPLE / f"capitals_{split}.csv", dtype=str).to_dict("records")}
+MARKER = "NAME-THE-CAPITAL-9"
+IMPROVE = {"tool_name": "editor", "tool_input": {
+    "command": "str_replace", "path": "/workspace/task_agent/task_agent.py",
+    "old_str": "You are an expert working on a task", "new_str": f"{MARKER} You are an expert working on a task"}}
+
+
+def answer(request: dict, right=lambda country, user: MARKER in user) -> str:
+    """The fake provider: the meta agent makes the improving edit once; the task agent names the
+    capital when `right` says so, else Paris."""
+    messages = request["messages"]
+    opening = " ".join(str(m["content"]) for m in messages[:2])
+    if "/workspace" in opening and "/feedback" in opening:
+        turn = sum(1 for m in messages if m["role"] == "assistant")
+        return f"I will do this.\n<json>{json.dumps(IMPROVE)}</json>" if turn == 0 else "Done."
+    user = str(messages[-1]["content"])
+    found = re.search(r"What is the capital of (.+?)\?", user)
+    if not found:
+        return "ok"
+    country = found.group(1)
+    return f'<json>{{"response": "{CAPITALS[country] if right(country, user) else "Paris"}"}}</json>'
+
+
+def my_task(tmp_path: Path) -> Path:
+    """The README's example in a folder outside the package; the spec's path."""
+    shutil.copytree(EXAMPLE, tmp_path / "my_task")
+    return tmp_path / "my_task" / "capitals.yaml"
+
+
+def config(tmp_path: Path, extra: str = "") -> Path:
+    path = tmp_path / "c.yaml"
+    path.write_text(FAST_CONFIG + "loop:\n  eval_samples: 20\n  meta_timeout_s: 120\n" + extra)
+    return path
+
+
+def test_the_readme_shows_the_example_that_is_tested():
+    readme = (PROJECT_ROOT / "README.md").read_text()
+    spec = (EXAMPLE / "capitals.yaml").read_text()
+    body = "".join(line + "\n" for line in spec.splitlines() if not line.startswith("#"))
+    assert body in readme
+    assert "python -m run_optimization --domain_spec examples/capitals/capitals.yaml" in readme
+
+
+def test_a_spec_domain_runs_the_loop_resumes_and_is_read_without_its_spec(tmp_path, fake_openai):
+    from archive.dashboard.reader import RunReader
+
+    spec = my_task(tmp_path)
+    fake_openai.set_responder(answer)
+    run_dir, env = tmp_path / "out" / "run", cli_env(fake_openai)
+    r = run_cli("run_optimization", "--domain_spec", str(spec), "--max_generation", "1", "--output_dir",
+                str(tmp_path / "out"), "--run_id", "run", "--task_model", "openai/fake", "--meta_model",
+                "openai/fake-meta", "--config", str(config(tmp_path)), env=env, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "scorer   capitals: accuracy by the label, as text" in r.stdout
+    nodes = {n: json.loads((run_dir / "nodes" / n / "node.json").read_text()) for n in ("initial", "1")}
+    assert nodes["initial"]["scores"]["capitals"] == {"train": 1 / 12, "val": 0.0}  # France alone: Paris
+    assert nodes["1"]["scores"]["capitals"] == {"train": 1.0, "val": 1.0}
+    report = json.loads((run_dir / "evals" / nodes["1"]["eval_keys"]["capitals"]["val"] / "report.json").read_text())
+    assert report["row_scores"] == {f"val-{i}": 1.0 for i in range(1, 7)} and report["accuracy"] == 1.0
+    kept = json.loads((run_dir / "domain_specs" / "capitals.json").read_text())
+    assert kept["data"]["val"] == str(spec.parent / "capitals_val.csv") and len(kept["sha256"]) == 3
+    # What the agent was sent: the question, never the label or the notes.
+    task_prompts = [str(q["json"]["messages"]) for q in fake_openai.requests
+                    if "capital of" in str((q.get("json") or {}).get("messages"))]
+    assert task_prompts and not any("not Sydney" in p or "Canberra" in p for p in task_prompts)
+
+    # Data that changed since is refused on resume; the data as it was resumes (the final test).
+    val = spec.parent / "capitals_val.csv"
+    original = val.read_bytes()
+    val.write_bytes(original.replace(b"Rome", b"Milan"))
+    r = run_cli("run_optimization", "--resume_from", str(run_dir), "--final_test", env=env, timeout=300)
+    assert r.returncode == 2 and "changed since domain capitals was defined" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+    val.write_bytes(original)
+    r = run_cli("run_optimization", "--resume_from", str(run_dir), "--final_test", env=env, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    final = json.loads((run_dir / "final_test.json").read_text())
+    assert "capitals" in json.dumps(final) and (run_dir / "domain_specs" / "capitals.json").is_file()
+
+    # Read after the spec and its data are gone: the analysis and the dashboard.
+    shutil.rmtree(spec.parent)
+    r = run_cli("archive.analyze", str(run_dir), "--out", str(tmp_path / "analysis"), env=env, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "capitals" in (tmp_path / "analysis" / "analysis.md").read_text()
+    data = RunReader(run_dir).read()
+    assert data.problems == [] and data.best().node_id == "1" and data.score(data.nodes["1"]) == 1.0
+
+
+def test_the_harness_and_the_report_take_a_spec(tmp_path, fake_openai):
+    spec = my_task(tmp_path)
+    fake_openai.set_responder(lambda request: answer(request, lambda country, user: country != "Greece"))
+    env, cfg = cli_env(fake_openai), config(tmp_path)
+    r = run_cli("domains.harness", "--domain_spec", str(spec), "--subset", "val", "--model", "openai/fake",
+                "--output_dir", str(tmp_path / "out"), "--run_id", "h", "--config", str(cfg), env=env, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    r = run_cli("domains.report", "--domain_spec", str(spec), "--dname", str(tmp_path / "out" / "h"),
+                "--config", str(cfg), env=env, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    report = json.loads((tmp_path / "out" / "h" / "report.json").read_text())
+    assert report["accuracy"] == 5 / 6 and report["row_scores"]["val-5"] == 0.0  # Greece: Paris
+    assert "accuracy         83.3%  (5/6 rows in full)" in r.stdout
+
+
+# -- the scorers ----------------------------------------------------------------------------------
+def predictions(folder: Path, rows: list[dict]) -> Path:
+    """predictions.csv as the harness writes it: the data's columns (MATH's) and each prediction."""
+    path = folder / "predictions.csv"
+    data = {r["qid"]: r for r in pd.read_csv(io.StringIO(MATH), dtype=str).to_dict("records")}
+    pd.DataFrame([{**data[r["qid"]], **r} for r in rows]).to_csv(path, index=False)
+    return path
+
+
+def spec_domain(folder: Path, body: str, data: str):
+    from domains.spec import read_spec
+
+    folder.mkdir(exist_ok=True)
+    (folder / "train.csv").write_text(data)
+    (folder / "t.yaml").write_text("data: {train: train.csv}\nid: qid\ninputs: {problem: Problem}\n" + body)
+    return read_spec(folder / "t.yaml").domain()
+
+
+MATH = "qid,Problem,Answer\nm1,half of one,\\frac{1}{2}\nm2,two squared,4\nm3,a root,\\sqrt{2}\n"
+
+
+def test_exact_ignores_case_and_spaces_only(tmp_path):
+    domain = spec_domain(tmp_path / "t", "name: t\nlabel: Answer\nscorer: exact\nscore_key: hit\n", MATH)
+    report = domain.scorer.score(domain, predictions(tmp_path, [
+        {"qid": "m1", "prediction": " \\FRAC{1}{2} "}, {"qid": "m2", "prediction": "4.0"},
+        {"qid": "m3", "prediction": "None"}]))
+    assert report["row_scores"] == {"m1": 1.0, "m2": 0.0, "m3": 0.0}
+    assert report["hit"] == 1 / 3 and report["no_answer"] == 1 and report["schema_version"] == 2
+
+
+def test_math_verify_compares_final_answers_as_mathematics(tmp_path):
+    domain = spec_domain(tmp_path / "t", "name: t\nlabel: Answer\nscorer: math_verify\n", MATH)
+    report = domain.scorer.score(domain, predictions(tmp_path, [
+        {"qid": "m1", "prediction": "so it is \\boxed{0.5}"}, {"qid": "m2", "prediction": "4.0"},
+        {"qid": "m3", "prediction": "\\boxed{2}"}]))
+    assert report["row_scores"] == {"m1": 1.0, "m2": 1.0, "m3": 0.0} and domain.try_match == "math"
+
+
+def test_a_function_of_the_users_gives_partial_credit_and_is_checked(tmp_path):
+    (tmp_path / "t").mkdir()
+    (tmp_path / "t" / "my_scoring_rule.py").write_text(
+        "def near(prediction, row):\n"
+        "    if prediction == 'crash':\n        return 2\n"
+        "    if prediction == 'boom':\n        raise ValueError('no verdict')\n"
+        "    return 1.0 if prediction == row['Answer'] else 0.5 if prediction else False\n")
+    domain = spec_domain(tmp_path / "t", "name: t\nlabel: Answer\nscorer: my_scoring_rule:near\n", MATH)
+    rows = [{"qid": "m1", "prediction": "\\frac{1}{2}"}, {"qid": "m2", "prediction": "5"},
+            {"qid": "m3", "prediction": ""}]
+    report = domain.scorer.score(domain, predictions(tmp_path, rows))
+    assert report["row_scores"] == {"m1": 1.0, "m2": 0.5, "m3": 0.0} and report["accuracy"] == 0.5
+    rows[1]["prediction"] = "crash"
+    with pytest.raises(UserError, match=r"returned 2 for row 'm2': expected a bool or a number in \[0, 1\]"):
+        domain.scorer.score(domain, predictions(tmp_path, rows))
+    rows[1]["prediction"], rows[2]["prediction"] = "5", "boom"
+    with pytest.raises(UserError, match=r"scorer my_scoring_rule:near raised ValueError: no verdict on row 'm3'"):
+        domain.scorer.score(domain, predictions(tmp_path, rows))
+
+
+def test_an_llm_judge_follows_the_rubric_through_the_gateway(tmp_path, gateway_factory, fake_openai):
+    from domains.judge import GatewayJudge
+
+    domain = spec_domain(tmp_path / "t", "name: t\nlabel: Answer\nscorer: llm_judge\n"
+                         "rubric: Pass an answer equal to the reference in value.\n", MATH)
+    gateway = gateway_factory()
+    gateway.config.models.judge = "openai/fake-judge"
+    verdicts = {"0.5": "Equal in value.\nVERDICT: PASS", "5": "VERDICT: FAIL", "x": "I cannot tell."}
+    fake_openai.set_responder(lambda request: verdicts[
+        re.search(r"<answer>\n(.*?)\n</answer>", request["messages"][-1]["content"], re.S).group(1)])
+
+    class Tools:
+        def judge(self):
+            return GatewayJudge(gateway.config, gateway=gateway, node="n1")
+
+    report = domain.scorer.score(domain, predictions(tmp_path, [
+        {"qid": "m1", "prediction": "0.5"}, {"qid": "m2", "prediction": "5"}, {"qid": "m3", "prediction": "x"}]), Tools())
+    assert report["row_scores"] == {"m1": 1.0, "m2": 0.0, "m3": 0.0} and report["judge_unreadable"] == 1
+    sent = [q["json"] for q in fake_openai.requests if q.get("json")]
+    assert len(sent) == 3 and {q["model"] for q in sent} == {"fake-judge"} and {q["temperature"] for q in sent} == {0}
+    assert all("Pass an answer equal" in q["messages"][-1]["content"] for q in sent)
+    booked = sqlite3.connect(gateway.ledger.path).execute(
+        "SELECT COUNT(*) FROM calls WHERE role = 'judge' AND node = 'n1'").fetchone()[0]
+    assert booked == 3
+
+
+# -- mistakes in a spec: one line each, exit 2 -------------------------------------------------
+GOOD = {"name": "capitals", "data": "{train: capitals_train.csv, val: capitals_val.csv}", "id": "qid",
+        "inputs": "{question: Question}", "label": "Answer", "hidden": "[Answer, Notes]", "scorer": "exact"}
+MISTAKES = [
+    ({"colour": "red"}, "unknown key 'colour'"),
+    ({"id": None}, "key 'id' is missing"),
+    ({"data": "{train: capitals_train.csv, val: nowhere.csv}"}, "key 'data.val': no such file"),
+    ({"data": "{train: capitals_train.csv, dev: capitals_val.csv}"}, "key 'data': unknown split 'dev'"),
+    ({"inputs": "{question: Questoin}"}, "key 'inputs': column 'Questoin' is not in"),
+    ({"hidden": "[Answer, Notez]"}, "key 'hidden': column 'Notez' is not in"),
+    ({"inputs": "{question: Question, answer: Answer}"}, "key 'inputs': column 'Answer' is the label column"),
+    ({"inputs": "{question: Question, notes: Notes}"}, "key 'inputs': column 'Notes' is the hidden column"),
+    ({"id": "Notes"}, "key 'id': '' names two rows"),
+    ({"scorer": "fuzzy"}, "key 'scorer': 'fuzzy' is none of exact, math_verify, llm_judge"),
+    ({"scorer": "no_such_module_here:score"}, "scorer no_such_module_here:score: cannot import"),
+    ({"scorer": "llm_judge"}, "key 'rubric' is missing"),
+    ({"name": "imo_grading"}, "a domain named imo_grading exists already"),
+    ({"name": "Capitals!"}, "key 'name': 'Capitals!' is not a domain name"),
+]
+
+
+@pytest.mark.parametrize("change,message", MISTAKES, ids=[m for _, m in MISTAKES])
+def test_each_mistake_in_a_spec_is_one_line(change, message, tmp_path):
+    spec = my_task(tmp_path)
+    fields = {k: v for k, v in {**GOOD, **change}.items() if v is not None}
+    spec.write_text("".join(f"{k}: {v}\n" for k, v in fields.items()))
+    with pytest.raises(UserError) as caught:
+        from domains.registry import use_domain_specs
+
+        use_domain_specs([str(spec)])
+    assert message in str(caught.value) and "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize("text,message", [("name: capitals\nname: [&a x, *a]\n", "anchors and aliases"),
+                                          ("name: capitals\ncolour: red\n", "unknown key 'colour'")])
+def test_the_command_line_says_a_spec_mistake_in_one_line_with_exit_2(text, message, tmp_path):
+    spec = my_task(tmp_path)
+    spec.write_text(text)
+    r = run_cli("run_optimization", "--domain_spec", str(spec), "--dry_run", timeout=120)
+    assert r.returncode == 2 and message in r.stderr and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_parquet_needs_pyarrow_and_says_so_and_json_lines_read_as_text(tmp_path):
+    import importlib.util
+
+    from domains.data import load_table
+
+    (tmp_path / "d.jsonl").write_text('{"qid": 1, "Problem": "x", "Answer": 2.5, "tags": ["a"]}\n\n'
+                                      '{"qid": 2, "Problem": "y", "Answer": null}\n')
+    rows = load_table(tmp_path / "d.jsonl", ["qid", "Answer"]).to_dict("records")
+    assert rows == [{"qid": "1", "Problem": "x", "Answer": "2.5", "tags": '["a"]'},
+                    {"qid": "2", "Problem": "y", "Answer": "", "tags": ""}]
+    if importlib.util.find_spec("pyarrow") is None:
+        (tmp_path / "d.parquet").write_bytes(b"PAR1")
+        with pytest.raises(UserError, match="reading parquet needs pyarrow, which is not installed"):
+            load_table(tmp_path / "d.parquet")
+    else:
+        pd.DataFrame({"qid": [1, 2], "Answer": ["a", None]}).to_parquet(tmp_path / "d.parquet")
+        assert load_table(tmp_path / "d.parquet").to_dict("records") == [{"qid": "1", "Answer": "a"},
+                                                                         {"qid": "2", "Answer": ""}]
+
+
+# -- plugins --------------------------------------------------------------------------------------
+def test_a_plugin_adds_domains_beside_the_bundled_ones(tmp_path, monkeypatch):
+    from domains import registry
+
+    spec = my_task(tmp_path)
+    (tmp_path / "capitals_plugin.py").write_text(f"def domains():\n    return [{str(spec)!r}]\n")
+    info = tmp_path / "capitals_plugin-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: capitals-plugin\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text(f"[{registry.ENTRY_POINTS}]\ncapitals = capitals_plugin:domains\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(registry, "_specs", {})  # no spec domain of another test by that name
+    registry.plugin_domains.cache_clear()
+    try:
+        assert "capitals" in registry.known() and "imo_grading" in registry.known()
+        domain = registry.get_domain("capitals")
+        assert domain.inputs == {"question": "Question"} and domain.hidden_columns == ("Answer", "Notes")
+        (tmp_path / "capitals_plugin.py").write_text("def domains():\n    raise RuntimeError('broken')\n")
+        sys.modules.pop("capitals_plugin", None)
+        registry.plugin_domains.cache_clear()
+        with pytest.raises(UserError, match=r"plugin capitals \(capitals_plugin:domains.*does not load: RuntimeError"):
+            registry.get_domain("capitals")
+    finally:
+        sys.modules.pop("capitals_plugin", None)
+        monkeypatch.undo()
+        registry.plugin_domains.cache_clear()
