@@ -139,11 +139,10 @@ def domain_of(args):
 def evaluate(args, config: Config) -> None:
     """One harness run as the flags ask, with a gateway and a sandbox of its own.
 
-    litellm's import here (for the gateway and the key check) is the longest part of the start and
-    runs from the first line on; the worker starts with the first row. A bad key or subset still
-    ends the run before any row, and leaves no folder.
+    The worker starts with the first row. A bad key or subset still ends the run before any row,
+    and leaves no folder. (The command starts litellm's import in a thread before it calls this;
+    a Python session calling it through the API imports litellm when the gateway needs it.)
     """
-    import_litellm_meanwhile()
     use_data_files(config.harness.data_files)
     domain = domain_of(args)
     proofs = Path(args.proofs_dname) if args.proofs_dname else None
@@ -180,6 +179,7 @@ def config_of(args) -> Config:
 
 def main(argv=None) -> None:
     args = build_parser().parse_args(argv)
+    import_litellm_meanwhile()  # the longest part of the start, for the gateway and the key check
     evaluate(args, config_of(args))
 
 
