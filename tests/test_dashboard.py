@@ -301,19 +301,20 @@ def test_runs_have_names_and_tags_a_filter_by_tag_and_a_comparison(tmp_path):
 
     root = tmp_path / "runs"
     make_run(root / "a", nodes=14, seed=2, name="baseline " + ATTACKS["script"], tags=["sweep", ATTACKS["img"]])
-    make_run(root / "b", nodes=10, seed=3, name="x" * 5000,
-             tags=["sweep", 7, "", "t" * 500, "sweep", *(f"n{i}" for i in range(100))])
+    make_run(root / "b", nodes=10, seed=3, name="x" * 120, tags=["sweep", "t" * 40])
+    make_run(root / "c", nodes=4, seed=5, name="y" * 5000)  # run.json by hand: refused, not shown
     make_group(root / "grp", [11, 12], nodes=9, tags=["replicates"])
     with serving(root) as port:
         status, _, index = get(port, "/")
         assert status == 200
         assert_inert(index)
         listed = {attrs["data-run"]: cells for attrs, cells in rows_of(index, "runs")}
-        assert set(listed) == {"a", "b", "grp/seed-11", "grp/seed-12"}  # a group's replicates are runs of the list
-        # Names and tags are text: escaped, cut to a bound, non-text tags and repeats left out.
+        assert set(listed) == {"a", "b", "c", "grp/seed-11", "grp/seed-12"}  # a group's replicates are runs too
+        # Names and tags are text, escaped; a run.json whose name is not one is a problem of that run.
         assert "baseline &lt;script&gt;window.__pwned=1&lt;/script&gt;" in index and "<script>window" not in index
-        assert listed["b"][2] == "x" * 200
-        assert listed["b"][3].startswith("sweep" + "t" * 64 + "n0n1") and listed["b"][3].endswith("n29")
+        assert listed["b"][2:4] == ["x" * 120, "sweep" + "t" * 40] and listed["c"][2:4] == ["", ""]
+        _, _, refused = get(port, "/runs/c")
+        assert "run.json: not a run record (name" in refused and "y" * 200 not in refused
         _, _, run_page = get(port, "/runs/a")  # the run's own page says them too
         assert_inert(run_page)
         assert '<span class="value">baseline &lt;script&gt;window.__pwned=1&lt;/script&gt;</span>' in run_page

@@ -20,7 +20,6 @@ import pandas as pd
 from archive.eval_store import JOURNAL, PREDICTIONS, REPORT
 from archive.promotion import row_scores
 from archive.dashboard.flight import MAX_TAIL, InFlight, in_flight_of, tail_below
-from archive.dashboard.run_labels import run_labels, without_unknown_labels
 from archive.records import EVAL_KEY, NODE_ID, Node, RunRecord
 from archive.run_state import Phase, RunState, json_objects, read_events, run_state, state_text
 from archive.store import META_TRANSCRIPT, UNTRUSTED, observed_best, observed_rule, observed_score, observed_sizes
@@ -59,8 +58,6 @@ class RunData:
     problems: list[str]  # records that could not be read, with why
     state: RunState  # running, finished, stopped, interrupted (archive/run_state.py)
     why: str | None  # why it stopped or was interrupted
-    title: str = ""  # the run's name (run.json "name"), bounded; "" when it has none
-    tags: list[str] = field(default_factory=list)  # the run's tags (run.json "tags"), bounded
     _scores: dict = field(default_factory=dict, repr=False)  # node id -> score(), read once per reading
 
     @property
@@ -71,6 +68,15 @@ class RunData:
     @property
     def status(self) -> str:
         return state_text(self.state, self.why)
+
+    @property
+    def title(self) -> str:
+        """The run's name (--name; run.json checks it: one printable line, bounded), "" when unnamed."""
+        return self.record.name if self.record is not None else ""
+
+    @property
+    def tags(self) -> list[str]:
+        return list(self.record.tags) if self.record is not None else []
 
     @property
     def domains(self) -> list[str]:
@@ -205,10 +211,9 @@ class RunReader:
         from domains.registry import run_domain_problems
 
         problems = run_domain_problems(self.path)  # its spec domains (domains/spec.py): score key, stages
-        record, raw = None, None
+        record = None
         try:
-            raw = parse_json(read_bounded(self.path / "run.json", MAX_RECORD))
-            record = RunRecord.from_dict(without_unknown_labels(raw))
+            record = RunRecord.from_dict(parse_json(read_bounded(self.path / "run.json", MAX_RECORD)))
         except FileNotFoundError:
             problems.append("run.json: missing")
         except (OSError, ValueError) as e:
@@ -234,9 +239,8 @@ class RunReader:
         self._nodes = kept
         events = read_events(self.path / "archive.jsonl")
         state, why = run_state(events)
-        title, tags = run_labels(raw)
         return RunData(self.name, self.path, record, nodes, in_flight_of(events, nodes), events, problems,
-                       state, why, title, tags)
+                       state, why)
 
     def _refresh_in_flight(self, data: RunData) -> None:
         for flight in data.in_flight:
