@@ -77,7 +77,8 @@ def test_a_run_is_logged_to_each_tracker_and_a_resume_logs_each_node_once(tmp_pa
     fake_openai.set_responder(responder({1: [IMPROVE]}, []))
     config = loop_config(tmp_path, gateway=PRICES)
     r = run_loop(tmp_path, fake_openai, "--max_generation", "1", "--parent_selection", "best",
-                 "--track", "mlflow,tensorboard", "--track", "wandb", config=config)
+                 "--track", "mlflow,tensorboard", "--track", "wandb", "--name", "tracked run", "--tag", "trial",
+                 config=config)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "warning" not in r.stdout, r.stdout
     run_dir = tmp_path / "out" / "run"
@@ -95,6 +96,7 @@ def test_a_run_is_logged_to_each_tracker_and_a_resume_logs_each_node_once(tmp_pa
     client = MlflowClient(tracking_uri=(tracking / "mlruns").as_uri())
     run = client.get_run(kept["kept"]["run_id"])
     assert run.info.status == "FINISHED" and run.data.tags["best_node"] == "1"
+    assert run.info.run_name == "tracked run" and run.data.tags["tags"] == "trial"
     assert run.data.params["loop.max_generation"] == "1" and run.data.params["domains"] == "imo_grading"
     val = client.get_metric_history(run.info.run_id, "imo_grading/val/score")
     assert sorted(m.step for m in val) == [0, 1]  # node 2 made no change: it has no score
@@ -132,6 +134,7 @@ def test_a_run_is_logged_to_each_tracker_and_a_resume_logs_each_node_once(tmp_pa
     runs = [rec.run for path in sorted((tracking / "wandb").glob("offline-run-*/run-*.wandb"))
             for rec in wandb_records(path) if rec.WhichOneof("record_type") == "run"]
     assert {run.run_id for run in runs} == {kept["kept"]["run_id"]}
+    assert (runs[0].display_name, list(runs[0].tags)) == ("tracked run", ["trial"])
     config = [{item.key: json.loads(item.value_json) for item in run.config.update} for run in runs]
     assert config[0]["domains"] == ["imo_grading"] and [c["loop"]["max_generation"] for c in config] == [1, 2]
     assert MARKER in (folders[0] / "files" / "nodes" / "1" / "patch.diff").read_text()

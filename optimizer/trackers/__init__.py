@@ -116,22 +116,31 @@ class Trackers:
         return {}, {}, None
 
     def _catch_up(self, backend: _Open) -> None:
-        for node in self.archive.ordered():
-            if backend.logged.get(node.node_id) != node.created_at:
-                self._node(backend, node)
+        """The nodes recorded while this backend was not logging (earlier processes, a failure), and
+        the best node once after them (the best, asked after each node, would cost O(n^2))."""
+        missing = [n for n in self.archive.ordered() if backend.logged.get(n.node_id) != n.created_at]
+        for node in missing:
+            self._node(backend, node, best=False)
+        if missing:
+            self._best(backend, max(n.generation for n in missing))
+            backend.save()
 
-    def _node(self, backend: _Open, node: Node) -> None:
+    def _node(self, backend: _Open, node: Node, best: bool = True) -> None:
         if backend.logged.get(node.node_id) == node.created_at:
             return
         limit = self.settings.text_kb * 1024
         backend.tracker.node(node.generation, node.node_id, node_metrics(node), node_record(node),
                              self._patch(node.node_id, limit))
         backend.logged[node.node_id] = node.created_at
+        if best:
+            self._best(backend, node.generation)
+        backend.save()
+
+    def _best(self, backend: _Open, step: int) -> None:
         best = self.best_node()
         if best is not None and best.node_id != backend.best:
-            backend.tracker.best(node.generation, best.node_id, best_metrics(best))
+            backend.tracker.best(step, best.node_id, best_metrics(best))
             backend.best = best.node_id
-        backend.save()
 
     def _patch(self, node_id: str, limit: int) -> str:
         """The node's patch.diff, its first `limit` bytes (the agent wrote it)."""

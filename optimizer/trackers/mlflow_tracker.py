@@ -39,7 +39,9 @@ class MlflowTracker:
             return kept
         found = self.client.get_experiment_by_name(self.experiment)
         experiment_id = found.experiment_id if found else self.client.create_experiment(self.experiment)
-        self.run_id = self.client.create_run(experiment_id, run_name=self.run_name).info.run_id
+        tags = {"tags": ",".join(map(str, run_record.get("tags") or []))} if run_record.get("tags") else None
+        self.run_id = self.client.create_run(experiment_id, run_name=str(run_record.get("name") or self.run_name),
+                                             tags=tags).info.run_id
         params = {"domains": ",".join(run_record.get("domains", [])), "sandbox_backend": run_record.get("backend"),
                   **flat_params(run_record.get("config", {}))}
         from mlflow.entities import Param

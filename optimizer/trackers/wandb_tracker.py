@@ -32,7 +32,9 @@ class WandbTracker:
         settings = wandb.Settings(console="off", silent=True, disable_git=True, save_code=False,
                                   x_save_requirements=False, x_disable_stats=True, x_disable_machine_info=True)
         self.run = wandb.init(project=self.config.experiment, entity=self.config.wandb_entity, id=run_id,
-                              name=self.run_dir.name, dir=str(self.folder), mode=self.config.wandb_mode,
+                              name=str(run_record.get("name") or self.run_dir.name),
+                              tags=[str(t)[:64] for t in run_record.get("tags") or []],  # W&B's limit
+                              dir=str(self.folder), mode=self.config.wandb_mode,
                               resume="allow", settings=settings, reinit="create_new",
                               config={"domains": run_record.get("domains", []), "backend": run_record.get("backend"),
                                       **run_record.get("config", {})})
