@@ -14,6 +14,9 @@ import os
 import time
 from pathlib import Path
 
+from mlflow.entities import Metric, Param
+from mlflow.tracking import MlflowClient
+
 from optimizer.trackers.content import flat_params
 
 PARAM_CHARS = 500  # a parameter's value as MLflow keeps it (its limit is 6000)
@@ -24,16 +27,14 @@ class MlflowTracker:
     name = "mlflow"
 
     def __init__(self, run_dir: Path, config):
-        os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
-        from mlflow.tracking import MlflowClient
-
+        os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")  # read when the client opens its store
         self.uri = config.mlflow_uri or (run_dir / "tracking" / "mlruns").as_uri()
         self.client = MlflowClient(tracking_uri=self.uri)
         self.experiment, self.run_name = config.experiment, run_dir.name
         self.run_id: str | None = None
 
     def start(self, kept: dict, run_record: dict) -> dict:
-        if kept.get("run_id"):
+        if kept.get("run_id") and kept.get("uri") == self.uri:  # a store changed since: a run of its own there
             self.run_id = kept["run_id"]
             self.client.update_run(self.run_id, status="RUNNING")
             return kept
@@ -44,8 +45,6 @@ class MlflowTracker:
                                              tags=tags).info.run_id
         params = {"domains": ",".join(run_record.get("domains", [])), "sandbox_backend": run_record.get("backend"),
                   **flat_params(run_record.get("config", {}))}
-        from mlflow.entities import Param
-
         items = [Param(k[:250], str(v)[:PARAM_CHARS]) for k, v in params.items()]
         for at in range(0, len(items), 100):  # MLflow's limit of parameters per call
             self.client.log_batch(self.run_id, params=items[at:at + 100])
@@ -65,8 +64,6 @@ class MlflowTracker:
         self.client.set_terminated(self.run_id, status="FINISHED" if ended == "finished" else "KILLED")
 
     def _metrics(self, metrics: dict[str, float], step: int) -> None:
-        from mlflow.entities import Metric
-
         now = int(time.time() * 1000)
         items = [Metric(name, value, now, step) for name, value in metrics.items()]
         for at in range(0, len(items), BATCH):

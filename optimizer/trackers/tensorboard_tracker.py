@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from tensorboardX import SummaryWriter
+
 
 def _block(text: str) -> str:
     """Text shown as it is: TensorBoard renders its text as Markdown, so each line is indented as code."""
@@ -19,14 +21,11 @@ class TensorboardTracker:
     name = "tensorboard"
 
     def __init__(self, run_dir: Path, config):
-        from tensorboardX import SummaryWriter
-
         self.folder = run_dir / "tracking" / "tensorboard"
-        self.writer_class = SummaryWriter
-        self.writer = None
+        self.writer: SummaryWriter | None = None
 
     def start(self, kept: dict, run_record: dict) -> dict:
-        self.writer = self.writer_class(logdir=str(self.folder), flush_secs=30)
+        self.writer = SummaryWriter(logdir=str(self.folder), flush_secs=30)
         if not kept.get("started"):
             self.writer.add_text("run.json", _block(json.dumps(run_record, indent=1)), 0)
         self.writer.flush()

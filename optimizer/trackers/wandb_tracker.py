@@ -14,19 +14,18 @@ import json
 import secrets
 from pathlib import Path
 
+import wandb
+
 
 class WandbTracker:
     name = "wandb"
 
     def __init__(self, run_dir: Path, config):
-        import wandb
-
-        self.wandb, self.config, self.run_dir = wandb, config, run_dir
+        self.config, self.run_dir = config, run_dir
         self.folder = run_dir / "tracking"
         self.run = None
 
     def start(self, kept: dict, run_record: dict) -> dict:
-        wandb = self.wandb
         run_id = kept.get("run_id") or secrets.token_hex(8)  # W&B takes any id of letters and digits
         self.folder.mkdir(parents=True, exist_ok=True)
         settings = wandb.Settings(console="off", silent=True, disable_git=True, save_code=False,
