@@ -124,7 +124,7 @@ TRACKERS = ("mlflow", "wandb", "tensorboard")  # each in optimizer/trackers/, in
 @dataclass
 class TrackingConfig:
     backends: list[str] = field(default_factory=list)  # experiment trackers the run also logs to (--track): mlflow | wandb | tensorboard, each a pip extra (pip install -e ".[mlflow]")
-    mlflow_uri: str | None = None  # MLflow tracking URI (http://HOST:PORT, sqlite:///PATH, ...); null = a file store in RUN/tracking/mlruns
+    mlflow_uri: str | None = None  # MLflow tracking URI (http://HOST:PORT; sqlite:///PATH with the full mlflow package); null = a file store in RUN/tracking/mlruns
     experiment: str = "hyperagents"  # the MLflow experiment and the W&B project a run is logged under
     wandb_mode: str = "offline"  # offline: W&B's files in RUN/tracking/wandb (upload later with `wandb sync`) | online (needs WANDB_API_KEY)
     wandb_entity: str | None = None  # the W&B team or user; null = the account's default
