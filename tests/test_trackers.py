@@ -141,9 +141,10 @@ def test_a_run_is_logged_to_each_tracker_and_a_resume_logs_each_node_once(tmp_pa
     assert json.loads((folders[1] / "files" / "nodes" / "2" / "node.json").read_text())["parent"] == "1"
 
 
-def _trackers(run_dir: Path, backends: list[str], text_kb: int = 256) -> tuple[Trackers, list, Archive]:
+def _trackers(run_dir: Path, backends: list[str], text_kb: int = 256, mlflow_uri: str | None = None
+              ) -> tuple[Trackers, list, Archive]:
     config = Config()
-    config.tracking.backends, config.tracking.text_kb = backends, text_kb
+    config.tracking.backends, config.tracking.text_kb, config.tracking.mlflow_uri = backends, text_kb, mlflow_uri
     archive = Archive(run_dir)
     told: list = []
     events = Events(told.append)
@@ -189,6 +190,24 @@ def test_a_tracker_that_breaks_mid_run_is_a_warning_and_a_resume_catches_it_up(t
     assert not [e for e in told if isinstance(e, Warned)]
     assert [m.step for m in client.get_metric_history(run_id, "generation")] == [9]
     assert client.get_run(run_id).data.tags["best_node"] == "late"
+
+
+def test_runs_given_one_mlflow_store_are_runs_of_one_experiment(tmp_path, monkeypatch):
+    from mlflow.tracking import MlflowClient
+
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    store = (tmp_path / "shared" / "mlruns").as_uri()
+    for name, nodes in (("first", 3), ("second", 5)):
+        make_run(tmp_path / name, nodes=nodes, seed=nodes)
+        trackers, told, _ = _trackers(tmp_path / name, ["mlflow"], mlflow_uri=store)
+        trackers.events.emit(RunStarted(str(tmp_path / name)))
+        trackers.events.emit(RunEnded("stopped"))
+        assert not [e for e in told if isinstance(e, Warned)]
+        assert not (tmp_path / name / "tracking" / "mlruns").exists()
+    client = MlflowClient(tracking_uri=store)
+    runs = client.search_runs([client.get_experiment_by_name("hyperagents").experiment_id])
+    assert sorted((r.info.run_name, r.info.status, len(client.get_metric_history(r.info.run_id, "generation")))
+                  for r in runs) == [("first", "KILLED", 3), ("second", "KILLED", 5)]
 
 
 def test_agent_text_is_cut_before_a_tracker_gets_it(tmp_path):
