@@ -2,7 +2,8 @@
 
 The loop emits; it never prints or draws. The console (one line per event, as a run has
 always shown) and the pictures (plots and report.html, redrawn after every node) are
-subscribers; a dashboard or a test subscribes the same way.
+subscribers; the experiment trackers (optimizer/trackers/), a dashboard or a test subscribe the
+same way.
 
 Events carry agent text (dropped file names, an agent's stderr, node errors): the console prints
 each line through `services.render.console`, so what an agent wrote is shown, never acted on.

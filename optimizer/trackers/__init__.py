@@ -66,6 +66,8 @@ class _Open:
 
 
 class Trackers:
+    """The subscriber that logs the run to each of `tracking.backends` (nothing when there are none)."""
+
     def __init__(self, run_dir: Path, config: Config, archive, best: Callable[[], Node | None], events: Events):
         self.run_dir, self.settings, self.archive = Path(run_dir), config.tracking, archive
         self.best_node, self.events = best, events
