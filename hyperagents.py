@@ -17,6 +17,7 @@ command line reads the same as one started here.
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -144,24 +145,29 @@ def _settings(settings: Mapping[str, object] | Sequence[str] | None) -> tuple:
 
 
 def run(domain: str | Sequence[str] | None = None, config: str | Path | Mapping | None = None,
-        output_dir: str | Path = "./outputs", *, preset: str | None = None,
+        output_dir: str | Path = "./outputs", *, domain_spec: str | Path | Sequence[str | Path] | None = None,
+        preset: str | None = None,
         settings: Mapping[str, object] | Sequence[str] | None = None, run_id: str | None = None,
         resume_from: str | Path | None = None, name: str | None = None, tags: Sequence[str] | None = None,
         data: Mapping[str, str] | None = None, initial_from: str | None = None, transfer: str | None = None,
         dashboard: int | None = None, **overrides) -> RunView:
     """Run the loop as `python -m run_optimization` does, and return the run read back.
 
-    `config` is a YAML file or a mapping shaped like one; `settings` sets single fields
+    `domain_spec` adds domains of one's own (YAML specs, as --domain_spec); `config` is a YAML file or a
+    mapping shaped like one; `settings` sets single fields
     ({"loop.promotion": "sica"}, like --set), after `preset` and `config`; `overrides` are the command
     line's options by name (max_generation=2, eval_samples=20, task_model=..., budget_usd=...), applied
     last. `resume_from` continues a run (its config is its own; settings and overrides still apply).
     The run's lock is let go when the call returns, so another process may resume it."""
     if isinstance(domain, str):
         domain = [domain]
+    if isinstance(domain_spec, (str, Path)):
+        domain_spec = [domain_spec]
     run_id = run_id or datetime.now().strftime("%Y%m%d_%H%M%S_%f")
     folder = Path(resume_from) if resume_from else Path(output_dir) / run_id
     request = RunRequest(
-        domains=tuple(domain or ()), config=dict(config) if isinstance(config, Mapping) else config, preset=preset,
+        domains=tuple(domain or ()), domain_specs=tuple(map(str, domain_spec or ())),
+        config=dict(config) if isinstance(config, Mapping) else config, preset=preset,
         settings=_settings(settings), overrides=dict(overrides),
         data=tuple(f"{k}={v}" for k, v in (data or {}).items()),
         output_dir=output_dir, run_id=run_id, resume_from=resume_from, name=name,
@@ -191,12 +197,16 @@ def evaluate(agent: str | Path, domain: str | None = None, split: str = "val", *
     evaluations.json (`domain` defaults to the run's first). Otherwise it is a task agent's file or
     module (as --agent_path), run by the harness into a folder of its own under `output_dir` on the
     first `num_samples` rows (-1: all), then scored as `python -m domains.report` scores it. `options`
-    are the harness's other flags (num_workers, sandbox, data, ...)."""
+    are the harness's other flags (num_workers, sandbox, data, domain_spec: a YAML spec for `domain`)."""
     node = (Path(run_dir), str(agent)) if run_dir is not None else _node_of(str(agent))
     if node is not None:
         return _evaluate_node(*node, domain, split, settings, budget_usd)
+    if (spec := options.pop("domain_spec", None)) is not None:
+        from domains.registry import use_domain_specs
+
+        domain = domain or use_domain_specs([os.path.abspath(spec)])[0]  # made known either way
     if domain is None:
-        raise UserError("evaluate: name the domain of the task agent")
+        raise UserError("evaluate: name the domain of the task agent (or its domain_spec)")
     return _evaluate_agent(str(agent), domain, split, config, settings, output_dir, run_id, num_samples, model,
                            budget_usd, options)
 

@@ -159,19 +159,13 @@ def run_replicates(parser, args) -> None:
 def request_of(args) -> RunRequest:
     """The run the flags ask for."""
     return RunRequest(
-        domains=tuple(args.domain or ()), config=args.config, preset=args.preset, settings=tuple(args.settings or ()),
+        domains=tuple(args.domain or ()), domain_specs=tuple(args.domain_spec or ()), config=args.config,
+        preset=args.preset, settings=tuple(args.settings or ()),
         overrides={option: getattr(args, option) for option in FLAG_FIELDS}, data=tuple(args.data or ()),
         output_dir=args.output_dir, run_id=args.run_id, resume_from=args.resume_from, name=args.name,
         tags=None if args.tags is None else tuple(args.tags), initial_from=args.initial_from,
         transfer=args.transfer, evaluate=None if args.evaluate is None else tuple(args.evaluate), split=args.split,
         dry_run=args.dry_run, replicates=args.replicates, dashboard=args.dashboard)
-
-
-def domain_specs(paths, resumed: bool) -> list[str]:
-    """The names of the --domain_spec domains, read and checked (domains/spec.py)."""
-    from domains.registry import use_domain_specs
-
-    return use_domain_specs(paths, resumed)
 
 
 def main(argv=None) -> None:
@@ -180,7 +174,6 @@ def main(argv=None) -> None:
     group = check_flags(args)
     if not args.dry_run and (args.replicates or group):
         return run_replicates(parser, args)
-    args.domain = list(dict.fromkeys([*(args.domain or []), *domain_specs(args.domain_spec, bool(args.resume_from))]))
     launch(request_of(args))
 
 

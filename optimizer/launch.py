@@ -50,6 +50,7 @@ class RunRequest:
     """One run to start, resume or evaluate, as the command line or the API asks for it."""
 
     domains: tuple[str, ...] = ()  # domain names of a new run (a resumed run keeps its own)
+    domain_specs: tuple[str, ...] = ()  # YAML specs of domains of one's own (--domain_spec), added to `domains`
     config: str | Path | dict | None = None  # a YAML file, or a mapping shaped like one, applied after the preset
     preset: str | None = None  # a config of configs/presets/, applied before `config`
     settings: tuple[str, ...] = ()  # SECTION.KEY=VALUE items (--set), applied after `config`
@@ -228,7 +229,7 @@ def request_config(request: RunRequest, saved: Config | None) -> Config:
 def launch(request: RunRequest) -> Path:
     """Start, resume or evaluate the run `request` names; its folder (nothing is made for a dry run)."""
     from domains.base import use_data_files
-    from domains.registry import keep_specs, run_domains
+    from domains.registry import keep_specs, run_domains, use_domain_specs
     from optimizer.estimate import estimate
     from optimizer.evaluation import split_rows
     from optimizer.initial_agents import AgentFolder, get_initial_agent
@@ -238,6 +239,7 @@ def launch(request: RunRequest) -> Path:
     from services.startup import open_services
     from services.workspace import RunRepo
 
+    specs = use_domain_specs([os.path.abspath(p) for p in request.domain_specs], bool(request.resume_from))
     transfer = transfer_of(request, lambda ds, cfg: {d.name: split_rows(d, d.selection_split, cfg.loop.eval_samples)
                                                      for d in ds})
     initial_from, record, saved = transfer.to_dict() if transfer else None, None, None
@@ -245,9 +247,9 @@ def launch(request: RunRequest) -> Path:
         run_dir, record, saved = open_run(request.resume_from)
         domain_names, initial_from = record.domains, record.initial_from
     else:
-        if not request.domains:
-            raise UserError("pass --domain (e.g. --domain imo_grading), or --resume_from RUN_DIR")
-        domain_names = [n for arg in request.domains for n in arg.split(",") if n]
+        domain_names = list(dict.fromkeys([n for arg in request.domains for n in arg.split(",") if n] + specs))
+        if not domain_names:
+            raise UserError("pass --domain (e.g. --domain imo_grading) or --domain_spec FILE, or --resume_from RUN_DIR")
         run_dir = new_run_dir(request)
     config = request_config(request, saved)
     require_trackers(config.tracking.backends)  # a tracker's missing extra, before anything starts

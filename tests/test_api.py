@@ -89,6 +89,23 @@ def test_load_run_reads_a_run_while_it_runs_without_holding_it_up(tmp_path, fake
     assert view.state == "finished" and view.name == "live" and list(view.nodes) == ["initial", "1"]
 
 
+def test_run_takes_a_domain_spec_in_process(tmp_path, fake_openai, monkeypatch):
+    from hyperagents import run
+
+    monkeypatch.setenv("OPENAI_API_BASE", fake_openai.base_url)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-provider-secret-0123456789")
+    fake_openai.responder = lambda request: "Paris"
+    config = tmp_path / "c.yaml"
+    config.write_text(FAST_CONFIG)
+    view = run(domain_spec=REPO_ROOT / "examples" / "capitals" / "capitals.yaml", config=config, output_dir=tmp_path,
+               run_id="r", max_generation=0, eval_samples=4, task_model="openai/fake", meta_model="openai/fake-meta",
+               tags=["spec"])
+    assert view.path == tmp_path / "r" and view.domains == ("capitals",) and view.tags == ("spec",)
+    assert (tmp_path / "r" / "domain_specs" / "capitals.json").is_file()
+    train = view.nodes["initial"].scores["capitals"]["train"]
+    assert train.rows and 0 <= train.value <= 1 and view.spend["task"].tokens > 0
+
+
 def test_bad_input_raises_the_command_lines_one_line_error_and_makes_nothing(tmp_path, fake_openai, monkeypatch):
     from hyperagents import evaluate, load_run, run
 
