@@ -114,10 +114,20 @@ class Events:
 
     def __init__(self, *subscribers: Subscriber):
         self.subscribers = list(subscribers)
+        self.waiters: list[Callable[[], None]] = []  # called while the controller waits (see `waiting`)
         self._lock = threading.RLock()  # a subscriber may emit (Pictures warns)
 
-    def subscribe(self, subscriber: Subscriber) -> None:
+    def subscribe(self, subscriber: Subscriber, on_wait: Callable[[], None] | None = None) -> None:
+        """Add a subscriber; `on_wait`, if given, is its work left for a moment without events."""
         self.subscribers.append(subscriber)
+        if on_wait is not None:
+            self.waiters.append(on_wait)
+
+    def waiting(self) -> None:
+        """The controller is waiting for a generation: subscribers may do what they put off."""
+        with self._lock:
+            for on_wait in self.waiters:
+                on_wait()
 
     def emit(self, event: Event) -> None:
         with self._lock:
@@ -187,7 +197,8 @@ class Pictures:
                  choice: BestChoice = BestChoice(), rule: ScoreRule = ScoreRule(), every_s: float = 0.0):
         self.archive, self.domains, self.full_sizes, self.run_dir = archive, domains, full_sizes, run_dir
         self.events, self.choice, self.rule, self.every_s = events, choice, rule, every_s
-        self._drawn_at = float("-inf")  # time.monotonic() of the last drawing
+        self.clock = time.monotonic
+        self._drawn_at = float("-inf")  # self.clock() when the last drawing ended
         self._behind = False  # a node came back since the last drawing
 
     def __call__(self, event: Event) -> None:
@@ -197,11 +208,11 @@ class Pictures:
 
     def catch_up(self) -> None:
         """Draw when a node is not in the pictures yet and the last drawing is old enough."""
-        if self._behind and time.monotonic() - self._drawn_at >= self.every_s:
+        if self._behind and self.clock() - self._drawn_at >= self.every_s:
             self.draw()
 
     def draw(self) -> None:
-        self._behind, self._drawn_at = False, time.monotonic()
+        self._behind = False
         from archive.plots import (
             write_plots,  # matplotlib: paid by runs that draw, not by every import
         )
@@ -214,3 +225,4 @@ class Pictures:
             write_report(self.run_dir, self.run_dir / "report.html")
         except Exception as e:
             self.events.emit(Warned(f"plots not updated: {type(e).__name__}: {e}"))
+        self._drawn_at = self.clock()  # from the end: a drawing slower than every_s does not draw back to back

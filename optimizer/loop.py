@@ -108,7 +108,7 @@ class Loop:
         self.rng = random.Random()  # parent selection without a seed (with one, see choose_parent)
         self.pictures = Pictures(self.archive, domains, self.full_sizes, run_dir, self.events,
                                  BestChoice.of(config.loop), self.score_rule, config.loop.pictures_every_s)
-        self.events.subscribe(self.pictures)
+        self.events.subscribe(self.pictures, on_wait=self.pictures.catch_up)
         self.events.subscribe(Trackers(run_dir, config, self.archive, self.best, self.events))
         self.events.subscribe(self._log_split_start)
         write_train_data(run_dir, domains)

@@ -73,7 +73,7 @@ class Slots:
                 try:
                     self._take(*self.finished.get(timeout=POLL_S))
                 except queue.Empty:
-                    self.loop.pictures.catch_up()
+                    self.loop.events.waiting()
         except BaseException as e:
             stop_was_caught(e)
             self._cancel()

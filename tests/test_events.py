@@ -1,7 +1,5 @@
 """The loop's events: what subscribers get, what the console says, and pictures that fail to draw."""
 
-import time
-
 from archive.records import MetaResult, Node, Status
 from archive.store import Archive
 from domains.registry import get_domain
@@ -57,18 +55,21 @@ def test_nodes_that_come_back_together_are_drawn_once_and_the_last_one_is_caught
                 samples={"imo_grading": {"train": 100, "val": 100}}, full_eval={"imo_grading": True})
     archive.record(node)
     events = Events(lambda event: None)
-    pictures = Pictures(archive, [domain], {"imo_grading": 100}, tmp_path, events, every_s=0.5)
-    events.subscribe(pictures)
+    pictures = Pictures(archive, [domain], {"imo_grading": 100}, tmp_path, events, every_s=10)
+    now = [1000.0]
+    pictures.clock = lambda: now[0]
+    events.subscribe(pictures, on_wait=pictures.catch_up)
     report = tmp_path / "report.html"
     events.emit(NodeFinished(node))  # the first node is drawn at once
     first = report.stat().st_mtime_ns
-    events.emit(NodeFinished(node))  # the next, right after: left for later
-    pictures.catch_up()
+    now[0] += 5
+    events.emit(NodeFinished(node))  # the next, 5 s later: left for later
+    events.waiting()
     assert report.stat().st_mtime_ns == first
-    time.sleep(0.6)
-    pictures.catch_up()  # the controller's wait comes by: now it is drawn
+    now[0] += 5
+    events.waiting()  # the controller waits 10 s after the drawing: now it is drawn
     assert report.stat().st_mtime_ns > first
     drawn = report.stat().st_mtime_ns
-    time.sleep(0.6)
-    pictures.catch_up()  # nothing new came back: no drawing
+    now[0] += 60
+    events.waiting()  # nothing new came back: no drawing
     assert report.stat().st_mtime_ns == drawn
