@@ -20,7 +20,7 @@ refuses data that changed since.
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from domains.base import Domain
@@ -93,8 +93,7 @@ def read_spec(path) -> DomainSpec:
     if not isinstance(raw, dict):
         raise UserError(f"{where}: expected a mapping of {', '.join(KEYS)}")
     spec = checked(raw, where, path.parent)
-    spec = DomainSpec(**{**asdict(spec), "hidden": spec.hidden, "source": str(path),
-                         "sha256": {s: sha256_file(p) for s, p in spec.data.items()}})
+    spec = replace(spec, source=str(path), sha256={s: sha256_file(p) for s, p in spec.data.items()})
     check_data(spec, where)
     if spec.scorer not in BUILT_IN:
         user_function(spec.scorer, path.parent)
@@ -212,6 +211,5 @@ def run_specs(run_dir: Path) -> list[DomainSpec]:
         digests = raw.get("sha256")
         if spec.name != path.stem or not isinstance(digests, dict) or set(digests) != set(spec.data):
             raise UserError(f"{where}: its name or its data's digests do not match its file")
-        found.append(DomainSpec(**{**asdict(spec), "hidden": spec.hidden, "sha256": dict(digests),
-                                   "source": str(raw.get("source", ""))}))
+        found.append(replace(spec, sha256=dict(digests), source=str(raw.get("source", ""))))
     return found
