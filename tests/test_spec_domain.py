@@ -226,6 +226,7 @@ MISTAKES = [
     ({"id": "Notes"}, "key 'id': '' names two rows"),
     ({"scorer": "fuzzy"}, "key 'scorer': 'fuzzy' is none of exact, math_verify, llm_judge"),
     ({"scorer": "no_such_module_here:score"}, "scorer no_such_module_here:score: cannot import"),
+    ({"scorer": "capitals_rules:nothing"}, "scorer capitals_rules:nothing: capitals_rules has no function 'nothing'"),
     ({"scorer": "llm_judge"}, "key 'rubric' is missing"),
     ({"name": "imo_grading"}, "a domain named imo_grading exists already"),
     ({"name": "Capitals!"}, "key 'name': 'Capitals!' is not a domain name"),
@@ -235,6 +236,7 @@ MISTAKES = [
 @pytest.mark.parametrize("change,message", MISTAKES, ids=[m for _, m in MISTAKES])
 def test_each_mistake_in_a_spec_is_one_line(change, message, tmp_path):
     spec = my_task(tmp_path)
+    (spec.parent / "capitals_rules.py").write_text("def score(prediction, row):\n    return True\n")
     fields = {k: v for k, v in {**GOOD, **change}.items() if v is not None}
     spec.write_text("".join(f"{k}: {v}\n" for k, v in fields.items()))
     with pytest.raises(UserError) as caught:
