@@ -14,6 +14,8 @@ import subprocess
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from conftest import FAST_CONFIG, cli_env, run_loop
 
 FILES = {
@@ -111,6 +113,7 @@ def responder(request: dict) -> str:
     return "ok"
 
 
+@pytest.mark.e2e
 def test_a_reference_shaped_agent_folder_runs_with_its_own_code_through_the_gateway(tmp_path, fake_openai):
     folder = write_agent_folder(tmp_path / "ref_agent")
     config = tmp_path / "loop.yaml"
@@ -151,6 +154,7 @@ def test_a_reference_shaped_agent_folder_runs_with_its_own_code_through_the_gate
     assert saved["config"]["loop"]["initial_agent"] == str(folder.resolve())
 
 
+@pytest.mark.e2e
 def test_a_folder_without_the_reference_entry_points_is_refused_in_one_line(tmp_path, fake_openai):
     folder = tmp_path / "not_an_agent"
     (folder / "agent").mkdir(parents=True)

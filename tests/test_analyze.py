@@ -151,6 +151,7 @@ def tree(folder: Path) -> dict[str, str]:
             for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
+@pytest.mark.e2e
 def test_command_writes_md_csv_png_and_leaves_runs_unchanged(groups, tmp_path):
     a, b = groups
     before = tree(tmp_path)
@@ -185,6 +186,7 @@ def test_bad_input_is_one_line(args, message, groups, tmp_path, capsys):
     assert not (a / "seed-1" / "here").exists()
 
 
+@pytest.mark.e2e
 def test_a_run_without_an_initial_score_is_refused(tmp_path):
     write_run(tmp_path / "r", 0, [None, 0.2])
     r = run_cli("archive.analyze", str(tmp_path / "r"), "--out", str(tmp_path / "o"))

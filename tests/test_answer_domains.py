@@ -88,6 +88,7 @@ def test_amo_bench_report_with_judges(tmp_path, amo_file):
     assert report["per_answer_type"]["set"]["accuracy"] == 0.0
 
 
+@pytest.mark.e2e
 def test_the_judges_calls_are_booked_to_the_node_they_scored(tmp_path, fake_openai, amo_file):
     def respond(request: dict) -> str:
         user = str(request["messages"][-1]["content"])
@@ -139,6 +140,7 @@ def answer_from_truth(truths: dict[str, str], wrong: set[str]):
     return respond
 
 
+@pytest.mark.e2e
 def test_harness_and_report_on_aime(tmp_path, fake_openai):
     """Both AIME rules end to end: problem 1 (answer 70) in the issue's formats, problem 2 with its answer
     stated, problem 3 with the answer said first and another boxed last (right only by any-number)."""
@@ -176,6 +178,7 @@ def test_harness_and_report_on_aime(tmp_path, fake_openai):
     assert all(f'"{t}"' not in sent for t in truths.values() if len(t) > 2)  # no reference answer was sent
 
 
+@pytest.mark.e2e
 def test_the_loop_runs_on_imo_answer(tmp_path, fake_openai):
     from domains.registry import get_domain
 
@@ -191,6 +194,7 @@ def test_the_loop_runs_on_imo_answer(tmp_path, fake_openai):
     assert node["scores"]["imo_answer"] == {"train": 1.0, "val": 1.0}
 
 
+@pytest.mark.e2e
 def test_a_run_starts_from_sc_tir_and_its_code_runs_in_the_sandbox(tmp_path, fake_openai):
     """Every candidate runs one block that prints its user id, then boxes what it printed:
     the vote is the id code had when it ran, the sandbox's 65534 rather than ours."""
@@ -217,6 +221,7 @@ def test_a_run_starts_from_sc_tir_and_its_code_runs_in_the_sandbox(tmp_path, fak
     assert calls[0] == 16 and predictions["prompt_tokens"][0] == calls[1]
 
 
+@pytest.mark.e2e
 def test_the_meta_agents_try_command_checks_answers_as_mathematics(tmp_path, fake_openai):
     """The try command inside the meta agent's sandbox counts "0.5" right for the answer 1/2."""
     from domains.registry import get_domain

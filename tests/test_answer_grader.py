@@ -133,6 +133,7 @@ def test_a_grader_that_fails_leaves_the_rows_unscored(judge, fake_openai):
 
 
 # -- end to end ---------------------------------------------------------------------------------------
+@pytest.mark.e2e
 def test_harness_and_report_on_imo_answer_judged(tmp_path, fake_openai):
     """The agent is told the task imo_answer (not how it is scored); the report grades with the judge model."""
     rows = get_domain("imo_answer_judged").load("train").head(3)
@@ -167,6 +168,7 @@ def test_harness_and_report_on_imo_answer_judged(tmp_path, fake_openai):
     assert judged == (3, "openai/fake-judge")
 
 
+@pytest.mark.e2e
 def test_the_loop_scores_imo_answer_hybrid_and_books_the_grader_to_the_node(tmp_path, fake_openai):
     """In the loop (which may score on a slot's thread, where the rule runs in its child process): the rule
     settles the answers written as the references are, the grader the one written in words."""

@@ -20,6 +20,7 @@ def readme_example() -> str:
     return re.search(r"```python\n(.*?)```", section, re.S).group(1)
 
 
+@pytest.mark.e2e
 def test_the_readme_example_runs_and_reads_its_run_back(tmp_path, fake_openai):
     code = readme_example()
     assert len(code.strip().splitlines()) <= 12
@@ -58,6 +59,7 @@ def test_the_readme_example_runs_and_reads_its_run_back(tmp_path, fake_openai):
     assert r.returncode == 0 and "in use by another process" not in r.stderr, r.stderr
 
 
+@pytest.mark.e2e
 def test_load_run_reads_a_run_while_it_runs_without_holding_it_up(tmp_path, fake_openai):
     from hyperagents import load_run
 

@@ -12,7 +12,8 @@ import pytest
 
 from browser import chromium_missing, js_errors, open_browser, screenshot
 
-pytestmark = pytest.mark.skipif(chromium_missing() is not None, reason=str(chromium_missing()))
+pytestmark = [pytest.mark.e2e,
+              pytest.mark.skipif(chromium_missing() is not None, reason=str(chromium_missing()))]
 
 PAGE = b"""<!doctype html>
 <html><body>

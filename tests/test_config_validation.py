@@ -42,6 +42,7 @@ def assert_one_line_error(r, *names: str) -> None:
         assert name in lines[0], lines[0]
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("yaml_text,key", BAD_CONFIGS.items(), ids=BAD_CONFIGS.values())
 def test_a_bad_config_value_is_one_line_naming_its_key(tmp_path, fake_openai, yaml_text, key):
     config = tmp_path / "bad.yaml"
@@ -66,6 +67,7 @@ def test_ints_for_floats_and_yaml_defaults_pass_and_saved_configs_round_trip(tmp
     assert set(_rules()) <= fields
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("module,flags,name", [
     ("run_optimization", ["--max_generation", "-1"], "--max_generation"),
     ("run_optimization", ["--eval_samples", "-5"], "--eval_samples"),
@@ -93,6 +95,7 @@ def test_eval_samples_minus_one_means_all_and_stays_allowed():
     assert config.loop.eval_samples == -1 and config.loop.max_generation == 0
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("where", ["parent_is_a_file", "is_a_file", "read_only"])
 def test_an_output_dir_that_cannot_be_written_is_refused_before_anything_is_made(tmp_path, fake_openai, where):
     blocker = tmp_path / "blocker"
@@ -111,6 +114,7 @@ def test_an_output_dir_that_cannot_be_written_is_refused_before_anything_is_made
     assert not (tmp_path / "ro" / "run").exists()
 
 
+@pytest.mark.e2e
 def test_resume_from_a_harness_folder_names_it_as_such(tmp_path, fake_openai):
     config = tmp_path / "fast.yaml"
     config.write_text(FAST_CONFIG)
@@ -126,6 +130,7 @@ def test_resume_from_a_harness_folder_names_it_as_such(tmp_path, fake_openai):
     assert sorted(p.name for p in folder.iterdir()) == before
 
 
+@pytest.mark.e2e
 def test_resume_from_no_folder_or_a_folder_without_a_run(tmp_path, fake_openai):
     r = run_cli("run_optimization", "--resume_from", str(tmp_path / "nothing"), env=cli_env(fake_openai))
     assert_one_line_error(r, "no such folder")
@@ -133,6 +138,7 @@ def test_resume_from_no_folder_or_a_folder_without_a_run(tmp_path, fake_openai):
     assert_one_line_error(r, "not a run folder (no run.json)")
 
 
+@pytest.mark.e2e
 def test_resume_refuses_a_garbled_run_json_or_node_record_naming_the_file(tmp_path, fake_openai):
     config = tmp_path / "fast.yaml"
     config.write_text(FAST_CONFIG)

@@ -154,6 +154,7 @@ def test_the_ledger_is_read_while_the_loop_writes_it(tmp_path):
     assert seen == sorted(seen) and len(set(seen)) > 2 and seen[-1] == len(written)
 
 
+@pytest.mark.e2e
 def test_the_command_says_what_is_wrong_in_one_line(tmp_path):
     def run(*args):
         return subprocess.run([sys.executable, "-m", "archive.dashboard", *args], cwd=REPO_ROOT,

@@ -16,7 +16,8 @@ from browser import chromium_missing, js_errors, open_browser, screenshot
 from conftest import REPO_ROOT, cli_env
 from test_loop import IMPROVE, MARKER, loop_config, responder
 
-pytestmark = pytest.mark.skipif(chromium_missing() is not None, reason=str(chromium_missing()))
+pytestmark = [pytest.mark.e2e,
+              pytest.mark.skipif(chromium_missing() is not None, reason=str(chromium_missing()))]
 
 
 def read_lines(stream, lines: list[str]) -> threading.Thread:

@@ -205,6 +205,7 @@ def test_bad_input_is_one_line(run, tmp_path, args, message):
         main([a.format(run=run, tmp=tmp_path) for a in args])
 
 
+@pytest.mark.e2e
 def test_command_exit_codes(run, tmp_path):
     r = run_cli("archive.ensemble", str(run), "--rule", "weighted", "--top", "3")
     assert r.returncode == 0, r.stderr

@@ -12,6 +12,8 @@ import pytest
 from conftest import cli_env, run_cli, run_loop
 from test_loop import IMPROVE, MARKER, MUTATE_META, loop_config, nodes, responder
 
+pytestmark = pytest.mark.e2e  # every test here runs a whole process (the loop, a sandbox, a browser)
+
 WORSE = {"tool_name": "bash", "tool_input": {
     "command": "sed -i 's/You are an expert grader/ANSWER-ALMOST You are an expert grader/' "
                "/workspace/task_agent/task_agent.py"}}

@@ -13,6 +13,8 @@ import pytest
 from conftest import FAST_CONFIG, REPO_ROOT, cli_env, run_cli
 from test_sandbox import BACKENDS
 
+pytestmark = pytest.mark.e2e  # every test here runs a whole process (the loop, a sandbox, a browser)
+
 LABEL_REPLY = 'Checked every step.\n<json>{"response": "Partial"}</json>'
 
 

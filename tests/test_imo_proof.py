@@ -17,6 +17,8 @@ from conftest import FAST_CONFIG, cli_env, run_cli, run_loop
 
 from services.config import PROJECT_ROOT
 
+pytestmark = pytest.mark.e2e  # every test here runs a whole process (the loop, a sandbox, a browser)
+
 PROOFBENCH = pd.read_csv(PROJECT_ROOT / "domains" / "imo" / "data" / "proofbench.csv")
 # Points the fake grader gives the proof of each of the first problems (PB-Basic-001..003).
 POINTS = {0: 7, 1: 6, 2: 0}

@@ -19,6 +19,8 @@ from services.config import PROJECT_ROOT, Config
 from services.sandbox import Mount, open_sandbox
 from services.workspace import copy_evolvable
 
+pytestmark = pytest.mark.e2e  # every test here runs a whole process (the loop, a sandbox, a browser)
+
 MODEL = "openai/fake"
 TASK_REPLY = '<json>{"response": "Partial"}</json>'
 

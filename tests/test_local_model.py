@@ -105,6 +105,7 @@ def test_a_constrained_completion_with_the_local_model_through_the_gateway_gives
     assert (tmp_path / "local_model.log").read_text().count("prompt eval time") == 2
 
 
+@pytest.mark.e2e
 def test_a_quick_run_with_no_key_uses_the_local_model_end_to_end(tmp_path):
     config = tmp_path / "quick.yaml"
     config.write_text(FAST_CONFIG + "loop:\n  max_generation: 1\n  eval_samples: 3\n  skip_staged_eval: true\n"
@@ -133,6 +134,7 @@ def closed_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.e2e
 def test_an_unreachable_provider_stops_the_run_at_once_and_leaves_nothing(tmp_path):
     config = tmp_path / "c.yaml"
     config.write_text("sandbox:\n  backend: auto\n  docker_host: unix:///nonexistent/docker.sock\n")
@@ -148,12 +150,14 @@ def test_an_unreachable_provider_stops_the_run_at_once_and_leaves_nothing(tmp_pa
     assert "sandbox  bwrap (auto chose bwrap because docker is not usable" in r.stdout
 
 
+@pytest.mark.e2e
 def test_a_model_litellm_does_not_know_is_named(tmp_path, fake_openai):
     r = run_cli("run_optimization", "--domain", "imo_grading", "--task_model", "notaprovider-model-xyz",
                 "--output_dir", str(tmp_path / "out"), env=cli_env(fake_openai), cwd=tmp_path)
     assert r.returncode == 2 and "notaprovider-model-xyz" in r.stderr and "unknown to litellm" in r.stderr
 
 
+@pytest.mark.e2e
 def test_a_budget_below_one_generation_is_said_before_starting(tmp_path, fake_openai):
     config = tmp_path / "c.yaml"
     config.write_text(FAST_CONFIG.replace("gateway:\n", "gateway:\n  prices: {openai/fake: [1000.0, 1000.0]}\n")
@@ -170,6 +174,7 @@ def test_a_budget_below_one_generation_is_said_before_starting(tmp_path, fake_op
     assert "stopped: budget exhausted" in r.stdout
 
 
+@pytest.mark.e2e
 def test_the_model_server_ends_when_the_run_is_killed():
     script = (f"import sys, time; sys.path.insert(0, {str(REPO_ROOT)!r})\n"
               "from services.local_model import LocalServer\n"
@@ -281,6 +286,7 @@ def test_the_check_before_a_run_makes_a_real_completion_with_the_local_model(tmp
     assert _children_serving() == []
 
 
+@pytest.mark.e2e
 def test_a_local_model_that_crashes_on_its_first_completion_stops_the_run_before_it_starts(tmp_path):
     config = tmp_path / "c.yaml"
     config.write_text(FAST_CONFIG + "loop:\n  max_generation: 1\n  eval_samples: 2\n")

@@ -20,6 +20,8 @@ from conftest import FAST_CONFIG, REPO_ROOT, cli_env, run_cli, run_loop
 
 from services.config import PROJECT_ROOT
 
+pytestmark = pytest.mark.e2e  # every test here runs a whole process (the loop, a sandbox, a browser)
+
 DATA = PROJECT_ROOT / "domains" / "imo" / "data"
 MARKER = "GRADE-CAREFULLY-7"
 TRUTH = {r["Response"].strip(): r["Reward"] for split in ("train", "val", "test")

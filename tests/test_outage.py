@@ -23,6 +23,8 @@ from test_loop import IMPROVE, MARKER, responder
 
 from services.errors import EXIT_PROVIDER_DOWN
 
+pytestmark = pytest.mark.e2e  # every test here runs a whole process (the loop, a sandbox, a browser)
+
 # The agent asks the model once per row, naming the row, and swallows any failure: what an
 # outage makes of its answer ("swallowed") must never be kept.
 AGENT = """

@@ -12,9 +12,12 @@ import json
 import math
 
 import pandas as pd
+import pytest
 from conftest import FAST_CONFIG, run_loop
 
 from services.config import PROJECT_ROOT
+
+pytestmark = pytest.mark.e2e  # every test here runs a whole process (the loop, a sandbox, a browser)
 
 DATA = PROJECT_ROOT / "domains" / "imo" / "data"
 ROWS = {split: [(repr(r["Response"]), r["Reward"]) for r in

@@ -328,6 +328,7 @@ def test_the_console_says_what_caching_saved():
         "; prompt caching: 40,000 prompt tokens read from the providers' caches, 5,000 written, $0.1000 saved")
 
 
+@pytest.mark.e2e
 def test_a_run_whose_meta_agent_is_claude_reads_its_history_from_the_cache_and_says_what_that_saved(
         tmp_path, fake_openai, fake_anthropic):
     from conftest import FAST_CONFIG, cli_env, run_cli

@@ -27,7 +27,7 @@ from services.sandbox import Mount, SandboxLost, open_sandbox  # noqa: E402
 from services.sandbox.bwrap import bwrap_unavailable  # noqa: E402
 from services.sandbox.ray_backend import connect, describe_cluster  # noqa: E402
 
-pytestmark = [pytest.mark.ray,
+pytestmark = [pytest.mark.ray, pytest.mark.e2e,
               pytest.mark.skipif(bwrap_unavailable() is not None, reason="the worker nodes need bubblewrap")]
 
 PROVIDER_KEY = "sk-provider-secret-0123456789"  # what conftest's gateway_factory gives the gateway

@@ -44,6 +44,7 @@ def words_of(run_dir, fake_openai, tmp_path) -> tuple[str, str, str]:
     return console, report, dashboard + data.status
 
 
+@pytest.mark.e2e
 def test_the_same_status_word_everywhere(tmp_path, fake_openai):
     config = tmp_path / "c.yaml"
     config.write_text(FAST_CONFIG + "loop:\n  eval_samples: 3\n  skip_staged_eval: true\n")

@@ -85,6 +85,7 @@ print(found)
 """
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_labels_dotenv_and_host_environments_are_out_of_reach(backend, workspace, tmp_path):
     secret = "sk-host-secret-4242424242"
@@ -108,6 +109,7 @@ def test_labels_dotenv_and_host_environments_are_out_of_reach(backend, workspace
     assert "secret in /proc/" in control.stdout
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_no_network_but_the_gateway_relay(backend, workspace, host_listener):
     with unix_http_server() as sock, \
@@ -129,6 +131,7 @@ def test_no_network_but_the_gateway_relay(backend, workspace, host_listener):
         assert HOST_SAYS in run_python(box, code).stdout
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_writes_land_only_in_the_workspace(backend, workspace, tmp_path):
     outside = tmp_path / "outside"
@@ -151,6 +154,7 @@ def test_writes_land_only_in_the_workspace(backend, workspace, tmp_path):
     assert not Path("/usr/x").exists()
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_fork_bomb_is_contained_and_killed(backend, workspace):
     config = SandboxConfig(pids=64)
@@ -169,6 +173,7 @@ def test_fork_bomb_is_contained_and_killed(backend, workspace):
     assert subprocess.run(["true"]).returncode == 0
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_memory_cpu_and_output_limits(backend, workspace):
     with open_sandbox(SandboxConfig(memory_mb=1024), workspace, backend=backend) as box:
@@ -182,6 +187,7 @@ def test_memory_cpu_and_output_limits(backend, workspace):
     assert flood.output_capped and len(flood.stdout) == 2**20 and flood_s < 10
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_no_process_outlives_the_sandbox(backend, workspace):
     marker = "4321.5"  # an odd sleep length that names our process on the host
@@ -209,6 +215,7 @@ def _processes_with(needle: str) -> list[int]:
     return found
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_popen_speaks_json_lines_and_env_is_exactly_what_was_given(backend, workspace, monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-must-not-leak-123456")

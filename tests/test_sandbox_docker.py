@@ -100,6 +100,7 @@ def test_files_the_host_adds_after_open_become_writable_inside(workspace):
         assert path.stat().st_uid == os.getuid()
 
 
+@pytest.mark.e2e
 def test_a_loop_generation_runs_in_docker(tmp_path):
     """The loop with the docker backend: meta agent, then the evaluation worker."""
     from conftest import FAST_CONFIG, run_loop
@@ -232,6 +233,7 @@ def test_no_container_remains_after_ctrl_c(client, workspace):
     assert client.containers.list(all=True, filters={"name": name}) == []
 
 
+@pytest.mark.e2e
 def test_ctrl_c_while_closing_still_removes_the_container(client, workspace, monkeypatch):
     from services.sandbox import base
 

@@ -55,6 +55,7 @@ def dry_run(tmp_path, *flags):
                    "--dry_run", *flags, env=cli_env_plain())
 
 
+@pytest.mark.e2e
 def test_set_comes_after_the_config_file_and_before_the_flags(tmp_path):
     config = tmp_path / "c.yaml"
     config.write_text("loop:\n  seed: 1\n  max_generation: 2\n  parent_selection: best\n")
@@ -68,6 +69,7 @@ def test_set_comes_after_the_config_file_and_before_the_flags(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("flags, line", [
     (["--set", "loop.nope=1"], "error: --set loop.nope: unknown config key loop.nope (known: "),
     (["--set", "gateway.max_concurrent_calls=eight"],
@@ -84,6 +86,7 @@ def test_bad_settings_and_labels_stop_the_command_in_one_line(tmp_path, flags, l
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.e2e
 def test_settings_names_and_tags_are_kept_in_run_json_and_shown(tmp_path, fake_openai):
     config = tmp_path / "c.yaml"
     config.write_text(FAST_CONFIG + "loop:\n  eval_samples: 4\n")
@@ -106,6 +109,7 @@ def test_settings_names_and_tags_are_kept_in_run_json_and_shown(tmp_path, fake_o
     assert record["config"]["gateway"]["max_concurrent_calls"] == 3
 
 
+@pytest.mark.e2e
 def test_the_harness_takes_set_too(tmp_path, fake_openai):
     out = tmp_path / "out"
     r = run_cli("domains.harness", "--domain", "imo_grading", "--subset", "_filtered_100_val", "--num_samples", "2",

@@ -67,6 +67,7 @@ def test_the_readme_shows_the_example_that_is_tested():
     assert "python -m run_optimization --domain_spec examples/capitals/capitals.yaml" in readme
 
 
+@pytest.mark.e2e
 def test_a_spec_domain_runs_the_loop_resumes_and_is_read_without_its_spec(tmp_path, fake_openai):
     from archive.dashboard.reader import RunReader
 
@@ -112,6 +113,7 @@ def test_a_spec_domain_runs_the_loop_resumes_and_is_read_without_its_spec(tmp_pa
     assert data.problems == [] and data.best().node_id == "1" and data.score(data.nodes["1"]) == 1.0
 
 
+@pytest.mark.e2e
 def test_the_harness_and_the_report_take_a_spec(tmp_path, fake_openai):
     spec = my_task(tmp_path)
     fake_openai.set_responder(lambda request: answer(request, lambda country, user: country != "Greece"))
@@ -246,6 +248,7 @@ def test_each_mistake_in_a_spec_is_one_line(change, message, tmp_path):
     assert message in str(caught.value) and "\n" not in str(caught.value)
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("text,message", [("name: capitals\nname: [&a x, *a]\n", "anchors and aliases"),
                                           ("name: capitals\ncolour: red\n", "unknown key 'colour'")])
 def test_the_command_line_says_a_spec_mistake_in_one_line_with_exit_2(text, message, tmp_path):

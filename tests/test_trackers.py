@@ -18,6 +18,8 @@ import sys
 import zlib
 from pathlib import Path
 
+import pytest
+
 from conftest import REPO_ROOT, cli_env, run_cli, run_loop
 from synthetic_run import make_run
 from test_loop import IMPROVE, MARKER, loop_config, responder
@@ -68,6 +70,7 @@ def history_rows(folder: Path) -> list[dict]:
     return rows
 
 
+@pytest.mark.e2e
 def test_a_run_is_logged_to_each_tracker_and_a_resume_logs_each_node_once(tmp_path, fake_openai, monkeypatch):
     from mlflow.tracking import MlflowClient
 

@@ -18,6 +18,8 @@ from test_sandbox import docker_ready
 from services.config import SandboxConfig
 from services.sandbox.leftovers import LABEL, LABEL_START, LABEL_UID, creator_labels
 
+pytestmark = pytest.mark.e2e  # every test here runs a whole process (the loop, a sandbox, a browser)
+
 _why_not = docker_ready()
 if _why_not:
     pytest.skip(f"docker: {_why_not}", allow_module_level=True)

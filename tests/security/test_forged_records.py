@@ -24,6 +24,7 @@ EDIT = ("python - <<'EOF'\nfrom pathlib import Path\np = Path('/workspace/task_a
         "p.write_text(p.read_text() + '\\n# edited\\n')\nEOF")
 
 
+@pytest.mark.e2e
 @pytest.mark.attack("meta agent: a forged node record (val 1.0) and report, then the run is killed mid-evaluation "
                     "and resumed")
 def test_a_resumed_run_trusts_only_records_the_core_wrote(tmp_path, fake_openai):

@@ -111,6 +111,7 @@ def call_from_a_sandbox(gw, box, key: str, model: str = TASK) -> str:
     return result.stdout.strip()
 
 
+@pytest.mark.e2e
 @pytest.mark.attack("a session key used after its sandbox closed, directly and through the relay of a later "
                     "sandbox (a key leaked to another node's meta agent)")
 @pytest.mark.parametrize("backend", BACKENDS)

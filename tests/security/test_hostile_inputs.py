@@ -11,6 +11,8 @@ import textwrap
 import pytest
 from conftest import REPO_ROOT
 
+pytestmark = pytest.mark.e2e  # every test here runs a whole process (the loop, a sandbox, a browser)
+
 MAX_SECONDS = 30  # each command below takes about a second; the alias bomb took minutes before
 MAX_RSS_MB = 400  # an interpreter with pandas is ~150 MB; the alias bomb took 5.9 GB before
 

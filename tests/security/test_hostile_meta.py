@@ -22,6 +22,8 @@ from test_sandbox import BACKENDS
 
 from services.config import PROJECT_ROOT
 
+pytestmark = pytest.mark.e2e  # every test here runs a whole process (the loop, a sandbox, a browser)
+
 SECRET = "sk-provider-secret-0123456789"  # the provider key cli_env gives the run
 
 

@@ -19,6 +19,8 @@ from attack_kit import tripwire  # noqa: F401 (a fixture)
 from conftest import FAST_CONFIG, cli_env, run_cli
 from test_sandbox import BACKENDS, VAL_LABELS
 
+pytestmark = pytest.mark.e2e  # every test here runs a whole process (the loop, a sandbox, a browser)
+
 SECRET = "sk-provider-secret-0123456789"  # what cli_env gives the harness as its provider key
 
 

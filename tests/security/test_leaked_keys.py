@@ -21,6 +21,8 @@ from test_sandbox import BACKENDS
 
 from services.config import PROJECT_ROOT
 
+pytestmark = pytest.mark.e2e  # every test here runs a whole process (the loop, a sandbox, a browser)
+
 LEAKY_TASK_AGENT = '''
 import os
 

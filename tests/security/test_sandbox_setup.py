@@ -16,6 +16,8 @@ from test_sandbox import BACKENDS
 from services.config import SandboxConfig
 from services.sandbox.bwrap import CGROUP_PREFIX, BwrapSandbox, _pids_cgroup_root
 
+pytestmark = pytest.mark.e2e  # every test here runs a whole process (the loop, a sandbox, a browser)
+
 
 def test_a_python_installed_under_tmp_runs_sandboxed_code(tmp_path_factory):
     """A virtualenv made under /tmp: bwrap's private /tmp used to hide its interpreter."""

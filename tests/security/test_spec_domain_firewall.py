@@ -76,6 +76,7 @@ class TaskAgent:
 '''
 
 
+@pytest.mark.e2e
 @pytest.mark.attack("task agent: looks for a spec domain's label and hidden columns in its inputs, the environment, "
                     "/proc and every file it can read")
 @pytest.mark.parametrize("backend", BACKENDS)

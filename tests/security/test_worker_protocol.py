@@ -14,6 +14,8 @@ import pandas as pd
 import pytest
 from conftest import FAST_CONFIG, REPO_ROOT, cli_env
 
+pytestmark = pytest.mark.e2e  # every test here runs a whole process (the loop, a sandbox, a browser)
+
 NAMES = ("str_raises", "str_and_repr_raise", "exception_str_raises", "returns_string", "returns_generator",
          "returns_none", "huge_prediction", "surrogate_prediction", "surrogate_error", "forged_answer",
          "forged_start", "long_line", "garbage", "forged_on_stdout")
