@@ -8,7 +8,7 @@ import threading
 import time
 
 import pytest
-from answer_cases import RIGHT, WRONG, references, truth
+from support.answer_cases import RIGHT, WRONG, references, truth
 
 from inside import answers
 from inside.answers import aime_any_number, aime_numbers, aime_strict, as_integer, check_output, extract_boxed, \

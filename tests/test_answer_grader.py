@@ -8,7 +8,7 @@ import sqlite3
 
 import pandas as pd
 import pytest
-from answer_cases import problems, truth
+from support.answer_cases import problems, truth
 from conftest import FAST_CONFIG, cli_env, run_cli
 
 from domains.judge import SOLUTION_CHARS, AnswerGrader, GatewayJudge, answer_grader_prompt, answer_verdict
