@@ -146,19 +146,19 @@ def _settings(settings: Mapping[str, object] | Sequence[str] | None) -> tuple:
 
 def run(domain: str | Sequence[str] | None = None, config: str | Path | Mapping | None = None,
         output_dir: str | Path = "./outputs", *, domain_spec: str | Path | Sequence[str | Path] | None = None,
-        preset: str | None = None,
-        settings: Mapping[str, object] | Sequence[str] | None = None, run_id: str | None = None,
-        resume_from: str | Path | None = None, name: str | None = None, tags: Sequence[str] | None = None,
+        preset: str | None = None, settings: Mapping[str, object] | Sequence[str] | None = None,
+        run_id: str | None = None, resume_from: str | Path | None = None, name: str | None = None,
+        tags: Sequence[str] | None = None,
         data: Mapping[str, str] | None = None, initial_from: str | None = None, transfer: str | None = None,
         dashboard: int | None = None, **overrides) -> RunView:
     """Run the loop as `python -m run_optimization` does, and return the run read back.
 
-    `domain_spec` adds domains of one's own (YAML specs, as --domain_spec); `config` is a YAML file or a
-    mapping shaped like one; `settings` sets single fields
-    ({"loop.promotion": "sica"}, like --set), after `preset` and `config`; `overrides` are the command
-    line's options by name (max_generation=2, eval_samples=20, task_model=..., budget_usd=...), applied
-    last. `resume_from` continues a run (its config is its own; settings and overrides still apply).
-    The run's lock is let go when the call returns, so another process may resume it."""
+    `domain_spec` adds domains of one's own (YAML specs, as --domain_spec). `config` is a YAML file or a
+    mapping shaped like one; `settings` sets single fields ({"loop.promotion": "sica"}, as --set), after
+    `preset` and `config`; `overrides` are the command line's options by name (max_generation=2,
+    eval_samples=20, task_model=..., budget_usd=..., track=[...]), applied last. `resume_from` continues
+    a run (its config is its own; settings and overrides still apply over it). The run's lock is let
+    go when the call returns, so another process may resume it."""
     if isinstance(domain, str):
         domain = [domain]
     if isinstance(domain_spec, (str, Path)):
