@@ -91,6 +91,7 @@ def test_load_run_reads_a_run_while_it_runs_without_holding_it_up(tmp_path, fake
     assert view.state == "finished" and view.name == "live" and list(view.nodes) == ["initial", "1"]
 
 
+@pytest.mark.e2e
 def test_run_takes_a_domain_spec_in_process(tmp_path, fake_openai, monkeypatch):
     from hyperagents import run
 
@@ -133,6 +134,7 @@ def test_bad_input_raises_the_command_lines_one_line_error_and_makes_nothing(tmp
     assert not out.exists()
 
 
+@pytest.mark.e2e
 def test_evaluate_runs_a_task_agent_on_a_split_and_scores_it(tmp_path, fake_openai, monkeypatch):
     from hyperagents import evaluate
 
