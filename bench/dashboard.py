@@ -70,7 +70,7 @@ def peak_mb(pid: int) -> float:
 
 
 def main() -> None:
-    from browser import chromium_missing, open_browser
+    from support.browser import chromium_missing, open_browser
     from synthetic_run import make_run
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

@@ -53,7 +53,7 @@ class RunRequest:
     domain_specs: tuple[str, ...] = ()  # YAML specs of domains of one's own (--domain_spec), added to `domains`
     config: str | Path | dict | None = None  # a YAML file, or a mapping shaped like one, applied after the preset
     preset: str | None = None  # a config of configs/presets/, applied before `config`
-    settings: tuple[str, ...] = ()  # SECTION.KEY=VALUE items (--set), applied after `config`
+    settings: tuple = ()  # SECTION.KEY=VALUE texts (--set) or (SECTION.KEY, value) pairs, applied after `config`
     overrides: dict = field(default_factory=dict)  # option of FLAG_FIELDS -> value (None: not given), applied last
     data: tuple[str, ...] = ()  # DOMAIN=PATH items: data files of domains that are not bundled
     output_dir: str | Path = "./outputs"  # parent folder of a new run

@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from browser import chromium_missing, js_errors, open_browser, screenshot
+from support.browser import chromium_missing, js_errors, open_browser, screenshot
 
 pytestmark = [pytest.mark.e2e,
               pytest.mark.skipif(chromium_missing() is not None, reason=str(chromium_missing()))]

@@ -12,7 +12,7 @@ import time
 import urllib.request
 
 import pytest
-from browser import chromium_missing, js_errors, open_browser, screenshot
+from support.browser import chromium_missing, js_errors, open_browser, screenshot
 from conftest import REPO_ROOT, cli_env
 from test_loop import IMPROVE, MARKER, loop_config, responder
 

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from little_servers import GATEWAY_SAYS, HOST_SAYS, host_http_server, unix_http_server
+from support.little_servers import GATEWAY_SAYS, HOST_SAYS, host_http_server, unix_http_server
 
 from services.config import PROJECT_ROOT, SandboxConfig
 from services.sandbox import open_sandbox

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import docker
 import pytest
-from little_servers import GATEWAY_SAYS, unix_http_server
+from support.little_servers import GATEWAY_SAYS, unix_http_server
 
 from services.config import SandboxConfig
 from services.sandbox.base import Mount

@@ -70,7 +70,7 @@ def free_port() -> int:
 
 
 def test_a_script_beside_the_relay_runs_in_its_process_and_others_in_their_own(tmp_path):
-    from little_servers import GATEWAY_SAYS, unix_http_server
+    from support.little_servers import GATEWAY_SAYS, unix_http_server
 
     relay = tmp_path / "trusted" / "relay.py"
     relay.parent.mkdir()
