@@ -71,7 +71,7 @@ def peak_mb(pid: int) -> float:
 
 def main() -> None:
     from support.browser import chromium_missing, open_browser
-    from synthetic_run import make_run
+    from support.synthetic_run import make_run
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--nodes", type=int, default=1000)

@@ -19,7 +19,7 @@ from urllib.parse import urlencode
 
 import pytest
 from conftest import REPO_ROOT
-from synthetic_run import ATTACKS, make_run
+from support.synthetic_run import ATTACKS, make_run
 
 from archive.dashboard.server import serve
 from services.ledger import Call, Ledger

@@ -140,7 +140,7 @@ def test_report_html_is_one_file_made_of_the_same_pieces(tmp_path):
     from selenium.webdriver.common.by import By
 
     from archive.report import write_report
-    from synthetic_run import make_run
+    from support.synthetic_run import make_run
 
     make_run(tmp_path / "run", nodes=30, seed=3)
     page = write_report(tmp_path / "run", tmp_path / "report.html").read_text()
@@ -161,7 +161,7 @@ def test_hostile_text_never_runs_and_the_tree_pans_and_zooms(tmp_path):
     from selenium.webdriver.common.by import By
 
     from archive.dashboard.server import serve
-    from synthetic_run import make_run
+    from support.synthetic_run import make_run
 
     summary = make_run(tmp_path / "runs" / "hostile", nodes=60, seed=5, hostile=True)
     attacks = summary["hostile"]["patch"]
@@ -201,7 +201,7 @@ def test_pick_runs_by_tag_tick_them_and_compare_their_progress(tmp_path):
     from selenium.webdriver.common.by import By
 
     from archive.dashboard.server import serve
-    from synthetic_run import ATTACKS, make_run
+    from support.synthetic_run import ATTACKS, make_run
 
     root = tmp_path / "runs"
     make_run(root / "baseline", nodes=20, seed=2, name="baseline " + ATTACKS["svg"], tags=["lr-sweep", ATTACKS["img"]])

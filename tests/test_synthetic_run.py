@@ -12,7 +12,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 import pytest
-from synthetic_run import ATTACKS, BIG_TRANSCRIPT, DOMAIN, TASK_MODEL, make_run, shown_rows
+from support.synthetic_run import ATTACKS, BIG_TRANSCRIPT, DOMAIN, TASK_MODEL, make_run, shown_rows
 
 from archive.eval_store import EvalStore
 from archive.records import Status
