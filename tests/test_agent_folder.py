@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FAST_CONFIG, cli_env, run_loop
+from support.cli import FAST_CONFIG, cli_env, run_loop
 
 FILES = {
     "agent/__init__.py": "",

@@ -13,7 +13,7 @@ import pytest
 from archive.analyze import Analysis, main
 from archive.run_groups import load_groups
 from archive.records import Node, RunRecord, Status
-from conftest import run_cli
+from support.cli import run_cli
 from services.errors import UserError
 from services.fsutil import atomic_write_json
 from services.ledger import Call, Ledger

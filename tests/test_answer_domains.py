@@ -7,7 +7,7 @@ import sqlite3
 
 import pandas as pd
 import pytest
-from conftest import FAST_CONFIG, cli_env, run_cli, run_loop
+from support.cli import FAST_CONFIG, cli_env, run_cli, run_loop
 
 from domains import amo_bench
 

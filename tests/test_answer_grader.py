@@ -9,7 +9,7 @@ import sqlite3
 import pandas as pd
 import pytest
 from support.answer_cases import problems, truth
-from conftest import FAST_CONFIG, cli_env, run_cli
+from support.cli import FAST_CONFIG, cli_env, run_cli
 
 from domains.judge import SOLUTION_CHARS, AnswerGrader, GatewayJudge, answer_grader_prompt, answer_verdict
 from domains.registry import get_domain
@@ -172,7 +172,7 @@ def test_harness_and_report_on_imo_answer_judged(tmp_path, fake_openai):
 def test_the_loop_scores_imo_answer_hybrid_and_books_the_grader_to_the_node(tmp_path, fake_openai):
     """In the loop (which may score on a slot's thread, where the rule runs in its child process): the rule
     settles the answers written as the references are, the grader the one written in words."""
-    from conftest import run_loop
+    from support.cli import run_loop
 
     rows = pd.concat([get_domain("imo_answer_hybrid").load(s).head(2) for s in ("train", "val")])
     answers = {p: "\\boxed{" + a.strip().strip("$") + "}" for p, a in zip(rows["Problem"], rows["Short Answer"])}

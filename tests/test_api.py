@@ -9,7 +9,7 @@ import sys
 import time
 
 import pytest
-from conftest import FAST_CONFIG, REPO_ROOT, cli_env, run_loop
+from support.cli import FAST_CONFIG, REPO_ROOT, cli_env, run_loop
 
 from services.errors import UserError
 

@@ -9,7 +9,7 @@ import json
 import os
 
 import pytest
-from conftest import FAST_CONFIG, cli_env, run_cli, run_loop
+from support.cli import FAST_CONFIG, cli_env, run_cli, run_loop
 
 from services.config import Config, _rules, load_config, validate
 

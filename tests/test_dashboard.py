@@ -18,7 +18,7 @@ from pathlib import Path
 from urllib.parse import urlencode
 
 import pytest
-from conftest import REPO_ROOT
+from support.cli import REPO_ROOT
 from support.synthetic_run import ATTACKS, make_run
 
 from archive.dashboard.server import serve

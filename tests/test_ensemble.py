@@ -11,7 +11,7 @@ import pytest
 
 from archive.ensemble import main
 from archive.records import Node, RunRecord
-from conftest import run_cli
+from support.cli import run_cli
 from domains.metrics import LABELS, normalize_label
 from domains.registry import get_domain
 from services.errors import UserError

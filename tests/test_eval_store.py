@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO_ROOT
+from support.cli import REPO_ROOT
 
 from domains.harness import JOURNAL
 from archive.eval_store import REPORT, EvalStore

@@ -9,7 +9,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from conftest import cli_env, run_cli, run_loop
+from support.cli import cli_env, run_cli, run_loop
 from test_loop import IMPROVE, MARKER, MUTATE_META, loop_config, nodes, responder
 
 pytestmark = pytest.mark.e2e  # every test here runs a whole process (the loop, a sandbox, a browser)

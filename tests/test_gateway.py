@@ -10,7 +10,7 @@ import time
 import litellm
 import openai
 import pytest
-from conftest import REPO_ROOT
+from support.cli import REPO_ROOT
 
 from agent.llm import get_response
 

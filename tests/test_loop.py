@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import FAST_CONFIG, REPO_ROOT, cli_env, run_cli, run_loop
+from support.cli import FAST_CONFIG, REPO_ROOT, cli_env, run_cli, run_loop
 
 from services.config import PROJECT_ROOT
 

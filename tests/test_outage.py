@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import FAST_CONFIG, REPO_ROOT, cli_env, run_cli
+from support.cli import FAST_CONFIG, REPO_ROOT, cli_env, run_cli
 from fake_openai import FakeOpenAI
 
 from test_loop import IMPROVE, MARKER, responder

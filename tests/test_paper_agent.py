@@ -14,7 +14,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from conftest import REPO_ROOT, cli_env
+from support.cli import REPO_ROOT, cli_env
 
 PAPER = REPO_ROOT / "initial_agents" / "paper"
 MODEL = "openai/fake"

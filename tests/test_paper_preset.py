@@ -13,7 +13,7 @@ import math
 
 import pandas as pd
 import pytest
-from conftest import FAST_CONFIG, run_loop
+from support.cli import FAST_CONFIG, run_loop
 
 from services.config import PROJECT_ROOT
 

@@ -331,7 +331,7 @@ def test_the_console_says_what_caching_saved():
 @pytest.mark.e2e
 def test_a_run_whose_meta_agent_is_claude_reads_its_history_from_the_cache_and_says_what_that_saved(
         tmp_path, fake_openai, fake_anthropic):
-    from conftest import FAST_CONFIG, cli_env, run_cli
+    from support.cli import FAST_CONFIG, cli_env, run_cli
 
     def meta(body: dict) -> str:  # looks around three times, makes one edit, then stops
         turns = sum(1 for m in body["messages"] if m["role"] == "assistant")

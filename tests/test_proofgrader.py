@@ -9,7 +9,7 @@ import sysconfig
 import textwrap
 from pathlib import Path
 
-from conftest import REPO_ROOT, cli_env
+from support.cli import REPO_ROOT, cli_env
 
 from archive.grader_choice import Candidate, choose, ranking_lines
 from setup_proofgrader_repo import namespace_imports

@@ -9,7 +9,7 @@ import sys
 import threading
 
 import pytest
-from conftest import FAST_CONFIG, REPO_ROOT, cli_env, run_cli, run_loop
+from support.cli import FAST_CONFIG, REPO_ROOT, cli_env, run_cli, run_loop
 from support.synthetic_run import make_run
 from test_analyze import write_run
 from test_dashboard import get

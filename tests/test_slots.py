@@ -166,7 +166,7 @@ def test_a_ctrl_c_that_python_dropped_still_stops_a_loop_that_polls(loop):
     import subprocess
     import sys
 
-    from conftest import REPO_ROOT
+    from support.cli import REPO_ROOT
 
     r = subprocess.run([sys.executable, "-c", DROPPED_CTRL_C, loop], cwd=REPO_ROOT, capture_output=True, text=True,
                        timeout=60)
@@ -201,7 +201,7 @@ def test_a_ctrl_c_that_reached_a_handler_is_not_raised_again_in_a_later_loop():
     import subprocess
     import sys
 
-    from conftest import REPO_ROOT
+    from support.cli import REPO_ROOT
 
     r = subprocess.run([sys.executable, "-c", CAUGHT_THEN_RESUMED], cwd=REPO_ROOT, capture_output=True, text=True,
                        timeout=60)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import FAST_CONFIG, cli_env, run_cli
+from support.cli import FAST_CONFIG, cli_env, run_cli
 
 from services.config import PROJECT_ROOT
 from services.errors import UserError

@@ -4,7 +4,7 @@ import subprocess
 import sys
 import textwrap
 
-from conftest import REPO_ROOT
+from support.cli import REPO_ROOT
 
 # In a fresh interpreter: litellm's state is per process, and the tokenizer may be loaded here already.
 DEFERRED = textwrap.dedent("""

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO_ROOT, cli_env, run_cli, run_loop
+from support.cli import REPO_ROOT, cli_env, run_cli, run_loop
 from support.synthetic_run import make_run
 from test_loop import IMPROVE, MARKER, loop_config, responder
 

@@ -10,7 +10,7 @@ import sys
 
 import docker
 import pytest
-from conftest import FAST_CONFIG, cli_env, run_cli
+from support.cli import FAST_CONFIG, cli_env, run_cli
 from docker.types import Mount
 from test_loop import start_and_kill_when
 from test_sandbox import docker_ready

@@ -9,7 +9,7 @@ packaged grader must be chosen on those scores.
 import json
 
 import pytest
-from conftest import FAST_CONFIG, REPO_ROOT, cli_env, run_cli
+from support.cli import FAST_CONFIG, REPO_ROOT, cli_env, run_cli
 from test_hostile_meta import responder
 from test_loop import start_and_kill_when
 

@@ -9,7 +9,7 @@ import sys
 import textwrap
 
 import pytest
-from conftest import REPO_ROOT
+from support.cli import REPO_ROOT
 
 pytestmark = pytest.mark.e2e  # every test here runs a whole process (the loop, a sandbox, a browser)
 

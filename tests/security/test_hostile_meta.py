@@ -17,7 +17,7 @@ from typing import Callable
 
 import pytest
 from attack_kit import startup_hooks, tripwire  # noqa: F401 (a fixture)
-from conftest import FAST_CONFIG, cli_env, run_loop
+from support.cli import FAST_CONFIG, cli_env, run_loop
 from test_sandbox import BACKENDS
 
 from services.config import PROJECT_ROOT

@@ -16,7 +16,7 @@ from typing import Callable
 import pandas as pd
 import pytest
 from attack_kit import tripwire  # noqa: F401 (a fixture)
-from conftest import FAST_CONFIG, cli_env, run_cli
+from support.cli import FAST_CONFIG, cli_env, run_cli
 from test_sandbox import BACKENDS, VAL_LABELS
 
 pytestmark = pytest.mark.e2e  # every test here runs a whole process (the loop, a sandbox, a browser)

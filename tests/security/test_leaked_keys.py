@@ -15,7 +15,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from conftest import backend_config, cli_env, run_loop
+from support.cli import backend_config, cli_env, run_loop
 from test_hostile_meta import responder
 from test_sandbox import BACKENDS
 

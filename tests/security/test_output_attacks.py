@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import FAST_CONFIG, REPO_ROOT, backend_config, cli_env
+from support.cli import FAST_CONFIG, REPO_ROOT, backend_config, cli_env
 from test_dashboard import assert_inert, get, pages_of
 from test_hostile_meta import responder
 from test_sandbox import BACKENDS

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO_ROOT
+from support.cli import REPO_ROOT
 from test_sandbox import BACKENDS
 
 from services.config import SandboxConfig

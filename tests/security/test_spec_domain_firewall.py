@@ -14,7 +14,7 @@ import textwrap
 
 import pandas as pd
 import pytest
-from conftest import FAST_CONFIG, cli_env, run_cli
+from support.cli import FAST_CONFIG, cli_env, run_cli
 from test_sandbox import BACKENDS
 
 PREFIX = ("QZV7", "SECRET")  # joined only at run time: the agent's source must not hold the markers
