@@ -103,6 +103,7 @@ def test_variable_answers_are_compared_at_the_official_integer_points(question_i
     assert amo_bench.check(output, row(answer, "variable", question_id)) is expected
 
 
+@pytest.mark.e2e
 def test_a_check_that_takes_too_long_is_stopped_and_the_next_one_runs_off_the_main_thread():
     checker = BoundedChecker(limit_s=2)
     try:

@@ -151,6 +151,7 @@ def _number(answer: str):
     return values[0] if len(values) == 1 and plain else None
 
 
+@pytest.mark.e2e
 def test_every_reference_equals_itself_and_none_of_a_sample_of_others():
     """Each of the 400 references equals itself, and none of 2 others drawn at random (the whole cross
     product costs minutes), unless both are the same number."""
@@ -172,6 +173,7 @@ def _on_a_thread(fn):
     return out[0]
 
 
+@pytest.mark.e2e
 def test_off_the_main_thread_checks_run_bounded_in_a_child(monkeypatch):
     """The loop scores on threads, where math-verify has no time limit: there a child process checks,
     and one that takes too long is killed (not equal), then a new one takes the next check."""
@@ -198,6 +200,7 @@ def test_the_last_balanced_box(text, boxed):
     assert extract_boxed(text) == boxed
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("output", ["\\boxed{" * 100_000, "\\boxed{1}" * 100_000, "1" * 1_000_000 + "a",
                                     "-" * 1_000_000 + "70", "1/" * 500_000, "answer: " * 100_000, "$" * 1_000_000,
                                     "\\frac{1}{2" * 100_000, "odd " * 200_000])

@@ -120,6 +120,7 @@ def test_browsing_every_page_writes_nothing_to_the_runs(runs, server):
     assert snapshot(root) == before  # no file made, changed or touched: no ledger -wal or -shm either
 
 
+@pytest.mark.e2e
 def test_the_ledger_is_read_while_the_loop_writes_it(tmp_path):
     from services.ledger import LedgerReader
 

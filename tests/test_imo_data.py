@@ -253,6 +253,7 @@ def recipe_train(path):
     return train
 
 
+@pytest.mark.e2e
 def test_curate_splits_100_100_100(tmp_path, gradingbench):
     out = tmp_path / "out"
     proc = run_module("domains.imo.curate_subsets", gradingbench, "--out", out)

@@ -124,6 +124,7 @@ EXTRACTION_CASES = [
 ]
 
 
+@pytest.mark.e2e
 def test_the_prediction_is_the_response_of_the_last_json_as_the_reference_extracts(fake_openai, env):
     fake_openai.set_replies([reply for reply, _ in EXTRACTION_CASES])
     result = in_paper(f"""
@@ -139,6 +140,7 @@ def test_the_prediction_is_the_response_of_the_last_json_as_the_reference_extrac
     assert len(fake_openai.requests) == len(EXTRACTION_CASES)  # one call per question
 
 
+@pytest.mark.e2e
 def test_the_task_agent_sends_the_whole_inputs_at_temperature_0_and_16384_tokens(fake_openai, env, tmp_path):
     reply = 'Graded.\n<json>\n{"response": "partial"}\n</json>'
     fake_openai.set_replies([reply])
@@ -163,6 +165,7 @@ def test_the_task_agent_sends_the_whole_inputs_at_temperature_0_and_16384_tokens
     assert repr(reply) in log.read_text()
 
 
+@pytest.mark.e2e
 def test_a_task_reply_written_as_a_tool_use_gets_no_tool_and_is_asked_again(fake_openai, env, tmp_path):
     marker = tmp_path / "ran"
     fake_openai.set_replies([call("bash", command=f"touch {marker}"), '<json>{"response": "correct"}</json>'])
@@ -177,6 +180,7 @@ def test_a_task_reply_written_as_a_tool_use_gets_no_tool_and_is_asked_again(fake
 # -- the model call -----------------------------------------------------------------------------
 
 
+@pytest.mark.e2e
 def test_model_rules_for_temperature_and_output_limit(fake_openai, env):
     result = in_paper("""
         import litellm
@@ -218,6 +222,7 @@ def test_inside_a_run_the_call_goes_to_the_gateway_with_the_full_model_name(fake
 # -- the meta agent's tool loop ------------------------------------------------------------------
 
 
+@pytest.mark.e2e
 def test_each_bash_call_is_a_fresh_shell_and_results_come_back_in_the_reference_shape(fake_openai, env, tmp_path):
     first = "cd / && GREETING=hello && echo $GREETING && pwd"
     second = 'pwd; echo "greeting=${GREETING:-unset}"'
@@ -237,6 +242,7 @@ def test_each_bash_call_is_a_fresh_shell_and_results_come_back_in_the_reference_
     assert repr("Done.") in got["log"]
 
 
+@pytest.mark.e2e
 def test_editor_create_and_str_replace_through_the_loop(fake_openai, env, tmp_path):
     repo = tmp_path / "repo"
     repo.mkdir()
@@ -255,6 +261,7 @@ def test_editor_create_and_str_replace_through_the_loop(fake_openai, env, tmp_pa
     assert '"tool_output": "Error: ' in texts[4] and "is relative" in texts[4]
 
 
+@pytest.mark.e2e
 def test_malformed_and_incomplete_tool_blocks_are_skipped_and_only_the_first_use_runs(fake_openai, env, tmp_path):
     def touch(name):
         return {"command": f"touch {tmp_path / name}"}
@@ -271,6 +278,7 @@ def test_malformed_and_incomplete_tool_blocks_are_skipped_and_only_the_first_use
     assert len(fake_openai.requests) == 2  # a reply with no valid tool use ends the loop
 
 
+@pytest.mark.e2e
 def test_the_loop_stops_after_40_tool_calls(fake_openai, env, tmp_path):
     count = tmp_path / "count"
     replies = [call("bash", command=f"echo {n} >> {count}") for n in range(1, 46)]
@@ -280,6 +288,7 @@ def test_the_loop_stops_after_40_tool_calls(fake_openai, env, tmp_path):
     assert "limit of tool calls" in got["log"]
 
 
+@pytest.mark.e2e
 def test_a_reply_cut_off_inside_a_tool_use_is_asked_again(fake_openai, env, tmp_path):
     cut = '<json>\n{"tool_name": "bash", "tool_input": {"command": "echo ' + "x" * 2000
     got = run_meta(fake_openai, env, tmp_path, [cut, "Finished."], tmp_path)

@@ -9,6 +9,8 @@ import sysconfig
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from support.cli import REPO_ROOT, cli_env
 
 from archive.grader_choice import Candidate, choose, ranking_lines
@@ -56,6 +58,7 @@ def fresh_venv(path: Path) -> Path:
     return path / "bin" / "python"
 
 
+@pytest.mark.e2e
 def test_proofautograder_package_installs_and_grades_on_its_own(tmp_path, fake_openai):
     r = setup_repo("--proofautograder", "--model", "openai/fake-grader", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
@@ -204,6 +207,7 @@ def test_generate_dir_packages_the_chosen_nodes_code(tmp_path):
     assert not (package.parent / "meta_agent").exists() and not list(package.rglob("*.csv"))
 
 
+@pytest.mark.e2e
 def test_the_paper_rule_and_full_eval_pick_different_nodes_of_one_run(tmp_path):
     run = SyntheticRun(tmp_path)
     run.node("1", (0.10, 0.40))  # the earliest of the lowest MAE: the paper's
@@ -246,6 +250,7 @@ def test_choose_goes_with_generate_dir_only(tmp_path):
     assert not (tmp_path / "proofgrader_repo").exists()
 
 
+@pytest.mark.e2e
 def test_a_grader_that_carries_grading_data_or_reaches_outside_is_refused(tmp_path):
     from domains.registry import get_domain
 

@@ -4,6 +4,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from support.cli import REPO_ROOT
 
 # In a fresh interpreter: litellm's state is per process, and the tokenizer may be loaded here already.
@@ -21,6 +23,7 @@ DEFERRED = textwrap.dedent("""
 """)
 
 
+@pytest.mark.e2e
 def test_the_tokenizer_loads_on_first_use_not_on_the_first_call():
     r = subprocess.run([sys.executable, "-c", DEFERRED], cwd=REPO_ROOT, capture_output=True, text=True,
                        timeout=300, env={"PATH": "/usr/bin:/bin", "LITELLM_LOCAL_MODEL_COST_MAP": "True"})

@@ -161,6 +161,7 @@ def _trackers(run_dir: Path, backends: list[str], text_kb: int = 256, mlflow_uri
     return trackers, told, archive
 
 
+@pytest.mark.e2e
 def test_a_tracker_that_breaks_mid_run_is_a_warning_and_a_resume_catches_it_up(tmp_path, monkeypatch):
     from mlflow.tracking import MlflowClient
 

@@ -149,6 +149,7 @@ def test_a_session_calls_only_its_roles_models(gw, fake_openai, capfd):
     assert "Traceback" not in capfd.readouterr().err
 
 
+@pytest.mark.e2e
 @pytest.mark.attack("3,000 half-open connections to the gateway's Unix socket and port (a thread each)")
 def test_a_connection_flood_is_bounded_and_quiet(gw, fake_openai, capfd, monkeypatch):
     key = gw.new_session("n1", "task", [TASK])
@@ -213,6 +214,7 @@ def test_a_reply_nobody_takes_frees_its_thread_and_stays_paid_for(gw, fake_opena
     assert "Traceback" not in capfd.readouterr().err
 
 
+@pytest.mark.e2e
 @pytest.mark.attack("a flood of refused requests through the Unix socket, to fill the host's disk with ledger rows")
 def test_a_refusal_flood_writes_one_counted_row(gw, fake_openai, capfd):
     key = gw.new_session("n1", "task", [TASK])

@@ -95,6 +95,7 @@ def meta_run(request, tmp_path_factory, fake_openai_session):
     fake_openai_session.reset()
 
 
+@pytest.mark.e2e
 @pytest.mark.attack("meta agent: file names with a window title, an OSC 52 clipboard write, a clear screen, C1 "
                     "and bidi controls, and a newline forging a console line (the node line of the console)")
 def test_file_names_never_reach_the_terminal_raw(meta_run):
@@ -195,6 +196,7 @@ def task_run(request, tmp_path_factory, fake_openai_session):
     yield tmp_path / "out" / "r", result
 
 
+@pytest.mark.e2e
 @pytest.mark.attack("task agent: predictions that a spreadsheet runs as formulas (=, +, -, @, tab, CR, full-width), "
                     "in predictions.csv")
 def test_formula_predictions_are_neutralised_and_score_the_same(task_run):
@@ -228,6 +230,7 @@ def test_a_rows_error_never_reaches_the_terminal_raw(task_run):
     assert len(errors) == 1 and "row failed" in errors[0]
 
 
+@pytest.mark.e2e
 @pytest.mark.attack("task agent: fails to load with terminal escapes in its exception (a UserError carrying agent "
                     "text, printed by the harness)")
 def test_an_agents_fatal_line_is_one_visible_line(tmp_path, fake_openai):
