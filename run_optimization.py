@@ -20,8 +20,14 @@ from datetime import datetime
 from pathlib import Path
 
 from optimizer.initial_agents import INITIAL_AGENTS
-from optimizer.launch import FLAG_FIELDS, RunRequest, apply_overrides, check_writable, launch
-from optimizer.launch import start_dashboard  # noqa: F401  (where tests and older callers find it)
+from optimizer.launch import (
+    FLAG_FIELDS,
+    RunRequest,
+    apply_overrides,
+    check_writable,
+    launch,
+    start_dashboard,  # noqa: F401  (where tests and older callers find it)
+)
 from optimizer.transfer import TRANSFERS
 from services.config import BASELINES, EXECUTORS, SANDBOX_BACKENDS, Config
 from services.errors import UserError, exit_on_user_error
@@ -139,7 +145,8 @@ def run_replicates(parser, args) -> None:
         group = read_group(group_dir)
     else:
         if not (args.domain or args.domain_spec):
-            raise UserError("pass --domain (e.g. --domain imo_grading) or --domain_spec FILE, or --resume_from GROUP_DIR")
+            raise UserError("pass --domain (e.g. --domain imo_grading) or --domain_spec FILE, "
+                            "or --resume_from GROUP_DIR")
         group_dir = (Path(args.output_dir) / (args.run_id or datetime.now().strftime("%Y%m%d_%H%M%S"))).resolve()
         check_writable(group_dir, f"--output_dir {args.output_dir}")
         group = start_group(group_dir, replicate_argv(parser, args), args.replicates, args.seed or 0)

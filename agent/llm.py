@@ -34,7 +34,7 @@ class Usage:
     completion_tokens: int = 0
     calls: int = 0
 
-    def add(self, other: "Usage") -> None:
+    def add(self, other: Usage) -> None:
         self.prompt_tokens += other.prompt_tokens
         self.completion_tokens += other.completion_tokens
         self.calls += other.calls

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Callable
+from collections.abc import Callable
 
 from agent.extract import extract_jsons
 from agent.llm import Usage, get_response

@@ -15,9 +15,9 @@ import os
 import shutil
 from pathlib import Path
 
+from archive.records import EVAL_KEY
 from domains.harness import GRADINGS, JOURNAL, PREDICTIONS
 from domains.scoring import REPORT_SCHEMA
-from archive.records import EVAL_KEY
 from services.errors import UserError
 from services.fsutil import atomic_write_json, read_bounded
 from services.user_files import parse_json

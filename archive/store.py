@@ -24,7 +24,6 @@ from services.errors import UserError
 from services.fsutil import atomic_write_json, read_bounded
 from services.user_files import parse_json
 
-
 UNTRUSTED = "untrusted"  # run_dir/untrusted/<node>/<part>/: what the node's sandboxes wrote, never read as a record
 META_TRANSCRIPT = "meta_chat_history.md"  # the meta agent's transcript, in the node's untrusted "meta" part
 

@@ -31,7 +31,6 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 from fake_openai import FakeOpenAI  # noqa: E402
-
 from services.config import Config  # noqa: E402
 from services.gateway import open_gateway  # noqa: E402
 

@@ -26,8 +26,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "bench")]
 
-from fake_openai import FakeOpenAI  # noqa: E402
 from harness_throughput import run_watched  # noqa: E402
+
+from fake_openai import FakeOpenAI  # noqa: E402
 
 TARGET_S = 1.5  # issue 28: under 1.5 s of framework per generation (before the plain client inside: 4.0 s)
 EDIT = {"tool_name": "editor", "tool_input": {"command": "str_replace", "path": "/workspace/task_agent/task_agent.py",
@@ -68,7 +69,8 @@ def main(argv=None) -> int:
         end = next(e for e in events if e["event"] == "node_recorded" and e["node_id"] == "1")
         node = json.loads((run_dir / "nodes" / "1" / "node.json").read_text())
         db = sqlite3.connect(run_dir / "ledger.sqlite")
-        calls, model_s = db.execute("SELECT COUNT(*), COALESCE(SUM(latency_s), 0) FROM calls WHERE node = '1'").fetchone()
+        calls, model_s = db.execute(
+            "SELECT COUNT(*), COALESCE(SUM(latency_s), 0) FROM calls WHERE node = '1'").fetchone()
     wall = (datetime.fromisoformat(end["time"]) - datetime.fromisoformat(start["time"])).total_seconds()
     total = node["seconds"].get("total", wall)
     framework = total - model_s

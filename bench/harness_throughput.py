@@ -23,7 +23,8 @@ and its peak restarts when it execs.
 With `--reference DIR` (a checkout of facebookresearch/HyperAgents), the reference's own
 `domains/harness.py` runs the same rows against a fresh fake server of the same latency,
 alternating with ours for `--repeat` runs each, and the medians of the whole command's wall
-time are compared (target: ours / reference <= 0.8, both importing the litellm installed here). The reference runs unchanged, in a temp
+time are compared (target: ours / reference <= 0.8, both importing the litellm installed
+here). The reference runs unchanged, in a temp
 folder holding the same CSV at the path it reads (`./domains/imo/gradingbench<subset>.csv`),
 with two things on its PYTHONPATH: `--reference_path` (its dependencies missing here, e.g.
 `pip install --target DIR backoff hydra-core`) and a `sitecustomize.py` written by this bench
@@ -89,7 +90,7 @@ class TimedFakeOpenAI(FakeOpenAI):
         self.nagle = nagle  # keep Nagle's algorithm on the server's sockets, as the stock fake does
         self.answered_at: list[float] = []
 
-    def start(self) -> "TimedFakeOpenAI":
+    def start(self) -> TimedFakeOpenAI:
         super().start()
         # The stock handler writes headers and body in two sends, so Nagle can hold the
         # body until the client's delayed ACK: up to ~40 ms a call that a real provider
@@ -516,8 +517,8 @@ def side_by_side(ours: list[Measurement], refs: list[ReferenceRun], pinned: list
     peak = max(r.peak_kb for r in refs) / 1024
     lines.append(f"peak RSS reference      {peak:.1f} MB  (VmHWM of its one process, highest run)")
     if pinned:
-        lines.append(f"peak RSS ref. pinned    {max(r.peak_kb for r in pinned) / 1024:.1f} MB  (the same, on its pinned "
-                     "litellm)")
+        lines.append(f"peak RSS ref. pinned    {max(r.peak_kb for r in pinned) / 1024:.1f} MB  "
+                     "(the same, on its pinned litellm)")
     return lines
 
 
@@ -557,7 +558,8 @@ def compare(args) -> int:
     if not args.no_bare:
         median_run.bare_s, median_run.bare_peak_kb = (measure_bare(median_run.messages, args.workers, args.latency)
                                                       or (None, 0))
-    lines = ["ours, the run of median wall time:", *report(median_run), *side_by_side(ours, refs["ref"], refs.get("pinned", []))]
+    lines = ["ours, the run of median wall time:", *report(median_run),
+             *side_by_side(ours, refs["ref"], refs.get("pinned", []))]
     if failed:
         lines.append(f"reference runs failed   {len(failed)}, each run again (last: {failed[-1]})")
     print("\n".join(lines), flush=True)

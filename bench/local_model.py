@@ -92,7 +92,8 @@ def grading_seconds(samples: int, context: int) -> list[float]:
     gateway = open_gateway(config, tempfile.mkdtemp(prefix="bench-local-"), "bench")
     try:
         gateway.allow_models(MODEL)
-        os.environ.update(AGENT_GATEWAY_URL=gateway.url, AGENT_GATEWAY_KEY=gateway.new_session("bench", "task", [MODEL]),
+        os.environ.update(AGENT_GATEWAY_URL=gateway.url,
+                          AGENT_GATEWAY_KEY=gateway.new_session("bench", "task", [MODEL]),
                           AGENT_STRUCTURED_MODELS=MODEL)
         from task_agent.task_agent import TaskAgent
 

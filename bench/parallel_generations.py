@@ -142,7 +142,8 @@ def main(argv=None) -> int:
     finally:
         if cluster:
             cluster.shutdown()
-    print(f"{GENERATIONS} generations, executor {args.executor}, sandbox {args.sandbox}, every call {args.latency:g} s, "
+    print(f"{GENERATIONS} generations, executor {args.executor}, sandbox {args.sandbox}, "
+          f"every call {args.latency:g} s, "
           f"{args.eval_samples} rows per split, {args.eval_workers} rows at once")
     for n, r in results.items():
         print(f"--parallel {n:<2} generations {r['wall']:7.1f} s  (command {r['command']:.1f} s); per generation: "

@@ -122,7 +122,8 @@ def main(argv=None) -> int:
           f"{'x none':>7} {'+ vs none':>10} {'worker peak MB':>15}")
     for name, r in results.items():
         print(f"{name:<8} {r['start']:>8.3f} {r['start'] / base['start']:>7.2f} {r['start'] - base['start']:>+10.3f} "
-              f"{r['overhead'] * 1000:>12.1f} {r['overhead'] / args.latency:>10.1%} {r['overhead'] / base['overhead']:>7.2f} "
+              f"{r['overhead'] * 1000:>12.1f} {r['overhead'] / args.latency:>10.1%} "
+              f"{r['overhead'] / base['overhead']:>7.2f} "
               f"{(r['overhead'] - base['overhead']) * 1000:>+10.1f} {r['peak_mb']:>15.1f}")
     print("targets (absolute: the whole stack, the gateway's litellm hop included; added: what the sandbox adds "
           "to `none`):")

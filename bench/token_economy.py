@@ -40,7 +40,6 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 from fake_anthropic import FakeAnthropic  # noqa: E402
 from fake_openai import FakeOpenAI  # noqa: E402
-
 from services.config import Config  # noqa: E402
 from services.gateway import open_gateway  # noqa: E402
 

@@ -29,9 +29,9 @@ from __future__ import annotations
 import atexit
 import importlib.util
 import io
-from functools import lru_cache
+from collections.abc import Callable
+from functools import cache
 from pathlib import Path
-from typing import Callable
 
 import pandas as pd
 
@@ -59,7 +59,7 @@ def load(path: str | None) -> pd.DataFrame:
     return _load_once(path).copy()
 
 
-@lru_cache(maxsize=None)
+@cache
 def _load_once(path: str | None) -> pd.DataFrame:
     if path:
         return _read(Path(path))

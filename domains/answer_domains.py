@@ -98,7 +98,8 @@ def _answerbench(checks: dict, judged: bool):
 
 
 _BY_RULE = _answer("Short Answer", check_output)
-_GRADED = "graded by an LLM (role judge, temperature 0, cached) with a prompt built as the IMO-Bench paper's AnswerAutoGrader"
+_GRADED = ("graded by an LLM (role judge, temperature 0, cached) with a prompt built as the IMO-Bench paper's "
+           "AnswerAutoGrader")
 
 DOMAINS = (
     imo_answer("imo_answer", _answerbench({"accuracy": _BY_RULE}, judged=False),

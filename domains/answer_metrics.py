@@ -11,7 +11,7 @@ main check's are counted in the report as `graded_by`.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Callable
+from collections.abc import Callable
 
 import pandas as pd
 

@@ -5,9 +5,9 @@ loop need to know about a task. No `if domain == ...` anywhere else.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from domains.scoring import Scorer
 from services.errors import UserError
@@ -43,7 +43,8 @@ class Domain:
     score_key: str  # the report key the loop optimizes
     scorer: Scorer  # how predictions become the report (domains/scoring.py)
     data_dir: Path | None = None  # where subset files live; None: rows come from another run
-    stages: tuple[Stage, ...] = (Stage(10),)  # screening stages before the full evaluation (config loop.stages overrides)
+    stages: tuple[Stage, ...] = (Stage(10),)  # screening stages before the full evaluation (config loop.stages
+                                              # overrides)
     model_role: str = "task"  # gateway role and default model alias of this domain's agent
     default_subset: str = ""
     loader: Callable | None = None  # subset suffix -> DataFrame, for data that is not one CSV per subset

@@ -87,7 +87,8 @@ def load_csv(path, required_columns=()) -> pd.DataFrame:
         raise UserError(f"{path} has no rows")
     missing = [c for c in required_columns if c not in df.columns]
     if missing:
-        raise UserError(f"{path} is missing column(s) {', '.join(map(repr, missing))}; it has {', '.join(map(repr, df.columns))}")
+        raise UserError(f"{path} is missing column(s) {', '.join(map(repr, missing))}; "
+                        f"it has {', '.join(map(repr, df.columns))}")
     return df
 
 
@@ -111,7 +112,8 @@ def load_table(path, required_columns=()) -> pd.DataFrame:
         raise UserError(f"{path} has no rows")
     missing = [c for c in required_columns if c not in df.columns]
     if missing:
-        raise UserError(f"{path} is missing column(s) {', '.join(map(repr, missing))}; it has {', '.join(map(repr, df.columns))}")
+        raise UserError(f"{path} is missing column(s) {', '.join(map(repr, missing))}; "
+                        f"it has {', '.join(map(repr, df.columns))}")
     return df
 
 

@@ -11,16 +11,18 @@ in a sandbox) over the predictions, then scores the grades with the grading doma
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import Protocol
 
 from domains.data import load_csv
 from services.errors import UserError
 from services.fsutil import csv_values
 
 Judge = Callable[[str], str]  # prompt -> the judge's reply
-REPORT_SCHEMA = 2  # report.json: the metrics of one evaluation (domains/metrics.py, answer_metrics.py); 2 adds row_scores
+REPORT_SCHEMA = 2  # report.json: the metrics of one evaluation (domains/metrics.py, answer_metrics.py); 2 adds
+                   # row_scores
 
 
 class Domain(Protocol):

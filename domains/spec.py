@@ -80,7 +80,8 @@ class DomainSpec:
             raise UserError(f"data file not found: {path} (the {split} split of domain {self.name})")
         digest = sha256_file(path)
         if self.sha256.get(split, digest) != digest:
-            raise UserError(f"{path} changed since domain {self.name} was defined (sha256 {self.sha256[split][:12]}..., "
+            raise UserError(f"{path} changed since domain {self.name} was defined "
+                            f"(sha256 {self.sha256[split][:12]}..., "
                             f"now {digest[:12]}...): restore it, or start a new run")
         return load_table(path, [self.id, *self.inputs.values(), *([self.label] if self.label else [])])
 
@@ -136,7 +137,7 @@ def check_data(spec: DomainSpec, where: str) -> None:
     if secret:
         key = "label" if secret[0] == spec.label else "hidden"
         raise UserError(f"{where}: key 'inputs': column {secret[0]!r} is the {key} column, never shown to an agent")
-    for split, path in spec.data.items():
+    for path in spec.data.values():
         df = load_table(path)
         for key, columns in (("id", [spec.id]), ("inputs", list(spec.inputs.values())),
                              ("label", [spec.label] if spec.label else []), ("hidden", list(spec.hidden))):

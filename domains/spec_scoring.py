@@ -21,10 +21,10 @@ import importlib
 import math
 import re
 import sys
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from domains.scoring import ScoringTools, read_predictions, scored
 from inside.answers import check_output
@@ -65,7 +65,8 @@ def user_function(ref: str, base: Path | None) -> Callable:
         found = importlib.import_module(module)
     except Exception as e:  # the user's module may raise anything at import
         why = (str(e).strip().splitlines() or [""])[0]
-        raise UserError(f"scorer {ref}: cannot import {module} ({type(e).__name__}{': ' + why if why else ''})") from None
+        detail = f"{type(e).__name__}{': ' + why if why else ''}"
+        raise UserError(f"scorer {ref}: cannot import {module} ({detail})") from None
     function = getattr(found, name, None)
     if not callable(function):
         raise UserError(f"scorer {ref}: {module} has no function {name!r}")
@@ -131,13 +132,15 @@ class SpecScorer:
 
     def _row_scores(self, outputs, rows, ids, tools, name) -> tuple[list[float], dict]:
         if self.rule == "exact":
-            return [float(o.strip().casefold() == str(r[self.label]).strip().casefold()) for o, r in zip(outputs, rows)], {}
+            same = [o.strip().casefold() == str(r[self.label]).strip().casefold() for o, r in zip(outputs, rows)]
+            return [float(s) for s in same], {}
         if self.rule == "math_verify":
             return [float(bool(o) and check_output(o, str(r[self.label]))) for o, r in zip(outputs, rows)], {}
         if self.rule == "llm_judge":
             return self._judged(outputs, rows, tools, name)
         function = user_function(self.rule, self.base)
-        return [row_value(called(function, self.rule, o, r, i), self.rule, i) for o, r, i in zip(outputs, rows, ids)], {}
+        values = [row_value(called(function, self.rule, o, r, i), self.rule, i) for o, r, i in zip(outputs, rows, ids)]
+        return values, {}
 
     def _judged(self, outputs, rows, tools, name) -> tuple[list[float], dict]:
         from domains.judge import steady

@@ -85,7 +85,8 @@ _SEP = r"(?:,|\{,\}|\\,)"
 _PLAIN = (r"(?:(?<![\w)\]}.])(?P<sign>[-\u2212]))?(?<![\w.])"
           rf"(?P<int>\d{{1,3}}(?:{_SEP}\d{{3}})+|\d+)(?P<dec>\.\d+)?"
           r"(?:\s*/\s*(?P<den>\d+)(?![\w.]))?(?![\w/]|\.\d)")
-_LATEX_FRAC = r"(?P<fsign>-\s*)?\\[dt]?frac\s*(?:\{\s*(?P<num>-?\d+)\s*\}|(?P<num1>\d))\s*(?:\{\s*(?P<fden>\d+)\s*\}|(?P<fden1>\d))"
+_LATEX_FRAC = (r"(?P<fsign>-\s*)?\\[dt]?frac\s*(?:\{\s*(?P<num>-?\d+)\s*\}|(?P<num1>\d))"
+               r"\s*(?:\{\s*(?P<fden>\d+)\s*\}|(?P<fden1>\d))")
 _AIME_NUMBER = re.compile(f"{_LATEX_FRAC}|{_PLAIN}")
 _MOD_CLAUSE = re.compile(r"\s*\(?\s*(?:\\pmod\s*\{?\s*\d+\s*\}?|\\?(?:bmod|mod)\s*\{?\s*\d+\s*\}?)\s*\)?\s*$")
 _WRAPPERS = re.compile(r"\\(?:text|textbf|mathrm|mathbf|mbox)\s*\{([^{}]*)\}")

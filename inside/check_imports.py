@@ -27,7 +27,7 @@ class _Outside(importlib.abc.MetaPathFinder):
 def main(argv: list[str]) -> None:
     sys.meta_path.insert(0, _Outside())
     sys.path.insert(0, argv[1])
-    getattr(importlib.import_module("proofgrader.task_agent"), "TaskAgent")
+    importlib.import_module("proofgrader.task_agent").TaskAgent  # noqa: B018 - the lookup is the check: it raises if the class is missing
 
 
 if __name__ == "__main__":

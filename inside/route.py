@@ -6,7 +6,8 @@ sandbox. Here its calls go to the gateway instead, as litellm's provider for an
 OpenAI-compatible server (`hosted_vllm/<model>`) with the session's key, so the gateway
 receives the model name the agent asked for, checks it against the session like any call
 and books it. A call that names a server of its own (`api_base` or `base_url`) is left as it
-is: nothing but the loopback and the gateway can be reached from a sandbox anyway. Nothing here is a barrier: code that undoes
+is: nothing but the loopback and the gateway can be reached from a sandbox anyway. Nothing
+here is a barrier: code that undoes
 it only loses its calls, since the sandbox has no other way out.
 
 The trusted scripts never import litellm themselves (seconds of CPU and about 200 MB per

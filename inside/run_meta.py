@@ -4,7 +4,8 @@
         --model M --transcript /out/meta_chat_history.md [--try_command "..."]
 
 It imports `MetaAgent` from the workspace (the agent may have rewritten it), or from
-`--agent_root` when the meta agent is frozen, and nothing from the trusted core. Exit 0 when `forward` returned; 3 when the
+`--agent_root` when the meta agent is frozen, and nothing from the trusted core. Exit 0
+when `forward` returned; 3 when the
 meta agent cannot be loaded; 4 when it raised. Once `forward` returned, its last line on stdout
 says how many tool calls the conversation it returned holds and how many of those could not be
 read (SUMMARY): agent code wrote that conversation, so the line is a claim the host reads as

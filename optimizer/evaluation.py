@@ -22,6 +22,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from archive.eval_store import EvalStore
 from archive.promotion import Promotion, RowScores, Verdict, decide, row_scores
 from archive.stats import Estimate, interval
 from archive.store import untrusted_dir
@@ -35,7 +36,6 @@ from domains.harness import (
     worker_mounts,
 )
 from domains.judge import GatewayJudge
-from archive.eval_store import EvalStore
 from optimizer.events import Events, SplitDone, SplitStarted
 from services.errors import UserError
 from services.sandbox import open_sandbox
@@ -98,13 +98,13 @@ class Evaluator:
         self._locks_lock = threading.Lock()
 
     def node_sandbox(self, node_id: str, node_dir: Path, transcripts: Path,
-                     check_imports: list[str] = ()) -> "NodeSandbox":
+                     check_imports: list[str] = ()) -> NodeSandbox:
         """A node's evaluation sandbox (see NodeSandbox); its worker writes transcripts to `transcripts`
         and nothing else, its log goes to `node_dir`."""
         workspace = self.run_dir / "workspaces" / f"{node_id}-eval"
         return NodeSandbox(self, workspace, node_id, node_dir, transcripts, list(check_imports))
 
-    def evaluate(self, domains: list, node: "NodeSandbox", agent_hash: str,
+    def evaluate(self, domains: list, node: NodeSandbox, agent_hash: str,
                  timings: dict | None = None, peers: Peers | None = None) -> dict[str, DomainResult]:
         """Staged, then full evaluation of every domain; raises BudgetStop when the money runs out
         and LoadFailed when the task agent or one of the node's entry points does not load.
@@ -151,7 +151,7 @@ class Evaluator:
         also = self.config.loop.stage_splits == "train_and_val" and domain.selection_split != "train"
         return ["train", domain.selection_split] if also else ["train"]
 
-    def evaluate_splits(self, domains: list, node: "NodeSandbox", agent_hash: str, split: str) -> dict[str, SplitScore]:
+    def evaluate_splits(self, domains: list, node: NodeSandbox, agent_hash: str, split: str) -> dict[str, SplitScore]:
         """`split` of every domain, all its rows (`loop.eval_samples`), no stages: the final test."""
         try:
             node.worker.start()
@@ -177,7 +177,7 @@ class Evaluator:
         result.screening.append(f"{stage.rows} rows: {'on' if verdict.promote else 'stopped'}: {verdict.reason}")
         return verdict
 
-    def _split(self, domain, split: str, rows: int, node: "NodeSandbox", agent_hash: str) -> SplitScore:
+    def _split(self, domain, split: str, rows: int, node: NodeSandbox, agent_hash: str) -> SplitScore:
         """The score of one split; two generations in flight with the same task agent (a child that
         only changed the meta agent, and its sibling) take turns: the second reuses the first's."""
         key = self.store.key(agent_hash, domain.name, split, rows, self.task_model)
@@ -186,7 +186,7 @@ class Evaluator:
         with lock:
             return self._split_once(domain, split, rows, node, agent_hash, key)
 
-    def _split_once(self, domain, split: str, rows: int, node: "NodeSandbox", agent_hash: str,
+    def _split_once(self, domain, split: str, rows: int, node: NodeSandbox, agent_hash: str,
                     key: str) -> SplitScore:
         report = self.store.report(key)
         if report is not None:
@@ -270,7 +270,7 @@ class NodeSandbox:
         self._stack = contextlib.ExitStack()
         self.box = self.worker = None
 
-    def __enter__(self) -> "NodeSandbox":
+    def __enter__(self) -> NodeSandbox:
         ev = self.evaluator
         discard(self.workspace)  # left by a killed run
         self.workspace.mkdir(parents=True)

@@ -14,8 +14,8 @@ from __future__ import annotations
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Union
 
 from archive.promotion import BestChoice
 from archive.records import MetaResult, Node
@@ -103,8 +103,8 @@ class FinalTested:
     line: str
 
 
-Event = Union[GenerationStarted, MetaFinished, SplitStarted, SplitDone, CostBooked, NodeFinished, Warned, FinalTested,
-              RunStarted, RunEnded]
+Event = (GenerationStarted | MetaFinished | SplitStarted | SplitDone | CostBooked | NodeFinished | Warned | FinalTested
+         | RunStarted | RunEnded)
 Subscriber = Callable[[Event], None]
 
 

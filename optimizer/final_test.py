@@ -20,8 +20,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from archive.experiments import (EVALUATIONS, EVALUATIONS_SCHEMA, FINAL_TEST, FINAL_TEST_SCHEMA, read_evaluations,
-                                 read_final_test)
+from archive.experiments import (
+    EVALUATIONS,
+    EVALUATIONS_SCHEMA,
+    FINAL_TEST,
+    FINAL_TEST_SCHEMA,
+    read_evaluations,
+    read_final_test,
+)
 from archive.store import untrusted_dir
 from optimizer.evaluation import BudgetStop, LoadFailed
 from services.errors import UserError

@@ -31,11 +31,11 @@ import socket
 import time
 from pathlib import Path
 
+from archive.promotion import BestChoice, row_scores
 from archive.records import GenStart, MetaResult, Node, Status
 from archive.run_state import RunState
 from archive.selection import probabilities, select_parent
 from archive.store import META_TRANSCRIPT, Archive, ScoreRule, untrusted_dir
-from archive.promotion import BestChoice, row_scores
 from optimizer.evaluation import (
     BudgetStop,
     Evaluator,
@@ -302,7 +302,8 @@ class Loop:
     def _meta_argv(self, box, generation: int, frozen: bool) -> list[str]:
         argv = [box.python, box.trusted_script("run_meta.py"), "--repo", box.workdir, "--eval_path", FEEDBACK,
                 "--iterations_left", str(self.config.loop.max_generation - generation), "--model", self.meta_model,
-                "--transcript", f"{NODE_OUT}/{META_TRANSCRIPT}", "--max_tool_calls", str(self.config.loop.meta_max_calls)]
+                "--transcript", f"{NODE_OUT}/{META_TRANSCRIPT}",
+                "--max_tool_calls", str(self.config.loop.meta_max_calls)]
         if self.config.loop.try_command:
             argv += ["--try_command", f"python {box.trusted_script('try_agent.py')} --rows 5"]
         return argv + (["--agent_root", FROZEN_META] if frozen else [])

@@ -79,11 +79,11 @@ def exit_on_user_error(main):
         return main()
     except UserError as e:
         print(f"error: {console(e)}", file=sys.stderr)
-        raise SystemExit(2)
+        raise SystemExit(2) from None
     except ProviderDown as e:
         print(f"stopped: {console(e.line())}", file=sys.stderr)
-        raise SystemExit(EXIT_PROVIDER_DOWN)
+        raise SystemExit(EXIT_PROVIDER_DOWN) from None
     except (KeyboardInterrupt, Terminated) as e:
         stop_was_caught(e)
         print("interrupted: progress so far is saved; rerun with --resume_from to continue", file=sys.stderr)
-        raise SystemExit(143 if isinstance(e, Terminated) else 130)
+        raise SystemExit(143 if isinstance(e, Terminated) else 130) from None

@@ -179,7 +179,7 @@ class LocalServer:
         itself; None before it starts, while it runs, and when `stop` ended it."""
         return self._dead
 
-    def ensure_started(self, timeout: float = 120.0) -> "LocalServer":
+    def ensure_started(self, timeout: float = 120.0) -> LocalServer:
         """The running server, started (and ready: it answered one completion) if it was not.
         ModelServerExited once it died: a server that crashed is not started again, since its next
         process would crash the same way, row after row."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import re
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 from services.errors import UserError
@@ -46,7 +46,7 @@ def redact(text: str) -> str:
     return text
 
 
-@lru_cache(maxsize=None)
+@cache
 def _litellm():
     import litellm
 

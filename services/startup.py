@@ -57,7 +57,7 @@ class Services:
                     f"override with {flag}")
         return None
 
-    def __enter__(self) -> "Services":
+    def __enter__(self) -> Services:
         created = not self.run_dir.exists()
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.gateway = open_gateway(self.config, self.run_dir, run_id=self.run_dir.name)

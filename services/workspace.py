@@ -24,11 +24,12 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
-from services.render import bidi_files, name as stored_name
+from services.render import bidi_files
+from services.render import name as stored_name
 
 # Everything the meta agent may edit; the rest of the project is trusted core.
 EVOLVABLE_PATHS = ("agent", "task_agent", "meta_agent", "select_next_parent.py", "ensemble.py")
@@ -209,7 +210,7 @@ class RunRepo:
 
     @classmethod
     def create(cls, path: str | Path, source_root: str | Path,
-               prepare: Callable[[Path], None] | None = None) -> "RunRepo":
+               prepare: Callable[[Path], None] | None = None) -> RunRepo:
         """A new repository whose first commit is the evolvable code under `source_root`, after
         `prepare(folder)` adjusted the copy (e.g. InitialAgent.apply: which task agent starts)."""
         path = Path(path)

@@ -13,6 +13,7 @@ for path in (str(REPO_ROOT), str(TESTS_DIR)):
         sys.path.insert(0, path)
 
 import pytest  # noqa: E402
+
 from fake_anthropic import FakeAnthropic  # noqa: E402
 from fake_openai import FakeOpenAI  # noqa: E402
 

@@ -38,8 +38,9 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable, Iterable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable, Iterable
+from typing import Any
 
 Responder = Callable[[dict], Any]
 

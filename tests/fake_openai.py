@@ -19,8 +19,9 @@ import threading
 import time
 import uuid
 from collections import deque
+from collections.abc import Callable, Iterable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable, Iterable
+from typing import Any
 
 Responder = Callable[[dict], str]
 
@@ -153,7 +154,7 @@ class FakeOpenAI:
             self._responder = _default_responder
         self.latency = 0.0
 
-    def start(self) -> "FakeOpenAI":
+    def start(self) -> FakeOpenAI:
         if self._httpd is not None:
             return self
         httpd = _QuietServer(("127.0.0.1", 0), _make_handler(self))
@@ -184,7 +185,7 @@ class FakeOpenAI:
             self._thread.join(timeout=5)
             self._thread = None
 
-    def __enter__(self) -> "FakeOpenAI":
+    def __enter__(self) -> FakeOpenAI:
         return self.start()
 
     def __exit__(self, *exc_info: object) -> None:

@@ -135,7 +135,8 @@ def test_a_reference_shaped_agent_folder_runs_with_its_own_code_through_the_gate
     # which booked them to the node's roles.
     asked = [req for req in fake_openai.requests if req.get("json")]
     by_kind = {kind: [req["json"] for req in asked
-                      if str(req["json"]["messages"][-1]["content"]).startswith(kind)] for kind in ("REF-TASK", "REF-META")}
+                      if str(req["json"]["messages"][-1]["content"]).startswith(kind)]
+               for kind in ("REF-TASK", "REF-META")}
     assert by_kind["REF-META"] and by_kind["REF-TASK"]
     assert {req["model"] for req in by_kind["REF-META"]} == {"fake-meta"}
     assert {req["model"] for req in by_kind["REF-TASK"]} == {"fake"}

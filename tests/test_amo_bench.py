@@ -188,7 +188,7 @@ def test_an_empty_answer_is_wrong_without_asking_the_judges(judge, fake_openai):
 def test_a_failed_judge_call_stops_the_scoring(judge, fake_openai):
     judge.script(["### Conclusion: Correct"] * 5)
     fake_openai.add_faults(["500"] * 6)  # the first call and the gateway's 5 retries
-    with pytest.raises(Exception):
+    with pytest.raises(Exception):  # noqa: B017 - whatever the failed call raises, scoring must stop
         amo_bench.check(DESCRIPTION_ANSWER, DESCRIPTION, judge)
 
 

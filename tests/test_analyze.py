@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from archive.analyze import Analysis, main
-from archive.run_groups import load_groups
 from archive.records import Node, RunRecord, Status
+from archive.run_groups import load_groups
 from support.cli import run_cli
 from services.errors import UserError
 from services.fsutil import atomic_write_json
@@ -223,8 +223,8 @@ def test_every_reader_names_the_best_node_the_run_chose(best_choice, best, tmp_p
 
 
 def test_a_report_that_is_not_one_counts_as_no_rows_for_the_best_choice(tmp_path):
-    from archive.store import Archive
     from archive.promotion import BestChoice
+    from archive.store import Archive
     from domains.registry import get_domain
 
     run = paired_run(tmp_path / "run", "paired")

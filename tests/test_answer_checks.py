@@ -8,11 +8,20 @@ import threading
 import time
 
 import pytest
-from support.answer_cases import RIGHT, WRONG, references, truth
 
 from inside import answers
-from inside.answers import aime_any_number, aime_numbers, aime_strict, as_integer, check_output, extract_boxed, \
-    final_answer, in_words, math_equal
+from inside.answers import (
+    aime_any_number,
+    aime_numbers,
+    aime_strict,
+    as_integer,
+    check_output,
+    extract_boxed,
+    final_answer,
+    in_words,
+    math_equal,
+)
+from support.answer_cases import RIGHT, WRONG, references, truth
 
 
 # -- AIME: the benchmark's rule ---------------------------------------------------------------------

@@ -9,8 +9,8 @@ import sys
 import time
 
 import pytest
-from support.cli import FAST_CONFIG, REPO_ROOT, cli_env, run_loop
 
+from support.cli import FAST_CONFIG, REPO_ROOT, cli_env, run_loop
 from services.errors import UserError
 
 

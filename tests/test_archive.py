@@ -8,11 +8,11 @@ from collections import Counter
 
 import pytest
 
+from archive.eval_store import EvalStore
 from archive.records import EVAL_KEY, NODE_SCHEMA, GenStart, MetaResult, Node, Status
 from archive.selection import Candidate, select_parent
 from archive.store import Archive, selection_score
 from domains.registry import get_domain
-from archive.eval_store import EvalStore
 from services.errors import UserError
 from services.workspace import RunRepo, discard
 
@@ -220,7 +220,8 @@ def test_run_json_is_versioned_and_the_older_shape_still_reads():
     assert saved["schema_version"] == RUN_SCHEMA == 2 and RunRecord.from_dict(saved) == record
     older = {k: v for k, v in saved.items() if k != "schema_version"}  # as runs wrote it before versions
     assert RunRecord.from_dict(older) == record
-    for bad, why in [({**saved, "domains": "imo_grading"}, "domains must be"), ({**saved, "domains": []}, "at least one"),
+    for bad, why in [({**saved, "domains": "imo_grading"}, "domains must be"),
+                     ({**saved, "domains": []}, "at least one"),
                      ({**saved, "schema_version": 9}, "newer"), ({**saved, "extra": 1}, "unknown keys extra")]:
         with pytest.raises(ValueError, match=why):
             RunRecord.from_dict(bad)

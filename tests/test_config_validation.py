@@ -9,8 +9,8 @@ import json
 import os
 
 import pytest
-from support.cli import FAST_CONFIG, cli_env, run_cli, run_loop
 
+from support.cli import FAST_CONFIG, cli_env, run_cli, run_loop
 from services.config import Config, _rules, load_config, validate
 
 BAD_CONFIGS = {

@@ -12,8 +12,9 @@ import time
 import urllib.request
 
 import pytest
-from support.browser import chromium_missing, js_errors, open_browser, screenshot
+
 from support.cli import REPO_ROOT, cli_env
+from support.browser import chromium_missing, js_errors, open_browser, screenshot
 from test_loop import IMPROVE, MARKER, loop_config, responder
 
 pytestmark = [pytest.mark.e2e,

@@ -7,10 +7,10 @@ import subprocess
 import sys
 
 import pytest
-from support.cli import REPO_ROOT
 
-from domains.harness import JOURNAL
 from archive.eval_store import REPORT, EvalStore
+from support.cli import REPO_ROOT
+from domains.harness import JOURNAL
 from services.errors import UserError
 
 SMALL, BIG = EvalStore.key("a" * 64, "imo_grading", "train", 10, "m"), EvalStore.key("a" * 64, "imo_grading",

@@ -3,8 +3,17 @@
 from archive.records import MetaResult, Node, Status
 from archive.store import Archive
 from domains.registry import get_domain
-from optimizer.events import (CostBooked, Events, GenerationStarted, MetaFinished, NodeFinished, Pictures, SplitDone,
-                              Warned, console_line)
+from optimizer.events import (
+    CostBooked,
+    Events,
+    GenerationStarted,
+    MetaFinished,
+    NodeFinished,
+    Pictures,
+    SplitDone,
+    Warned,
+    console_line,
+)
 
 
 def test_every_subscriber_gets_every_event_in_order():

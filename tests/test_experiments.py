@@ -9,8 +9,9 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+
 from support.cli import cli_env, run_cli, run_loop
-from test_loop import IMPROVE, MARKER, MUTATE_META, loop_config, nodes, responder
+from test_loop import IMPROVE, MUTATE_META, loop_config, nodes, responder
 
 pytestmark = pytest.mark.e2e  # every test here runs a whole process (the loop, a sandbox, a browser)
 
@@ -82,7 +83,8 @@ def test_transfer_experiment_end_to_end_ensemble_transfer_and_analysis(tmp_path,
     val = [TRUTH[a] for a in json_rows(run_dir, transfer["1"]["eval_keys"]["imo_grading"]["val"])]
     d = sum(label != "Incorrect" for label in val)
     p = rows[("transfer vs fixed", "p:rows:imo_grading/val")]
-    assert int(p["n"]) == 20 and float(p["value"]) == pytest.approx(min(1.0, 2 * 0.5 ** d), abs=1e-6)  # the csv keeps 6 places
+    assert int(p["n"]) == 20
+    assert float(p["value"]) == pytest.approx(min(1.0, 2 * 0.5 ** d), abs=1e-6)  # the csv keeps 6 places
 
     r = run_loop(tmp_path / "all", fake_openai, "--max_generation", "0", "--initial_from", str(source_run),
                  "--transfer", "all", config=loop_config(tmp_path))

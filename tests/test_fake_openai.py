@@ -6,6 +6,7 @@ import urllib.request
 
 import litellm
 import pytest
+
 from fake_openai import DEFAULT_REPLY, FakeOpenAI
 
 litellm.suppress_debug_info = True
@@ -172,4 +173,4 @@ def test_standalone_start_stop():
     finally:
         server.stop()
     with pytest.raises(RuntimeError):
-        server.base_url
+        _ = server.base_url

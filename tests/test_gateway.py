@@ -10,9 +10,9 @@ import time
 import litellm
 import openai
 import pytest
-from support.cli import REPO_ROOT
 
 from agent.llm import get_response
+from support.cli import REPO_ROOT
 
 
 def call(gw, key, content="hello", model="openai/fake", **params):
@@ -32,7 +32,8 @@ def test_forwards_and_books_every_call(gateway_factory, fake_openai):
     assert sent["headers"]["authorization"] == "Bearer sk-provider-secret-0123456789"
     assert sent["json"]["max_tokens"] == 32768  # none asked: gateway.max_output_tokens bounds the reply
     [row] = gw.ledger.calls()
-    assert (row["node"], row["role"], row["model"], row["cache_hit"], row["error"]) == ("n1", "task", "openai/fake", 0, None)
+    assert ((row["node"], row["role"], row["model"], row["cache_hit"], row["error"])
+            == ("n1", "task", "openai/fake", 0, None))
     assert row["prompt_tokens"] == len("what is 6 x 7?") // 4 and row["completion_tokens"] == len("forty-two") // 4
 
 

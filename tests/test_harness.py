@@ -10,6 +10,7 @@ import time
 
 import pandas as pd
 import pytest
+
 from support.cli import FAST_CONFIG, REPO_ROOT, cli_env, run_cli
 from test_sandbox import BACKENDS
 
@@ -81,7 +82,8 @@ def test_agent_sees_only_input_columns(tmp_path, fake_openai, config_file):
 
 
 def train_responses(n):
-    return list(pd.read_csv(REPO_ROOT / "domains/imo/data/gradingbench_filtered_100_train.csv", dtype=str)["Response"][:n])
+    train = pd.read_csv(REPO_ROOT / "domains/imo/data/gradingbench_filtered_100_train.csv", dtype=str)
+    return list(train["Response"][:n])
 
 
 def test_row_errors_are_recorded_and_retried_on_resume(tmp_path, fake_openai, config_file):
@@ -358,7 +360,8 @@ def test_bad_yaml_config(tmp_path, fake_openai):
     bad.write_text("gateway: [unclosed\n")
     one_line_error(harness(tmp_path, fake_openai, "--domain", "imo_grading", config=str(bad)), "not valid YAML")
     bad.write_text("gatway:\n  max_retries: 1\n")
-    one_line_error(harness(tmp_path, fake_openai, "--domain", "imo_grading", config=str(bad)), "unknown config key gatway")
+    one_line_error(harness(tmp_path, fake_openai, "--domain", "imo_grading", config=str(bad)),
+                   "unknown config key gatway")
     bad.write_text("gateway:\n  requests_per_minute: 0\n")
     one_line_error(harness(tmp_path, fake_openai, "--domain", "imo_grading", config=str(bad)),
                    "gateway.requests_per_minute must be a positive integer")

@@ -13,8 +13,8 @@ import sys
 
 import pandas as pd
 import pytest
-from support.cli import FAST_CONFIG, cli_env, run_cli, run_loop
 
+from support.cli import FAST_CONFIG, cli_env, run_cli, run_loop
 from services.config import PROJECT_ROOT
 
 pytestmark = pytest.mark.e2e  # every test here runs a whole process (the loop, a sandbox, a browser)

@@ -14,8 +14,8 @@ import sys
 import time
 
 import pytest
-from support.cli import FAST_CONFIG, REPO_ROOT, cli_env, run_cli
 
+from support.cli import FAST_CONFIG, REPO_ROOT, cli_env, run_cli
 from services import local_model
 from services.config import ModelsConfig
 from services.errors import ModelServerExited, UserError

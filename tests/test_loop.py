@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from support.cli import FAST_CONFIG, REPO_ROOT, cli_env, run_cli, run_loop
 
+from support.cli import FAST_CONFIG, REPO_ROOT, cli_env, run_cli, run_loop
 from services.config import PROJECT_ROOT
 
 pytestmark = pytest.mark.e2e  # every test here runs a whole process (the loop, a sandbox, a browser)
@@ -72,7 +72,8 @@ def responder(script: dict[int, list[dict]], meta_calls: list, by_iterations_lef
 
 
 def loop_config(tmp_path, gateway: str = "") -> str:
-    text = FAST_CONFIG.replace("gateway:\n", "gateway:\n" + gateway) + "loop:\n  eval_samples: 20\n  meta_timeout_s: 120\n"
+    text = (FAST_CONFIG.replace("gateway:\n", "gateway:\n" + gateway)
+            + "loop:\n  eval_samples: 20\n  meta_timeout_s: 120\n")
     path = tmp_path / "loop.yaml"
     path.write_text(text)
     return str(path)
@@ -109,8 +110,10 @@ def test_an_improving_edit_is_found_fully_evaluated_and_selected(tmp_path, fake_
     # The console subscriber tells the run as it happens, one line per event, in order.
     lines = r.stdout.splitlines()
     told = [next(i for i, line in enumerate(lines) if line.startswith(start))
-            for start in ("node initial (parent None): ok; imo_grading/train=", "generation 1: node 1 from parent initial",
-                          "node 1: ok; changed 1 files (+1 -1)", "node 1 (parent initial): ok; imo_grading/train=1.000")]
+            for start in ("node initial (parent None): ok; imo_grading/train=",
+                          "generation 1: node 1 from parent initial",
+                          "node 1: ok; changed 1 files (+1 -1)",
+                          "node 1 (parent initial): ok; imo_grading/train=1.000")]
     assert told == sorted(told)
     # The meta agent was told where things are and how many generations are left.
     opening = " ".join(str(m["content"]) for m in meta_calls[0]["messages"][:2])

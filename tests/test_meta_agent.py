@@ -6,11 +6,11 @@ import uuid
 from pathlib import Path
 
 import pytest
-from fake_openai import FakeOpenAI
 
 from agent.base_agent import AgentSystem
 from agent.tool_loop import chat_with_tools
 from agent.tools import bash, editor
+from fake_openai import FakeOpenAI
 from meta_agent import MetaAgent
 
 MODEL = "openai/fake"
@@ -184,8 +184,8 @@ def test_tool_loop_reports_unreadable_calls_and_accepts_raw_newlines(provider, t
     target = tmp_path / "raw.txt"
     provider.set_replies([
         '<json>{"tool_name": "bash", "tool_input": </json>',
-        '<json>{"tool_name": "editor", "tool_input": {"command": "create", "path": "%s", "file_text": "a\nb"}}</json>'
-        % target,
+        '<json>{"tool_name": "editor", "tool_input": {"command": "create", "path": "' + str(target)
+        + '", "file_text": "a\nb"}}</json>',
         call("nope"),
         "finished",
     ])

@@ -16,12 +16,11 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+
 from support.cli import FAST_CONFIG, REPO_ROOT, cli_env, run_cli
 from fake_openai import FakeOpenAI
-
-from test_loop import IMPROVE, MARKER, responder
-
 from services.errors import EXIT_PROVIDER_DOWN
+from test_loop import IMPROVE, MARKER, responder
 
 pytestmark = pytest.mark.e2e  # every test here runs a whole process (the loop, a sandbox, a browser)
 
@@ -217,7 +216,8 @@ def test_a_meta_agent_whose_calls_all_fail_or_are_all_malformed_is_failed_and_sa
     found = nodes(tmp_path / "out" / "run")
     assert found["1"]["status"] == "meta_failed"
     assert found["1"]["error"] == "meta agent: every model call failed at the provider (1 calls)"
-    assert found["2"]["status"] == "meta_failed" and found["2"]["error"] == "meta agent: all 3 tool calls were malformed"
+    assert found["2"]["status"] == "meta_failed"
+    assert found["2"]["error"] == "meta agent: all 3 tool calls were malformed"
     assert "node 1: meta_failed" in r.stdout and "node 2: meta_failed" in r.stdout and "no_change" not in r.stdout
 
 
@@ -242,7 +242,8 @@ def answers_by_id() -> dict[str, str]:
 
 def finished_rows(run_dir: Path) -> dict[str, dict]:
     """Rows finished in any evaluation of the run, by id (a full run starts from its staged run's rows)."""
-    return {rec["id"]: rec for p in sorted((run_dir / "evals").glob("*/predictions.jsonl")) for rec in journal(p.parent)}
+    journals = sorted((run_dir / "evals").glob("*/predictions.jsonl"))
+    return {rec["id"]: rec for p in journals for rec in journal(p.parent)}
 
 
 def stopped_run(tmp_path, server: FakeOpenAI, args: list[str], outage_when, stopped=lambda: None) -> str:

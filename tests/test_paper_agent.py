@@ -14,6 +14,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+
 from support.cli import REPO_ROOT, cli_env
 
 PAPER = REPO_ROOT / "initial_agents" / "paper"

@@ -11,9 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from support.cli import REPO_ROOT, cli_env
-
 from archive.grader_choice import Candidate, choose, ranking_lines
+from support.cli import REPO_ROOT, cli_env
 from setup_proofgrader_repo import namespace_imports
 
 GRADING_INPUTS = {"problem": "Show that 1 + 1 = 2.", "solution": "By definition.",
@@ -161,8 +160,8 @@ class SyntheticRun:
     def node(self, node_id: str, val: tuple | None, full: bool = True, status: str = "ok", code: str = "",
              test: tuple | None = None):
         """A node whose task_agent/task_agent.py ends with `# node <id>` (plus `code`)."""
-        from archive.records import Node
         from archive.eval_store import EvalStore
+        from archive.records import Node
         from services.workspace import discard
 
         workspace = self.repo.checkout(self.repo.node_commit("initial"), self.dir / "workspaces" / node_id)

@@ -11,7 +11,6 @@ import json
 import os
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
@@ -21,11 +20,11 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 ray = pytest.importorskip("ray")
 
 from fake_openai import DEFAULT_REPLY  # noqa: E402
-from test_startup import free_port  # noqa: E402
 from services.config import Config  # noqa: E402
 from services.sandbox import Mount, SandboxLost, open_sandbox  # noqa: E402
 from services.sandbox.bwrap import bwrap_unavailable  # noqa: E402
 from services.sandbox.ray_backend import connect, describe_cluster  # noqa: E402
+from test_startup import free_port  # noqa: E402
 
 pytestmark = [pytest.mark.ray, pytest.mark.e2e,
               pytest.mark.skipif(bwrap_unavailable() is not None, reason="the worker nodes need bubblewrap")]
@@ -138,7 +137,8 @@ SANDBOXED_CALL = """if True:
                                messages=[{"role": "user", "content": "hello"}])
     request = urllib.request.Request(url + "/chat/completions", method="POST",
                                       data=json.dumps({"model": "openai/fake", "messages": []}).encode(),
-                                      headers={"Authorization": "Bearer gw-not-a-key", "Content-Type": "application/json"})
+                                      headers={"Authorization": "Bearer gw-not-a-key",
+                                               "Content-Type": "application/json"})
     try:
         urllib.request.urlopen(request)
         wrong = None

@@ -13,11 +13,11 @@ import time
 from pathlib import Path
 
 import pytest
-from support.little_servers import GATEWAY_SAYS, HOST_SAYS, host_http_server, unix_http_server
 
 from services.config import PROJECT_ROOT, SandboxConfig
 from services.sandbox import open_sandbox
 from services.sandbox.base import WORKSPACE
+from support.little_servers import GATEWAY_SAYS, HOST_SAYS, host_http_server, unix_http_server
 
 VAL_LABELS = PROJECT_ROOT / "domains" / "imo" / "data" / "gradingbench_filtered_100_val.csv"
 
@@ -192,7 +192,8 @@ def test_memory_cpu_and_output_limits(backend, workspace):
 def test_no_process_outlives_the_sandbox(backend, workspace):
     marker = "4321.5"  # an odd sleep length that names our process on the host
     with open_sandbox(SandboxConfig(), workspace, backend=backend) as box:
-        result = box.run(["sh", "-c", f"(setsid sleep {marker} &) ; (nohup sleep {marker} >/dev/null 2>&1 &) ; echo started"],
+        script = f"(setsid sleep {marker} &) ; (nohup sleep {marker} >/dev/null 2>&1 &) ; echo started"
+        result = box.run(["sh", "-c", script],
                          box.base_env(), timeout=10)
         assert result.stdout.strip() == "started"
         proc = box.popen(["sleep", marker], box.base_env())

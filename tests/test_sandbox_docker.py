@@ -14,7 +14,6 @@ from pathlib import Path
 
 import docker
 import pytest
-from support.little_servers import GATEWAY_SAYS, unix_http_server
 
 from services.config import SandboxConfig
 from services.sandbox.base import Mount
@@ -24,6 +23,7 @@ from services.sandbox.docker_backend import (
     connect,
     engine_available,
 )
+from support.little_servers import GATEWAY_SAYS, unix_http_server
 
 CONFIG = SandboxConfig(memory_mb=512, pids=64, cpus=1.0, tmp_mb=64, output_cap_mb=1)
 

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from support.cli import FAST_CONFIG, cli_env, run_cli
 
+from support.cli import FAST_CONFIG, cli_env, run_cli
 from services.config import PROJECT_ROOT
 from services.errors import UserError
 
@@ -203,7 +203,8 @@ def test_an_llm_judge_follows_the_rubric_through_the_gateway(tmp_path, gateway_f
             return GatewayJudge(gateway.config, gateway=gateway, node="n1")
 
     report = domain.scorer.score(domain, predictions(tmp_path, [
-        {"qid": "m1", "prediction": "0.5"}, {"qid": "m2", "prediction": "5"}, {"qid": "m3", "prediction": "x"}]), Tools())
+        {"qid": "m1", "prediction": "0.5"}, {"qid": "m2", "prediction": "5"},
+        {"qid": "m3", "prediction": "x"}]), Tools())
     assert report["row_scores"] == {"m1": 1.0, "m2": 0.0, "m3": 0.0} and report["judge_unreadable"] == 1
     sent = [q["json"] for q in fake_openai.requests if q.get("json")]
     assert len(sent) == 3 and {q["model"] for q in sent} == {"fake-judge"} and {q["temperature"] for q in sent} == {0}

@@ -9,8 +9,7 @@ import time
 import pytest
 
 from archive import stats
-from archive.stats import (Estimate, bootstrap_band, bootstrap_mean, interval, paired_p, permutation_p,
-                           wilson)
+from archive.stats import Estimate, bootstrap_band, bootstrap_mean, interval, paired_p, permutation_p, wilson
 
 
 def test_wilson_of_seven_in_ten():

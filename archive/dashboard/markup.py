@@ -13,7 +13,7 @@ as the plain `<U+202E>`.
 from __future__ import annotations
 
 import html
-from typing import Iterable
+from collections.abc import Iterable
 from urllib.parse import quote, urlencode
 
 from services.render import BIDI_PATTERN, bidi_visible
@@ -24,7 +24,7 @@ VOID = frozenset({"br", "hr", "img", "input", "meta", "link", "wbr"})
 class Markup(str):
     """HTML made here: inserted as it is."""
 
-    def __add__(self, other) -> "Markup":
+    def __add__(self, other) -> Markup:
         return Markup(str.__add__(self, esc(other)))
 
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 from importlib import resources
 
 from archive.dashboard import pieces
-from archive.dashboard.markup import Markup, h, join, url
 from archive.dashboard.flight import MAX_TAIL, InFlight
+from archive.dashboard.markup import Markup, h, join, url
 from archive.dashboard.reader import RunData, RunReader, Text, known_domain
 from archive.records import Node
 from archive.run_state import Phase
@@ -48,7 +48,8 @@ def index(runs: list[tuple[str, RunData]], version: str, tag: str | None = None)
         rows.append(h("tr", {"class": "run", "data-run": name},
                       h("td", {}, h("input", {"type": "checkbox", "name": "run", "value": name,
                                               "aria-label": f"compare {name}"})),
-                      h("td", {}, h("a", {"href": url("runs", name)}, name)), h("td", {"class": "run-name"}, data.title),
+                      h("td", {}, h("a", {"href": url("runs", name)}, name)),
+                      h("td", {"class": "run-name"}, data.title),
                       h("td", {"class": "tags"}, pieces.tag_chips(data.tags, lambda t: url(tag=t))),
                       h("td", {}, ", ".join(data.domains)), h("td", {"class": "num"}, len(data.nodes)),
                       h("td", {}, str(data.state)),
@@ -90,7 +91,9 @@ def run_page(reader: RunReader, data: RunData) -> str:
 
 def nodes_list(data: RunData, limit: int | None) -> Markup:
     """The table of nodes, best first; on the run page the first `limit`, with a link to them all."""
-    link = (lambda n: url("runs", data.name, "nodes", n))
+    def link(n: str) -> str:
+        return url("runs", data.name, "nodes", n)
+
     more = h("p", {}, h("a", {"href": url("runs", data.name, "nodes"), "id": "all-nodes"},
                         f"all {len(data.nodes)} nodes")) if limit is not None and len(data.nodes) > limit else ""
     return pieces.nodes_table(data, link, limit) + more
@@ -176,13 +179,16 @@ def compare_form(data: RunData, a: str | None, b: str | None) -> Markup:
 
 def node_page(reader: RunReader, data: RunData, node: Node) -> str:
     name, node_id = data.name, node.node_id
-    link = (lambda n: url("runs", name, "nodes", n))
+    def link(n: str) -> str:
+        return url("runs", name, "nodes", n)
+
     children = sorted((n for n in data.nodes.values() if n.parent == node_id), key=lambda n: n.generation)
     facts = [("status", str(node.status)), ("generation", str(node.generation)),
              ("created", node.created_at), ("score", pieces.fmt_score(data.score(node)))]
     head = join([
         h("h1", {}, f"Node {node_id}"),
-        h("p", {"class": "kin"}, "parent: ", h("a", {"href": link(node.parent)}, node.parent) if node.parent else "none",
+        h("p", {"class": "kin"},
+          "parent: ", h("a", {"href": link(node.parent)}, node.parent) if node.parent else "none",
           "; children: ", join((h("a", {"href": link(c.node_id)}, c.node_id) for c in children), ", ") if children
           else "none",
           *((" · ", h("a", {"href": url("runs", name, "compare", a=node.parent, b=node_id), "id": "vs-parent"},

@@ -55,7 +55,8 @@ def summary(data: RunData, spend: list[dict] | None = None) -> Markup:
     status = data.status + (f", {len(data.in_flight)} in flight" if data.in_flight and data.live else "")
     cut = [f for f in data.in_flight] if not data.live else []
     cost = fmt_cost(sum(r["cost_usd"] for r in spend) if spend else data.cost())
-    facts = [*((("name", data.title),) if data.title else ()), *((("tags", tag_chips(data.tags)),) if data.tags else ()),
+    facts = [*((("name", data.title),) if data.title else ()),
+             *((("tags", tag_chips(data.tags)),) if data.tags else ()),
              ("domains", ", ".join(data.domains) or "?"), ("nodes", str(len(data.nodes))), ("status", status),
              ("best", f"{best.node_id} ({fmt_score(data.score(best))})" if best else "none yet"),
              ("cost", cost + caching_note(spend or [])), ("last event", data.updated())]

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from archive.dashboard.flight import MAX_TAIL, InFlight, in_flight_of, tail_below
 from archive.eval_store import JOURNAL, PREDICTIONS, REPORT
 from archive.promotion import row_scores
-from archive.dashboard.flight import MAX_TAIL, InFlight, in_flight_of, tail_below
 from archive.records import EVAL_KEY, NODE_ID, Node, RunRecord
 from archive.run_state import Phase, RunState, json_objects, read_events, run_state, state_text
 from archive.store import META_TRANSCRIPT, UNTRUSTED, observed_best, observed_rule, observed_score, observed_sizes
@@ -167,7 +167,8 @@ class RunReader:
         self._seen: tuple | None = None
         self._data: RunData | None = None
         self._split_cache: dict[tuple, tuple] = {}
-        self._labels_cache: dict[tuple, tuple] = {}  # (key, id column, label column) -> (predictions.csv's stat, labels)
+        self._labels_cache: dict[tuple, tuple] = {}  # (key, id column, label column) -> (predictions.csv's stat,
+                                                     # labels)
         self._nodes: dict[str, tuple] = {}  # node id -> (its node.json's stat, the record read from it)
         self._ledger_marks: list | None = None
         self._ledger_cache: dict[tuple, object] = {}

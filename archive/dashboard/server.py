@@ -167,7 +167,8 @@ def handler_for(dashboard: Dashboard, allowed_hosts: set[str], log=None):
             self._answer(send_body=False)
 
         def _refuse(self) -> None:
-            self._send(405, "text/plain; charset=utf-8", b"read-only: GET and HEAD only\n", extra={"Allow": "GET, HEAD"})
+            self._send(405, "text/plain; charset=utf-8", b"read-only: GET and HEAD only\n",
+                       extra={"Allow": "GET, HEAD"})
 
         do_POST = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = _refuse
 
@@ -177,7 +178,8 @@ def handler_for(dashboard: Dashboard, allowed_hosts: set[str], log=None):
                 return
             try:
                 status, kind, body = dashboard.respond(self.path)
-            except Exception as e:  # a bug of ours, or a run folder changing under the read: one line, not a thread dump
+            except Exception as e:  # a bug of ours, or a run folder changing under the read: one line, not a thread
+                                    # dump
                 print(f"dashboard: {self.path[:200]}: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
                 status, kind, body = 500, "text/plain; charset=utf-8", b"the dashboard failed to read this page\n"
             self._send(status, kind, body, send_body)

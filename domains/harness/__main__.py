@@ -48,7 +48,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--save_interval", type=int_flag(1), default=None, help="rewrite predictions.csv every N rows")
     ap.add_argument("--num_workers", type=int_flag(1), default=None, help="rows evaluated in parallel")
     ap.add_argument("--resume_from", default=None, help="an earlier output folder to complete")
-    ap.add_argument("--subset", default="", help="split (train/val/test) or the seed's suffix, e.g. _filtered_100_train")
+    ap.add_argument("--subset", default="",
+                    help="split (train/val/test) or the seed's suffix, e.g. _filtered_100_train")
     ap.add_argument("--proofs_dname", default=None, help="imo_proof_grading: a run folder whose proofs to grade")
     ap.add_argument("--model", default=None, help="litellm model string or a role alias from the config")
     ap.add_argument("--config", default=None, help="YAML config overriding configs/default.yaml")

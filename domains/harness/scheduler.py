@@ -20,11 +20,10 @@ from __future__ import annotations
 import queue
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from services.errors import raise_if_stop_was_dropped
-
 
 MAX_ROW_ATTEMPTS = 2  # a row in flight when the worker died is sent once more
 MAX_INFRA_TRIES = 3  # tries of a row that met a provider failure, before the gateway probes the provider

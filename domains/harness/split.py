@@ -21,8 +21,8 @@ from domains.harness.scheduler import Row, Scheduler
 from domains.harness.worker_client import AgentWorker
 from services.errors import UserError
 from services.fsutil import atomic_write_json
-from services.render import console
 from services.ledger import Totals
+from services.render import console
 
 if TYPE_CHECKING:  # a Domain is only passed through here: no need to import pandas with it
     from domains.base import Domain
@@ -91,7 +91,8 @@ def run_split(domain: Domain, rows, worker: AgentWorker, out_dir: Path, *, label
                              errors=sum(1 for r in recs if r and r.get("error")),
                              not_run=sum(1 for r in recs if r is None), stopped_by=stopped_by, spent=spent)
         atomic_write_json(out_dir / "run.json", {
-            "schema_version": RUN_SCHEMA, "domain": domain.name, "agent_path": worker.agent_path, **(asked or {}), "model": worker.model,
+            "schema_version": RUN_SCHEMA, "domain": domain.name, "agent_path": worker.agent_path, **(asked or {}),
+            "model": worker.model,
             "sandbox": worker.sandbox.name, "started_at": started_at, "rows": result.rows, "done": result.done,
             "errors": result.errors, "not_run": result.not_run, "stopped_by": stopped_by,
             "finished_at": datetime.now().isoformat(timespec="seconds"), "cost_usd": round(spent.cost_usd, 6),
@@ -100,7 +101,7 @@ def run_split(domain: Domain, rows, worker: AgentWorker, out_dir: Path, *, label
     return result
 
 
-def _run_rows(domain: Domain, rows, worker: AgentWorker, keep: "_Keeper", label: str, show_progress: bool):
+def _run_rows(domain: Domain, rows, worker: AgentWorker, keep: _Keeper, label: str, show_progress: bool):
     """Every row the journal does not hold as done, through the worker; returns why it stopped early."""
     from tqdm import tqdm
 
@@ -117,7 +118,8 @@ def _run_rows(domain: Domain, rows, worker: AgentWorker, keep: "_Keeper", label:
         worker.ensure_started()
     # After the agent loaded, so a load error is the only thing on the screen.
     # `disable` only when asked, so TQDM_DISABLE=1 (set for each of --replicates' processes) turns bars off.
-    keep.bar = tqdm(total=len(rows), initial=len(rows) - len(todo), unit="row", dynamic_ncols=True, desc=console(label, 80),
+    keep.bar = tqdm(total=len(rows), initial=len(rows) - len(todo), unit="row", dynamic_ncols=True,
+                    desc=console(label, 80),
                     **({} if show_progress else {"disable": True}))
     try:
         settings = worker.config.harness

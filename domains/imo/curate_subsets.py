@@ -49,7 +49,8 @@ def split_subsets(filtered: pd.DataFrame, source="the input") -> dict[str, pd.Da
     """Sample 300 rows and split them 100/100/100, stratified on Reward."""
     if len(filtered) < SUBSET_SIZE:
         raise UserError(
-            f"{source} has {len(filtered)} rows with Points in {set(KEPT_POINTS)}; curation needs at least {SUBSET_SIZE}"
+            f"{source} has {len(filtered)} rows with Points in {set(KEPT_POINTS)}; "
+            f"curation needs at least {SUBSET_SIZE}"
         )
     train_test_split = _train_test_split()
     subset = filtered.sample(n=SUBSET_SIZE, random_state=SEED).reset_index(drop=True)

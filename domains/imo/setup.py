@@ -89,7 +89,8 @@ def parse_args(argv=None):
     p.add_argument("--dest", type=Path, default=DEFAULT_DEST,
                    help=f"where the upstream files go (default: {DEFAULT_DEST})")
     p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT,
-                   help=f"seconds per download before giving up and using the bundled copy (default: {DEFAULT_TIMEOUT:g})")
+                   help="seconds per download before giving up and using the bundled copy "
+                        f"(default: {DEFAULT_TIMEOUT:g})")
     p.add_argument("--raw-host", default=RAW_HOST,
                    help=f"GitHub raw host, or a mirror with the same layout (default: {RAW_HOST})")
     args = p.parse_args(argv)

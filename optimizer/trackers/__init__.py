@@ -16,9 +16,9 @@ more in this process; the next resume catches it up."""
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from archive.records import Node
 from optimizer.events import Events, NodeFinished, RunEnded, RunStarted, Warned
@@ -28,7 +28,8 @@ from services.errors import UserError
 from services.fsutil import atomic_write_json, read_below, read_bounded
 from services.user_files import parse_json
 
-NEEDS = {"mlflow": "mlflow", "wandb": "wandb", "tensorboard": "tensorboardX"}  # backend -> the module its extra installs
+NEEDS = {"mlflow": "mlflow", "wandb": "wandb", "tensorboard": "tensorboardX"}  # backend -> the module its extra
+                                                                               # installs
 STATE_LIMIT = 16 * 2**20  # RUN/tracking/<backend>.json: a run id and a line per node
 
 

@@ -12,7 +12,7 @@ once. Once tripped it stays tripped: every later call is refused, and the run st
 from __future__ import annotations
 
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 Check = Callable[[str], "str | None"]  # a model -> why it cannot answer, or None
 

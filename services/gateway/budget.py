@@ -22,7 +22,6 @@ from services.gateway.params import Refusal
 from services.gateway.pricing import Pricing
 from services.ledger import Call, Totals
 
-
 ORDINARY_PROMPT_BYTES = 2**16  # the longest prompt of an ordinary call: a grading row is a few KB to tens of KB
 
 

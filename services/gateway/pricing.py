@@ -13,7 +13,7 @@ has none, litellm charges them at the input price, and so does `Pricing`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 
 from services.gateway.caching import takes_marks
 from services.local_model import DEFAULT_MAX_TOKENS, is_local
@@ -101,7 +101,7 @@ def _model_info(model: str) -> dict:
         return {k: v for k, v in entry.items() if k.startswith(_INPUT + _OUTPUT + (_READ, _WRITE))}
 
 
-@lru_cache(maxsize=None)
+@cache
 def _own_listing(model: str) -> tuple[bool, dict]:
     """Whether litellm finds `model` for a call, and what its own table lists for it: asked once, before this
     process registers anything over it."""

@@ -207,7 +207,7 @@ class _Deadlines:
             now = time.monotonic()
             with self._lock:
                 late = [(conn, step) for conn, (due, step) in self._due.items() if due < now]
-                for conn, step in late:
+                for conn, _step in late:
                     del self._due[conn]
                     try:
                         conn.shutdown(socket.SHUT_RDWR)

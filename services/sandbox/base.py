@@ -134,7 +134,7 @@ class Sandbox:
         self._stop_watch = threading.Event()
 
     # -- lifecycle: backends extend these ---------------------------------------------------
-    def open(self) -> "Sandbox":
+    def open(self) -> Sandbox:
         return self
 
     def close(self) -> None:
@@ -147,7 +147,7 @@ class Sandbox:
         for proc in self._procs:
             _kill(proc)
 
-    def __enter__(self) -> "Sandbox":
+    def __enter__(self) -> Sandbox:
         try:
             self.open()
         except BaseException:

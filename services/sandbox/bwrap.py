@@ -97,7 +97,7 @@ def _pids_cgroup_root() -> Path | None:
 class BwrapSandbox(Sandbox):
     name = "bwrap"
 
-    def open(self) -> "BwrapSandbox":
+    def open(self) -> BwrapSandbox:
         self._cgroup = PidsCgroup(self.config.pids)
         return self
 

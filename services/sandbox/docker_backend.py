@@ -86,7 +86,7 @@ class DockerSandbox(Sandbox):
     def python(self) -> str:
         return self._python
 
-    def open(self) -> "DockerSandbox":
+    def open(self) -> DockerSandbox:
         self._client = connect(self.config)
         image = self._image()
         mounts = [_bind(self.workspace, WORKSPACE, writable=True)]

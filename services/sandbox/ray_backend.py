@@ -172,7 +172,7 @@ class RaySandbox(Sandbox):
     def python(self) -> str:
         return self._python
 
-    def open(self) -> "RaySandbox":
+    def open(self) -> RaySandbox:
         from services.sandbox.ray_host import trusted_digest
 
         connection = _connection

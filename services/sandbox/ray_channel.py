@@ -26,7 +26,8 @@ import ray
 THREADS = 64  # requests the controller forwards at once (an evaluation sends num_workers at a time)
 TAKE_WAIT_S = 0.5  # how long one take waits for a request; the channel notices a stop this often
 MAX_REPLY_BYTES = 256 * 2**20  # of one reply of the gateway
-PASSED_HEADERS = ("retry-after", "x-gateway-cost-usd")  # of the reply headers, those passed on (no cache hit: see core.py)
+PASSED_HEADERS = ("retry-after", "x-gateway-cost-usd")  # of the reply headers, those passed on (no cache hit: see
+                                                        # core.py)
 
 
 class Mailbox:
@@ -52,7 +53,7 @@ class Mailbox:
         """Up to `most` requests, waiting up to `wait_s` for the first."""
         try:
             batch = [await asyncio.wait_for(self._queue.get(), wait_s)]
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return []
         while len(batch) < most and not self._queue.empty():
             batch.append(self._queue.get_nowait())
@@ -75,7 +76,7 @@ class Channel:
         self._pool = ThreadPoolExecutor(THREADS, thread_name_prefix="ray-channel")
         self._thread = threading.Thread(target=self._take, name="ray-channel", daemon=True)
 
-    def start(self) -> "Channel":
+    def start(self) -> Channel:
         self._thread.start()
         return self
 

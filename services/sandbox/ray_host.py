@@ -123,7 +123,8 @@ class Door:
         data = reply.body.get("data") if reply.status == 200 else None
         if not isinstance(data, list):
             error = reply.body.get("error") if isinstance(reply.body.get("error"), dict) else {}
-            raise Refusal(reply.status if reply.status != 200 else 502, str(error.get("message", "no model list"))[:300],
+            raise Refusal(reply.status if reply.status != 200 else 502,
+                          str(error.get("message", "no model list"))[:300],
                           str(error.get("type", "bad_gateway"))[:50])
         return [m["id"] for m in data if isinstance(m, dict) and isinstance(m.get("id"), str)]
 

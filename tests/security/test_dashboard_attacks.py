@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 
 import pytest
+
 from test_dashboard import assert_inert, get, pages_of, runs, server  # noqa: F401  (runs, server: fixtures)
 
 
@@ -52,7 +53,8 @@ def test_planted_links_fifos_and_huge_transcripts_are_not_followed(runs, server)
     _, hostile = runs
     started = time.monotonic()
     planted = hostile["hostile"]
-    for node, expect in ((planted["symlink"], "No transcript: not shown"), (planted["fifo"], "No transcript: not shown"),
+    for node, expect in ((planted["symlink"], "No transcript: not shown"),
+                         (planted["fifo"], "No transcript: not shown"),
                          (planted["big_transcript"], "Cut here")):
         status, _, body = get(server, f"/runs/hostile/nodes/{node}")
         assert status == 200 and expect in body, node

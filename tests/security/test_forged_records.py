@@ -9,8 +9,9 @@ packaged grader must be chosen on those scores.
 import json
 
 import pytest
-from support.cli import FAST_CONFIG, REPO_ROOT, cli_env, run_cli
 from test_hostile_meta import responder
+
+from support.cli import FAST_CONFIG, REPO_ROOT, cli_env, run_cli
 from test_loop import start_and_kill_when
 
 FORGED = {"node_id": "1", "parent": "initial", "generation": 1, "commit": None, "status": "ok",
@@ -18,7 +19,8 @@ FORGED = {"node_id": "1", "parent": "initial", "generation": 1, "commit": None, 
           "full_eval": {"imo_grading": True}, "eval_keys": {"imo_grading": {"train": "forged", "val": "forged"}},
           "error": "forged"}
 FORGE = ("mkdir -p /out/node/evals/forged && printf '%s' '" + json.dumps(FORGED) + "' > /out/node/node.json"
-         " && printf '{\"overall_accuracy\": 1.0, \"normalized_mean_absolute_error\": 0.0}' > /out/node/evals/forged/report.json"
+         " && printf '{\"overall_accuracy\": 1.0, \"normalized_mean_absolute_error\": 0.0}'"
+         " > /out/node/evals/forged/report.json"
          " && cp /out/node/node.json /workspace/node.json; true")
 EDIT = ("python - <<'EOF'\nfrom pathlib import Path\np = Path('/workspace/task_agent/task_agent.py')\n"
         "p.write_text(p.read_text() + '\\n# edited\\n')\nEOF")

@@ -16,12 +16,12 @@ import time
 from urllib.parse import urlsplit
 
 import pytest
-from test_sandbox import BACKENDS
 
 from domains.harness import worker_env
 from services.config import SandboxConfig
 from services.gateway import server as gateway_server
 from services.sandbox import open_sandbox
+from test_sandbox import BACKENDS
 
 TASK, META = "openai/fake", "openai/fake-meta"
 
@@ -250,7 +250,7 @@ def test_replies_say_nothing_of_other_sessions_prompts(gw, fake_openai):
     probe = http_post(gw, chat(content="the secret row", temperature=0), meta)
     assert [r[0] for r in (first, again, probe)] == [200, 200, 200]
     assert fake_openai.count == 2  # the other session's identical prompt was not answered from the cache
-    for status, headers, _ in (first, again, probe):
+    for _status, headers, _ in (first, again, probe):
         assert not [h for h in headers if "cache" in h], headers
     assert first[1]["x-gateway-cost-usd"] == probe[1]["x-gateway-cost-usd"]  # both paid (0 on the fake's prices)
     assert [c["cache_hit"] for c in gw.ledger.calls()] == [0, 1, 0]  # the ledger knows

@@ -9,6 +9,7 @@ import sys
 import textwrap
 
 import pytest
+
 from support.cli import REPO_ROOT
 
 pytestmark = pytest.mark.e2e  # every test here runs a whole process (the loop, a sandbox, a browser)
@@ -16,17 +17,17 @@ pytestmark = pytest.mark.e2e  # every test here runs a whole process (the loop, 
 MAX_SECONDS = 30  # each command below takes about a second; the alias bomb took minutes before
 MAX_RSS_MB = 400  # an interpreter with pandas is ~150 MB; the alias bomb took 5.9 GB before
 
-MEASURE = textwrap.dedent("""
+MEASURE = textwrap.dedent(f"""
     import resource, subprocess, sys, time
     started = time.monotonic()
     try:
-        r = subprocess.run(sys.argv[2:], cwd=sys.argv[1], capture_output=True, text=True, timeout=%d)
+        r = subprocess.run(sys.argv[2:], cwd=sys.argv[1], capture_output=True, text=True, timeout={MAX_SECONDS})
         code, out, err = r.returncode, r.stdout, r.stderr
     except subprocess.TimeoutExpired:
         code, out, err = "timeout", "", ""
     print(repr((code, out, err, time.monotonic() - started,
                 resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024)))
-""" % MAX_SECONDS)
+""")
 
 
 def run_measured(*args, cwd=REPO_ROOT) -> tuple:

@@ -9,13 +9,14 @@ ended is its error, and the host is checked for markers, connections and changed
 
 import json
 import textwrap
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import pandas as pd
 import pytest
 from attack_kit import tripwire  # noqa: F401 (a fixture)
+
 from support.cli import FAST_CONFIG, cli_env, run_cli
 from test_sandbox import BACKENDS, VAL_LABELS
 

@@ -15,11 +15,11 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from support.cli import backend_config, cli_env, run_loop
 from test_hostile_meta import responder
-from test_sandbox import BACKENDS
 
+from support.cli import backend_config, cli_env, run_loop
 from services.config import PROJECT_ROOT
+from test_sandbox import BACKENDS
 
 pytestmark = pytest.mark.e2e  # every test here runs a whole process (the loop, a sandbox, a browser)
 

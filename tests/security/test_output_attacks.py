@@ -21,9 +21,10 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from test_hostile_meta import responder
+
 from support.cli import FAST_CONFIG, REPO_ROOT, backend_config, cli_env
 from test_dashboard import assert_inert, get, pages_of
-from test_hostile_meta import responder
 from test_sandbox import BACKENDS
 
 # What a terminal acts on: ESC, BEL, CSI (C1), and the bidi controls, as UTF-8 bytes; a byte that is

@@ -3,9 +3,9 @@
 from pathlib import Path
 
 import pytest
-from test_proofgrader import SyntheticRun, setup_repo
 
 from services.errors import UserError
+from test_proofgrader import SyntheticRun, setup_repo
 
 PAYLOAD = """
 import os

@@ -10,11 +10,11 @@ import time
 from pathlib import Path
 
 import pytest
-from support.cli import REPO_ROOT
-from test_sandbox import BACKENDS
 
+from support.cli import REPO_ROOT
 from services.config import SandboxConfig
 from services.sandbox.bwrap import CGROUP_PREFIX, BwrapSandbox, _pids_cgroup_root
+from test_sandbox import BACKENDS
 
 pytestmark = pytest.mark.e2e  # every test here runs a whole process (the loop, a sandbox, a browser)
 
@@ -100,7 +100,8 @@ def test_an_installed_copy_of_the_core_is_hidden_in_the_sandbox(installed_copy, 
 
 
 FILL = {"bytes": "for i in range(100):\n    open(f'/workspace/f{i}', 'wb').write(b'x' * 2**20)",
-        "files": "import os\nos.makedirs('/workspace/d')\nfor i in range(5000):\n    open(f'/workspace/d/{i}', 'w').close()"}
+        "files": "import os\nos.makedirs('/workspace/d')\n"
+                 "for i in range(5000):\n    open(f'/workspace/d/{i}', 'w').close()"}
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -4,6 +4,7 @@ from pathlib import Path
 
 import pytest
 from attack_table import SECURITY_MD, table_rows
+
 from conftest import ATTACKS
 
 HERE = Path(__file__).resolve().parent

@@ -14,6 +14,7 @@ import textwrap
 
 import pandas as pd
 import pytest
+
 from support.cli import FAST_CONFIG, cli_env, run_cli
 from test_sandbox import BACKENDS
 
@@ -88,7 +89,8 @@ def test_a_hostile_agent_learns_nothing_hidden_of_a_spec_domain(backend, tmp_pat
         pd.DataFrame({"qid": [f"{split}{i}" for i in range(ROWS)],
                       "Question": [f"What is the capital of country {i}?" for i in range(ROWS)],
                       "Answer": [f"{mark}-LABEL-{split}-{i}" for i in range(ROWS)],
-                      "Notes": [f"{mark}-NOTE-{split}-{i}" for i in range(ROWS)]}).to_csv(task / f"{split}.csv", index=False)
+                      "Notes": [f"{mark}-NOTE-{split}-{i}" for i in range(ROWS)]}
+                     ).to_csv(task / f"{split}.csv", index=False)
     spec = task / "secret.yaml"
     spec.write_text("name: secret_capitals\ndata: {train: train.csv, val: val.csv}\nid: qid\n"
                     "inputs: {question: Question}\nlabel: Answer\nhidden: [Answer, Notes]\nscorer: exact\n")

@@ -12,6 +12,7 @@ import time
 
 import pandas as pd
 import pytest
+
 from support.cli import FAST_CONFIG, REPO_ROOT, cli_env
 
 pytestmark = pytest.mark.e2e  # every test here runs a whole process (the loop, a sandbox, a browser)
