@@ -19,68 +19,14 @@ import pytest
 
 from support.cli import FAST_CONFIG, REPO_ROOT, cli_env, run_cli, run_loop
 from services.config import PROJECT_ROOT
+from support.scripted_loop import events, IMPROVE, loop_config, MARKER, META_ONLY, MUTATE_META, nodes, responder, start_and_kill_when
 
 pytestmark = pytest.mark.e2e  # every test here runs a whole process (the loop, a sandbox, a browser)
 
-DATA = PROJECT_ROOT / "domains" / "imo" / "data"
-MARKER = "GRADE-CAREFULLY-7"
-TRUTH = {r["Response"].strip(): r["Reward"] for split in ("train", "val", "test")
-         for r in pd.read_csv(DATA / f"gradingbench_filtered_100_{split}.csv").to_dict("records")}
 
-IMPROVE = {"tool_name": "editor", "tool_input": {
-    "command": "str_replace", "path": "/workspace/task_agent/task_agent.py",
-    "old_str": "You are an expert grader", "new_str": f"{MARKER} You are an expert grader"}}
 PROTECTED = {"tool_name": "bash", "tool_input": {
     "command": "mkdir -p /workspace/domains && echo 'cheat = 1' > /workspace/domains/metrics.py"}}
 BREAK = {"tool_name": "bash", "tool_input": {"command": "echo 'def broken(:' >> /workspace/task_agent/__init__.py"}}
-META_ONLY = {"tool_name": "bash", "tool_input": {"command": "echo '# notes' >> /workspace/meta_agent/__init__.py"}}
-
-
-def tool_call(action: dict) -> str:
-    return f"I will do this.\n<json>{json.dumps(action)}</json>"
-
-
-def responder(script: dict[int, list[dict]], meta_calls: list, by_iterations_left: bool = False):
-    """Meta runs follow `script[n]` for the n-th run (a run starts with a request that has no
-    assistant turn yet), or with `by_iterations_left`, `script[k]` for the run told that k
-    iterations are left (the same for a run redone after a kill); task prompts are graded
-    as described above."""
-    runs = []
-
-    def respond(request: dict) -> str:
-        messages = request["messages"]
-        opening = " ".join(str(m["content"]) for m in messages[:2])
-        if "/workspace" in opening and "/feedback" in opening:
-            meta_calls.append(request)
-            turn = sum(1 for m in messages if m["role"] == "assistant")
-            if turn == 0:
-                runs.append(len(runs) + 1)
-            if by_iterations_left:
-                left = int(opening.split("Iterations left in this run: ", 1)[1].split(".", 1)[0])
-                actions = script.get(left, [])
-            else:
-                actions = script.get(runs[-1], [])
-            return tool_call(actions[turn]) if turn < len(actions) else "Done: the change is in place."
-        user = str(messages[-1]["content"])
-        if "## Student's answer" in user:
-            answer = user.split("## Student's answer\n", 1)[1].rsplit("\n\nThink the verification", 1)[0]
-            label = TRUTH.get(answer.strip(), "Incorrect") if MARKER in user else "incorrect"
-            return f'<json>{{"response": "{label.lower()}"}}</json>'
-        return "ok"
-
-    return respond
-
-
-def loop_config(tmp_path, gateway: str = "") -> str:
-    text = (FAST_CONFIG.replace("gateway:\n", "gateway:\n" + gateway)
-            + "loop:\n  eval_samples: 20\n  meta_timeout_s: 120\n")
-    path = tmp_path / "loop.yaml"
-    path.write_text(text)
-    return str(path)
-
-
-def nodes(run_dir: Path) -> dict:
-    return {p.parent.name: json.loads(p.read_text()) for p in (run_dir / "nodes").glob("*/node.json")}
 
 
 def task_calls(run_dir: Path, node: str) -> int:
@@ -172,36 +118,8 @@ def test_screening_stages_from_the_config_stop_a_node_at_the_bar_it_misses(tmp_p
     assert task_calls(run_dir, "initial") == 12  # the second stage starts from the first one's 5 rows
 
 
-def events(run_dir: Path) -> list[dict]:
-    path = run_dir / "archive.jsonl"
-    out = []
-    for line in (path.read_text().splitlines() if path.exists() else []):
-        try:
-            out.append(json.loads(line))
-        except ValueError:
-            pass
-    return out
-
-
 def journal_rows(run_dir: Path) -> int:
     return sum(len(p.read_text().splitlines()) for p in (run_dir / "evals").glob("*/predictions.jsonl"))
-
-
-def start_and_kill_when(tmp_path, fake, args: list[str], ready, timeout=180) -> None:
-    """Start run_optimization, SIGKILL it as soon as `ready(run_dir)` holds."""
-    run_dir = tmp_path / "out" / "run"
-    proc = subprocess.Popen([sys.executable, "-m", "run_optimization", *args], cwd=REPO_ROOT, env=cli_env(fake),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + timeout
-    try:
-        while time.time() < deadline and proc.poll() is None:
-            if run_dir.exists() and ready(run_dir):
-                break
-            time.sleep(0.05)
-        assert proc.poll() is None, "the run ended before the kill point"
-    finally:
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
 
 
 def test_kills_at_any_step_lose_nothing_and_pay_nothing_twice(tmp_path, fake_openai):
@@ -294,11 +212,6 @@ def test_the_budget_stops_the_run_cleanly_and_a_resume_finishes_it(tmp_path, fak
     preflights = sum(1 for r in fake_openai.requests
                      if ((r.get("json") or {}).get("messages") or [{}])[-1].get("content") == "Reply with OK.")
     assert preflights == 2 * 2 and fake_openai.count - preflights == 40 + 1
-
-
-MUTATE_META = {"tool_name": "editor", "tool_input": {
-    "command": "str_replace", "path": "/workspace/meta_agent/meta_agent.py",
-    "old_str": "You improve an AI agent system", "new_str": "MUTATED META PROMPT. You improve an AI agent system"}}
 
 
 @pytest.mark.parametrize("baseline", [None, "no_selfimprove"])
