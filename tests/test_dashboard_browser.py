@@ -13,9 +13,9 @@ import urllib.request
 
 import pytest
 
-from support.cli import REPO_ROOT, cli_env
 from support.browser import chromium_missing, js_errors, open_browser, screenshot
-from test_loop import IMPROVE, MARKER, loop_config, responder
+from support.cli import REPO_ROOT, cli_env
+from support.scripted_loop import IMPROVE, MARKER, loop_config, responder
 
 pytestmark = [pytest.mark.e2e,
               pytest.mark.skipif(chromium_missing() is not None, reason=str(chromium_missing()))]

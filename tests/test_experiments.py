@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from support.cli import cli_env, run_cli, run_loop
-from test_loop import IMPROVE, MUTATE_META, loop_config, nodes, responder
+from support.scripted_loop import IMPROVE, MUTATE_META, loop_config, nodes, responder
 
 pytestmark = pytest.mark.e2e  # every test here runs a whole process (the loop, a sandbox, a browser)
 
@@ -41,7 +41,7 @@ def test_transfer_experiment_end_to_end_ensemble_transfer_and_analysis(tmp_path,
     """The paper's transfer experiment in small: a source run; an ensemble over its archive, which pays
     no call; a run from its meta agent (--transfer meta) beside one with the initial meta agent; their
     analysis with imp@k and a p-value; --transfer all keeps the task agent too."""
-    from test_loop import TRUTH
+    from support.scripted_loop import TRUTH
 
     calls, ledger_rows = fake_openai.count, ledger_count(source_run)
     r = run_cli("archive.ensemble", str(source_run), "--split", "val", "--top", "2")

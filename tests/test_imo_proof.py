@@ -14,8 +14,8 @@ import sys
 import pandas as pd
 import pytest
 
-from support.cli import FAST_CONFIG, cli_env, run_cli, run_loop
 from services.config import PROJECT_ROOT
+from support.cli import FAST_CONFIG, cli_env, run_cli, run_loop
 
 pytestmark = pytest.mark.e2e  # every test here runs a whole process (the loop, a sandbox, a browser)
 
@@ -181,7 +181,7 @@ def test_an_initial_agent_that_cannot_do_the_domain_is_refused(tmp_path, fake_op
 
 
 def test_one_run_optimizes_grading_and_proofs_together(tmp_path, fake_openai, proofgrader_dir, config):
-    from test_loop import IMPROVE, responder
+    from support.scripted_loop import IMPROVE, responder
 
     grading = responder({1: [IMPROVE]}, [])
 

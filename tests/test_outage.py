@@ -17,10 +17,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from support.cli import FAST_CONFIG, REPO_ROOT, cli_env, run_cli
 from fake_openai import FakeOpenAI
 from services.errors import EXIT_PROVIDER_DOWN
-from test_loop import IMPROVE, MARKER, responder
+from support.cli import FAST_CONFIG, REPO_ROOT, cli_env, run_cli
+from support.scripted_loop import IMPROVE, MARKER, responder
 
 pytestmark = pytest.mark.e2e  # every test here runs a whole process (the loop, a sandbox, a browser)
 

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from support.cli import REPO_ROOT, cli_env, run_cli
-from test_loop import IMPROVE, META_ONLY, events, loop_config, nodes, responder
+from support.scripted_loop import IMPROVE, META_ONLY, events, loop_config, nodes, responder
 
 pytestmark = pytest.mark.e2e  # every test here runs a whole process (the loop, a sandbox, a browser)
 

@@ -256,7 +256,7 @@ def test_a_loop_on_the_cluster_loses_a_node_and_ends_as_a_local_run_with_the_sam
     import sys
 
     from support.cli import REPO_ROOT, cli_env
-    from test_loop import IMPROVE, META_ONLY, events, loop_config, nodes, responder
+    from support.scripted_loop import IMPROVE, META_ONLY, events, loop_config, nodes, responder
 
     while len(cluster.worker_nodes) < 2:  # an earlier test removed one
         add_worker(cluster)

@@ -20,15 +20,14 @@ from pathlib import Path
 
 import pytest
 
-from support.cli import REPO_ROOT, cli_env, run_cli, run_loop
-from support.synthetic_run import make_run
-from test_loop import IMPROVE, MARKER, loop_config, responder
-
 from archive.records import Node
 from archive.store import Archive
 from optimizer.events import Events, NodeFinished, RunEnded, RunStarted, Warned
 from optimizer.trackers import Trackers
 from services.config import Config
+from support.cli import REPO_ROOT, cli_env, run_cli, run_loop
+from support.scripted_loop import IMPROVE, MARKER, loop_config, responder
+from support.synthetic_run import make_run
 
 PRICES = "  prices: {openai/fake: [1.0, 1.0], openai/fake-meta: [2.0, 2.0]}\n"
 W_AND_B_BLOCK = 32768

@@ -12,10 +12,10 @@ import docker
 import pytest
 from docker.types import Mount
 
-from support.cli import FAST_CONFIG, cli_env, run_cli
 from services.config import SandboxConfig
 from services.sandbox.leftovers import LABEL, LABEL_START, LABEL_UID, creator_labels
-from test_loop import start_and_kill_when
+from support.cli import FAST_CONFIG, cli_env, run_cli
+from support.scripted_loop import start_and_kill_when
 from test_sandbox import docker_ready
 
 pytestmark = pytest.mark.e2e  # every test here runs a whole process (the loop, a sandbox, a browser)

@@ -12,7 +12,7 @@ import pytest
 from test_hostile_meta import responder
 
 from support.cli import FAST_CONFIG, REPO_ROOT, cli_env, run_cli
-from test_loop import start_and_kill_when
+from support.scripted_loop import start_and_kill_when
 
 FORGED = {"node_id": "1", "parent": "initial", "generation": 1, "commit": None, "status": "ok",
           "scores": {"imo_grading": {"train": 1.0, "val": 1.0}}, "samples": {"imo_grading": {"train": 3, "val": 3}},
