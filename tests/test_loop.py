@@ -8,18 +8,22 @@ agent scores 1.0 and must be found, fully evaluated and selected.
 """
 
 import json
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
-import pandas as pd
 import pytest
 
-from support.cli import FAST_CONFIG, REPO_ROOT, cli_env, run_cli, run_loop
-from services.config import PROJECT_ROOT
-from support.scripted_loop import events, IMPROVE, loop_config, MARKER, META_ONLY, MUTATE_META, nodes, responder, start_and_kill_when
+from support.cli import cli_env, run_cli, run_loop
+from support.scripted_loop import (
+    IMPROVE,
+    MARKER,
+    META_ONLY,
+    MUTATE_META,
+    events,
+    loop_config,
+    nodes,
+    responder,
+    start_and_kill_when,
+)
 
 pytestmark = pytest.mark.e2e  # every test here runs a whole process (the loop, a sandbox, a browser)
 
