@@ -11,8 +11,8 @@ import time
 import pandas as pd
 import pytest
 
+from support.backends import BACKENDS
 from support.cli import FAST_CONFIG, REPO_ROOT, cli_env, run_cli
-from test_sandbox import BACKENDS
 
 pytestmark = pytest.mark.e2e  # every test here runs a whole process (the loop, a sandbox, a browser)
 

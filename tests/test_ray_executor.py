@@ -24,7 +24,7 @@ from services.config import Config  # noqa: E402
 from services.sandbox import Mount, SandboxLost, open_sandbox  # noqa: E402
 from services.sandbox.bwrap import bwrap_unavailable  # noqa: E402
 from services.sandbox.ray_backend import connect, describe_cluster  # noqa: E402
-from test_startup import free_port  # noqa: E402
+from support.little_servers import free_port  # noqa: E402
 
 pytestmark = [pytest.mark.ray, pytest.mark.e2e,
               pytest.mark.skipif(bwrap_unavailable() is not None, reason="the worker nodes need bubblewrap")]

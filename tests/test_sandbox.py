@@ -17,32 +17,8 @@ import pytest
 from services.config import PROJECT_ROOT, SandboxConfig
 from services.sandbox import open_sandbox
 from services.sandbox.base import WORKSPACE
+from support.backends import BACKENDS, VAL_LABELS
 from support.little_servers import GATEWAY_SAYS, HOST_SAYS, host_http_server, unix_http_server
-
-VAL_LABELS = PROJECT_ROOT / "domains" / "imo" / "data" / "gradingbench_filtered_100_val.csv"
-
-
-def docker_ready() -> str | None:
-    try:
-        from services.sandbox.docker_backend import engine_available
-    except ImportError as e:
-        return str(e)
-    problem = engine_available(SandboxConfig())
-    if problem:
-        return problem
-    import docker
-
-    try:
-        docker.from_env().images.get(SandboxConfig().docker_image)
-    except Exception:
-        return f"image {SandboxConfig().docker_image} is not built"
-    return None
-
-
-BACKENDS = [
-    "bwrap",
-    pytest.param("docker", marks=pytest.mark.skipif(bool(docker_ready()), reason=f"docker: {docker_ready()}")),
-]
 
 
 @pytest.fixture

@@ -7,6 +7,7 @@ import textwrap
 import pytest
 
 from support.cli import REPO_ROOT
+from support.little_servers import free_port
 
 # In a fresh interpreter: litellm's state is per process, and the tokenizer may be loaded here already.
 DEFERRED = textwrap.dedent("""
@@ -62,14 +63,6 @@ PROBE = textwrap.dedent("""
     print("relay's process" if any(a.endswith(b"relay.py") for a in cmdline) else "own process", "|", reply)
     sys.exit(3)
 """)
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_a_script_beside_the_relay_runs_in_its_process_and_others_in_their_own(tmp_path):

@@ -14,9 +14,9 @@ from docker.types import Mount
 
 from services.config import SandboxConfig
 from services.sandbox.leftovers import LABEL, LABEL_START, LABEL_UID, creator_labels
+from support.backends import docker_ready
 from support.cli import FAST_CONFIG, cli_env, run_cli
 from support.scripted_loop import start_and_kill_when
-from test_sandbox import docker_ready
 
 pytestmark = pytest.mark.e2e  # every test here runs a whole process (the loop, a sandbox, a browser)
 

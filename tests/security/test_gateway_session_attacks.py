@@ -21,7 +21,7 @@ from domains.harness import worker_env
 from services.config import SandboxConfig
 from services.gateway import server as gateway_server
 from services.sandbox import open_sandbox
-from test_sandbox import BACKENDS
+from support.backends import BACKENDS
 
 TASK, META = "openai/fake", "openai/fake-meta"
 

@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 from attack_kit import startup_hooks, tripwire  # noqa: F401 (a fixture)
 
-from support.cli import FAST_CONFIG, run_loop
 from services.config import PROJECT_ROOT
-from test_sandbox import BACKENDS
+from support.backends import BACKENDS
+from support.cli import FAST_CONFIG, run_loop
 
 pytestmark = pytest.mark.e2e  # every test here runs a whole process (the loop, a sandbox, a browser)
 

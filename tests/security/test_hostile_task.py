@@ -17,8 +17,8 @@ import pandas as pd
 import pytest
 from attack_kit import tripwire  # noqa: F401 (a fixture)
 
+from support.backends import BACKENDS, VAL_LABELS
 from support.cli import FAST_CONFIG, cli_env, run_cli
-from test_sandbox import BACKENDS, VAL_LABELS
 
 pytestmark = pytest.mark.e2e  # every test here runs a whole process (the loop, a sandbox, a browser)
 

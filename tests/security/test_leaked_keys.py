@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 from test_hostile_meta import responder
 
-from support.cli import backend_config, cli_env, run_loop
 from services.config import PROJECT_ROOT
-from test_sandbox import BACKENDS
+from support.backends import BACKENDS
+from support.cli import backend_config, cli_env, run_loop
 
 pytestmark = pytest.mark.e2e  # every test here runs a whole process (the loop, a sandbox, a browser)
 

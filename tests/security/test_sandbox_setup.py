@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from support.cli import REPO_ROOT
 from services.config import SandboxConfig
 from services.sandbox.bwrap import CGROUP_PREFIX, BwrapSandbox, _pids_cgroup_root
-from test_sandbox import BACKENDS
+from support.backends import BACKENDS
+from support.cli import REPO_ROOT
 
 pytestmark = pytest.mark.e2e  # every test here runs a whole process (the loop, a sandbox, a browser)
 

@@ -15,8 +15,8 @@ import textwrap
 import pandas as pd
 import pytest
 
+from support.backends import BACKENDS
 from support.cli import FAST_CONFIG, cli_env, run_cli
-from test_sandbox import BACKENDS
 
 PREFIX = ("QZV7", "SECRET")  # joined only at run time: the agent's source must not hold the markers
 ROWS = 4

@@ -61,3 +61,12 @@ def host_http_server():
     finally:
         server.shutdown()
         server.server_close()
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 nobody listens on (as of now)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
