@@ -16,6 +16,8 @@ import pytest  # noqa: E402
 
 from fake_anthropic import FakeAnthropic  # noqa: E402
 from fake_openai import FakeOpenAI  # noqa: E402
+# The dashboard fixtures (`runs`, `server`) of tests/test_dashboard.py and tests/security/.
+from support.dashboard import runs, server  # noqa: E402, F401
 
 ATTACKS = pytest.StashKey[dict]()  # description -> node ids of the attack tests collected
 

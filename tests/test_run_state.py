@@ -9,16 +9,16 @@ import sys
 import threading
 
 import pytest
-from support.cli import FAST_CONFIG, REPO_ROOT, cli_env, run_cli, run_loop
-from support.synthetic_run import make_run
-from test_analyze import write_run
-from test_dashboard import get
 
 from archive.dashboard import pages
 from archive.dashboard.reader import RunReader, in_flight_of
 from archive.dashboard.server import serve
 from archive.report import write_report
 from archive.run_state import Phase, RunState
+from support.cli import FAST_CONFIG, REPO_ROOT, cli_env, run_cli, run_loop
+from support.dashboard import get
+from support.synthetic_run import make_run
+from test_analyze import write_run
 
 
 def dead_pid() -> int:

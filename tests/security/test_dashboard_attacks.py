@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from test_dashboard import assert_inert, get, pages_of, runs, server  # noqa: F401  (runs, server: fixtures)
+from support.dashboard import assert_inert, get, pages_of
 
 
 @pytest.mark.attack("dashboard: agent text (patches, transcripts, predictions, file names, errors) carrying "

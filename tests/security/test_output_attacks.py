@@ -25,7 +25,7 @@ from test_hostile_meta import responder
 
 from support.backends import BACKENDS
 from support.cli import FAST_CONFIG, REPO_ROOT, backend_config, cli_env
-from test_dashboard import assert_inert, get, pages_of
+from support.dashboard import assert_inert, get, pages_of
 
 # What a terminal acts on: ESC, BEL, CSI (C1), and the bidi controls, as UTF-8 bytes; a byte that is
 # not UTF-8 on its own (what a name of such bytes would print). tqdm draws its bars with \r only.
