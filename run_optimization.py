@@ -38,7 +38,7 @@ from services.fsutil import hold_folder
 def build_parser() -> argparse.ArgumentParser:
     from archive.selection import STRATEGIES
 
-    ap = argparse.ArgumentParser(prog="python -m run_optimization", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m run_optimization", description=(__doc__ or "").split("\n\n")[0])
     ap.add_argument("--domain", nargs="+", default=None, help="one or more domains (imo_grading, imo_proof, ...)")
     ap.add_argument("--domain_spec", action="append", type=os.path.abspath, default=None, metavar="FILE",
                     help="a domain of your own, written as a YAML spec (README, Your own task); repeatable")

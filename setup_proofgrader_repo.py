@@ -312,7 +312,7 @@ def _litellm_requirement() -> str:
 
 # -- command line ------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="setup_proofgrader_repo", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="setup_proofgrader_repo", description=(__doc__ or "").split("\n\n")[0])
     source = ap.add_mutually_exclusive_group(required=True)
     source.add_argument("--proofautograder", action="store_true", help="package the ProofAutoGrader baseline")
     source.add_argument("--generate_dir", metavar="RUN", help="package the best grader of an imo_grading run")

@@ -274,7 +274,7 @@ def _ks(text: str) -> list[int]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m archive.analyze", description=__doc__.split("\n\n")[0],
+    ap = argparse.ArgumentParser(prog="python -m archive.analyze", description=(__doc__ or "").split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("paths", nargs="*", metavar="RUN_OR_GROUP", help="a run folder, or a folder of runs")
     ap.add_argument("--label", action="append", default=[], metavar="NAME=PATH[,NAME=PATH...]",

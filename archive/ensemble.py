@@ -320,7 +320,7 @@ def lines(summary: dict) -> list[str]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m archive.ensemble", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m archive.ensemble", description=(__doc__ or "").split("\n\n")[0])
     ap.add_argument("run", metavar="RUN", help="a run folder")
     ap.add_argument("--split", default="val", help="the split to combine predictions on (default val)")
     ap.add_argument("--domain", help="the domain, when the run has several")

@@ -138,8 +138,7 @@ class Node:
     seconds: dict[str, float] = field(default_factory=dict)  # phase (meta, check, eval, total) -> wall seconds
     patch: dict = field(default_factory=dict)  # files, insertions, deletions, dropped (protected paths)
     error: str | None = None
-    meta_error: str | None = None  # its meta agent failed, and its change was evaluated anyway (loop.meta_failure
-                                   # parent)
+    meta_error: str | None = None  # its meta agent failed; its change was evaluated anyway (meta_failure parent)
     created_at: str = field(default_factory=lambda: datetime.now().isoformat(timespec="seconds"))
 
     def to_dict(self) -> dict:

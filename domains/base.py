@@ -43,8 +43,7 @@ class Domain:
     score_key: str  # the report key the loop optimizes
     scorer: Scorer  # how predictions become the report (domains/scoring.py)
     data_dir: Path | None = None  # where subset files live; None: rows come from another run
-    stages: tuple[Stage, ...] = (Stage(10),)  # screening stages before the full evaluation (config loop.stages
-                                              # overrides)
+    stages: tuple[Stage, ...] = (Stage(10),)  # screening stages before the full evaluation (loop.stages overrides)
     model_role: str = "task"  # gateway role and default model alias of this domain's agent
     default_subset: str = ""
     loader: Callable | None = None  # subset suffix -> DataFrame, for data that is not one CSV per subset

@@ -29,7 +29,7 @@ def matches(prediction: str, label: str, how: str | None) -> bool:
 
 def main() -> int:
     files = sorted(DATA.glob("*_train.jsonl"))
-    ap = argparse.ArgumentParser(prog="try_agent", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="try_agent", description=(__doc__ or "").split("\n\n")[0])
     ap.add_argument("--domain", default=None, help=f"one of: {', '.join(f.name[:-12] for f in files)}")
     ap.add_argument("--rows", type=int, default=5, help="the first N train rows")
     ap.add_argument("--ids", default=None, help="comma-separated row ids instead of --rows")

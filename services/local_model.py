@@ -102,7 +102,8 @@ def weights_path(model: str) -> Path:
                         f"one lacks {', '.join(missing)}: set a provider key, or serve a model elsewhere "
                         "(see Models in the README)")
     found = importlib.util.find_spec(spec.package)
-    path = Path(found.submodule_search_locations[0]) / spec.weights if found else None
+    where = found.submodule_search_locations if found else None
+    path = Path(where[0]) / spec.weights if where else None
     if path is None or not path.is_file():
         raise UserError(f"the local model {model} needs its weights from the {spec.package.replace('_', '-')} "
                         f"package: {INSTALL}")
@@ -196,7 +197,7 @@ class LocalServer:
             try:
                 self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
             finally:
-                if log is not subprocess.DEVNULL:
+                if not isinstance(log, int):  # subprocess.DEVNULL is an int
                     log.close()
             self._stopping = False
             self._ended = threading.Event()
@@ -241,7 +242,9 @@ class LocalServer:
             # A crash closes the connection a moment before the process can be waited for.
             if self._ended.wait(0.5 if body is not None else 0):
                 how = "on its first completion" if body is not None else "while starting"
-                raise ModelServerExited(exit_line(self.model, self.proc.returncode, f" {how}")) from None
+                proc = self.proc
+                assert proc is not None and proc.returncode is not None  # _ended: its watcher has waited for it
+                raise ModelServerExited(exit_line(self.model, proc.returncode, f" {how}")) from None
             return False
 
     def stop(self) -> None:

@@ -28,7 +28,7 @@ def serve(args: argparse.Namespace):
     """Load the model and start serving; the server answers until the returned object is dropped."""
     import xllamacpp
 
-    params = xllamacpp.CommonParams()
+    params = xllamacpp.CommonParams()  # pyright: ignore[reportAttributeAccessIssue] - a compiled module, unread
     params.model.path = args.model
     params.model_alias = {args.alias}
     params.hostnames = ["127.0.0.1"]
@@ -42,11 +42,11 @@ def serve(args: argparse.Namespace):
     params.ui = False
     params.endpoint_slots = False  # it would show other requests' prompts to any local process
     params.cors_origins = f"http://127.0.0.1:{args.port}"  # no web page's script may call it (the default is *)
-    return xllamacpp.Server(params)
+    return xllamacpp.Server(params)  # pyright: ignore[reportAttributeAccessIssue] - a compiled module, unread
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     ap.add_argument("--model", required=True, help="the GGUF file")
     ap.add_argument("--alias", required=True, help="the model name requests use")
     ap.add_argument("--port", type=int, required=True)

@@ -167,8 +167,7 @@ class RunReader:
         self._seen: tuple | None = None
         self._data: RunData | None = None
         self._split_cache: dict[tuple, tuple] = {}
-        self._labels_cache: dict[tuple, tuple] = {}  # (key, id column, label column) -> (predictions.csv's stat,
-                                                     # labels)
+        self._labels_cache: dict[tuple, tuple] = {}  # (key, id col, label col) -> (predictions.csv's stat, labels)
         self._nodes: dict[str, tuple] = {}  # node id -> (its node.json's stat, the record read from it)
         self._ledger_marks: list | None = None
         self._ledger_cache: dict[tuple, object] = {}

@@ -178,8 +178,7 @@ def handler_for(dashboard: Dashboard, allowed_hosts: set[str], log=None):
                 return
             try:
                 status, kind, body = dashboard.respond(self.path)
-            except Exception as e:  # a bug of ours, or a run folder changing under the read: one line, not a thread
-                                    # dump
+            except Exception as e:  # a bug of ours, or a run folder changing under the read: one line, no dump
                 print(f"dashboard: {self.path[:200]}: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
                 status, kind, body = 500, "text/plain; charset=utf-8", b"the dashboard failed to read this page\n"
             self._send(status, kind, body, send_body)

@@ -94,7 +94,8 @@ def curate(path, out_dir=None) -> dict[str, Path]:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m domains.imo.curate_subsets", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m domains.imo.curate_subsets",
+                                description=(__doc__ or "").splitlines()[0])
     p.add_argument("path", type=Path, help="gradingbench.csv (e.g. from `python -m domains.imo.setup`)")
     p.add_argument("--out", type=Path, default=None, help="output folder (default: the input's folder)")
     args = p.parse_args(argv)

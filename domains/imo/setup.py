@@ -85,7 +85,7 @@ def download_upstream(dest, base_url: str = None, files=UPSTREAM_FILES, timeout:
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(prog="python -m domains.imo.setup", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m domains.imo.setup", description=(__doc__ or "").splitlines()[0])
     p.add_argument("--dest", type=Path, default=DEFAULT_DEST,
                    help=f"where the upstream files go (default: {DEFAULT_DEST})")
     p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT,

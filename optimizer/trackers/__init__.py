@@ -28,8 +28,8 @@ from services.errors import UserError
 from services.fsutil import atomic_write_json, read_below, read_bounded
 from services.user_files import parse_json
 
-NEEDS = {"mlflow": "mlflow", "wandb": "wandb", "tensorboard": "tensorboardX"}  # backend -> the module its extra
-                                                                               # installs
+# backend -> the module its extra installs
+NEEDS = {"mlflow": "mlflow", "wandb": "wandb", "tensorboard": "tensorboardX"}
 STATE_LIMIT = 16 * 2**20  # RUN/tracking/<backend>.json: a run id and a line per node
 
 

@@ -89,12 +89,17 @@ class Gateway:
 
     @property
     def url(self) -> str:
-        return self._listeners.url
+        return self._started().url
 
     @property
     def unix_socket(self) -> Path:
         """The gateway's Unix socket, for sandboxes (see inside/relay.py)."""
-        return self._listeners.unix_socket
+        return self._started().unix_socket
+
+    def _started(self) -> Listeners:
+        if self._listeners is None:
+            raise RuntimeError("the gateway is not started")
+        return self._listeners
 
     # -- who may call what -----------------------------------------------------------------
     def allow_models(self, *models: str) -> None:

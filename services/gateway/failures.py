@@ -37,8 +37,7 @@ def is_provider_failure(exc: Exception) -> bool:
     what the breaker counts, and what makes a harness row an infrastructure event, not the agent's."""
     lit = _litellm()
     if is_transient(exc) or isinstance(exc, (lit.AuthenticationError, lit.PermissionDeniedError,
-                                               lit.NotFoundError, UserError)):  # UserError: a local server that cannot
-                                                                                # start
+                                               lit.NotFoundError, UserError)):  # UserError: no local server
         return True
     status = getattr(exc, "status_code", None)
     return not (isinstance(status, int) and 400 <= status < 500)  # a 4xx left is the request's own fault

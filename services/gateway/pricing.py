@@ -47,6 +47,10 @@ class Pricing:
                                                                                        - self.input_usd)
 
 
+def _number(value: object) -> float | None:
+    """`value` when it is an int or a float (a bool is neither here), else None."""
+    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
 def _configured(info: dict, price: list[float]) -> dict:
     """litellm table keys (USD per token) for a configured price: [input, output] per 1M tokens, or [input,
     output, cached read, cache write]; with two, cached rates as DEFAULT_READ_RATIO says."""
@@ -56,9 +60,8 @@ def _configured(info: dict, price: list[float]) -> dict:
         read, write = per_token[2:]
     else:
         def ratio(key: str, default: float) -> float:
-            rate = info.get(key)
-            return rate / listed if type(rate) in (int, float) and type(listed) in (int, float) and listed > 0 \
-                else default
+            rate, base = _number(info.get(key)), _number(listed)
+            return rate / base if rate is not None and base is not None and base > 0 else default
         read, write = per_token[0] * ratio(_READ, DEFAULT_READ_RATIO), per_token[0] * ratio(_WRITE, DEFAULT_WRITE_RATIO)
     return {"input_cost_per_token": per_token[0], "output_cost_per_token": per_token[1], _READ: read, _WRITE: write}
 

@@ -29,8 +29,16 @@ import traceback
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from services.gateway.params import Refusal
+
+if TYPE_CHECKING:
+    from services.gateway.core import Gateway
+    # What _Bounded is mixed into, for the checker: at run time it is a plain mixin.
+    _Mixin = socketserver.ThreadingTCPServer
+else:
+    _Mixin = object
 
 SOCKET_DIR_PREFIX = "hyperagents-gw-"  # under the temp folder: a short path, as sun_path holds 108 bytes
 # A sandbox's worker holds one connection per thread (harness.num_workers), a Ray door at most 64.
@@ -83,7 +91,7 @@ class Listeners:
     With `host` None only the socket: a Ray worker node's door to the run's gateway
     (services/sandbox/ray_host.py), which opens no port. `log`: the file of gateway.log (None: no log)."""
 
-    def __init__(self, gateway, host: str | None, port: int = 0, log: Path | None = None):
+    def __init__(self, gateway: Gateway, host: str | None, port: int = 0, log: Path | None = None):
         handler = type("GatewayHandler", (_Handler,), {"gateway": gateway})
         self.log = _Log(log)
         self._deadlines = _Deadlines(self.log)
@@ -109,6 +117,8 @@ class Listeners:
 
     @property
     def url(self) -> str:
+        if self._server is None:
+            raise RuntimeError("this gateway listens on its socket only (no host)")
         host, port = self._server.server_address[:2]
         return f"http://{host}:{port}/v1"
 
@@ -220,7 +230,7 @@ class _Deadlines:
         self._stop.set()
 
 
-class _Bounded:
+class _Bounded(_Mixin):
     """What both listeners add to a threading server: the connection gates, deadlines and a quiet log."""
 
     closing = False  # set when the gateway stops: a request still in flight then has no one to answer
@@ -229,7 +239,7 @@ class _Bounded:
         self.gate, self.overall, self.deadlines, self.log = gate, overall, deadlines, log
         super().__init__(address, handler)
 
-    def process_request(self, request, client_address):
+    def process_request(self, request: socket.socket, client_address) -> None:
         """Serve the connection on a thread of its own, or, past a gate, answer 503 and close it here."""
         full = next((g for g in (self.gate, self.overall) if not g.enter()), None)
         if full is not None:
@@ -249,7 +259,7 @@ class _Bounded:
             self._leave()
             raise
 
-    def process_request_thread(self, request, client_address):
+    def process_request_thread(self, request: socket.socket, client_address) -> None:
         try:
             super().process_request_thread(request, client_address)
         finally:
@@ -285,7 +295,8 @@ class _UnixServer(_Bounded, socketserver.ThreadingMixIn, socketserver.UnixStream
 
 
 class _Handler(BaseHTTPRequestHandler):
-    gateway = None  # the Gateway it answers for: set on the subclass each gateway makes
+    gateway: Gateway  # the Gateway it answers for: set on the subclass each gateway makes
+    server: _Bounded
     protocol_version = "HTTP/1.1"
     # Headers and body go out in separate writes; with Nagle on, the body waits ~40 ms.
     disable_nagle_algorithm = True

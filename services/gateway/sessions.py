@@ -19,6 +19,7 @@ import re
 import secrets
 import threading
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from services.gateway.params import Refusal
@@ -45,7 +46,8 @@ class Session:
     provider_failures: int = 0  # calls that failed at the provider, or were refused once the breaker tripped
     failed_model: str | None = None  # the model of the last such failure
     revoked: str | None = None  # why its key is refused now
-    sandbox: object = field(default=None, repr=False, compare=False)  # a weak reference to the sandbox it lives in
+    # a weak reference to the sandbox it lives in
+    sandbox: Callable[[], object] | None = field(default=None, repr=False, compare=False)
 
     def why_revoked(self) -> str | None:
         """Why the key no longer answers (revoked, or its sandbox closed), or None while it does."""

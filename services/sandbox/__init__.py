@@ -12,6 +12,7 @@ interface.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from services.config import SandboxConfig
@@ -43,7 +44,7 @@ def choose_backend_why(config: SandboxConfig, dry_run: bool = False) -> tuple[st
     return choose_local_backend(config, dry_run)
 
 
-def open_sandbox(config: SandboxConfig, workspace: str | Path, mounts: list[Mount] = (),
+def open_sandbox(config: SandboxConfig, workspace: str | Path, mounts: Sequence[Mount] = (),
                  gateway_socket: Path | None = None, backend: str | None = None) -> Sandbox:
     """An unopened sandbox of `backend` (default: `choose_backend(config)`); use it with `with`."""
     backend = backend or choose_backend(config)

@@ -8,6 +8,7 @@ import argparse
 import time
 
 import docker
+import docker.errors
 import requests
 
 from services.config import SandboxConfig

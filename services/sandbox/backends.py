@@ -67,6 +67,7 @@ def prepare_docker(config: SandboxConfig, dry_run: bool = False) -> str | None:
     import time
 
     import docker
+    import docker.errors
 
     from services.sandbox.docker_backend import connect
     from services.sandbox.image import build_host_python_image

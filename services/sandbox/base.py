@@ -304,7 +304,7 @@ class _CappedReader(threading.Thread):
     def __init__(self, pipe, cap: int):
         super().__init__(daemon=True)
         self.pipe, self.cap, self.parts, self.size = pipe, cap, [], 0
-        self.over: threading.Event | None = None
+        self.over = threading.Event()  # replaced by the one both readers of a command share
 
     def run(self) -> None:
         try:

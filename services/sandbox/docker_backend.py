@@ -22,6 +22,7 @@ import weakref
 from pathlib import Path
 
 import docker
+import docker.errors
 import requests
 from docker.types import Mount as DockerMount
 from docker.types import Ulimit

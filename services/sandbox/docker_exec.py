@@ -21,6 +21,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 import docker
+import docker.errors
 from docker.transport import UnixHTTPAdapter
 
 from services.errors import UserError
@@ -72,14 +73,14 @@ class DockerProcess:
         while self.poll() is None:
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
-                raise subprocess.TimeoutExpired(self.args, timeout)
+                raise subprocess.TimeoutExpired(self.args, timeout or 0)
             pause = delay if left is None else min(delay, left)
             if self._demux.is_alive():
                 self._demux.join(pause)  # the stream ends when the command does: this returns at once then
             else:
                 time.sleep(pause)
             delay = min(delay * 2, 0.05)
-        return self.returncode
+        return self.poll() or 0  # not None: the loop above ended
 
     def abandon(self) -> None:
         """Drop output nobody reads any more, so the demultiplexer never waits on a full pipe forever."""

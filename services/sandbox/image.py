@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import docker
+import docker.errors
 from docker.utils import parse_repository_tag
 
 from services.errors import UserError

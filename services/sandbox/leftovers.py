@@ -73,6 +73,7 @@ def remove_dead_containers(client) -> list[str]:
     """Remove the containers whose maker is gone; their names. Errors are the engine's: a container
     removed meanwhile is skipped."""
     import docker
+    import docker.errors
 
     removed = []
     for container in client.api.containers(all=True, filters={"label": LABEL}):

@@ -22,12 +22,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import ray
+import ray.exceptions
 
 THREADS = 64  # requests the controller forwards at once (an evaluation sends num_workers at a time)
 TAKE_WAIT_S = 0.5  # how long one take waits for a request; the channel notices a stop this often
 MAX_REPLY_BYTES = 256 * 2**20  # of one reply of the gateway
-PASSED_HEADERS = ("retry-after", "x-gateway-cost-usd")  # of the reply headers, those passed on (no cache hit: see
-                                                        # core.py)
+# Of the reply headers, those passed on (no cache hit: see core.py).
+PASSED_HEADERS = ("retry-after", "x-gateway-cost-usd")
 
 
 class Mailbox:

@@ -130,6 +130,7 @@ class Door:
 
     def _ask(self, kind: str, api_key: str, body: dict | None) -> Reply:
         import ray
+        import ray.exceptions
 
         try:
             status, answer, headers = ray.get(self.mailbox.ask.remote(kind, api_key, body), timeout=self.timeout)
@@ -164,6 +165,7 @@ class SandboxHost:
         (mailbox, max_request_mb, timeout) when it reaches the gateway. What the controller needs
         to know of it: its interpreter, backend and node."""
         import ray
+        import ray.exceptions
 
         if self.config.backend == "none":
             raise UserError("sandbox.backend none cannot run on a Ray node")

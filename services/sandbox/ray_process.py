@@ -50,7 +50,7 @@ class RemoteProcess:
         while self.returncode is None:
             step = WAIT_STEP_S if deadline is None else min(WAIT_STEP_S, deadline - time.monotonic())
             if step <= 0:
-                raise subprocess.TimeoutExpired(self.args, timeout)
+                raise subprocess.TimeoutExpired(self.args, timeout or 0)
             try:
                 self._ended(self.call("wait", step))
             except RuntimeError:  # SandboxClosed (its node is gone), or its host failed
