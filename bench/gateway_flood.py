@@ -30,9 +30,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
-from fake_openai import FakeOpenAI  # noqa: E402
 from services.config import Config  # noqa: E402
 from services.gateway import open_gateway  # noqa: E402
+from support.fake_openai import FakeOpenAI  # noqa: E402
 
 
 def rss_mb() -> float:

@@ -28,7 +28,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "bench")]
 
 from harness_throughput import run_watched  # noqa: E402
 
-from fake_openai import FakeOpenAI  # noqa: E402
+from support.fake_openai import FakeOpenAI  # noqa: E402
 
 TARGET_S = 1.5  # issue 28: under 1.5 s of framework per generation (before the plain client inside: 4.0 s)
 EDIT = {"tool_name": "editor", "tool_input": {"command": "str_replace", "path": "/workspace/task_agent/task_agent.py",

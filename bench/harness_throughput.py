@@ -63,7 +63,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
-from fake_openai import CHAT_PATHS, FakeOpenAI  # noqa: E402
+from support.fake_openai import CHAT_PATHS, FakeOpenAI  # noqa: E402
 
 REPLY = '<json>{"response": "Partial"}</json>'
 RATIO_TARGET = 1.15  # sampling wall time / ideal
@@ -590,7 +590,7 @@ def main(argv=None) -> int:
     ap.add_argument("--workers", type=int, default=10, help="rows evaluated in parallel")
     ap.add_argument("--latency", type=float, default=0.2, help="seconds the fake provider takes per call")
     ap.add_argument("--fake_nagle", action="store_true",
-                    help="leave Nagle on in the fake server, as tests/fake_openai.py ships")
+                    help="leave Nagle on in the fake server, as tests/support/fake_openai.py ships")
     ap.add_argument("--no_bare", action="store_true",
                     help="skip the side-by-side run of the same requests from the bare agent client")
     ap.add_argument("--reference", metavar="DIR", default=None,

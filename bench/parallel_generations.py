@@ -43,7 +43,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from fake_openai import FakeOpenAI  # noqa: E402
+from support.fake_openai import FakeOpenAI  # noqa: E402
 
 GENERATIONS = 8
 # Speed-up of --parallel 4 over --parallel 1: (executor, whether calls take 10 s or more) -> target.

@@ -10,7 +10,7 @@ tool results in it are what those tools printed; the paths of the temporary fold
 /workspace and /evals.
 
 The replay sends each of the 40 requests (the conversation up to that call) as the meta agent sends it,
-to a gateway whose meta model is Claude Sonnet 4.5 at tests/fake_anthropic.py, which keeps a prompt
+to a gateway whose meta model is Claude Sonnet 4.5 at tests/support/fake_anthropic.py, which keeps a prompt
 cache as Anthropic's does and answers with the recorded replies. For caching off and on it prints the
 prompt tokens billed at the full input price, read from the cache and written to it, and the dollars of
 one generation's meta agent at Sonnet 4.5's prices (litellm's table, as the gateway's ledger books them),
@@ -38,10 +38,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
-from fake_anthropic import FakeAnthropic  # noqa: E402
-from fake_openai import FakeOpenAI  # noqa: E402
 from services.config import Config  # noqa: E402
 from services.gateway import open_gateway  # noqa: E402
+from support.fake_anthropic import FakeAnthropic  # noqa: E402
+from support.fake_openai import FakeOpenAI  # noqa: E402
 
 LOOP = Path(__file__).with_name("token_economy_loop.json")
 CLAUDE = "anthropic/claude-sonnet-4-5"

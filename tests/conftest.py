@@ -14,10 +14,10 @@ for path in (str(REPO_ROOT), str(TESTS_DIR)):
 
 import pytest  # noqa: E402
 
-from fake_anthropic import FakeAnthropic  # noqa: E402
-from fake_openai import FakeOpenAI  # noqa: E402
 # The dashboard fixtures (`runs`, `server`) of tests/test_dashboard.py and tests/security/.
 from support.dashboard import runs, server  # noqa: E402, F401
+from support.fake_anthropic import FakeAnthropic  # noqa: E402
+from support.fake_openai import FakeOpenAI  # noqa: E402
 
 ATTACKS = pytest.StashKey[dict]()  # description -> node ids of the attack tests collected
 
@@ -59,7 +59,7 @@ def fake_openai(fake_openai_session):
 
 @pytest.fixture
 def fake_anthropic():
-    """A fake Anthropic Messages API with its own, empty prompt cache (tests/fake_anthropic.py)."""
+    """A fake Anthropic Messages API with its own, empty prompt cache (tests/support/fake_anthropic.py)."""
     with FakeAnthropic() as server:
         yield server
 

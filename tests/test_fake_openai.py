@@ -7,7 +7,7 @@ import urllib.request
 import litellm
 import pytest
 
-from fake_openai import DEFAULT_REPLY, FakeOpenAI
+from support.fake_openai import DEFAULT_REPLY, FakeOpenAI
 
 litellm.suppress_debug_info = True
 

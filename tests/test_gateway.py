@@ -475,7 +475,7 @@ def test_a_request_the_provider_refuses_is_not_a_provider_failure(gateway_factor
 
 
 def test_a_dead_provider_trips_the_breaker_with_the_connection_error(gateway_factory, monkeypatch):
-    from fake_openai import FakeOpenAI
+    from support.fake_openai import FakeOpenAI
 
     server = FakeOpenAI().start()
     monkeypatch.setenv("OPENAI_API_BASE", server.base_url)

@@ -10,8 +10,8 @@ import pytest
 from agent.base_agent import AgentSystem
 from agent.tool_loop import chat_with_tools
 from agent.tools import bash, editor
-from fake_openai import FakeOpenAI
 from meta_agent import MetaAgent
+from support.fake_openai import FakeOpenAI
 
 MODEL = "openai/fake"
 

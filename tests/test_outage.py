@@ -1,6 +1,6 @@
 """A provider that fails is an infrastructure event, never the agent's answer (issue 26).
 
-The provider is a real local server (tests/fake_openai.py) of the test's own, stopped by its
+The provider is a real local server (tests/support/fake_openai.py) of the test's own, stopped by its
 handle in the middle of a run: the run stops with one line and a non-zero exit, keeps nothing
 from the rows the outage touched, and a resume with the provider back finishes every row
 without paying twice for one. What counts as a provider failure is the gateway's to say, from
@@ -17,9 +17,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from fake_openai import FakeOpenAI
 from services.errors import EXIT_PROVIDER_DOWN
 from support.cli import FAST_CONFIG, REPO_ROOT, cli_env, run_cli
+from support.fake_openai import FakeOpenAI
 from support.scripted_loop import IMPROVE, MARKER, responder
 
 pytestmark = pytest.mark.e2e  # every test here runs a whole process (the loop, a sandbox, a browser)

@@ -1,5 +1,5 @@
 """Prompt caching end to end: a real gateway forwarding with litellm to a fake Anthropic API that keeps a
-prompt cache as the real one does (tests/fake_anthropic.py), and the ledger that books and prices it."""
+prompt cache as the real one does (tests/support/fake_anthropic.py), and the ledger that books and prices it."""
 
 import http.client
 import json

@@ -19,11 +19,11 @@ os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 ray = pytest.importorskip("ray")
 
-from fake_openai import DEFAULT_REPLY  # noqa: E402
 from services.config import Config  # noqa: E402
 from services.sandbox import Mount, SandboxLost, open_sandbox  # noqa: E402
 from services.sandbox.bwrap import bwrap_unavailable  # noqa: E402
 from services.sandbox.ray_backend import connect, describe_cluster  # noqa: E402
+from support.fake_openai import DEFAULT_REPLY  # noqa: E402
 from support.little_servers import free_port  # noqa: E402
 
 pytestmark = [pytest.mark.ray, pytest.mark.e2e,

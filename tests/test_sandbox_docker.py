@@ -103,8 +103,8 @@ def test_files_the_host_adds_after_open_become_writable_inside(workspace):
 @pytest.mark.e2e
 def test_a_loop_generation_runs_in_docker(tmp_path):
     """The loop with the docker backend: meta agent, then the evaluation worker."""
-    from fake_openai import FakeOpenAI
     from support.cli import FAST_CONFIG, run_loop
+    from support.fake_openai import FakeOpenAI
     from support.scripted_loop import IMPROVE, responder
 
     config = tmp_path / "docker.yaml"

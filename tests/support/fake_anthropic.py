@@ -33,14 +33,13 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import socket
-import sys
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from support.fake_http import FakeServer, Handler
 
 Responder = Callable[[dict], Any]
 
@@ -154,34 +153,23 @@ class PromptCache:
             self._entries.clear()
 
 
-class _QuietServer(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        if not isinstance(sys.exc_info()[1], OSError):  # a client hanging up is expected; a bug is shown
-            super().handle_error(request, client_address)
-
-
-class FakeAnthropic:
+class FakeAnthropic(FakeServer):
     """Anthropic's Messages API on 127.0.0.1 with scripted replies and a prompt cache."""
 
+    thread_name = "fake-anthropic"
+
     def __init__(self, responder: Responder | None = None, min_tokens: int = SONNET_MIN_TOKENS):
+        super().__init__()
         self.requests: list[dict] = []  # one record per HTTP request, in arrival order
         self.usages: list[dict] = []  # the usage of each answered request, in order
         self._offset = 0.0  # seconds `advance` moved the cache's clock on
         self.cache = PromptCache(min_tokens, lambda: time.monotonic() + self._offset)
         self._responder: Responder = responder or (lambda body: DEFAULT_REPLY)
-        self._lock = threading.Lock()
-        self._httpd: ThreadingHTTPServer | None = None
-        self._connections: set[socket.socket] = set()
-        self._thread: threading.Thread | None = None
 
     @property
     def base_url(self) -> str:
         """Where litellm's Anthropic provider reaches it (ANTHROPIC_API_BASE or api_base)."""
-        if self._httpd is None:
-            raise RuntimeError("FakeAnthropic is not started")
-        return f"http://127.0.0.1:{self._httpd.server_address[1]}"
+        return f"http://127.0.0.1:{self.port}"
 
     @property
     def count(self) -> int:
@@ -219,36 +207,8 @@ class FakeAnthropic:
             self._responder = lambda body: DEFAULT_REPLY
         self.cache.clear()
 
-    def start(self) -> FakeAnthropic:
-        if self._httpd is None:
-            self._httpd = _QuietServer(("127.0.0.1", 0), _make_handler(self))
-            self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05},
-                                            name="fake-anthropic", daemon=True)
-            self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        httpd, self._httpd = self._httpd, None
-        if httpd is None:
-            return
-        httpd.shutdown()
-        httpd.server_close()
-        with self._lock:  # idle keep-alive handlers would go on answering pooled connections
-            connections, self._connections = self._connections, set()
-        for conn in connections:
-            try:
-                conn.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-            self._thread = None
-
-    def __enter__(self) -> FakeAnthropic:
-        return self.start()
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
+    def handler_class(self) -> type[Handler]:
+        return _Handler
 
     def answer(self, body: dict) -> dict:
         """The message answering a request body; BadRequest where the API refuses it."""
@@ -276,53 +236,26 @@ def _error(kind: str, message: str) -> dict:
     return {"type": "error", "error": {"type": kind, "message": message}}
 
 
-def _make_handler(server: FakeAnthropic) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"  # keep-alive, as real clients expect
+class _Handler(Handler):
+    fake: FakeAnthropic
+    # Headers and body go out as two writes: with Nagle's algorithm on, the body waits for the
+    # client's delayed ACK, 40 ms a reply.
+    disable_nagle_algorithm = True
 
-        def setup(self) -> None:
-            super().setup()
-            # Headers and body go out as two writes: without this, Nagle's algorithm holds the body back until
-            # the client's delayed ACK, 40 ms a reply.
-            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            with server._lock:
-                server._connections.add(self.connection)
-
-        def finish(self) -> None:
-            with server._lock:
-                server._connections.discard(self.connection)
-            super().finish()
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass  # quiet: tests and benchmarks read stderr
-
-        def do_POST(self) -> None:
-            path = self.path.split("?", 1)[0]
-            raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            try:
-                body = json.loads(raw) if raw else None
-            except ValueError:
-                body = None
-            headers = {k.lower(): v for k, v in self.headers.items()}
-            with server._lock:
-                server.requests.append({"path": path, "headers": headers, "json": body, "time": time.time()})
-            if path not in MESSAGES_PATHS:
-                return self._send(404, _error("not_found_error", f"no route {path}"))
-            if not headers.get("x-api-key") and not headers.get("authorization"):
-                return self._send(401, _error("authentication_error", "x-api-key header is required"))
-            if not isinstance(body, dict):
-                return self._send(400, _error("invalid_request_error", "the body must be a JSON object"))
-            try:
-                self._send(200, server.answer(body))
-            except BadRequest as e:
-                self._send(400, _error("invalid_request_error", str(e)))
-
-        def _send(self, status: int, payload: dict) -> None:
-            data = json.dumps(payload).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-    return Handler
+    def do_POST(self) -> None:
+        server = self.fake
+        path = self.route()
+        body = self.read_json()
+        headers = self.lower_headers()
+        with server._lock:
+            server.requests.append({"path": path, "headers": headers, "json": body, "time": time.time()})
+        if path not in MESSAGES_PATHS:
+            return self.send_json(404, _error("not_found_error", f"no route {path}"))
+        if not headers.get("x-api-key") and not headers.get("authorization"):
+            return self.send_json(401, _error("authentication_error", "x-api-key header is required"))
+        if not isinstance(body, dict):
+            return self.send_json(400, _error("invalid_request_error", "the body must be a JSON object"))
+        try:
+            self.send_json(200, server.answer(body))
+        except BadRequest as e:
+            self.send_json(400, _error("invalid_request_error", str(e)))
