@@ -51,11 +51,26 @@ def _sources() -> dict[str, Path]:
 SOURCES = _sources()
 
 
-def _imports(path: Path) -> list[tuple[str, int]]:
+def _type_only(tree: ast.Module) -> set[int]:
+    """The ids of the import nodes under an `if TYPE_CHECKING:`: read by the type checker, never run."""
+    blocks = [n for n in ast.walk(tree) if isinstance(n, ast.If) and
+              ((isinstance(n.test, ast.Name) and n.test.id == "TYPE_CHECKING")
+               or (isinstance(n.test, ast.Attribute) and n.test.attr == "TYPE_CHECKING"))]
+    return {id(n) for block in blocks for stmt in block.body for n in ast.walk(stmt)
+            if isinstance(n, (ast.Import, ast.ImportFrom))}
+
+
+def _imports(path: Path, typing: bool = True) -> list[tuple[str, int]]:
     """(module, line) of every import in the file, at any depth; `from a import b` is a.b when
-    a.b is a module of the project, else a."""
+    a.b is a module of the project, else a. `typing=False` leaves out imports only the type
+    checker reads (under `if TYPE_CHECKING:`): they make no cycle at run time, but they still
+    may only run down the layers."""
     found = []
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    tree = ast.parse(path.read_text(), str(path))
+    skip = set() if typing else _type_only(tree)
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
         if isinstance(node, ast.Import):
             found += [(alias.name, node.lineno) for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
@@ -76,7 +91,7 @@ def _layer(module: str) -> int | None:
     return LAYERS.get(module.split(".")[0])
 
 
-GRAPH = {m: sorted({t for name, _ in _imports(p) if (t := _project_module(name)) and t != m})
+GRAPH = {m: sorted({t for name, _ in _imports(p, typing=False) if (t := _project_module(name)) and t != m})
          for m, p in SOURCES.items()}
 
 
@@ -181,3 +196,39 @@ def test_config_accepts_exactly_the_promotion_rules_the_archive_has():
 
     assert tuple(RULES) == tuple(PROMOTION_RULES)
     assert tuple(BEST_RULES) == tuple(BEST_CHOICES)
+
+
+# Inside domains/: the framework (the modules of domains/ itself, domains/base.py first, and the
+# harness) is what each bundled domain's package builds on. The framework's foundation and the
+# harness name no bundled domain (the registry, the AnswerBench domains and the harness's command
+# line do, above them), and no bundled domain imports another; type-only imports count too.
+BUNDLED = sorted(f"domains.{p.name}" for p in (PROJECT_ROOT / "domains").iterdir()
+                 if (p / "__init__.py").is_file() and p.name != "harness")
+FOUNDATION = ("domains.base", "domains.harness")
+ASSEMBLERS = ("domains.harness.__main__",)  # the harness's command line looks domains up by name
+
+
+def _bundled(module: str) -> str | None:
+    return next((b for b in BUNDLED if module == b or module.startswith(b + ".")), None)
+
+
+def test_inside_domains_imports_run_from_the_bundled_domains_down_to_the_framework():
+    assert {"domains.imo", "domains.aime2025"} <= set(BUNDLED)
+    wrong = []
+    for module, path in SOURCES.items():
+        own = _bundled(module)
+        below = module.startswith(FOUNDATION) and module not in ASSEMBLERS
+        if not (own or below):
+            continue
+        for name, line in _imports(path):
+            theirs = _bundled(_project_module(name) or "")
+            if theirs and theirs != own:
+                wrong.append(f"{path.relative_to(PROJECT_ROOT)}:{line} imports {name}")
+    assert not wrong, "imports that run up inside domains/:\n" + "\n".join(wrong)
+
+
+def test_a_type_only_import_makes_no_cycle_but_still_counts_for_layers(tmp_path):
+    source = tmp_path / "m.py"
+    source.write_text("from typing import TYPE_CHECKING\nimport a\nif TYPE_CHECKING:\n    import b\n")
+    assert [m for m, _ in _imports(source)] == ["typing", "a", "b"]
+    assert [m for m, _ in _imports(source, typing=False)] == ["typing", "a"]

@@ -5,8 +5,7 @@ sessions.py), replayed from the cache, or held against the budget, marked for th
 prompt cache once its replay key is taken (caching.py) and forwarded with litellm, with retries
 of transient errors; each is booked to the ledger (usage.py). Each session counts its calls that
 failed at the provider, so the harness knows which rows met an outage; the breaker (breaker.py)
-stops every call once a provider is down.
-"""
+stops every call once a provider is down."""
 
 from __future__ import annotations
 
@@ -89,17 +88,14 @@ class Gateway:
 
     @property
     def url(self) -> str:
-        return self._started().url
+        assert self._listeners, "the gateway is not started"
+        return self._listeners.url
 
     @property
     def unix_socket(self) -> Path:
         """The gateway's Unix socket, for sandboxes (see inside/relay.py)."""
-        return self._started().unix_socket
-
-    def _started(self) -> Listeners:
-        if self._listeners is None:
-            raise RuntimeError("the gateway is not started")
-        return self._listeners
+        assert self._listeners, "the gateway is not started"
+        return self._listeners.unix_socket
 
     # -- who may call what -----------------------------------------------------------------
     def allow_models(self, *models: str) -> None:
