@@ -1,7 +1,6 @@
 """setup_proofgrader_repo: the package it builds, installed on its own, and the node it picks."""
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -12,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from archive.grader_choice import Candidate, choose, ranking_lines
-from support.cli import REPO_ROOT, cli_env
 from setup_proofgrader_repo import namespace_imports
+from support.cli import cli_env
+from support.proofgrader_runs import SyntheticRun, setup_repo
 
 GRADING_INPUTS = {"problem": "Show that 1 + 1 = 2.", "solution": "By definition.",
                   "grading_guidelines": "Full marks for citing the definition.", "student_answer": "It is so."}
@@ -40,11 +40,6 @@ def test_imports_move_under_the_proofgrader_namespace():
         def f():
             from proofgrader.agent import base_agent
     """)
-
-
-def setup_repo(*args, cwd: Path):
-    return subprocess.run([sys.executable, "-m", "setup_proofgrader_repo", *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=300, env={**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"})
 
 
 def fresh_venv(path: Path) -> Path:
@@ -141,45 +136,6 @@ def test_the_printed_ranking_follows_the_rule():
     assert [line.split()[1] for line in paper[5:8]] == ["b", "c", "a"]  # equal accuracy: archive order
     assert [line.split()[1] for line in full[1:4]] == ["c", "b", "a"]
     assert [line.split()[1] for line in full[5:8]] == ["c", "b", "a"]  # equal accuracy: lower MAE first
-
-
-class SyntheticRun:
-    """A run folder as the loop leaves it: run.json, the git repository, node records, eval reports."""
-
-    def __init__(self, root: Path, model: str = "openai/fake-task"):
-        from archive.store import Archive
-        from services.workspace import RunRepo
-
-        self.dir = root / "run"
-        self.dir.mkdir(parents=True)
-        (self.dir / "run.json").write_text(json.dumps({"domains": ["imo_grading"],
-                                                       "config": {"models": {"task": model}}}))
-        self.repo = RunRepo.create(self.dir / "repo", REPO_ROOT)
-        self.archive = Archive(self.dir)
-
-    def node(self, node_id: str, val: tuple | None, full: bool = True, status: str = "ok", code: str = "",
-             test: tuple | None = None):
-        """A node whose task_agent/task_agent.py ends with `# node <id>` (plus `code`)."""
-        from archive.eval_store import EvalStore
-        from archive.records import Node
-        from services.workspace import discard
-
-        workspace = self.repo.checkout(self.repo.node_commit("initial"), self.dir / "workspaces" / node_id)
-        target = workspace / "task_agent" / "task_agent.py"
-        target.write_text(target.read_text() + f"\n# node {node_id}\n{code}")
-        commit = self.repo.capture(workspace, self.repo.node_commit("initial"), node_id).commit
-        discard(workspace)
-        keys = {}
-        for split, scores in (("train", val), ("val", val), ("test", test)):
-            if scores is None or (split != "train" and not full):
-                continue
-            key = EvalStore.key(node_id, "imo_grading", split, 0, "synthetic")
-            keys[split] = key
-            (self.dir / "evals" / key).mkdir(parents=True)
-            (self.dir / "evals" / key / "report.json").write_text(json.dumps(
-                {"overall_accuracy": scores[1], "normalized_mean_absolute_error": scores[0]}))
-        self.archive.record(Node(node_id, "initial", len(self.archive.nodes), commit=commit, status=status,
-                                 full_eval={"imo_grading": full}, eval_keys={"imo_grading": keys}))
 
 
 def test_generate_dir_packages_the_chosen_nodes_code(tmp_path):

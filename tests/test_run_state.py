@@ -17,8 +17,8 @@ from archive.report import write_report
 from archive.run_state import Phase, RunState
 from support.cli import FAST_CONFIG, REPO_ROOT, cli_env, run_cli, run_loop
 from support.dashboard import get
+from support.small_runs import write_run
 from support.synthetic_run import make_run
-from test_analyze import write_run
 
 
 def dead_pid() -> int:

@@ -9,9 +9,9 @@ packaged grader must be chosen on those scores.
 import json
 
 import pytest
-from test_hostile_meta import responder
 
 from support.cli import FAST_CONFIG, REPO_ROOT, cli_env, run_cli
+from support.hostile_model import responder
 from support.scripted_loop import start_and_kill_when
 
 FORGED = {"node_id": "1", "parent": "initial", "generation": 1, "commit": None, "status": "ok",

@@ -15,11 +15,11 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from test_hostile_meta import responder
 
 from services.config import PROJECT_ROOT
 from support.backends import BACKENDS
 from support.cli import backend_config, cli_env, run_loop
+from support.hostile_model import responder
 
 pytestmark = pytest.mark.e2e  # every test here runs a whole process (the loop, a sandbox, a browser)
 

@@ -21,11 +21,11 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from test_hostile_meta import responder
 
 from support.backends import BACKENDS
 from support.cli import FAST_CONFIG, REPO_ROOT, backend_config, cli_env
 from support.dashboard import assert_inert, get, pages_of
+from support.hostile_model import responder
 
 # What a terminal acts on: ESC, BEL, CSI (C1), and the bidi controls, as UTF-8 bytes; a byte that is
 # not UTF-8 on its own (what a name of such bytes would print). tqdm draws its bars with \r only.

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from services.errors import UserError
-from test_proofgrader import SyntheticRun, setup_repo
+from support.proofgrader_runs import SyntheticRun, setup_repo
 
 PAYLOAD = """
 import os
