@@ -19,11 +19,12 @@ import importlib.util
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from archive.records import Node
 from optimizer.events import Events, NodeFinished, RunEnded, RunStarted, Warned
 from optimizer.trackers.content import best_metrics, cut, node_metrics, node_record
-from services.config import Config
+from services.config import Config, TrackingConfig
 from services.errors import UserError
 from services.fsutil import atomic_write_json, read_below, read_bounded
 from services.user_files import parse_json
@@ -41,7 +42,19 @@ def require(backends: list[str]) -> None:
                         f"pip install -e \".[{','.join(missing)}]\"")
 
 
-def _backend(name: str):
+class Tracker(Protocol):
+    """What a backend does for the run: open (or reopen) its run, log a node, mark the best, close."""
+
+    name: str
+
+    def start(self, kept: dict, run_record: dict) -> dict: ...
+    def node(self, step: int, node_id: str, metrics: dict[str, float], record: dict, patch: str) -> None: ...
+    def best(self, step: int, node_id: str, metrics: dict[str, float]) -> None: ...
+    def finish(self, ended: str) -> None: ...
+
+
+def _backend(name: str) -> Callable[[Path, TrackingConfig], Tracker]:
+    # Imported when chosen: each backend's library is an optional extra, and slow to import.
     if name == "mlflow":
         from optimizer.trackers.mlflow_tracker import MlflowTracker
         return MlflowTracker
@@ -56,7 +69,7 @@ def _backend(name: str):
 class _Open:
     """A backend logging this run, and what it has logged."""
 
-    tracker: object
+    tracker: Tracker
     state_path: Path
     kept: dict = field(default_factory=dict)  # the backend's own ids (run id, URI)
     logged: dict[str, str] = field(default_factory=dict)  # node id -> created_at of the record logged
@@ -90,12 +103,13 @@ class Trackers:
 
     def _start(self, name: str) -> None:
         folder = self.run_dir / "tracking"
-        backend = _Open(None, folder / f"{name}.json")
         try:
             folder.mkdir(exist_ok=True)
+            backend = _Open(_backend(name)(self.run_dir, self.settings), folder / f"{name}.json")
             backend.kept, backend.logged, backend.best = self._read(backend.state_path)
-            backend.tracker = _backend(name)(self.run_dir, self.settings)
             run_record = parse_json(read_bounded(self.run_dir / "run.json", 2**20))
+            if not isinstance(run_record, dict):
+                raise ValueError("run.json is not a JSON object")
             backend.kept = backend.tracker.start(backend.kept, run_record)
             backend.save()
         except Exception as e:
@@ -110,6 +124,8 @@ class Trackers:
             return {}, {}, None
         try:
             state = parse_json(read_bounded(path, STATE_LIMIT))
+            if not isinstance(state, dict):
+                raise TypeError("not an object")
             kept, logged, best = state["kept"], state["logged"], state["best"]
             if isinstance(kept, dict) and isinstance(logged, dict) and (best is None or isinstance(best, str)):
                 return kept, logged, best

@@ -13,6 +13,10 @@ import json
 import os
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from services.config import TrackingConfig
 
 from mlflow.entities import Metric, Param
 from mlflow.tracking import MlflowClient
@@ -26,12 +30,12 @@ BATCH = 1000  # MLflow takes at most 1000 metrics in one call
 class MlflowTracker:
     name = "mlflow"
 
-    def __init__(self, run_dir: Path, config):
+    def __init__(self, run_dir: Path, config: TrackingConfig) -> None:
         os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")  # read when the client opens its store
         self.uri = config.mlflow_uri or (run_dir / "tracking" / "mlruns").as_uri()
         self.client = MlflowClient(tracking_uri=self.uri)
         self.experiment, self.run_name = config.experiment, run_dir.name
-        self.run_id: str | None = None
+        self.run_id = ""  # set by start
 
     def start(self, kept: dict, run_record: dict) -> dict:
         if kept.get("run_id") and kept.get("uri") == self.uri:  # a store changed since: a run of its own there

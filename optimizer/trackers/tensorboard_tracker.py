@@ -8,6 +8,10 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from services.config import TrackingConfig
 
 from tensorboardX import SummaryWriter
 
@@ -20,9 +24,9 @@ def _block(text: str) -> str:
 class TensorboardTracker:
     name = "tensorboard"
 
-    def __init__(self, run_dir: Path, config):
+    def __init__(self, run_dir: Path, config: TrackingConfig) -> None:
         self.folder = run_dir / "tracking" / "tensorboard"
-        self.writer: SummaryWriter | None = None
+        self.writer: SummaryWriter  # opened by start
 
     def start(self, kept: dict, run_record: dict) -> dict:
         self.writer = SummaryWriter(logdir=str(self.folder), flush_secs=30)

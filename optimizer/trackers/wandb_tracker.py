@@ -13,6 +13,10 @@ from __future__ import annotations
 import json
 import secrets
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from services.config import TrackingConfig
 
 import wandb
 
@@ -20,10 +24,10 @@ import wandb
 class WandbTracker:
     name = "wandb"
 
-    def __init__(self, run_dir: Path, config):
+    def __init__(self, run_dir: Path, config: TrackingConfig) -> None:
         self.config, self.run_dir = config, run_dir
         self.folder = run_dir / "tracking"
-        self.run = None
+        self.run: wandb.Run  # opened by start
 
     def start(self, kept: dict, run_record: dict) -> dict:
         run_id = kept.get("run_id") or secrets.token_hex(8)  # W&B takes any id of letters and digits
@@ -33,7 +37,8 @@ class WandbTracker:
         self.run = wandb.init(project=self.config.experiment, entity=self.config.wandb_entity, id=run_id,
                               name=str(run_record.get("name") or self.run_dir.name),
                               tags=[str(t)[:64] for t in run_record.get("tags") or []],  # W&B's limit
-                              dir=str(self.folder), mode=self.config.wandb_mode,
+                              dir=str(self.folder),
+                              mode=self.config.wandb_mode,  # type: ignore[arg-type] - a str, which the config checks is offline|online
                               resume="allow", settings=settings, reinit="create_new",
                               config={"domains": run_record.get("domains", []), "backend": run_record.get("backend"),
                                       **run_record.get("config", {})})
