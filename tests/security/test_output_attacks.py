@@ -108,6 +108,7 @@ def test_file_names_never_reach_the_terminal_raw(meta_run):
     assert "dropped agent/" in text and r"\x1b]52;c;" in text  # shown, visibly
 
 
+@pytest.mark.e2e
 @pytest.mark.attack("meta agent: a file name of bytes that are not UTF-8 (node.json must still be written, and "
                     "--resume_from must work)")
 def test_an_undecodable_name_is_recorded_and_the_run_resumes(meta_run):
@@ -119,6 +120,7 @@ def test_an_undecodable_name_is_recorded_and_the_run_resumes(meta_run):
     assert meta_run.node("2")["status"]
 
 
+@pytest.mark.e2e
 @pytest.mark.attack("meta agent: a select_next_parent.py that prints terminal escapes and bidi controls to stderr "
                     "and fails")
 def test_the_selectors_stderr_is_shown_visibly(meta_run):
@@ -128,6 +130,7 @@ def test_the_selectors_stderr_is_shown_visibly(meta_run):
     assert meta_run.node("2")["parent"] in ("initial", "1")  # the configured strategy chose instead
 
 
+@pytest.mark.e2e
 @pytest.mark.attack("ensemble.py: prints terminal escapes to stderr and raises with them "
                     "(python -m archive.ensemble --rule agent)")
 def test_the_ensembles_stderr_is_shown_visibly(meta_run):
@@ -138,6 +141,7 @@ def test_the_ensembles_stderr_is_shown_visibly(meta_run):
     assert last.startswith("error: ") and (r"\x1b]0;owned\x07" in last or "no node" in last), last
 
 
+@pytest.mark.e2e
 @pytest.mark.attack("meta agent: a bidi override hidden in its change (Trojan Source), shown on the dashboard")
 def test_bidi_controls_in_a_change_are_marked_and_flag_the_node(meta_run):
     from archive.dashboard.server import serve
@@ -222,6 +226,7 @@ def test_formula_predictions_are_neutralised_and_score_the_same(task_run):
     assert domain.scorer.score(domain, folder / "predictions.csv") == domain.scorer.score(domain, plain)
 
 
+@pytest.mark.e2e
 @pytest.mark.attack("task agent: a row's error carrying BEL, a clear screen and a window title (console, tqdm "
                     "line, predictions.csv)")
 def test_a_rows_error_never_reaches_the_terminal_raw(task_run):
