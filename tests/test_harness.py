@@ -14,8 +14,6 @@ import pytest
 from support.backends import BACKENDS
 from support.cli import FAST_CONFIG, REPO_ROOT, cli_env, run_cli
 
-pytestmark = pytest.mark.e2e  # every test here runs a whole process (the loop, a sandbox, a browser)
-
 LABEL_REPLY = 'Checked every step.\n<json>{"response": "Partial"}</json>'
 
 
@@ -38,6 +36,7 @@ def agent_file(tmp_path, body: str) -> str:
     return str(path)
 
 
+@pytest.mark.e2e
 def test_grading_run_writes_predictions_transcripts_and_report(tmp_path, fake_openai, config_file):
     fake_openai.set_replies([LABEL_REPLY])
     r = harness(tmp_path, fake_openai, "--domain", "imo_grading", "--subset", "_filtered_100_train",
@@ -62,6 +61,7 @@ def test_grading_run_writes_predictions_transcripts_and_report(tmp_path, fake_op
     assert f"{expected_acc:.1%}".rstrip("0") .split(".")[0] in rep.stdout
 
 
+@pytest.mark.e2e
 def test_agent_sees_only_input_columns(tmp_path, fake_openai, config_file):
     path = agent_file(tmp_path, """
         import json
@@ -86,6 +86,7 @@ def train_responses(n):
     return list(train["Response"][:n])
 
 
+@pytest.mark.e2e
 def test_row_errors_are_recorded_and_retried_on_resume(tmp_path, fake_openai, config_file):
     # The sandboxed agent sees no host file, so the provider's reply says when to fail.
     fake_openai.set_replies(["fail now"])
@@ -120,6 +121,7 @@ def test_row_errors_are_recorded_and_retried_on_resume(tmp_path, fake_openai, co
     assert (df["prediction"] == "almost").all() and (df["error"] == "").all()
 
 
+@pytest.mark.e2e
 def test_an_agent_that_imports_litellm_in_a_row_is_routed_to_the_gateway_and_counted(tmp_path, fake_openai):
     # The worker does not import litellm; the agent's first import of it, in the middle of a row, is
     # wrapped at once: its provider model name reaches the gateway (which allows only "openai/fake",
@@ -149,6 +151,7 @@ def test_an_agent_that_imports_litellm_in_a_row_is_routed_to_the_gateway_and_cou
     assert (df["cost_usd"] > 0).all()
 
 
+@pytest.mark.e2e
 def test_worker_crash_fails_only_that_row(tmp_path, fake_openai, config_file):
     path = agent_file(tmp_path, """
         import os
@@ -168,6 +171,7 @@ def test_worker_crash_fails_only_that_row(tmp_path, fake_openai, config_file):
     assert "worker died" in df["error"][2]
 
 
+@pytest.mark.e2e
 def test_a_stuck_row_times_out_and_the_others_finish(tmp_path, fake_openai):
     cfg = tmp_path / "timeout.yaml"
     cfg.write_text("harness:\n  row_timeout_s: 2\n  num_workers: 2\n")
@@ -191,6 +195,7 @@ def test_a_stuck_row_times_out_and_the_others_finish(tmp_path, fake_openai):
     assert list(df["prediction"]) == ["partial", "", "partial", "partial", "partial"]
 
 
+@pytest.mark.e2e
 def test_resume_after_kill_pays_nothing_twice(tmp_path, fake_openai, config_file):
     fake_openai.set_replies([LABEL_REPLY])
     fake_openai.latency = 0.4
@@ -220,6 +225,7 @@ def test_resume_after_kill_pays_nothing_twice(tmp_path, fake_openai, config_file
     assert calls_before <= len(done_before) + 2  # at most the two rows in flight were lost
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_sigterm_closes_the_sandbox_and_the_run_resumes(backend, tmp_path, fake_openai, config_file):
     fake_openai.set_replies([LABEL_REPLY])
@@ -263,6 +269,7 @@ def sandbox_leftovers(backend: str, folder, pid: int) -> list:
     return found
 
 
+@pytest.mark.e2e
 def test_budget_stop_is_clear_and_resumable(tmp_path, fake_openai):
     fake_openai.set_replies([LABEL_REPLY])
     cfg = tmp_path / "priced.yaml"
@@ -289,6 +296,7 @@ def test_budget_stop_is_clear_and_resumable(tmp_path, fake_openai):
     assert df["cost_usd"].sum() == pytest.approx(ledger_total) and (df["cost_usd"] > 0).all()
 
 
+@pytest.mark.e2e
 def test_proof_run_then_grading_of_its_proofs(tmp_path, fake_openai, config_file):
     fake_openai.set_replies(['<json>{"response": "By induction on n, the claim holds."}</json>'])
     r = harness(tmp_path, fake_openai, "--domain", "imo_proof", "--num_samples", "3", config=config_file)
@@ -324,6 +332,7 @@ def test_proof_run_then_grading_of_its_proofs(tmp_path, fake_openai, config_file
     assert list(regraded["prediction"]) == ["almost", "incorrect", "almost"]
 
 
+@pytest.mark.e2e
 def test_proof_report_without_proofgrader_says_how_to_install(tmp_path, fake_openai, config_file):
     fake_openai.set_replies(['<json>{"response": "proof"}</json>'])
     assert harness(tmp_path, fake_openai, "--domain", "imo_proof", "--num_samples", "1",
@@ -342,6 +351,7 @@ def one_line_error(r, *needles):
         assert needle in lines[0], lines[0]
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("args, needles", [
     (["--domain", "imo_gradnig"], ["unknown domain 'imo_gradnig'", "imo_grading"]),
     (["--domain", "imo_grading", "--subset", "_filtered_100_dev"], ["unknown subset '_filtered_100_dev'"]),
@@ -355,6 +365,7 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path, fake_openai, args, n
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.e2e
 def test_bad_yaml_config(tmp_path, fake_openai):
     bad = tmp_path / "bad.yaml"
     bad.write_text("gateway: [unclosed\n")
@@ -367,6 +378,7 @@ def test_bad_yaml_config(tmp_path, fake_openai):
                    "gateway.requests_per_minute must be a positive integer")
 
 
+@pytest.mark.e2e
 def test_missing_api_key_names_the_variable(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.endswith(("_API_KEY", "_API_BASE", "_BASE_URL"))}
     r = run_cli("domains.harness", "--domain", "imo_grading", "--model", "openai/o4-mini", "--output_dir",
@@ -375,6 +387,7 @@ def test_missing_api_key_names_the_variable(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("body, needle", [
     ("class NotTheAgent:\n    pass\n", "has no TaskAgent"),
     ("import this_module_does_not_exist\n", "ModuleNotFoundError"),
@@ -386,6 +399,7 @@ def test_agent_path_without_task_agent(tmp_path, fake_openai, body, needle):
     assert not (tmp_path / "out" / "r").exists()
 
 
+@pytest.mark.e2e
 def test_proofs_dname_with_missing_columns(tmp_path, fake_openai):
     proofs = tmp_path / "proofs"
     proofs.mkdir()
@@ -423,6 +437,7 @@ def test_checksum_mismatch_stops_before_any_call(tmp_path, fake_openai, monkeypa
     assert fake_openai.count == 0 and not (tmp_path / "out").exists()
 
 
+@pytest.mark.e2e
 def test_an_installed_agent_package_is_mounted_read_only(tmp_path, fake_openai, config_file):
     # Like `proofgrader.task_agent` after `pip install -e`: importable here, outside any workspace.
     package = tmp_path / "site" / "mygrader"
@@ -449,6 +464,7 @@ def test_an_installed_agent_package_is_mounted_read_only(tmp_path, fake_openai, 
     assert list(df["prediction"]) == ["almost"] * 3 and not (package / "tampered").exists()
 
 
+@pytest.mark.e2e
 def test_an_agent_that_never_finishes_loading_is_stopped(tmp_path, fake_openai):
     cfg = tmp_path / "start.yaml"
     cfg.write_text(FAST_CONFIG.replace("harness:\n", "harness:\n  start_timeout_s: 3\n"))
@@ -465,6 +481,7 @@ def test_an_agent_that_never_finishes_loading_is_stopped(tmp_path, fake_openai):
     assert time.time() - started < 30 and not (tmp_path / "out" / "r").exists()
 
 
+@pytest.mark.e2e
 def test_num_samples_zero_is_refused_before_anything_runs(tmp_path, fake_openai):
     r = harness(tmp_path, fake_openai, "--domain", "imo_grading", "--num_samples", "0")
     assert r.returncode == 2 and "--num_samples: must be -1 or 1 or more, got 0" in r.stderr

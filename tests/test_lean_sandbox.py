@@ -19,8 +19,6 @@ from services.config import PROJECT_ROOT, Config
 from services.sandbox import Mount, open_sandbox
 from services.workspace import copy_evolvable
 
-pytestmark = pytest.mark.e2e  # every test here runs a whole process (the loop, a sandbox, a browser)
-
 MODEL = "openai/fake"
 TASK_REPLY = '<json>{"response": "Partial"}</json>'
 
@@ -79,6 +77,7 @@ def run_meta(box, gw, try_command: str | None) -> tuple[str, str]:
     return result.stdout, result.stderr
 
 
+@pytest.mark.e2e
 def test_the_projects_worker_meta_runner_and_try_command_run_without_litellm(tmp_path, gw, fake_openai):
     # The meta agent's first reply runs the try command with its import profile kept in a file; then it stops.
     try_call = {"tool_name": "bash", "tool_input": {
@@ -110,6 +109,7 @@ def test_the_projects_worker_meta_runner_and_try_command_run_without_litellm(tmp
     assert (litellm_in(worker_err), litellm_in(meta_err), litellm_in(try_err)) == ([], [], [])
 
 
+@pytest.mark.e2e
 def test_the_paper_agents_run_without_litellm(tmp_path, gw, fake_openai):
     fake_openai.set_responder(lambda request: "Done." if "Change any part of the code base" in str(request["messages"])
                               else TASK_REPLY)
@@ -123,6 +123,7 @@ def test_the_paper_agents_run_without_litellm(tmp_path, gw, fake_openai):
     assert (litellm_in(worker_err), litellm_in(meta_err)) == ([], [])
 
 
+@pytest.mark.e2e
 def test_a_built_proofgrader_imports_without_litellm(tmp_path):
     from setup_proofgrader_repo import Grader, _write_package
 

@@ -25,8 +25,6 @@ from support.scripted_loop import (
     start_and_kill_when,
 )
 
-pytestmark = pytest.mark.e2e  # every test here runs a whole process (the loop, a sandbox, a browser)
-
 
 PROTECTED = {"tool_name": "bash", "tool_input": {
     "command": "mkdir -p /workspace/domains && echo 'cheat = 1' > /workspace/domains/metrics.py"}}
@@ -40,6 +38,7 @@ def task_calls(run_dir: Path, node: str) -> int:
     return db.execute("SELECT COUNT(*) FROM calls WHERE node = ? AND role = 'task'", (node,)).fetchone()[0]
 
 
+@pytest.mark.e2e
 def test_an_improving_edit_is_found_fully_evaluated_and_selected(tmp_path, fake_openai):
     meta_calls = []
     fake_openai.set_responder(responder({1: [IMPROVE]}, meta_calls))
@@ -75,6 +74,7 @@ def test_an_improving_edit_is_found_fully_evaluated_and_selected(tmp_path, fake_
     assert improved["cost_usd"].keys() >= {"meta", "task"}
 
 
+@pytest.mark.e2e
 def test_protected_edits_are_dropped_broken_imports_and_no_ops_are_marked(tmp_path, fake_openai):
     fake_openai.set_responder(responder({1: [PROTECTED], 2: [BREAK], 3: []}, []))
     r = run_loop(tmp_path, fake_openai, "--max_generation", "3", "--parent_selection", "latest",
@@ -88,6 +88,7 @@ def test_protected_edits_are_dropped_broken_imports_and_no_ops_are_marked(tmp_pa
     assert found["3"]["parent"] == "initial"
 
 
+@pytest.mark.e2e
 def test_a_task_agent_that_did_not_change_costs_no_task_call(tmp_path, fake_openai):
     fake_openai.set_responder(responder({1: [META_ONLY]}, []))
     r = run_loop(tmp_path, fake_openai, "--max_generation", "1", config=loop_config(tmp_path))
@@ -107,6 +108,7 @@ def test_a_task_agent_that_did_not_change_costs_no_task_call(tmp_path, fake_open
     assert train.read_text() == whole and sorted(p.name for p in train.parent.iterdir()) == [train.name]
 
 
+@pytest.mark.e2e
 def test_screening_stages_from_the_config_stop_a_node_at_the_bar_it_misses(tmp_path, fake_openai):
     fake_openai.set_responder(responder({}, []))
     config = loop_config(tmp_path)
@@ -126,6 +128,7 @@ def journal_rows(run_dir: Path) -> int:
     return sum(len(p.read_text().splitlines()) for p in (run_dir / "evals").glob("*/predictions.jsonl"))
 
 
+@pytest.mark.e2e
 def test_kills_at_any_step_lose_nothing_and_pay_nothing_twice(tmp_path, fake_openai):
     meta_calls = []
     # The edit comes in generation 1 (1 iteration left), however often it is redone.
@@ -180,6 +183,7 @@ def selector(returns: str) -> dict:
                                                   "file_text": code}}
 
 
+@pytest.mark.e2e
 def test_the_agents_own_parent_selection_is_used_and_a_bad_one_falls_back(tmp_path, fake_openai):
     script = {1: [IMPROVE, selector('"initial"')], 2: [selector('"no-such-node"')], 3: []}
     fake_openai.set_responder(responder(script, []))
@@ -196,6 +200,7 @@ def test_the_agents_own_parent_selection_is_used_and_a_bad_one_falls_back(tmp_pa
     assert len(fallbacks) == 1 and "no-such-node" in fallbacks[0]["reason"]
 
 
+@pytest.mark.e2e
 def test_the_budget_stops_the_run_cleanly_and_a_resume_finishes_it(tmp_path, fake_openai):
     fake_openai.set_responder(responder({}, []))
     # $1000 per 1M tokens: a row of about 1,000 tokens costs about $1.
@@ -218,6 +223,7 @@ def test_the_budget_stops_the_run_cleanly_and_a_resume_finishes_it(tmp_path, fak
     assert preflights == 2 * 2 and fake_openai.count - preflights == 40 + 1
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("baseline", [None, "no_selfimprove"])
 def test_the_meta_agent_improves_itself_unless_frozen_and_the_final_test_scores_the_chosen_node_once(
         baseline, tmp_path, fake_openai):
