@@ -25,7 +25,6 @@ from support.scripted_loop import (
     start_and_kill_when,
 )
 
-
 PROTECTED = {"tool_name": "bash", "tool_input": {
     "command": "mkdir -p /workspace/domains && echo 'cheat = 1' > /workspace/domains/metrics.py"}}
 BREAK = {"tool_name": "bash", "tool_input": {"command": "echo 'def broken(:' >> /workspace/task_agent/__init__.py"}}
