@@ -88,6 +88,7 @@ class Services:
         local = [model for model in sorted(self.models) if is_local(model)]
         if not local:
             return
+        assert self.gateway is not None, "services not started"
         key = self.gateway.new_session("preflight", "preflight", local)
         try:
             for model in local:

@@ -15,6 +15,7 @@ import json
 from pathlib import Path
 
 import yaml
+import yaml.composer
 
 from services.errors import UserError
 from services.fsutil import read_regular
@@ -79,7 +80,7 @@ def yaml_value(text: str) -> object:
     try:
         return yaml.load(text, Loader=_BoundedLoader)
     except yaml.YAMLError as e:
-        raise ValueError(f"not a YAML value: {_one_line(getattr(e, 'problem', None) or e)}") from None
+        raise ValueError(f"not a YAML value: {_one_line(str(getattr(e, 'problem', None) or e))}") from None
     except RecursionError:
         raise ValueError("not a YAML value: nested too deeply") from None
 

@@ -138,7 +138,7 @@ def read_workspace(root: str | Path, quota: Quota = Quota(),
                     continue
                 fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
             except OSError as e:  # replaced since it was listed: a link now, or gone
-                snap.dropped[path] = f"unreadable ({os.strerror(e.errno)})"
+                snap.dropped[path] = f"unreadable ({os.strerror(e.errno or 0)})"
                 continue
             try:
                 info = os.fstat(fd)

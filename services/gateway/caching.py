@@ -132,6 +132,6 @@ def _with_mark(message: dict) -> dict | None:
     last = max((j for j, part in enumerate(content or ()) if part.get("text")), default=None)
     if last is None:
         return None
-    parts = list(content or ())
+    parts: list = list(content or ())
     parts[last] = {**parts[last], "cache_control": EPHEMERAL}
     return {**message, "content": parts}

@@ -29,12 +29,12 @@ import traceback
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from services.gateway.params import Refusal
 
 if TYPE_CHECKING:
-    from services.gateway.core import Gateway
+    from services.config import GatewayConfig
     # What _Bounded is mixed into, for the checker: at run time it is a plain mixin.
     _Mixin = socketserver.ThreadingTCPServer
 else:
@@ -91,7 +91,7 @@ class Listeners:
     With `host` None only the socket: a Ray worker node's door to the run's gateway
     (services/sandbox/ray_host.py), which opens no port. `log`: the file of gateway.log (None: no log)."""
 
-    def __init__(self, gateway: Gateway, host: str | None, port: int = 0, log: Path | None = None):
+    def __init__(self, gateway: Answerer, host: str | None, port: int = 0, log: Path | None = None):
         handler = type("GatewayHandler", (_Handler,), {"gateway": gateway})
         self.log = _Log(log)
         self._deadlines = _Deadlines(self.log)
@@ -230,6 +230,17 @@ class _Deadlines:
         self._stop.set()
 
 
+class Answerer(Protocol):
+    """What a listener asks of the gateway it answers for: the Gateway, or, on a Ray node, the
+    Door that forwards to it (services/sandbox/ray_host.py)."""
+
+    @property
+    def gw(self) -> GatewayConfig: ...
+    def models_for(self, api_key: str) -> list[str]: ...
+    def handle_chat(self, api_key: str, body: dict) -> Reply: ...
+    def refuse(self, api_key: str, status: int, message: str, kind: str) -> Reply: ...
+
+
 class _Bounded(_Mixin):
     """What both listeners add to a threading server: the connection gates, deadlines and a quiet log."""
 
@@ -295,7 +306,7 @@ class _UnixServer(_Bounded, socketserver.ThreadingMixIn, socketserver.UnixStream
 
 
 class _Handler(BaseHTTPRequestHandler):
-    gateway: Gateway  # the Gateway it answers for: set on the subclass each gateway makes
+    gateway: Answerer  # the Gateway it answers for: set on the subclass each gateway makes
     server: _Bounded
     protocol_version = "HTTP/1.1"
     # Headers and body go out in separate writes; with Nagle on, the body waits ~40 ms.

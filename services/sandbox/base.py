@@ -22,6 +22,7 @@ import time
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO, Protocol
 
 import inside
 from services.config import SandboxConfig
@@ -66,6 +67,20 @@ def hidden_core_paths() -> list[str]:
         if any(path == b or path.startswith(b + "/") for b in bound):
             hidden.append(path)
     return hidden
+
+
+class Process(Protocol):
+    """A command started in a sandbox: what each backend's `popen` returns (subprocess.Popen for
+    bwrap and the host, DockerProcess, RemoteProcess)."""
+
+    pid: int
+    stdin: IO[str]  # always pipes
+    stdout: IO[str]
+    stderr: IO[str]
+
+    def poll(self) -> int | None: ...
+    def wait(self, timeout: float | None = None) -> int: ...
+    def kill(self) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -234,7 +249,7 @@ class Sandbox:
         return [*self.mounts, *extra]
 
     # -- commands ---------------------------------------------------------------------------
-    def popen(self, argv: list[str], env: dict[str, str], cwd: str | None = None):
+    def popen(self, argv: list[str], env: dict[str, str], cwd: str | None = None) -> Process:
         """Start `argv` inside with exactly `env`; a Popen-like object with text pipes
         stdin, stdout and stderr (`poll`, `wait`, `kill`, `pid`)."""
         if self._closed:

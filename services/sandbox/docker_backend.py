@@ -53,7 +53,7 @@ def connect(config: SandboxConfig, timeout: float = 60) -> docker.DockerClient:
         if config.docker_host:
             client = docker.DockerClient(base_url=config.docker_host, timeout=timeout)
         else:
-            client = docker.from_env(timeout=timeout)
+            client = docker.from_env(timeout=timeout)  # type: ignore[arg-type] - its stub says int; requests takes float
         client.ping()
     except (docker.errors.DockerException, requests.RequestException, OSError) as e:
         reason = (str(e).strip().splitlines() or [type(e).__name__])[0]
@@ -105,6 +105,7 @@ class DockerSandbox(Sandbox):
         else:
             command = ["sleep", "infinity"]
         config = self.config
+        assert self._client is not None and image.id, "the sandbox is not open"
         container = self._client.containers.run(
             image.id, command, name=self._container_name, detach=True, init=True, user=self._user,
             labels=creator_labels(), network_mode="none", cap_drop=["ALL"], security_opt=["no-new-privileges"],
@@ -114,13 +115,13 @@ class DockerSandbox(Sandbox):
             nano_cpus=int(config.cpus * 1e9),
             ulimits=[Ulimit(name="fsize", soft=config.file_size_mb * 2**20, hard=config.file_size_mb * 2**20),
                      Ulimit(name="cpu", soft=config.cpu_seconds, hard=config.cpu_seconds)])
-        self._container_id = container.id
+        self._container_id = container.id or ""
         container.reload()
         if container.status != "running":
             logs = container.logs(tail=3).decode(errors="replace").strip().replace("\n", " | ")
             raise RuntimeError(f"the sandbox container stopped at once ({command[0]}): {logs or 'no output'}")
         pid = container.attrs["State"]["Pid"]
-        if not in_container(pid, container.id):
+        if not in_container(pid, self._container_id):
             raise UserError("the docker backend needs the Docker engine on this machine "
                             "(it kills commands by their host pid); use sandbox.backend=bwrap")
         if self.gateway_socket:
@@ -150,6 +151,7 @@ class DockerSandbox(Sandbox):
     def _spawn(self, argv: list[str], env: dict[str, str], cwd: str) -> DockerProcess:
         # `docker exec` adds PATH, HOSTNAME and HOME to what it is given: `env -i` gives exactly `env`.
         command = ["/usr/bin/env", "-i", *(f"{k}={v}" for k, v in env.items()), *argv]
+        assert self._client is not None, "the sandbox is not open"
         api = self._client.api
         exec_id = api.exec_create(self._container_id, command, stdin=True, stdout=True, stderr=True,
                                   workdir=cwd, user=self._user)["Id"]
@@ -164,6 +166,7 @@ class DockerSandbox(Sandbox):
 
     def _image(self):
         tag, build = self.config.docker_image, "build it with `python -m services.sandbox build-image`"
+        assert self._client is not None, "the sandbox is not open"
         try:
             image = self._client.images.get(tag)
         except docker.errors.ImageNotFound:

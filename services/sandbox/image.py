@@ -17,6 +17,7 @@ from pathlib import Path
 
 import docker
 import docker.errors
+from docker.models.images import Image
 from docker.utils import parse_repository_tag
 
 from services.errors import UserError
@@ -68,7 +69,7 @@ def build_host_python_image(client: docker.DockerClient, tag: str) -> str:
     repository, version = parse_repository_tag(tag)
     client.api.import_image_from_data(host_python_rootfs(), repository=repository, tag=version or "latest",
                                       changes=[f"LABEL {PYTHON_LABEL}=host", "WORKDIR /workspace"])
-    return client.images.get(tag).id
+    return _id(client.images.get(tag))
 
 
 def build_full_image(client: docker.DockerClient, tag: str) -> str:
@@ -78,4 +79,9 @@ def build_full_image(client: docker.DockerClient, tag: str) -> str:
     # steps run in it. Sandbox containers never get a network.
     image, _ = client.images.build(fileobj=io.BytesIO(DOCKERFILE.read_bytes()), tag=tag, rm=True,
                                    forcerm=True, network_mode="host")
+    return _id(image)
+
+
+def _id(image: Image) -> str:
+    assert image.id, "the engine returned an image without an id"
     return image.id

@@ -27,6 +27,7 @@ import threading
 import time
 from dataclasses import astuple, fields
 from pathlib import Path
+from typing import Any
 
 from services.config import Config, SandboxConfig
 from services.errors import UserError
@@ -63,7 +64,7 @@ def _ray(address: str | None):
         raise UserError('--executor ray needs Ray: pip install -e ".[ray]"') from None
     with _lock:
         if not ray.is_initialized():
-            options = {"include_dashboard": False} if address is None else {}
+            options: dict[str, Any] = {"include_dashboard": False} if address is None else {}
             for attempt in range(1, CLIENT_TRIES + 1):
                 try:
                     ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False, **options)
@@ -211,6 +212,7 @@ class RaySandbox(Sandbox):
 
     def _result(self, pending, method: str):
         ray = self._ray
+        assert ray is not None  # set when the sandbox opened, before any call
         try:
             return ray.get(pending)
         except ray.exceptions.RayTaskError as e:
@@ -266,7 +268,8 @@ class RaySandbox(Sandbox):
         dropped = data.get("dropped")
         self.dropped = {str(k)[:300]: str(v)[:300] for k, v in list(dropped.items())[:1000]} if type(
             dropped) is dict else {}
-        mounts = data.get("mounts") if type(data.get("mounts")) is dict else {}
+        mounts = data.get("mounts")
+        mounts = mounts if isinstance(mounts, dict) else {}
         for m in self.mounts:
             if m.writable:
                 files = checked(mounts.get(m.target), quota)
@@ -296,7 +299,7 @@ class RaySandbox(Sandbox):
                     self.call("close")
         finally:
             host, self._host = self._host, None
-            if host is not None:
+            if host is not None and self._ray is not None:
                 self._ray.kill(host)
 
 

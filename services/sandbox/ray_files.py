@@ -57,7 +57,7 @@ def _read_single(path: Path, quota: Quota) -> tuple[FileMap, dict[str, str]]:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as e:
-        return {}, {SINGLE: f"unreadable ({os.strerror(e.errno)})"}
+        return {}, {SINGLE: f"unreadable ({os.strerror(e.errno or 0)})"}
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):

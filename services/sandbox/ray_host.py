@@ -26,14 +26,13 @@ import tempfile
 import threading
 from collections import deque
 from pathlib import Path
-from types import SimpleNamespace
 
-from services.config import SandboxConfig
+from services.config import GatewayConfig, SandboxConfig
 from services.errors import UserError
 from services.gateway.params import Refusal
 from services.gateway.server import Listeners, Reply, error_reply
 from services.sandbox.backends import choose_local_backend, open_local
-from services.sandbox.base import INSIDE, Mount, SandboxClosed
+from services.sandbox.base import INSIDE, Mount, Process, SandboxClosed
 from services.sandbox.ray_files import less, place, read_tree, replace_tree
 from services.workspace import Quota
 
@@ -108,7 +107,7 @@ class Door:
     def __init__(self, mailbox, max_request_mb: int, timeout: float):
         self.mailbox = mailbox
         self.timeout = timeout
-        self.gw = SimpleNamespace(max_request_mb=max_request_mb)  # what the listener reads of a gateway's config
+        self.gw = GatewayConfig(max_request_mb=max_request_mb)  # what the listener reads of a gateway's config
 
     def handle_chat(self, api_key: str, body: dict) -> Reply:
         return self._ask("chat", api_key, body)
@@ -122,7 +121,8 @@ class Door:
         reply = self._ask("models", api_key, None)
         data = reply.body.get("data") if reply.status == 200 else None
         if not isinstance(data, list):
-            error = reply.body.get("error") if isinstance(reply.body.get("error"), dict) else {}
+            error = reply.body.get("error")
+            error = error if isinstance(error, dict) else {}
             raise Refusal(reply.status if reply.status != 200 else 502,
                           str(error.get("message", "no model list"))[:300],
                           str(error.get("type", "bad_gateway"))[:50])
@@ -143,7 +143,7 @@ class Door:
 
 @dataclasses.dataclass
 class _Command:
-    proc: object
+    proc: Process
     out: Stream
     err: Stream
 
@@ -252,6 +252,7 @@ class SandboxHost:
     def push(self, target: str | None, files: dict) -> list[str]:
         """Make the workspace (target None) or a writable mount hold exactly `files`."""
         box = self._open_box()
+        assert self.root is not None  # _open_box: opened
         tree = self.root / "workspace" if target is None else self.writable[target]
         skipped = replace_tree(tree, files)
         box.adopt(tree)
@@ -261,6 +262,7 @@ class SandboxHost:
         """The workspace's regular files (only the top-level names `only`, if given) and the writable
         mounts', all within one quota; what was left out of the workspace and why."""
         left = Quota(*quota)
+        assert self.root is not None, "the sandbox host is not open"
         workspace, dropped = read_tree(self.root / "workspace", left, only)
         left = less(left, workspace)
         mounts = {}
