@@ -155,6 +155,13 @@ def observed_best(nodes: list[Node], sizes: dict[str, tuple[str, int]], run_dir:
                        lambda n: selection_rows(n, splits, store), choice)
 
 
+def event_line(event: str, time: str, **fields) -> bytes:
+    """One line of archive.jsonl as Archive.log appends it. Pure, so that whatever else writes a run
+    folder (the tests' synthetic runs) makes the very same lines."""
+    record = {"event": event, "time": time, "schema_version": 1, **fields}
+    return json.dumps(record, default=str).encode() + b"\n"
+
+
 class Archive:
     def __init__(self, run_dir: str | Path):
         self.run_dir = Path(run_dir)
@@ -177,15 +184,14 @@ class Archive:
     # -- events ---------------------------------------------------------------------------
     def log(self, event: str, **fields) -> None:
         """Append one event; it carries the schema_version of its record (gen_start, meta_done), or 1."""
-        record = {"event": event, "time": datetime.now().isoformat(timespec="seconds"), "schema_version": 1,
-                  **fields}
+        line = event_line(event, datetime.now().isoformat(timespec="seconds"), **fields)
         with self._lock, open(self.log_path, "a+b") as f:
             f.seek(0, os.SEEK_END)
             if f.tell():
                 f.seek(-1, os.SEEK_END)
                 if f.read(1) != b"\n":
                     f.write(b"\n")  # end the line a kill cut short, so this record stays whole
-            f.write(json.dumps(record, default=str).encode() + b"\n")
+            f.write(line)
             f.flush()
             os.fsync(f.fileno())
 

@@ -14,8 +14,11 @@ ids and labels, calls with services.ledger.Ledger, the repository with services.
 What differs from a real run, on purpose: predictions.csv holds the data set's long text
 columns cut to `CSV_TEXT_CHARS` characters (the full texts would make 1,000 nodes weigh
 gigabytes); the task agent's per-row chat histories (untrusted/<id>/agent_evals/), the
-pictures and report.html are not written; bulk files are written plainly rather than each
-synced (same bytes, much faster); and the commits of all nodes go in one `git fast-import`.
+pictures and report.html are not written; bulk files (logs, transcripts, predictions, the
+journal) are written plainly rather than each synced (same bytes, much faster); and the commits
+of all nodes go in one `git fast-import`. The records are written by the project's own writers
+(services.fsutil.atomic_write_json for node.json, run.json and report.json, archive.store's
+event_line for archive.jsonl, Ledger.record for the calls), so their format cannot drift.
 
 With `hostile=True`, text an agent could have written carries the strings of `ATTACKS`
 (patch lines, file names, transcripts, predictions, logs, an error), and three transcripts
@@ -45,7 +48,7 @@ import pandas as pd
 from archive.eval_store import EvalStore
 from archive.records import GenStart, MetaResult, Node, RunRecord, Status
 from archive.stats import wilson
-from archive.store import META_TRANSCRIPT, mean_score, untrusted_dir
+from archive.store import META_TRANSCRIPT, event_line, mean_score, untrusted_dir
 from domains.harness import JOURNAL, PREDICTIONS
 from domains.harness.journal import RESULT_COLUMNS
 from domains.harness.split import RUN_SCHEMA as EVAL_RUN_SCHEMA
@@ -54,6 +57,7 @@ from domains.metrics import LABELS, grading_metrics, normalize_label
 from domains.registry import get_domain
 from domains.scoring import REPORT_SCHEMA
 from services.config import PROJECT_ROOT, load_config
+from services.fsutil import atomic_write_json
 from services.ledger import Call, Ledger
 from services.render import csv_cell
 from services.workspace import NOT_TASK_AGENT, RunRepo, read_workspace
@@ -229,11 +233,6 @@ def _iso(t: float) -> str:
     return datetime.fromtimestamp(t).isoformat(timespec="seconds")
 
 
-def _json_text(obj) -> str:
-    """As services.fsutil.atomic_write_json writes it."""
-    return json.dumps(obj, indent=2, ensure_ascii=False, default=str) + "\n"
-
-
 def _numbers(values: list) -> list[str]:
     """A numeric column as pandas writes it to CSV: floats once a cell is missing or any is a float."""
     if any(v is None or isinstance(v, float) for v in values):
@@ -291,7 +290,6 @@ class _Maker:
         self.calls: list[tuple[float, Call]] = []
         self.eval_runs: list[dict] = []  # run.json of each harness run, with run seconds for its times
         self.reports: dict[str, dict] = {}
-        self.report_texts: dict[str, str] = {}
         self.journals: dict[str, list[_Row]] = {}  # the staged runs' rows, in their journal's order
         self.outcomes: dict[tuple[str, str], list[_Row]] = {}
         self.feedback_csv: dict[str, str] = {}  # train key -> its predictions as feedback shows them
@@ -674,8 +672,7 @@ class _Maker:
         df = pd.DataFrame({"Grading ID": self.ids[split][:rows], "Reward": self.labels[split][:rows],
                            "prediction": [r.prediction for r in ran]}, dtype=object)
         report = self.reports[key] = {"schema_version": REPORT_SCHEMA, **grading_metrics(df)}
-        self.report_texts[key] = _json_text(report)
-        (folder / "report.json").write_text(self.report_texts[key], encoding="utf-8")
+        atomic_write_json(folder / "report.json", report)
         return report["overall_accuracy"], key, end
 
     def _outcome(self, gen: _Gen, split: str) -> list[_Row]:
@@ -738,7 +735,7 @@ class _Maker:
         """The node's train results where later meta agents read them (Loop._publish_feedback)."""
         folder = self.run_dir / "feedback" / gen.node_id / DOMAIN
         folder.mkdir(parents=True)
-        (folder / "report.json").write_text(self.report_texts[key], encoding="utf-8")
+        atomic_write_json(folder / "report.json", self.reports[key])
         (folder / PREDICTIONS).write_text(self.feedback_csv[key], encoding="utf-8")
 
     def _book(self, t: float, node: str, role: str, model: str, prompt: int, completion: int, latency: float,
@@ -764,7 +761,7 @@ class _Maker:
         for run in self.eval_runs:
             self._eval_run(run, base, cumulative)
         record = RunRecord([DOMAIN], self.config.to_dict(), "bwrap", updated_at=_iso(base + self.start))
-        (self.run_dir / "run.json").write_text(_json_text({**record.to_dict(), **self.run_labels}), encoding="utf-8")
+        atomic_write_json(self.run_dir / "run.json", {**record.to_dict(), **self.run_labels})
         (self.run_dir / "train_data").mkdir()
         (self.run_dir / "train_data" / f"{DOMAIN}_train.jsonl").write_text(
             "\n".join(self.domain.try_lines(self.domain.load("train"))) + "\n", encoding="utf-8")
@@ -871,14 +868,14 @@ class _Maker:
         node.created_at = _iso(base + gen.created)
         if gen.parent is not None:
             node.patch = self._patch(gen)
-        (folder / "node.json").write_text(_json_text(node.to_dict()), encoding="utf-8")
+        atomic_write_json(folder / "node.json", node.to_dict())
 
     @staticmethod
     def _patch(gen: _Gen) -> dict:
         return {**gen.stats, "dropped": sorted(gen.dropped), "dropped_why": dict(gen.dropped)}
 
     def _events(self, base: float, pid: int) -> None:
-        """archive.jsonl, its lines as Archive.log writes them, in time order."""
+        """archive.jsonl, its lines made by Archive.log's own event_line, in time order."""
         lines = []
         for t, event, what in sorted(self.events, key=lambda e: e[0]):
             if event == "run_start":
@@ -892,9 +889,8 @@ class _Maker:
                 fields = {"node_id": what.node_id, "status": what.node.status, "scores": what.node.scores}
             else:
                 fields = what
-            record = {"event": event, "time": _iso(base + t), "schema_version": 1, **fields}
-            lines.append(json.dumps(record, default=str) + "\n")
-        (self.run_dir / "archive.jsonl").write_text("".join(lines), encoding="utf-8")
+            lines.append(event_line(event, _iso(base + t), **fields))
+        (self.run_dir / "archive.jsonl").write_bytes(b"".join(lines))
 
     def _eval_run(self, run: dict, base: float, cumulative) -> None:
         """An evaluation folder's run.json (domains/harness/split.py): the gateway's totals are the
@@ -907,7 +903,7 @@ class _Maker:
                   "stopped_by": run.get("stopped_by"), "finished_at": _iso(base + run["end"]),
                   "cost_usd": round(cost, 6), "prompt_tokens": prompt, "completion_tokens": completion,
                   "llm_calls": calls, "cache_hits": 0}
-        (self.store.folder(run["key"]) / "run.json").write_text(_json_text(record), encoding="utf-8")
+        atomic_write_json(self.store.folder(run["key"]) / "run.json", record)
 
     def _summary(self, cumulative) -> dict:
         recorded = [g for g in self.gens if g.node is not None]
