@@ -139,7 +139,8 @@ DOMAINS = (
         subsets={"": "--data"},
         splits={"train": ""},
         score_key="accuracy",
-        scorer=Judged(partial(answer_metrics, checks={"accuracy": amo_bench.check}, qid_col="question_id",
+        # pyright binds the Callable field `lines` Judged inherits from ByRule as a method, so misreads it.
+        scorer=Judged(partial(answer_metrics, checks={"accuracy": amo_bench.check}, qid_col="question_id",  # pyright: ignore[reportArgumentType]
                               group_cols=("answer_type",)), format_answers),
         loader=load_amo,
         try_match="math",

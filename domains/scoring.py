@@ -21,33 +21,44 @@ from services.errors import UserError
 from services.fsutil import csv_values
 
 Judge = Callable[[str], str]  # prompt -> the judge's reply
-REPORT_SCHEMA = 2  # report.json: the metrics of one evaluation (domains/metrics.py, answer_metrics.py); 2 adds
-                   # row_scores
+# report.json: the metrics of one evaluation (domains/metrics.py, answer_metrics.py); 2 adds row_scores
+REPORT_SCHEMA = 2
 
 
 class Domain(Protocol):
-    """What a scorer reads of a domain (domains.base.Domain has it)."""
+    """What a scorer reads of a domain (domains.base.Domain has it); read-only, as a frozen domain is."""
 
-    name: str
-    question_id: str
-    model_role: str
-    scorer: Scorer | None
+    @property
+    def name(self) -> str: ...
+    @property
+    def question_id(self) -> str: ...
+    @property
+    def model_role(self) -> str: ...
+    @property
+    def scorer(self) -> Scorer: ...
 
 
 class Scorer(Protocol):
-    lines: Callable[[dict], str]  # a report as a few fixed-width lines for a person
+    @property
+    def lines(self) -> Callable[[dict], str]:
+        """A report as a few fixed-width lines for a person."""
+        ...
 
     def score(self, domain: Domain, predictions: Path, tools: ScoringTools | None = None) -> dict:
         """The report for the predictions.csv at `predictions`."""
+        ...
 
     def models(self, config) -> set[str]:
         """The models scoring calls (judges, the grader), as the run's config names them."""
+        ...
 
     def check_ready(self, domain: Domain) -> None:
         """UserError when scoring cannot work here (a grader package missing)."""
+        ...
 
     def plan_line(self, domain: Domain, config) -> str | None:
         """A line for the run's plan about how it is scored, or None."""
+        ...
 
 
 class ScoringTools(Protocol):
@@ -55,10 +66,12 @@ class ScoringTools(Protocol):
 
     def judge(self) -> Judge:
         """An LLM judge whose calls are booked to role `judge`."""
+        ...
 
     def grade(self, grading: Domain, grader_agent: str, predictions: Path) -> Path:
         """Run `grader_agent` (the agent of domain `grading`) over the predictions.csv at `predictions`;
         returns the graded predictions.csv."""
+        ...
 
 
 def read_predictions(domain: Domain, predictions: Path):
@@ -136,6 +149,7 @@ class Graded:
                 "build it with `setup_proofgrader_repo --proofautograder`, then `pip install -e ./proofgrader_repo`")
 
     def plan_line(self, domain: Domain, config) -> str:
-        where = importlib.util.find_spec(self.grader_agent.split(".")[0]).origin
+        found = importlib.util.find_spec(self.grader_agent.split(".")[0])
+        where = found.origin if found else "not installed"
         return (f"grader   {domain.name}: {self.grader_agent} ({where}), "
                 f"model {config.resolve_model(self.grading.model_role)}")

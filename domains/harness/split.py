@@ -14,7 +14,7 @@ import shutil
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from domains.harness.journal import JOURNAL, PREDICTIONS, Journal, write_predictions
 from domains.harness.scheduler import Row, Scheduler
@@ -25,6 +25,8 @@ from services.ledger import Totals
 from services.render import console
 
 if TYPE_CHECKING:  # a Domain is only passed through here: no need to import pandas with it
+    from tqdm import tqdm
+
     from domains.base import Domain
 
 RUN_SCHEMA = 1  # the shape of an evaluation folder's run.json (written for people and tools; never read back)
@@ -118,9 +120,9 @@ def _run_rows(domain: Domain, rows, worker: AgentWorker, keep: _Keeper, label: s
         worker.ensure_started()
     # After the agent loaded, so a load error is the only thing on the screen.
     # `disable` only when asked, so TQDM_DISABLE=1 (set for each of --replicates' processes) turns bars off.
+    quiet: dict[str, Any] = {} if show_progress else {"disable": True}
     keep.bar = tqdm(total=len(rows), initial=len(rows) - len(todo), unit="row", dynamic_ncols=True,
-                    desc=console(label, 80),
-                    **({} if show_progress else {"disable": True}))
+                    desc=console(label, 80), **quiet)
     try:
         settings = worker.config.harness
         return Scheduler(worker, settings.num_workers, settings.row_timeout_s, keep,
@@ -144,7 +146,7 @@ class _Keeper:
         self.out_dir = out_dir
         self.settings = settings
         self.gateway = gateway
-        self.bar = None
+        self.bar: tqdm  # the progress bar, set before the first row
         self.fingerprints: dict[str, str] = {}  # row id -> fingerprint of the inputs it was sent
         self.errors = 0
         self.unsaved = 0

@@ -13,6 +13,7 @@ import queue
 import shutil
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from domains.harness.worker_pipe import WorkerProcess
@@ -83,7 +84,7 @@ def agent_mounts(agent_path: str, workspace: Path) -> tuple[list, Path | None]:
     if spec is None or not (spec.origin or spec.submodule_search_locations):
         raise UserError(f"--agent_path {agent_path}: no module {top!r} in the workspace or installed")
     locations = list(spec.submodule_search_locations or [])
-    source = Path(locations[0]) if locations else Path(spec.origin)
+    source = Path(locations[0]) if locations else Path(spec.origin or "")
     return [Mount(source, f"{AGENT_PACKAGES}/{source.name}")], None
 
 
@@ -93,7 +94,7 @@ class AgentWorker:
     through one, so the agent's imports are paid once, not once per split)."""
 
     def __init__(self, sandbox, agent_path: str, model: str, config: Config, gateway, node: str, role: str,
-                 transcripts: Path, log_path: Path, pythonpath: list[str] = (), also_import: list[str] = ()):
+                 transcripts: Path, log_path: Path, pythonpath: Sequence[str] = (), also_import: Sequence[str] = ()):
         self.sandbox = sandbox
         self.agent_path = agent_path
         self.model = model

@@ -182,8 +182,8 @@ class WorkerProcess:
             return f"protocol violation: the worker wrote {self.violation}; it was killed"
         if self.overflowed:
             return f"the worker was killed for printing more than {self.log_cap} bytes (see {self.log_path.name})"
-        if getattr(self.sandbox, "disk_capped", None):
-            return f"the worker was killed for {self.sandbox.disk_capped}"
+        if capped := getattr(self.sandbox, "disk_capped", None):
+            return f"the worker was killed for {capped}"
         return f"the worker died while running this row (see {self.log_path.name})"
 
     def send(self, qid: str, inputs: dict) -> None:
