@@ -1,4 +1,4 @@
-"""The browser test infrastructure (tests/browser.py) on a real headless Chromium: it runs a
+"""The browser test infrastructure (tests/support/browser.py) on a real headless Chromium: it runs a
 page's script, takes screenshots, reports console errors, and reaches nothing but loopback."""
 
 from __future__ import annotations

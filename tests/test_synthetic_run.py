@@ -1,4 +1,4 @@
-"""The synthetic run folder (tests/synthetic_run.py) reads as a real one, through the project's own
+"""The synthetic run folder (tests/support/synthetic_run.py) reads as a real one, through the project's own
 readers: the archive, the evaluation store, the scorer, the harness's CSV writer, the run's git
 repository and the ledger."""
 

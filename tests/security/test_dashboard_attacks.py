@@ -1,5 +1,5 @@
 """Attacks on the dashboard (python -m archive.dashboard) over real HTTP, with synthetic runs whose
-agents wrote hostile text everywhere (tests/synthetic_run.py, hostile=True). The browser-level
+agents wrote hostile text everywhere (tests/support/synthetic_run.py, hostile=True). The browser-level
 check that none of it runs is tests/test_dashboard_browser.py."""
 
 from __future__ import annotations
