@@ -19,6 +19,7 @@ same task agent and model (a 10-row stage, an evaluation cut short) are not paid
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 
 from archive.experiments import (
     EVALUATIONS,
@@ -28,17 +29,40 @@ from archive.experiments import (
     read_evaluations,
     read_final_test,
 )
-from archive.store import untrusted_dir
-from optimizer.evaluation import BudgetStop, LoadFailed
+from archive.records import Node
+from archive.store import Archive, untrusted_dir
+from optimizer.evaluation import BudgetStop, Evaluator, LoadFailed
 from services.errors import UserError
 from services.fsutil import atomic_write_json
+from services.workspace import RunRepo
+
+if TYPE_CHECKING:
+    from domains.base import Domain
+
+
+class Tested(Protocol):
+    """What a final test or an evaluation of chosen nodes asks of the loop: its folder, domains,
+    archive, repository and evaluator, and its best node."""
+
+    @property
+    def run_dir(self) -> Path: ...
+    @property
+    def domains(self) -> list[Domain]: ...
+    @property
+    def archive(self) -> Archive: ...
+    @property
+    def repo(self) -> RunRepo: ...
+    @property
+    def evaluator(self) -> Evaluator: ...
+
+    def best(self, upto: int | None = None) -> Node | None: ...
 
 
 def tested_domains(domains: list) -> list:
     return [d for d in domains if "test" in d.splits]
 
 
-def run_final_test(loop) -> Path | None:
+def run_final_test(loop: Tested) -> Path | None:
     """Evaluate test for the best node and the initial node; the path of final_test.json, or None
     when no domain of the run has a test split or no node can be chosen."""
     domains = tested_domains(loop.domains)
@@ -72,7 +96,7 @@ def check_evaluate(nodes: dict, domains: list, node_ids: list[str], split: str) 
     return found
 
 
-def run_evaluations(loop, node_ids: list[str], split: str) -> list[str]:
+def run_evaluations(loop: Tested, node_ids: list[str], split: str) -> list[str]:
     """Evaluate `split` in full for each node named (every domain of the run that has it), into
     evaluations.json; a line per node and domain."""
     domains = check_evaluate(loop.archive.nodes, loop.domains, node_ids, split)
@@ -91,10 +115,11 @@ def run_evaluations(loop, node_ids: list[str], split: str) -> list[str]:
     return lines
 
 
-def _evaluate(loop, node, domains: list, split: str) -> dict:
+def _evaluate(loop: Tested, node: Node, domains: list, split: str) -> dict:
     evaluator = loop.evaluator
     part = "final_test" if split == "test" else f"evaluate_{split}"
     transcripts = untrusted_dir(loop.run_dir, node.node_id, part)
+    assert node.commit, f"node {node.node_id} has no commit to evaluate"  # only a node still running lacks one
     with evaluator.node_sandbox(f"{node.node_id}-{split}", loop.archive.node_dir(node.node_id), transcripts) as box:
         box.fill(loop.repo, node.commit)
         scores = evaluator.evaluate_splits(domains, box, loop.repo.task_agent_hash(node.commit), split)

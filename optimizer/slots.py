@@ -26,15 +26,33 @@ from __future__ import annotations
 import queue
 import threading
 import time
+from typing import Protocol
 
 from archive.records import GenStart, Node, Status
-from optimizer.events import NodeFinished, Warned
+from archive.store import Archive
+from optimizer.events import Events, NodeFinished, Warned
+from services.config import Config
 from services.errors import raise_if_stop_was_dropped, stop_was_caught
 from services.sandbox import SandboxLost, close_all
 
 POLL_S = 0.5  # how long the controller blocks at a time (Ctrl-C is seen between waits)
 DRAIN_S = 15.0  # after a cancel, how long to wait for the threads to hand back what they were doing
 LOST_TRIES = 3  # runs of a generation whose sandbox's machine is lost (a Ray worker node) before it is given up
+
+
+class Generations(Protocol):
+    """What Slots asks of the loop (tests/test_slots.py's StandIn is another): its archive, config
+    and events, a parent for a generation, and the generation itself."""
+
+    @property
+    def archive(self) -> Archive: ...
+    @property
+    def config(self) -> Config: ...
+    @property
+    def events(self) -> Events: ...
+
+    def choose_parent(self, generation: int, upto: int | None) -> str: ...
+    def generation(self, node_id: str, parent: str | None, generation: int) -> Node: ...
 
 
 def horizon(generation: int, parallel: int, replayable: bool) -> int | None:
@@ -46,7 +64,7 @@ def horizon(generation: int, parallel: int, replayable: bool) -> int | None:
 
 
 class Slots:
-    def __init__(self, loop, parallel: int, replayable: bool):
+    def __init__(self, loop: Generations, parallel: int, replayable: bool) -> None:
         self.loop = loop
         self.parallel = parallel
         self.replayable = replayable
@@ -109,6 +127,7 @@ class Slots:
         del self.in_flight[node_id]
         if error is not None:
             raise error  # a generation never raises for what an agent did: this is a bug of ours
+        assert node is not None  # a generation that did not raise returned its node
         self.archive.record(node)
         self.loop.events.emit(NodeFinished(node))
         if node.status == Status.BUDGET_STOPPED:
@@ -136,7 +155,7 @@ class Slots:
             self.in_flight.pop(node_id, None)  # cut short by the cancel: not recorded, redone on resume
 
 
-def run_generation(loop, start: GenStart) -> Node:
+def run_generation(loop: Generations, start: GenStart) -> Node:
     """One generation (`loop.generation`), run again where its sandbox's machine was lost: it goes
     on from what is kept (a committed change, finished rows), so a try pays only for what the loss
     cut short."""
