@@ -53,6 +53,18 @@ class SplitResult:
                 f"raise the budget and rerun with --resume_from {self.folder}")
 
 
+
+def run_record(result: SplitResult, agent_path: str, asked: dict | None, model: str, sandbox: str,
+               started_at: str, finished_at: str) -> dict:
+    """An evaluation folder's run.json: what was asked (subset, num_samples, ...) and what came of it.
+    Pure, so that whatever else writes an evaluation folder (the tests' synthetic runs) writes the same."""
+    return {"schema_version": RUN_SCHEMA, "domain": result.domain.name, "agent_path": agent_path, **(asked or {}),
+            "model": model, "sandbox": sandbox, "started_at": started_at, "rows": result.rows, "done": result.done,
+            "errors": result.errors, "not_run": result.not_run, "stopped_by": result.stopped_by,
+            "finished_at": finished_at, "cost_usd": round(result.spent.cost_usd, 6),
+            "prompt_tokens": result.spent.prompt_tokens, "completion_tokens": result.spent.completion_tokens,
+            "llm_calls": result.spent.calls, "cache_hits": result.spent.cache_hits}
+
 @contextlib.contextmanager
 def run_folder(path: Path):
     """`path`, made if missing. A folder made here is removed again when a UserError ends the run
@@ -92,14 +104,9 @@ def run_split(domain: Domain, rows, worker: AgentWorker, out_dir: Path, *, label
         result = SplitResult(domain, out_dir, len(rows), done=sum(1 for r in recs if r and not r.get("error")),
                              errors=sum(1 for r in recs if r and r.get("error")),
                              not_run=sum(1 for r in recs if r is None), stopped_by=stopped_by, spent=spent)
-        atomic_write_json(out_dir / "run.json", {
-            "schema_version": RUN_SCHEMA, "domain": domain.name, "agent_path": worker.agent_path, **(asked or {}),
-            "model": worker.model,
-            "sandbox": worker.sandbox.name, "started_at": started_at, "rows": result.rows, "done": result.done,
-            "errors": result.errors, "not_run": result.not_run, "stopped_by": stopped_by,
-            "finished_at": datetime.now().isoformat(timespec="seconds"), "cost_usd": round(spent.cost_usd, 6),
-            "prompt_tokens": spent.prompt_tokens, "completion_tokens": spent.completion_tokens,
-            "llm_calls": spent.calls, "cache_hits": spent.cache_hits})
+        atomic_write_json(out_dir / "run.json", run_record(result, worker.agent_path, asked, worker.model,
+                                                           worker.sandbox.name, started_at,
+                                                           datetime.now().isoformat(timespec="seconds")))
     return result
 
 

@@ -18,7 +18,8 @@ pictures and report.html are not written; bulk files (logs, transcripts, predict
 journal) are written plainly rather than each synced (same bytes, much faster); and the commits
 of all nodes go in one `git fast-import`. The records are written by the project's own writers
 (services.fsutil.atomic_write_json for node.json, run.json and report.json, archive.store's
-event_line for archive.jsonl, Ledger.record for the calls), so their format cannot drift.
+event_line for archive.jsonl, domains.harness.split.run_record for an evaluation's run.json,
+Ledger.record for the calls), so their format cannot drift.
 
 With `hostile=True`, text an agent could have written carries the strings of `ATTACKS`
 (patch lines, file names, transcripts, predictions, logs, an error), and three transcripts
@@ -51,14 +52,13 @@ from archive.stats import wilson
 from archive.store import META_TRANSCRIPT, event_line, mean_score, untrusted_dir
 from domains.harness import JOURNAL, PREDICTIONS
 from domains.harness.journal import RESULT_COLUMNS
-from domains.harness.split import RUN_SCHEMA as EVAL_RUN_SCHEMA
-from domains.harness.split import fingerprint
+from domains.harness.split import SplitResult, fingerprint, run_record
 from domains.metrics import LABELS, grading_metrics, normalize_label
 from domains.registry import get_domain
 from domains.scoring import REPORT_SCHEMA
 from services.config import PROJECT_ROOT, load_config
 from services.fsutil import atomic_write_json
-from services.ledger import Call, Ledger
+from services.ledger import Call, Ledger, Totals
 from services.render import csv_cell
 from services.workspace import NOT_TASK_AGENT, RunRepo, read_workspace
 
@@ -893,17 +893,15 @@ class _Maker:
         (self.run_dir / "archive.jsonl").write_bytes(b"".join(lines))
 
     def _eval_run(self, run: dict, base: float, cumulative) -> None:
-        """An evaluation folder's run.json (domains/harness/split.py): the gateway's totals are the
-        whole run's so far, as a shared gateway gives them."""
+        """An evaluation folder's run.json by domains.harness.split.run_record: the gateway's totals are
+        the whole run's so far, as a shared gateway gives them."""
         cost, prompt, completion, calls = self._at(cumulative, run["end"])
-        record = {"schema_version": EVAL_RUN_SCHEMA, "domain": DOMAIN, "agent_path": "task_agent",
-                  "subset": run["split"], "proofs_dname": None, "num_samples": run["rows"], "model": TASK_MODEL,
-                  "sandbox": "bwrap", "started_at": _iso(base + run["start"]), "rows": run["rows"],
-                  "done": run["done"], "errors": run["errors"], "not_run": run["not_run"],
-                  "stopped_by": run.get("stopped_by"), "finished_at": _iso(base + run["end"]),
-                  "cost_usd": round(cost, 6), "prompt_tokens": prompt, "completion_tokens": completion,
-                  "llm_calls": calls, "cache_hits": 0}
-        atomic_write_json(self.store.folder(run["key"]) / "run.json", record)
+        folder = self.store.folder(run["key"])
+        result = SplitResult(self.domain, folder, run["rows"], run["done"], run["errors"], run["not_run"],
+                             run.get("stopped_by"), Totals(calls, prompt, completion, cost))
+        asked = {"subset": run["split"], "proofs_dname": None, "num_samples": run["rows"]}
+        atomic_write_json(folder / "run.json", run_record(result, "task_agent", asked, TASK_MODEL, "bwrap",
+                                                          _iso(base + run["start"]), _iso(base + run["end"])))
 
     def _summary(self, cumulative) -> dict:
         recorded = [g for g in self.gens if g.node is not None]
