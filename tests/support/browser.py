@@ -14,7 +14,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
+ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"  # tests/artifacts
 # Debian's /usr/bin/chromium is a shell script that sources /etc/chromium.d (Google API keys,
 # remote extensions, a /dev/shm check that fails on some machines) before it runs this binary.
 DEBIAN_CHROMIUM = Path("/usr/lib/chromium/chromium")
