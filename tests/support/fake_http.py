@@ -10,7 +10,7 @@ import socket
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Self
 
 
 class QuietServer(ThreadingHTTPServer):
@@ -43,7 +43,7 @@ class FakeServer:
             raise RuntimeError(f"{type(self).__name__} is not started")
         return self._httpd.server_address[1]
 
-    def start(self):
+    def start(self) -> Self:
         if self._httpd is None:
             # A handler class of this server's own: it knows its fake, and a change to one server's
             # handler class (a bench turning Nagle off) touches no other server.
@@ -71,7 +71,7 @@ class FakeServer:
             self._thread.join(timeout=5)
             self._thread = None
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc_info: object) -> None:
