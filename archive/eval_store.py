@@ -54,7 +54,7 @@ class EvalStore:
         except (OSError, ValueError) as e:  # ValueError: also bad JSON and bad UTF-8
             raise UserError(f"{path}: not a report the run wrote ({e})") from None
         version = report.get("schema_version", 0) if isinstance(report, dict) else None
-        if type(version) is not int or not 0 <= version <= REPORT_SCHEMA:
+        if not isinstance(report, dict) or type(version) is not int or not 0 <= version <= REPORT_SCHEMA:
             raise UserError(f"{path}: not a report the run wrote (a JSON object with schema_version 0 to "
                             f"{REPORT_SCHEMA} expected, got {str(report)[:100]})")
         return report

@@ -33,11 +33,14 @@ MAX_RECORD = 2**20
 
 def _read(path: Path, what: str) -> dict | None:
     try:
-        return parse_json(read_bounded(path, MAX_RECORD))
+        found = parse_json(read_bounded(path, MAX_RECORD))
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as e:
         raise UserError(f"{path}: not {what} the run wrote ({e})") from None
+    if not isinstance(found, dict):
+        raise UserError(f"{path}: not {what} the run wrote (not a JSON object)")
+    return found
 
 
 def read_group(group_dir: Path) -> dict | None:

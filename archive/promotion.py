@@ -56,7 +56,8 @@ def check(rule: Promotion) -> None:
 
 def _shared(child: RowScores, other: RowScores | None) -> tuple[list[float], list[float]]:
     """The two sides' scores on the questions both answered, in the same order."""
-    ids = sorted(set(child) & set(other or {}))
+    other = other or {}
+    ids = sorted(set(child) & set(other))
     return [child[i] for i in ids], [other[i] for i in ids]
 
 

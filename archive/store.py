@@ -71,8 +71,8 @@ def selection_score(node: Node, domain, full_sizes: dict[str, int], rule: ScoreR
     if node.full_eval.get(domain.name) and split in scores:
         return scores[split]
     staged = split if rule.staged_split == "selection" else "train"
-    if scores.get(staged) is not None:
-        return scores[staged] * node.samples.get(domain.name, {}).get(staged, 0) / full
+    if (value := scores.get(staged)) is not None:
+        return value * node.samples.get(domain.name, {}).get(staged, 0) / full
     return None
 
 
@@ -102,8 +102,8 @@ def observed_score(node: Node, sizes: dict[str, tuple[str, int]], rule: ScoreRul
             values.append(scores[split] * rule.first_stage.get(domain, full) / full)
         elif node.full_eval.get(domain) and scores.get(split) is not None:
             values.append(scores[split])
-        elif scores.get(staged) is not None and full:
-            values.append(scores[staged] * node.samples.get(domain, {}).get(staged, 0) / full)
+        elif (value := scores.get(staged)) is not None and full:
+            values.append(value * node.samples.get(domain, {}).get(staged, 0) / full)
         else:
             values.append(None)
     known = [v for v in values if v is not None]

@@ -58,8 +58,8 @@ def paired_tests(reader: RunReader, a: Node, b: Node) -> Markup:
             key_a = a.eval_keys.get(domain, {}).get(split)
             if key_a is None or score_key is None:
                 continue
-            rows_a, rows_b = reader.row_scores(key_a, score_key), reader.row_scores(key_b, score_key)
-            shared = sorted(set(rows_a or {}) & set(rows_b or {}))
+            rows_a, rows_b = reader.row_scores(key_a, score_key) or {}, reader.row_scores(key_b, score_key) or {}
+            shared = sorted(set(rows_a) & set(rows_b))
             if not shared:
                 rows.append(h("tr", {}, h("td", {}, domain), h("td", {}, split), h("td", {"class": "num"}, 0),
                               h("td", {"colspan": 4, "class": "empty"}, "no row both reports scored")))

@@ -119,8 +119,8 @@ def progress(data: RunData) -> Markup:
     for domain in data.domains:
         dots, lines = {}, {}
         for split in ("train", "val", "test"):
-            points = sorted((n.generation, n.scores[domain][split]) for n in data.nodes.values()
-                            if n.scores.get(domain, {}).get(split) is not None
+            points = sorted((n.generation, score) for n in data.nodes.values()
+                            if (score := n.scores.get(domain, {}).get(split)) is not None
                             and (split != "train" or n.full_eval.get(domain)))
             if not points:
                 continue

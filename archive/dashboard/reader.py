@@ -11,9 +11,11 @@ from __future__ import annotations
 import io
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
+from typing import Any, TypeVar
 
 import pandas as pd
 
@@ -29,6 +31,7 @@ from services.ledger import LedgerReader
 from services.render import csv_value
 from services.user_files import parse_json
 
+T = TypeVar("T")  # what a ledger query returns
 MAX_RECORD = 2**20  # node.json, run.json
 MAX_REPORT = 2**24  # evals/<key>/report.json (as the loop reads it)
 MAX_TEXT = 2**20  # a patch or transcript shown on a page; the rest is cut, and the page says so
@@ -136,15 +139,15 @@ class RunData:
     def best_so_far(self) -> list[tuple[int, Node]]:
         """Per generation 0..the last recorded, the node with the best score up to it (generations
         before the first scored node are left out)."""
-        by_generation: dict[int, list[Node]] = {}
+        by_generation: dict[int, list[tuple[float, Node]]] = {}
         for node in self.nodes.values():
-            if node.valid_parent and self.score(node) is not None:
-                by_generation.setdefault(node.generation, []).append(node)
-        curve, best = [], None
+            if node.valid_parent and (score := self.score(node)) is not None:
+                by_generation.setdefault(node.generation, []).append((score, node))
+        curve, best, best_score = [], None, float("-inf")
         for generation in range(max(by_generation, default=-1) + 1):
-            for node in by_generation.get(generation, []):
-                if best is None or self.score(node) > self.score(best):
-                    best = node
+            for score, node in by_generation.get(generation, []):
+                if best is None or score > best_score:
+                    best, best_score = node, score
             if best is not None:
                 curve.append((generation, best))
         return curve
@@ -170,7 +173,7 @@ class RunReader:
         self._labels_cache: dict[tuple, tuple] = {}  # (key, id col, label col) -> (predictions.csv's stat, labels)
         self._nodes: dict[str, tuple] = {}  # node id -> (its node.json's stat, the record read from it)
         self._ledger_marks: list | None = None
-        self._ledger_cache: dict[tuple, object] = {}
+        self._ledger_cache: dict[tuple, Any] = {}  # what -> its query's result (each what has its own type)
 
     def version(self) -> str:
         """Changes whenever something a page shows may have changed (for the live pages): records
@@ -262,7 +265,7 @@ class RunReader:
     def spend_over_time(self) -> tuple[list[float], dict[str, list[float]]]:
         return self._ledger(("over_time",), self.ledger.spend_over_time)
 
-    def _ledger(self, what: tuple, query):
+    def _ledger(self, what: tuple, query: Callable[[], T]) -> T:
         marks = [self._stat("ledger.sqlite"), self._stat("ledger.sqlite-wal")]
         with self._lock:
             if self._ledger_marks != marks:

@@ -202,6 +202,7 @@ def handler_for(dashboard: Dashboard, allowed_hosts: set[str], log=None):
 class Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    dashboard: Dashboard  # what it serves, set once made
 
 
 def serve(root: Path, host: str = "127.0.0.1", port: int = 0, log=None) -> Server:
@@ -211,7 +212,7 @@ def serve(root: Path, host: str = "127.0.0.1", port: int = 0, log=None) -> Serve
     dashboard = Dashboard(root)
     server = server_class((host, port), handler_for(dashboard, set()), bind_and_activate=True)
     bound = server.server_address[1]
-    names = {"127.0.0.1", "localhost", "[::1]", f"[{host}]" if ":" in host else host}
+    names = {"127.0.0.1", "localhost", "[::1]", f"[{host}]" if ":" in str(host) else str(host)}
     server.RequestHandlerClass = handler_for(dashboard, {f"{n}:{bound}" for n in names}, log)
     server.dashboard = dashboard
     threading.Thread(target=dashboard.read_all, name="first-read", daemon=True).start()
@@ -220,4 +221,5 @@ def serve(root: Path, host: str = "127.0.0.1", port: int = 0, log=None) -> Serve
 
 def url_of(server: Server) -> str:
     host, port = server.server_address[:2]
+    host = str(host)
     return f"http://{f'[{host}]' if ':' in host else host}:{port}/"

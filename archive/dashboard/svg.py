@@ -132,7 +132,7 @@ def line_chart(series: dict[str, list[tuple[float, float]]], x_label: str, y_lab
     parts.append(h("text", {"x": (left + width - right) / 2, "y": height - 6, "class": "axis-label"}, x_label))
     parts.append(h("text", {"x": 12, "y": top + (height - top - bottom) / 2, "class": "axis-label y",
                             "transform": f"rotate(-90 12 {top + (height - top - bottom) / 2:.1f})"}, y_label))
-    names = list(dict.fromkeys([*series, *(dots or {})]))
+    names: list[str] = list(dict.fromkeys([*series, *(dots or {})]))
     legend = []
     for i, name in enumerate(names):
         colour = PALETTE[i % len(PALETTE)]
