@@ -20,6 +20,10 @@ import os
 import sys
 import urllib.parse
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, cast
+
+if TYPE_CHECKING:
+    from litellm import ModelResponse
 
 MAX_ATTEMPTS = 2  # the gateway already retries provider errors; this covers an empty answer
 # Longer than one provider call at the gateway (gateway.request_timeout_s, 900 s by default) and
@@ -79,7 +83,7 @@ def _refusal(status: int, data: bytes) -> str:
 def _post(url: str, key: str, body: dict, timeout: float) -> tuple[dict, float]:
     """POST one chat request to the gateway at `url`: (the completion, its cost in dollars)."""
     parts = urllib.parse.urlsplit(url)  # http on a loopback port: the sandbox's relay, or the host's gateway
-    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=timeout)
+    conn = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=timeout)
     try:
         conn.request("POST", parts.path.rstrip("/") + "/chat/completions", json.dumps(body).encode(),
                      {"Content-Type": "application/json", "Authorization": f"Bearer {key}"})
@@ -127,7 +131,7 @@ def _to_provider(model: str, messages: list[dict], params: dict) -> tuple[str, l
     response = litellm.completion(model=model, messages=messages, num_retries=0, **params)
     u = getattr(response, "usage", None)
     usage = Usage(getattr(u, "prompt_tokens", 0) or 0, getattr(u, "completion_tokens", 0) or 0, 1)
-    message = response.choices[0].message
+    message = cast("ModelResponse", response).choices[0].message  # not streamed: a whole response
     return message.content or "", [call.model_dump() for call in getattr(message, "tool_calls", None) or []], usage
 
 

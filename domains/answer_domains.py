@@ -50,14 +50,14 @@ def load_aime(suffix: str) -> pd.DataFrame:
     df = pd.DataFrame([json.loads(line) for line in AIME_FILE.read_text().splitlines() if line.strip()])
     df = df.astype(str)
     exam = AIME_SUBSETS[suffix]
-    return df[df["subset"] == exam].reset_index(drop=True) if exam else df
+    return pd.DataFrame(df[df["subset"] == exam].reset_index(drop=True)) if exam else df
 
 
 def aime_tasks(subset: str | None = None, problem_numbers: list[int] | None = None) -> pd.DataFrame:
     """The benchmark's selection helpers: one exam (I or II) and/or some problem numbers."""
     df = load_aime(f"_{subset}" if subset else "")
     if problem_numbers:
-        df = df[df["problem_number"].astype(int).isin(problem_numbers)].reset_index(drop=True)
+        df = pd.DataFrame(df[df["problem_number"].astype(int).isin(problem_numbers)].reset_index(drop=True))
     return df
 
 

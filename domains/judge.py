@@ -16,15 +16,22 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, cast
 
 from domains.scoring import Judge
 from inside.answers import check_output, extract_boxed
 from services.startup import open_services
 
+if TYPE_CHECKING:
+    from litellm import ModelResponse
+
+    from services.config import Config
+    from services.gateway import Gateway
+
 
 class GatewayJudge:
-    def __init__(self, config, gateway=None, node: str = "report", folder: Path | None = None):
+    def __init__(self, config: Config, gateway: Gateway | None = None, node: str = "report",
+                 folder: Path | None = None):
         self.config = config
         self.gateway = gateway
         self.node = node
@@ -46,15 +53,18 @@ class GatewayJudge:
         gateway, key = self._session()
         response = litellm.completion(model="openai/judge", api_base=gateway.url, api_key=key, num_retries=0,
                                       temperature=temperature, messages=[{"role": "user", "content": prompt}])
-        return response.choices[0].message.content or ""
+        return cast("ModelResponse", response).choices[0].message.content or ""  # not streamed
 
-    def _session(self):
+    def _session(self) -> tuple[Gateway, str]:
         with self._lock:
-            if self._key is None:
+            if self.gateway is None or self._key is None:
                 if self.gateway is None:
+                    assert self.folder, "a judge without the run's gateway needs a folder for its own"
                     self.gateway = self._own.enter_context(open_services(self.config, self.folder, ["judge"])).gateway
+                assert self.gateway, "services open with a gateway"
                 self.gateway.allow_models("judge")
                 self._key = self.gateway.new_session(self.node, "judge", ["judge"])
+            assert self.gateway and self._key
             return self.gateway, self._key
 
     def close(self) -> None:
@@ -205,4 +215,4 @@ class AnswerGrader:
         for i, reply in replies.items():
             grade = answer_verdict(reply)
             verdicts[i] = Verdict(bool(grade), "judge" if grade is not None else "no verdict")
-        return verdicts
+        return cast("list[Verdict]", verdicts)  # each row got one: by rule above, or from its reply

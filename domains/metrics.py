@@ -44,6 +44,7 @@ def grading_metrics(df: pd.DataFrame, label_col: str = "Reward", qid_col: str = 
     bad = [i for i, t in zip(ids, truths) if t is None]
     if bad:
         raise ValueError(f"invalid ground-truth {label_col!r} for {qid_col} {', '.join(bad)}")
+    truths = [t for t in truths if t is not None]  # every one of them: a bad one raised above
     preds = [normalize_label(p) for p in df[pred_col]]
     total = len(ids)
 
@@ -55,7 +56,7 @@ def grading_metrics(df: pd.DataFrame, label_col: str = "Reward", qid_col: str = 
     ]
 
     matrix = [[0] * len(LABELS) for _ in LABELS]
-    invalid_by_truth = dict.fromkeys(LABELS, 0)
+    invalid_by_truth: dict[str, int] = dict.fromkeys(LABELS, 0)
     for t, p in zip(truths, preds):
         if p is None:
             invalid_by_truth[t] += 1

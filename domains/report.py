@@ -15,7 +15,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 from pathlib import Path
+from typing import cast
 
+from domains import scoring
 from domains.base import Domain
 from domains.harness import GRADINGS, PREDICTIONS, grade_run, run_folder
 from domains.judge import GatewayJudge
@@ -42,7 +44,7 @@ class ReportTools:
         self._open.callback(judge.close)
         return judge
 
-    def grade(self, grading: Domain, grader_agent: str, predictions: Path) -> Path:
+    def grade(self, grading: scoring.Domain, grader_agent: str, predictions: Path) -> Path:
         folder = predictions.parent / GRADINGS
         requested = self.model or grading.model_role
         services = open_services(self.config, folder, [requested])
@@ -50,8 +52,9 @@ class ReportTools:
             print(line, flush=True)
         backend = choose_backend(self.config.sandbox)
         with run_folder(folder), services:
-            result = grade_run(grading, grader_agent, predictions, self.config, services.gateway, backend=backend,
-                               model=requested)
+            # A scorer's grading domain is one of the registry's (domains.base.Domain).
+            result = grade_run(cast(Domain, grading), grader_agent, predictions, self.config, services.gateway,
+                               backend=backend, model=requested)
         print(result.line())
         if result.stopped_by:
             raise UserError(result.stop_message())

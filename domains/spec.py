@@ -147,7 +147,7 @@ def check_data(spec: DomainSpec, where: str) -> None:
                                 f"(it has {', '.join(map(repr, df.columns))})")
         twice = df[spec.id][df[spec.id].duplicated()]
         if len(twice):
-            raise UserError(f"{where}: key 'id': {twice.iloc[0]!r} names two rows of {path}; ids must be unique")
+            raise UserError(f"{where}: key 'id': {list(twice)[0]!r} names two rows of {path}; ids must be unique")
 
 
 def _text(raw: dict, key: str, where: str) -> str:

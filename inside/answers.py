@@ -301,6 +301,7 @@ class BoundedChild:
         or the child died (it is then replaced for the next request)."""
         with self._lock:
             proc = self._child()
+            assert proc.stdin, "the child's stdin is a pipe"
             try:
                 proc.stdin.write((request + "\n").encode())
                 proc.stdin.flush()
@@ -336,17 +337,19 @@ class BoundedChild:
             pass
         proc.wait()
         for pipe in (proc.stdin, proc.stdout):
-            pipe.close()
+            if pipe:
+                pipe.close()
 
 
 def _read_line(proc: subprocess.Popen, deadline: float) -> str | None:
     """One line from the child's stdout by `deadline`, without its newline; None if none came."""
-    data = b""
+    data, stdout = b"", proc.stdout
+    assert stdout, "the child's stdout is a pipe"
     while not data.endswith(b"\n"):
         left = deadline - time.monotonic()
-        if left <= 0 or not select.select([proc.stdout], [], [], left)[0]:
+        if left <= 0 or not select.select([stdout], [], [], left)[0]:
             return None
-        chunk = os.read(proc.stdout.fileno(), 4096)
+        chunk = os.read(stdout.fileno(), 4096)
         if not chunk:
             return None
         data += chunk

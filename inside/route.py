@@ -58,7 +58,7 @@ def route_to_gateway(litellm) -> None:
         def routed(*args, **kwargs):
             args, kwargs = _positional(args, kwargs)
             return call(*args, **to_gateway(kwargs))
-        routed.routed_to_gateway = True
+        routed.routed_to_gateway = True  # pyright: ignore[reportAttributeAccessIssue] - a mark on the wrapper
         return routed
 
     def wrap_async(call):

@@ -73,9 +73,9 @@ def defer_tokenizer(litellm) -> bool:
     """
     main = sys.modules.get(f"{litellm.__name__}.main")
     load = getattr(main, "_load_default_encoding", None)
-    if load is None or "encoding" in vars(main) or getattr(main, "_encoding_cache", True) is not None:
+    if main is None or load is None or "encoding" in vars(main) or getattr(main, "_encoding_cache", True) is not None:
         return False
-    main.encoding = _LazyEncoding(load)
+    setattr(main, "encoding", _LazyEncoding(load))  # noqa: B010 - a module has no declared `encoding` to assign
     return True
 
 

@@ -94,6 +94,8 @@ def load_task_agent(agent_path: str):
         if not path.is_file():
             raise ImportError(f"agent file {agent_path} does not exist")
         spec = importlib.util.spec_from_file_location("agent_module", path)
+        if spec is None or spec.loader is None:
+            raise ImportError(f"agent file {agent_path} cannot be loaded as a module")
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
     else:

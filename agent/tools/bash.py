@@ -67,6 +67,8 @@ class Session:
             ["bash", "--noprofile", "--norc"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT, cwd=cwd, start_new_session=True,
         )
+        assert self._proc.stdin and self._proc.stdout  # both piped just above
+        self._stdin, self._stdout = self._proc.stdin, self._proc.stdout
         self._buf = bytearray()
         self._dropped = 0
         self._eof = False
@@ -78,7 +80,7 @@ class Session:
         return self._proc.poll() is None and not self._eof
 
     def _read(self) -> None:
-        fd = self._proc.stdout.fileno()
+        fd = self._stdout.fileno()
         while chunk := os.read(fd, 65536):
             with self._cond:
                 self._buf += chunk
@@ -87,7 +89,7 @@ class Session:
                     del self._buf[_KEEP_BYTES:_KEEP_BYTES + drop]
                     self._dropped += drop
                 self._cond.notify_all()
-        self._proc.stdout.close()
+        self._stdout.close()
         with self._cond:
             self._eof = True
             self._cond.notify_all()
@@ -98,8 +100,8 @@ class Session:
         with self._cond:
             self._buf.clear()  # whatever background jobs printed since the last command
             self._dropped = 0
-        self._proc.stdin.write(f"source {shlex.quote(self._script)} </dev/null\n{self._done_line}".encode())
-        self._proc.stdin.flush()
+        self._stdin.write(f"source {shlex.quote(self._script)} </dev/null\n{self._done_line}".encode())
+        self._stdin.flush()
 
         deadline = time.monotonic() + timeout
         with self._cond:
@@ -128,14 +130,14 @@ class Session:
                 "variables and the working directory are reset]")
 
     def close(self) -> None:
-        if self._proc.stdin.closed:
+        if self._stdin.closed:
             return
         try:
             os.killpg(self._proc.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
         self._proc.wait()
-        self._proc.stdin.close()
+        self._stdin.close()
         try:
             os.unlink(self._script)
         except FileNotFoundError:

@@ -29,6 +29,6 @@ def load_rows(domain: Domain, subset: str | None = None, proofs: Path | None = N
     else:
         dataset = domain.load(subset)
     if dataset[domain.question_id].duplicated().any():
-        dup = dataset[domain.question_id][dataset[domain.question_id].duplicated()].iloc[0]
+        dup = list(dataset[domain.question_id][dataset[domain.question_id].duplicated()])[0]
         raise UserError(f"question id {dup!r} appears twice in column {domain.question_id!r}")
     return dataset if num_samples is None or num_samples < 0 else dataset.head(num_samples)

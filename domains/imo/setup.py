@@ -63,7 +63,7 @@ def fetch_url(url: str, timeout: float) -> bytes:
     return data
 
 
-def download_upstream(dest, base_url: str = None, files=UPSTREAM_FILES, timeout: float = DEFAULT_TIMEOUT,
+def download_upstream(dest, base_url: str | None = None, files=UPSTREAM_FILES, timeout: float = DEFAULT_TIMEOUT,
                       fetch=fetch_url) -> dict[str, str]:
     """Download `files` from `base_url` into `dest` and record their sha256 in dest/SHA256SUMS.
 
