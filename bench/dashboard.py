@@ -1,6 +1,6 @@
 """Time to first render of the dashboard's pages on a 1,000-node run, and the server's peak RSS.
 
-Makes a synthetic run (tests/synthetic_run.py: the loop's own record format, 1,000 nodes,
+Makes a synthetic run (tests/support/synthetic_run.py: the loop's own record format, 1,000 nodes,
 their evaluations, ledger, patches and transcripts), starts `python -m archive.dashboard` on
 it, and loads the run page (the tree) and the best node's page in headless Chromium
 (Debian's chromium through Selenium, as the tests do). For each page it prints, from the

@@ -8,8 +8,8 @@ import sqlite3
 import pandas as pd
 import pytest
 
-from support.cli import FAST_CONFIG, cli_env, run_cli, run_loop
 from domains import amo_bench
+from support.cli import FAST_CONFIG, cli_env, run_cli, run_loop
 
 # The answer checks themselves (AIME's two rules, math_equal) are tested in test_answer_checks.py.
 

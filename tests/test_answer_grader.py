@@ -9,10 +9,10 @@ import sqlite3
 import pandas as pd
 import pytest
 
-from support.cli import FAST_CONFIG, cli_env, run_cli
 from domains.judge import SOLUTION_CHARS, AnswerGrader, GatewayJudge, answer_grader_prompt, answer_verdict
 from domains.registry import get_domain
 from support.answer_cases import problems, truth
+from support.cli import FAST_CONFIG, cli_env, run_cli
 
 GRADER_MARK = "an exact grader of final answers"  # in the grader's prompt, not in a task prompt
 

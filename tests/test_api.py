@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from support.cli import FAST_CONFIG, REPO_ROOT, cli_env, run_loop
 from services.errors import UserError
+from support.cli import FAST_CONFIG, REPO_ROOT, cli_env, run_loop
 
 
 def readme_example() -> str:

@@ -10,8 +10,8 @@ import os
 
 import pytest
 
-from support.cli import FAST_CONFIG, cli_env, run_cli, run_loop
 from services.config import Config, _rules, load_config, validate
+from support.cli import FAST_CONFIG, cli_env, run_cli, run_loop
 
 BAD_CONFIGS = {
     "sandbox:\n  memory_mb: lots\n": "sandbox.memory_mb",

@@ -11,11 +11,11 @@ import pytest
 
 from archive.ensemble import main
 from archive.records import Node, RunRecord
-from support.cli import run_cli
 from domains.metrics import LABELS, normalize_label
 from domains.registry import get_domain
 from services.errors import UserError
 from services.fsutil import atomic_write_csv, atomic_write_json
+from support.cli import run_cli
 
 D = "imo_grading"
 VAL = get_domain(D).load("val").head(8)

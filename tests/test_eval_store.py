@@ -9,9 +9,9 @@ import sys
 import pytest
 
 from archive.eval_store import REPORT, EvalStore
-from support.cli import REPO_ROOT
 from domains.harness import JOURNAL
 from services.errors import UserError
+from support.cli import REPO_ROOT
 
 SMALL, BIG = EvalStore.key("a" * 64, "imo_grading", "train", 10, "m"), EvalStore.key("a" * 64, "imo_grading",
                                                                                       "train", 100, "m")

@@ -15,12 +15,12 @@ import time
 
 import pytest
 
-from support.cli import FAST_CONFIG, REPO_ROOT, cli_env, run_cli
 from services import local_model
 from services.config import ModelsConfig
 from services.errors import ModelServerExited, UserError
 from services.local_model import INSTALL, LocalServer, exit_line, fit_messages
 from services.providers import LOCAL_DEFAULT, check_credentials, choose_models
+from support.cli import FAST_CONFIG, REPO_ROOT, cli_env, run_cli
 
 LABELS = ["incorrect", "partial", "almost", "correct"]
 

@@ -14,8 +14,8 @@ import math
 import pandas as pd
 import pytest
 
-from support.cli import FAST_CONFIG, run_loop
 from services.config import PROJECT_ROOT
+from support.cli import FAST_CONFIG, run_loop
 
 pytestmark = pytest.mark.e2e  # every test here runs a whole process (the loop, a sandbox, a browser)
 

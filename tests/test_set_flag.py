@@ -10,10 +10,10 @@ import os
 
 import pytest
 
-from support.cli import FAST_CONFIG, cli_env, run_cli, run_loop
 from services.config import load_config
 from services.errors import UserError
 from services.flags import apply_settings
+from support.cli import FAST_CONFIG, cli_env, run_cli, run_loop
 
 
 def test_settings_are_read_as_yaml_and_applied_in_order():

@@ -17,9 +17,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from support.cli import FAST_CONFIG, cli_env, run_cli
 from services.config import PROJECT_ROOT
 from services.errors import UserError
+from support.cli import FAST_CONFIG, cli_env, run_cli
 
 EXAMPLE = PROJECT_ROOT / "examples" / "capitals"
 CAPITALS = {re.search(r"capital of (.+)\?", r["Question"]).group(1): r["Answer"]

@@ -12,7 +12,6 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 import pytest
-from support.synthetic_run import ATTACKS, BIG_TRANSCRIPT, DOMAIN, TASK_MODEL, make_run, shown_rows
 
 from archive.eval_store import EvalStore
 from archive.records import Status
@@ -22,6 +21,7 @@ from domains.registry import get_domain
 from services.fsutil import read_csv_text
 from services.ledger import Ledger
 from services.workspace import RunRepo
+from support.synthetic_run import ATTACKS, BIG_TRANSCRIPT, DOMAIN, TASK_MODEL, make_run, shown_rows
 
 NODES, IN_FLIGHT = 120, 3
 
