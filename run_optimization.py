@@ -143,6 +143,8 @@ def run_replicates(parser, args) -> None:
     if args.resume_from:
         group_dir = Path(args.resume_from).resolve()
         group = read_group(group_dir)
+        if group is None:
+            raise UserError(f"--resume_from {args.resume_from}: no group.json there (not a folder of replicates)")
     else:
         if not (args.domain or args.domain_spec):
             raise UserError("pass --domain (e.g. --domain imo_grading) or --domain_spec FILE, "

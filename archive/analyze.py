@@ -123,7 +123,7 @@ class Analysis:
             for generation, e in enumerate(self.bands[g.name]):
                 self.rows.append(Row.of(g.name, f"best_so_far@{generation}", e))
             initial = _over_runs([r.curve(0)[0] for r in g.runs], self.level)
-            best = _over_runs([r.score(r.best()) for r in g.runs], self.level)
+            best = _over_runs([_scored(r.score(r.best()), f"{r.path}: its best node") for r in g.runs], self.level)
             self.rows += [Row(g.name, "runs", len(g.runs)), Row.of(g.name, "initial", initial),
                           Row.of(g.name, "best", best)]
             cells = [g.name, str(len(g.runs)), str(last), _band(initial), _band(best)]
@@ -157,7 +157,7 @@ class Analysis:
                 if tests is None:
                     test = f"not evaluated: python -m run_optimization --resume_from {r.path} --final_test"
                 else:
-                    chosen = tests["best"]
+                    chosen = str(tests["best"])  # the chosen node's id
                     test = f"{_fmt(tests.get('node ' + chosen))} (node {chosen}; initial " \
                            f"{_fmt(tests.get('node initial'))})"
                 self.md.append(f"| {g.name} | {r.name} | {r.seed} | {r.generations} | {_fmt(r.curve(0)[0])} | "
@@ -209,7 +209,9 @@ class Analysis:
         x, y = self.imps(a, k), self.imps(b, k)
         diff = sum(x) / len(x) - sum(y) / len(y)
         seeds_a, seeds_b = [r.seed for r in a.runs], [r.seed for r in b.runs]
-        if None not in seeds_a and sorted(seeds_a) == sorted(seeds_b) and len(set(seeds_a)) == len(seeds_a):
+        known_a, known_b = [s for s in seeds_a if s is not None], [s for s in seeds_b if s is not None]
+        if (len(known_a) == len(seeds_a) and len(known_b) == len(seeds_b) and sorted(known_a) == sorted(known_b)
+                and len(set(known_a)) == len(known_a)):
             by_seed = dict(zip(seeds_b, y))
             paired = [by_seed[s] for s in seeds_a]
             return diff, paired_p(x, paired, "two-sided"), f"paired sign-flip test on {len(x)} seeds"
@@ -312,3 +314,9 @@ def main(argv=None) -> None:
 
 if __name__ == "__main__":
     exit_on_user_error(main)
+
+
+def _scored(value: float | None, what: str) -> float:
+    if value is None:
+        raise UserError(f"{what} has no score")
+    return value

@@ -67,7 +67,7 @@ def collect(run_dir: Path) -> list[Candidate]:
     for position, node in enumerate(Archive(run_dir).ordered()):
         keys = node.eval_keys.get(GRADING_DOMAIN, {})
         scores = {name: report for name, key in keys.items() if (report := evals.report(key)) is not None}
-        if split in scores and _number(scores[split].get(MAE)) is not None:
+        if split in scores and _number(scores[split].get(MAE)) is not None and node.commit:
             found.append(Candidate(node.node_id, node.generation, node.commit, scores, position,
                                    str(node.status), bool(node.full_eval.get(GRADING_DOMAIN))))
     return found
@@ -80,7 +80,9 @@ def eligible(candidates: list[Candidate], choice: str) -> list[Candidate]:
 
 
 def _mae(c: Candidate) -> float:
-    return _number(c.scores[selection_split()].get(MAE))
+    mae = _number(c.scores[selection_split()].get(MAE))
+    assert mae is not None  # collect keeps only the nodes that have one
+    return mae
 
 
 def _accuracy(c: Candidate) -> float:

@@ -84,6 +84,8 @@ class Run:
             if score is not None:
                 best_at[node.generation] = max(score, best_at.get(node.generation, score))
         curve, best = [], self.score(self.nodes["initial"])
+        if best is None:
+            raise UserError(f"{self.path}: the initial node has no score")
         for generation in range(last + 1):
             best = max(best, best_at.get(generation, best))
             curve.append(best)
@@ -95,9 +97,12 @@ class Run:
     @cached_property
     def _best(self) -> Node:
         try:
-            return observed_best(list(self.nodes.values()), self.sizes, self.path, self.record.config.get("loop"))
+            best = observed_best(list(self.nodes.values()), self.sizes, self.path, self.record.config.get("loop"))
         except ValueError as e:
             raise UserError(f"{self.path / 'run.json'}: {e}") from None
+        if best is None:
+            raise UserError(f"{self.path}: no node has a score, not even the initial one")
+        return best
 
     def best(self) -> Node:
         """The node the run calls best, by its own loop.best_choice (the initial node has a score)."""

@@ -141,7 +141,7 @@ def selection_rows(node: Node, splits: dict[str, tuple[str, str]], store) -> Row
     return found
 
 
-def observed_best(nodes: list[Node], sizes: dict[str, tuple[str, int]], run_dir: Path, loop: dict) -> Node | None:
+def observed_best(nodes: list[Node], sizes: dict[str, tuple[str, int]], run_dir: Path, loop: object) -> Node | None:
     """The best node as the run chose it (its loop config `loop`, from run.json), for readers without
     the domains' data: scores from `observed_score`, rows from the run's reports."""
     from archive.eval_store import EvalStore

@@ -19,6 +19,7 @@ import shutil
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,7 +39,7 @@ from domains.harness import (
 from domains.judge import GatewayJudge
 from optimizer.events import Events, SplitDone, SplitStarted
 from services.errors import UserError
-from services.sandbox import open_sandbox
+from services.sandbox import Sandbox, open_sandbox
 from services.workspace import discard
 
 
@@ -98,7 +99,7 @@ class Evaluator:
         self._locks_lock = threading.Lock()
 
     def node_sandbox(self, node_id: str, node_dir: Path, transcripts: Path,
-                     check_imports: list[str] = ()) -> NodeSandbox:
+                     check_imports: Sequence[str] = ()) -> NodeSandbox:
         """A node's evaluation sandbox (see NodeSandbox); its worker writes transcripts to `transcripts`
         and nothing else, its log goes to `node_dir`."""
         workspace = self.run_dir / "workspaces" / f"{node_id}-eval"
@@ -268,7 +269,8 @@ class NodeSandbox:
         self.check_imports = check_imports
         self.transcripts = transcripts
         self._stack = contextlib.ExitStack()
-        self.box = self.worker = None
+        self.box: Sandbox  # both made on entering
+        self.worker: AgentWorker
 
     def __enter__(self) -> NodeSandbox:
         ev = self.evaluator

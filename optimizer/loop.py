@@ -205,6 +205,7 @@ class Loop:
         rows = [{"node_id": c.node_id, "parent": self.archive.nodes[c.node_id].parent, "score": c.score,
                  "generation": self.archive.nodes[c.node_id].generation, "children": c.children,
                  "scores": self.archive.nodes[c.node_id].scores} for c in candidates]
+        assert latest.commit, "a recorded node has its commit"
         workspace = self.repo.checkout(latest.commit, self.workspaces / "select")
         try:
             with open_sandbox(self.config.sandbox, workspace, [], None, self.backend) as box:
@@ -310,6 +311,7 @@ class Loop:
 
     def _evaluate_new(self, node: Node) -> Node:
         """Evaluate the committed change of `node` and fill in its scores or why it has none."""
+        assert node.commit, f"node {node.node_id} is evaluated once committed"
         try:
             with self.node_sandbox(node.node_id) as box:
                 box.fill(self.repo, node.commit)

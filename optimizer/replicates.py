@@ -94,6 +94,6 @@ def _replicate(name: str, argv: list[str]) -> int:
     proc = subprocess.Popen([sys.executable, "-m", "run_optimization", *argv], cwd=PROJECT_ROOT,
                             env={**os.environ, "TQDM_DISABLE": "1"}, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, errors="replace")
-    for line in proc.stdout:
+    for line in proc.stdout or ():
         print(f"[{name}] {line.rstrip()}", flush=True)
     return proc.wait()
