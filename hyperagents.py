@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import cast
 
 from archive.experiments import EVALUATIONS, read_evaluations
 from archive.promotion import row_scores
@@ -100,7 +101,8 @@ class EvalResult:
 
 def _node_view(node: Node) -> NodeView:
     scores = {d: {s: Score(v, node.samples.get(d, {}).get(s),
-                           tuple(band) if (band := node.intervals.get(d, {}).get(s)) else None)
+                           cast("tuple[float, float]", tuple(band))  # a record's interval is a pair
+                           if (band := node.intervals.get(d, {}).get(s)) else None)
                   for s, v in splits.items()} for d, splits in node.scores.items()}
     spend = {role: Spend(usd, node.tokens.get(role, 0)) for role, usd in node.cost_usd.items()}
     return NodeView(node.node_id, node.parent, node.generation, str(node.status), scores, dict(node.full_eval),
@@ -222,7 +224,7 @@ def _evaluate_node(run_dir: Path, node_id: str, domain: str | None, split: str, 
                           evaluate=(node_id,), split=split))
     finally:
         release_folder(run_dir.resolve())
-    scored = read_evaluations(run_dir / EVALUATIONS)["nodes"][node_id][domain][split]
+    scored = cast(dict, read_evaluations(run_dir / EVALUATIONS))["nodes"][node_id][domain][split]  # just written
     band = scored.get("interval")
     return EvalResult(domain, split, Score(scored["score"], scored["rows"], tuple(band) if band else None),
                       run_dir.resolve())

@@ -13,6 +13,7 @@ import sys
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from typing import IO, TYPE_CHECKING, cast
 from urllib.parse import quote
 
 from archive.records import RunRecord, check_labels
@@ -29,6 +30,9 @@ from services.errors import UserError
 from services.flags import apply_settings, parse_data_flags
 from services.fsutil import atomic_write_json, hold_folder, read_bounded
 from services.user_files import parse_json
+
+if TYPE_CHECKING:
+    from services.gateway import Gateway
 
 MAX_RUN_RECORD = 2**20  # run.json: the plan and config, a few KiB
 
@@ -182,8 +186,9 @@ def start_dashboard(run_dir: Path, port: int) -> None:
     proc = subprocess.Popen([sys.executable, "-m", "archive.dashboard", str(run_dir), "--port", str(port),
                              "--exit_with", str(os.getpid())], cwd=PROJECT_ROOT, stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, text=True)  # its errors go to this run's stderr
-    ready, _, _ = select.select([proc.stdout], [], [], 30)
-    line = proc.stdout.readline() if ready else ""
+    stdout = cast(IO[str], proc.stdout)  # a pipe: stdout=PIPE above
+    ready, _, _ = select.select([stdout], [], [], 30)
+    line = stdout.readline() if ready else ""
     if not line.startswith("dashboard: "):
         proc.kill()
         print("warning: the dashboard did not start (see above); the run goes on without it", flush=True)
@@ -202,7 +207,7 @@ def claim_run(run_dir: Path, domains, request: RunRequest) -> None:
         from archive.store import Archive
         from optimizer.final_test import check_evaluate
 
-        check_evaluate(Archive(run_dir).nodes, domains, list(request.evaluate), request.split)
+        check_evaluate(Archive(run_dir).nodes, domains, list(request.evaluate), cast(str, request.split))
 
 
 def new_run_dir(request: RunRequest) -> Path:
@@ -286,7 +291,7 @@ def launch(request: RunRequest) -> Path:
 
     with services:  # a new run folder is removed again if the preflight calls fail
         hold_folder(run_dir, "run")  # a new run's folder exists from here on
-        gateway = services.gateway
+        gateway = cast("Gateway", services.gateway)  # open from here on
         if not resumed:
             RunRepo.create(run_dir / "repo", PROJECT_ROOT, initial_code(initial_agent, transfer))
         atomic_write_json(run_dir / "run.json", RunRecord(domain_names, config.to_dict(), backend, initial_from,
@@ -298,7 +303,7 @@ def launch(request: RunRequest) -> Path:
         if request.evaluate is not None:
             from optimizer.final_test import run_evaluations
 
-            print("\n".join(run_evaluations(loop, list(request.evaluate), request.split)))
+            print("\n".join(run_evaluations(loop, list(request.evaluate), cast(str, request.split))))
         else:
             loop.run()
             print("\n".join(summary_lines(loop, name, tags)))
