@@ -18,12 +18,11 @@ parent did. Pure: the caller reads the reports (`row_scores`) and records the ve
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from archive.stats import interval, paired_p
 
-# By the names the config accepts (services.config.PROMOTION_RULES; tests/test_layers.py checks both agree).
-RULES = ("score_above", "not_worse_than_parent", "sica")
 TESTS = ("exact", "bootstrap")
 
 RowScores = dict[str, float]  # question id -> score in [0, 1]
@@ -61,7 +60,13 @@ def _shared(child: RowScores, other: RowScores | None) -> tuple[list[float], lis
     return [child[i] for i in ids], [other[i] for i in ids]
 
 
-def _not_worse(rule: Promotion, child: RowScores, parent: RowScores | None, floor: str) -> Verdict:
+def _floor_alone(rule: Promotion, child: RowScores, parent: RowScores | None, best: RowScores | None,
+                 floor: str) -> Verdict:
+    return Verdict(True, floor)
+
+
+def _not_worse(rule: Promotion, child: RowScores, parent: RowScores | None, best: RowScores | None,
+               floor: str) -> Verdict:
     mine, theirs = _shared(child, parent)
     if not mine:
         why = "no parent scores" if parent is None else "no rows shared with the parent"
@@ -73,7 +78,8 @@ def _not_worse(rule: Promotion, child: RowScores, parent: RowScores | None, floo
                               f"p={p:.2g} {'<' if worse else '>='} {rule.level:g}")
 
 
-def _sica(rule: Promotion, child: RowScores, best: RowScores | None, floor: str) -> Verdict:
+def _sica(rule: Promotion, child: RowScores, parent: RowScores | None, best: RowScores | None,
+          floor: str) -> Verdict:
     mine, theirs = _shared(child, best)
     if not mine:
         why = "no best node scores" if best is None else "no rows shared with the best node"
@@ -86,6 +92,12 @@ def _sica(rule: Promotion, child: RowScores, best: RowScores | None, floor: str)
                        f"on {len(mine)} shared rows")
 
 
+# A rule's verdict on a child that passed the floor: (rule, child, parent, best, the floor's line).
+Rule = Callable[[Promotion, RowScores, "RowScores | None", "RowScores | None", str], Verdict]
+# By the names the config accepts (services.config.PROMOTION_RULES; tests/test_layers.py checks both agree).
+RULES: dict[str, Rule] = {"score_above": _floor_alone, "not_worse_than_parent": _not_worse, "sica": _sica}
+
+
 def decide(rule: Promotion, above: float, child: RowScores, parent: RowScores | None = None,
            best: RowScores | None = None) -> Verdict:
     """The stage's verdict on a child from its per-row scores, `parent`'s and `best`'s (each
@@ -96,12 +108,7 @@ def decide(rule: Promotion, above: float, child: RowScores, parent: RowScores | 
     score = sum(child.values()) / len(child)
     if not score > above:
         return Verdict(False, f"score {score:.3f} <= {above:g}")
-    floor = f"score {score:.3f} > {above:g}"
-    if rule.rule == "not_worse_than_parent":
-        return _not_worse(rule, child, parent, floor)
-    if rule.rule == "sica":
-        return _sica(rule, child, best, floor)
-    return Verdict(True, floor)
+    return RULES[rule.rule](rule, child, parent, best, f"score {score:.3f} > {above:g}")
 
 
 def _is_share(value) -> bool:
@@ -143,8 +150,6 @@ def row_scores(report: dict, score_key: str) -> RowScores | None:
 
 
 # -- which node is the run's best ----------------------------------------------------------
-# By the names the config accepts (services.config.BEST_CHOICES; tests/test_layers.py checks both agree).
-BEST_RULES = ("highest", "paired")
 
 
 @dataclass(frozen=True)
@@ -198,11 +203,15 @@ def choose_best(nodes: list, score, rows, choice: BestChoice):
     `score(node)`: its selection score, None when it has none (left out); `rows(node)`: its
     per-row scores on the selection split, asked only by the paired rule."""
     scored = [(s, n) for n in nodes if (s := score(n)) is not None]
-    if not scored:
-        return None
-    if choice.rule == "highest":
-        newest_first = -1 if choice.ties == "earliest" else 1
-        return max(scored, key=lambda t: (t[0], newest_first * t[1].generation))[1]
+    return BEST_RULES[choice.rule](scored, rows, choice) if scored else None
+
+
+def _highest(scored: list, rows, choice: BestChoice):
+    newest_first = -1 if choice.ties == "earliest" else 1
+    return max(scored, key=lambda t: (t[0], newest_first * t[1].generation))[1]
+
+
+def _paired(scored: list, rows, choice: BestChoice):
     scored.sort(key=lambda t: (t[1].generation, t[1].node_id))
     best_score, best = scored[0]
     best_rows = rows(best)
@@ -212,3 +221,8 @@ def choose_best(nodes: list, score, rows, choice: BestChoice):
             if replaces(choice, s, best_score, mine, best_rows).promote:
                 best_score, best, best_rows = s, node, mine
     return best
+
+
+# How a best node is chosen among the scored (score, node) pairs, by the names the config accepts
+# (services.config.BEST_CHOICES; tests/test_layers.py checks both agree).
+BEST_RULES: dict[str, Callable] = {"highest": _highest, "paired": _paired}
