@@ -157,7 +157,8 @@ class Config:
         return validate(_merge(cls(), data, ""))
 
 
-SANDBOX_BACKENDS = ("auto", "docker", "bwrap", "none")
+SANDBOX_BACKENDS = ("auto", "docker", "bwrap", "none")  # auto, then services.sandbox.backends.LOCAL_BACKENDS
+CACHE_MODES = ("temperature0", "all", "off")  # services.gateway.caching.REPLAYS
 EXECUTORS = ("local", "ray")
 class Baseline(StrEnum):
     """The paper's baselines (loop.run_baseline)."""
@@ -266,7 +267,7 @@ def _rules() -> dict:
         "gateway.backoff_base_s": _at_least(0),
         "gateway.backoff_max_s": _at_least(0),
         "gateway.request_timeout_s": _above(0),
-        "gateway.cache": _one_of("temperature0", "all", "off"),
+        "gateway.cache": _one_of(*CACHE_MODES),
         "gateway.budget_usd": _at_least(0),
         "gateway.budget_tokens": _at_least(0),
         "gateway.max_concurrent_calls": POSITIVE_INT,

@@ -232,3 +232,14 @@ def test_a_type_only_import_makes_no_cycle_but_still_counts_for_layers(tmp_path)
     source.write_text("from typing import TYPE_CHECKING\nimport a\nif TYPE_CHECKING:\n    import b\n")
     assert [m for m, _ in _imports(source)] == ["typing", "a", "b"]
     assert [m for m, _ in _imports(source, typing=False)] == ["typing", "a"]
+
+
+def test_config_accepts_exactly_the_sandbox_backends_and_cache_modes_there_are():
+    from services.config import CACHE_MODES, SANDBOX_BACKENDS
+    from services.gateway.caching import REPLAYS
+    from services.sandbox.backends import LOCAL_BACKENDS
+
+    assert ("auto", *LOCAL_BACKENDS) == SANDBOX_BACKENDS
+    assert tuple(REPLAYS) == CACHE_MODES
+    assert [REPLAYS[m]({"temperature": 0}) for m in CACHE_MODES] == [True, True, False]
+    assert [REPLAYS[m]({"temperature": 0.7}) for m in CACHE_MODES] == [False, True, False]

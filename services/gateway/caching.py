@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Callable
 from functools import lru_cache
 from urllib.parse import urlsplit
 
@@ -38,6 +39,14 @@ from services.providers import provider_of
 EPHEMERAL = {"type": "ephemeral"}  # Anthropic's five-minute cache, refreshed by every read
 _SYSTEM = ("system", "developer")  # litellm sends both as the provider's system prompt, before the messages
 _CLAUDE_HOSTS = ("bedrock", "bedrock_converse", "vertex_ai")  # clouds where litellm passes marks to Claude
+
+# Which requests each `gateway.cache` mode replays from the cache, by a request's parameters; the
+# config accepts these names (services.config.CACHE_MODES; tests/test_layers.py checks both agree).
+REPLAYS: dict[str, Callable[[dict], bool]] = {
+    "temperature0": lambda params: params.get("temperature") == 0,  # deterministic requests only
+    "all": lambda params: True,
+    "off": lambda params: False,
+}
 
 
 @lru_cache(maxsize=256)

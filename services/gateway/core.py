@@ -23,7 +23,7 @@ from services.config import Config
 from services.errors import ProviderDown, UserError
 from services.gateway.breaker import Breaker, Check
 from services.gateway.budget import Budget, with_output_cap, worst_case
-from services.gateway.caching import forwarded
+from services.gateway.caching import REPLAYS, forwarded
 from services.gateway.failures import PROBE, PROVIDER_DOWN, is_provider_failure, is_transient, preflight_problem
 from services.gateway.params import Refusal, canonical, checked
 from services.gateway.pricing import Pricing, pricing_of, register_price
@@ -377,8 +377,7 @@ class Gateway:
         evaluation) replays its own calls, but one generation never gets another's answer. Unscoped,
         every meta agent's first call (the same prompt each generation at temperature 0) would be
         the first one's reply again, and the search would repeat itself instead of sampling."""
-        mode = self.gw.cache
-        if mode == "off" or (mode == "temperature0" and params.get("temperature") != 0):
+        if not REPLAYS[self.gw.cache](params):
             return None
         return hashlib.sha256(f"{session.node}\0{session.role}\0{request}".encode()).hexdigest()
 

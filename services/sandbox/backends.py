@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from services.config import SandboxConfig
@@ -95,9 +96,24 @@ def open_local(config: SandboxConfig, workspace: Path, mounts: list, gateway_soc
     """An unopened sandbox of a backend of this machine (docker, bwrap or none)."""
     if backend == "none":
         print(NONE_WARNING, file=sys.stderr)
-        from services.sandbox.local import LocalSandbox as cls
-    elif backend == "bwrap":
-        from services.sandbox.bwrap import BwrapSandbox as cls
-    else:
-        from services.sandbox.docker_backend import DockerSandbox as cls
-    return cls(Path(workspace), config, list(mounts), gateway_socket)
+    return LOCAL_BACKENDS[backend]()(Path(workspace), config, list(mounts), gateway_socket)
+
+
+# Each backend's class, imported when chosen (docker's client library is slow to import). The
+# config accepts these names and "auto" (services.config.SANDBOX_BACKENDS; tests/test_layers.py).
+def _docker() -> type[Sandbox]:
+    from services.sandbox.docker_backend import DockerSandbox
+    return DockerSandbox
+
+
+def _bwrap() -> type[Sandbox]:
+    from services.sandbox.bwrap import BwrapSandbox
+    return BwrapSandbox
+
+
+def _none() -> type[Sandbox]:
+    from services.sandbox.local import LocalSandbox
+    return LocalSandbox
+
+
+LOCAL_BACKENDS: dict[str, Callable[[], type[Sandbox]]] = {"docker": _docker, "bwrap": _bwrap, "none": _none}
