@@ -217,9 +217,11 @@ def test_run_json_is_versioned_and_the_older_shape_still_reads():
 
     record = RunRecord(["imo_grading"], Config().to_dict(), "bwrap")
     saved = json.loads(json.dumps(record.to_dict()))
-    assert saved["schema_version"] == RUN_SCHEMA == 2 and RunRecord.from_dict(saved) == record
+    assert saved["schema_version"] == RUN_SCHEMA == 3 and RunRecord.from_dict(saved) == record
     older = {k: v for k, v in saved.items() if k != "schema_version"}  # as runs wrote it before versions
     assert RunRecord.from_dict(older) == record
+    before_names = {k: v for k, v in saved.items() if k not in ("name", "tags")} | {"schema_version": 2}
+    assert RunRecord.from_dict(before_names) == record  # schema 2 had no name and tags: none
     for bad, why in [({**saved, "domains": "imo_grading"}, "domains must be"),
                      ({**saved, "domains": []}, "at least one"),
                      ({**saved, "schema_version": 9}, "newer"), ({**saved, "extra": 1}, "unknown keys extra")]:
