@@ -36,6 +36,7 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
@@ -50,6 +51,9 @@ from services.config import PROJECT_ROOT
 from services.errors import UserError, exit_on_user_error
 from services.fsutil import atomic_write_csv, atomic_write_json, csv_values, read_bounded
 from services.render import console
+
+if TYPE_CHECKING:
+    from domains.base import Domain
 
 RULES = ("best_per_question", "majority", "weighted", "agent")
 MAX_PREDICTIONS = 64 * 2**20
@@ -70,7 +74,7 @@ def show(line: str) -> None:
     print(console(line), flush=True)
 
 
-def vote_of(domain, text: str) -> str | None:
+def vote_of(domain: Domain, text: str) -> str | None:
     """What a prediction votes for: the label (grading), the final answer (answer domains), or None."""
     if domain.try_match == "math":
         from inside.answers import final_answer
@@ -116,7 +120,7 @@ def ranked(run_dir: Path, archive: Archive, nodes: list[Node]) -> list[tuple[flo
                   key=lambda t: (-(t[0] or 0), -t[1].generation))
 
 
-def evaluate_missing(run_dir: Path, domain, split: str, top: int, out=show) -> None:
+def evaluate_missing(run_dir: Path, domain: Domain, split: str, top: int, out=show) -> None:
     """--rows all: the `top` best nodes of the archive, each evaluated on all of `split` (those not
     yet evaluated on it by the run's own command, which pays only for rows not answered before)."""
     archive = Archive(run_dir)
@@ -135,7 +139,7 @@ def evaluate_missing(run_dir: Path, domain, split: str, top: int, out=show) -> N
                         f"run it again, or combine what is stored with --rows shared")
 
 
-def choose_members(run_dir: Path, domain, split: str, top: int, out=show) -> list[Member]:
+def choose_members(run_dir: Path, domain: Domain, split: str, top: int, out=show) -> list[Member]:
     archive = Archive(run_dir)
     keys = split_keys(run_dir, archive, domain.name, split)
     store, members = EvalStore(run_dir), []
@@ -156,7 +160,7 @@ def choose_members(run_dir: Path, domain, split: str, top: int, out=show) -> lis
     return members
 
 
-def _vote(domain, members: list[Member], qid: str, weighted: bool) -> str:
+def _vote(domain: Domain, members: list[Member], qid: str, weighted: bool) -> str:
     tally: dict[str, float] = {}
     first: dict[str, Member] = {}  # each answer's best-ranked supporter
     for m in members:  # ranked best first
@@ -171,7 +175,7 @@ def _vote(domain, members: list[Member], qid: str, weighted: bool) -> str:
     return first[winner].answers[qid]
 
 
-def _train_by_problem(run_dir: Path, domain, members: list[Member]) -> dict[tuple[str, str], float]:
+def _train_by_problem(run_dir: Path, domain: Domain, members: list[Member]) -> dict[tuple[str, str], float]:
     """(node id, problem) -> the member's mean train score on that problem's rows."""
     if "train" not in domain.splits:
         return {}
@@ -192,7 +196,7 @@ def _train_by_problem(run_dir: Path, domain, members: list[Member]) -> dict[tupl
     return found
 
 
-def combine(run_dir: Path, domain, members: list[Member], rule: str, rows: pd.DataFrame) -> list[str]:
+def combine(run_dir: Path, domain: Domain, members: list[Member], rule: str, rows: pd.DataFrame) -> list[str]:
     """The ensemble's prediction for each of `rows` (the split's rows every member answered)."""
     ids = rows[domain.question_id].astype(str)
     if rule != "best_per_question":
@@ -246,14 +250,14 @@ def agent_combine(run_dir: Path, record, node: Node, members: list[Member], ids:
                          + (" (the others: the best member's answer)" if len(kept) < len(ids) else ""))
 
 
-def _score(domain, rows: pd.DataFrame, predictions: list[str], path: Path) -> dict:
+def _score(domain: Domain, rows: pd.DataFrame, predictions: list[str], path: Path) -> dict:
     frame = rows.copy()
     frame["prediction"] = predictions
     atomic_write_csv(path, frame, agent_text=True)
     return domain.scorer.score(domain, path)
 
 
-def build(run_dir: Path, domain, split: str, rule: str, top: int, out=show, agent: str | None = None,
+def build(run_dir: Path, domain: Domain, split: str, rule: str, top: int, out=show, agent: str | None = None,
           rows_of: str = "shared") -> dict:
     """Build, score and save the ensemble; returns members.json's content. With rule `agent`, the
     ensemble.py of node `agent` (default: the best member) combines the answers; with `rows_of`
@@ -263,7 +267,7 @@ def build(run_dir: Path, domain, split: str, rule: str, top: int, out=show, agen
     members = choose_members(run_dir, domain, split, top, out)
     data = domain.load(split)
     shared = set.intersection(*(set(m.answers) for m in members))
-    rows = data[data[domain.question_id].astype(str).isin(shared)].reset_index(drop=True)
+    rows = pd.DataFrame(data[data[domain.question_id].astype(str).isin(list(shared))].reset_index(drop=True))
     if rows.empty:
         raise UserError(f"the {len(members)} members share no row of {domain.name}/{split}")
     folder = run_dir / "ensembles" / f"{split}-{rule}-top{top}"

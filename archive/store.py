@@ -16,6 +16,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from archive.promotion import BestChoice, RowScores, choose_best, row_scores
 from archive.records import GenStart, MetaResult, Node, Status
@@ -23,6 +24,9 @@ from archive.selection import Candidate
 from services.errors import UserError
 from services.fsutil import atomic_write_json, read_bounded
 from services.user_files import parse_json
+
+if TYPE_CHECKING:
+    from domains.base import Domain
 
 UNTRUSTED = "untrusted"  # run_dir/untrusted/<node>/<part>/: what the node's sandboxes wrote, never read as a record
 META_TRANSCRIPT = "meta_chat_history.md"  # the meta agent's transcript, in the node's untrusted "meta" part
@@ -56,7 +60,8 @@ class ScoreRule:
                    {d.name: stages[0].rows for d in domains if (stages := d.screening(loop))})
 
 
-def selection_score(node: Node, domain, full_sizes: dict[str, int], rule: ScoreRule = ScoreRule()) -> float | None:
+def selection_score(node: Node, domain: Domain, full_sizes: dict[str, int],
+                    rule: ScoreRule = ScoreRule()) -> float | None:
     """The score the loop selects on for one domain: val where the domain has one, else train.
 
     A node that only passed the staged evaluation has its staged score (train, or the

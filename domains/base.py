@@ -8,9 +8,13 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from domains.scoring import Scorer
 from services.errors import UserError
+
+if TYPE_CHECKING:
+    from services.config import Config
 
 # Data files the user gives for domains that are not bundled (`--data`), by domain name.
 DATA_FILES: dict[str, str] = {}
@@ -97,7 +101,7 @@ class Domain:
         """The report as a few fixed-width lines for a person."""
         return self.scorer.lines(report)
 
-    def models_needed(self, config) -> set[str]:
+    def models_needed(self, config: Config) -> set[str]:
         """Every model an evaluation of this domain calls: its agent's, and its scorer's (grader, judges)."""
         return {config.resolve_model(self.model_role)} | self.scorer.models(config)
 

@@ -53,6 +53,7 @@ class ReportTools:
         backend = choose_backend(self.config.sandbox)
         with run_folder(folder), services:
             # A scorer's grading domain is one of the registry's (domains.base.Domain).
+            assert services.gateway, "open services have a gateway"
             result = grade_run(cast(Domain, grading), grader_agent, predictions, self.config, services.gateway,
                                backend=backend, model=requested)
         print(result.line())

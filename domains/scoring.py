@@ -14,11 +14,14 @@ import importlib.util
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from domains.data import load_csv
 from services.errors import UserError
 from services.fsutil import csv_values
+
+if TYPE_CHECKING:
+    from services.config import Config
 
 Judge = Callable[[str], str]  # prompt -> the judge's reply
 # report.json: the metrics of one evaluation (domains/metrics.py, answer_metrics.py); 2 adds row_scores
@@ -48,7 +51,7 @@ class Scorer(Protocol):
         """The report for the predictions.csv at `predictions`."""
         ...
 
-    def models(self, config) -> set[str]:
+    def models(self, config: Config) -> set[str]:
         """The models scoring calls (judges, the grader), as the run's config names them."""
         ...
 
@@ -56,7 +59,7 @@ class Scorer(Protocol):
         """UserError when scoring cannot work here (a grader package missing)."""
         ...
 
-    def plan_line(self, domain: Domain, config) -> str | None:
+    def plan_line(self, domain: Domain, config: Config) -> str | None:
         """A line for the run's plan about how it is scored, or None."""
         ...
 
@@ -97,13 +100,13 @@ class ByRule:
     def score(self, domain: Domain, predictions: Path, tools: ScoringTools | None = None) -> dict:
         return scored(predictions, self.metrics, read_predictions(domain, predictions))
 
-    def models(self, config) -> set[str]:
+    def models(self, config: Config) -> set[str]:
         return set()
 
     def check_ready(self, domain: Domain) -> None:
         pass
 
-    def plan_line(self, domain: Domain, config) -> str | None:
+    def plan_line(self, domain: Domain, config: Config) -> str | None:
         return None
 
 
@@ -116,7 +119,7 @@ class Judged(ByRule):
             raise UserError(f"domain {domain.name} is scored with LLM judges: it needs a gateway to call them")
         return scored(predictions, self.metrics, read_predictions(domain, predictions), judge=tools.judge())
 
-    def models(self, config) -> set[str]:
+    def models(self, config: Config) -> set[str]:
         return {config.resolve_model("judge")}
 
 
@@ -137,7 +140,7 @@ class Graded:
         graded = tools.grade(self.grading, self.grader_agent, predictions)
         return self.grading.scorer.score(self.grading, graded, tools)
 
-    def models(self, config) -> set[str]:
+    def models(self, config: Config) -> set[str]:
         return {config.resolve_model(self.grading.model_role)} | self.grading.scorer.models(config)
 
     def check_ready(self, domain: Domain) -> None:
@@ -148,7 +151,7 @@ class Graded:
                 f"{domain.name} is graded by the {package} package, which is not installed: "
                 "build it with `setup_proofgrader_repo --proofautograder`, then `pip install -e ./proofgrader_repo`")
 
-    def plan_line(self, domain: Domain, config) -> str:
+    def plan_line(self, domain: Domain, config: Config) -> str:
         found = importlib.util.find_spec(self.grader_agent.split(".")[0])
         where = found.origin if found else "not installed"
         return (f"grader   {domain.name}: {self.grader_agent} ({where}), "

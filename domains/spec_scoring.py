@@ -25,10 +25,15 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from domains.scoring import ScoringTools, read_predictions, scored
 from inside.answers import check_output
 from services.errors import UserError
+
+if TYPE_CHECKING:
+    from domains.scoring import Domain
+    from services.config import Config
 
 BUILT_IN = ("exact", "math_verify", "llm_judge")
 JUDGE_THREADS = 8  # judge calls side by side: each waits on the model
@@ -113,7 +118,7 @@ class SpecScorer:
     rubric: str = ""  # llm_judge: what a passing answer is
     base: Path | None = None  # module:function: the spec's folder, put first on the import path
 
-    def score(self, domain, predictions: Path, tools: ScoringTools | None = None) -> dict:
+    def score(self, domain: Domain, predictions: Path, tools: ScoringTools | None = None) -> dict:
         df = read_predictions(domain, predictions)
         return scored(predictions, self.metrics, df, qid=domain.question_id, tools=tools, name=domain.name)
 
@@ -161,14 +166,14 @@ class SpecScorer:
             lines.append(f"judge unclear   {report['judge_unreadable']:6d}  (scored 0: no VERDICT line)")
         return "\n".join(lines)
 
-    def models(self, config) -> set[str]:
+    def models(self, config: Config) -> set[str]:
         return {config.resolve_model("judge")} if self.rule == "llm_judge" else set()
 
-    def check_ready(self, domain) -> None:
+    def check_ready(self, domain: Domain) -> None:
         if self.rule not in BUILT_IN:
             user_function(self.rule, self.base)
 
-    def plan_line(self, domain, config) -> str:
+    def plan_line(self, domain: Domain, config: Config) -> str:
         how = {"exact": "the label, as text (case and surrounding spaces ignored)",
                "math_verify": "the label, as mathematics (math-verify)",
                "llm_judge": f"an LLM judge with the spec's rubric, model {config.resolve_model('judge')}"}

@@ -15,9 +15,13 @@ prompt is estimated shorter than a provider caches (1,024 tokens), so evaluation
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from services.gateway.caching import takes_marks
 from services.gateway.pricing import pricing_of
+
+if TYPE_CHECKING:
+    from services.config import Config
 
 CHARS_PER_TOKEN = 4
 INSTRUCTION_TOKENS = 600  # the agent's own prompt around a row's inputs
@@ -60,7 +64,7 @@ def call_usd(model: str, prices: dict, prompt_tokens: float, completion_tokens: 
     return prompt_tokens * pricing.input_usd + completion_tokens * pricing.output_usd
 
 
-def evaluation_usd(domains: list, config, rows_of, test: bool = False) -> float:
+def evaluation_usd(domains: list, config: Config, rows_of, test: bool = False) -> float:
     """One node's evaluation, staged and full, assuming it passes the first stage (`test`: its test
     split instead, as the final test runs it).
 
@@ -97,7 +101,7 @@ def meta_usd(model: str, gw, calls: int) -> tuple[float, float]:
     return min(full, cached), max(full - cached, 0.0)
 
 
-def estimate(domains: list, config, rows_of) -> Estimate:
+def estimate(domains: list, config: Config, rows_of) -> Estimate:
     evaluation = evaluation_usd(domains, config, rows_of)
     meta, saved = meta_usd(config.resolve_model("meta"), config.gateway, config.loop.meta_max_calls)
     final = 2 * evaluation_usd(domains, config, rows_of, test=True) if config.loop.final_test else 0.0

@@ -22,6 +22,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from archive.eval_store import EvalStore
 from archive.promotion import Promotion, RowScores, Verdict, decide, row_scores
@@ -41,6 +42,11 @@ from optimizer.events import Events, SplitDone, SplitStarted
 from services.errors import UserError
 from services.sandbox import Sandbox, open_sandbox
 from services.workspace import discard
+
+if TYPE_CHECKING:
+    from domains.base import Domain
+    from services.config import Config
+    from services.gateway import Gateway
 
 
 @dataclass
@@ -80,14 +86,15 @@ class LoadFailed(Exception):
     """The node's task agent, or another entry point it must have, does not import."""
 
 
-def split_rows(domain, split: str, limit: int) -> int:
+def split_rows(domain: Domain, split: str, limit: int) -> int:
     """How many rows an evaluation of `split` with `limit` (-1 = all) covers."""
     total = len(domain.load(split))
     return total if limit < 0 else min(limit, total)
 
 
 class Evaluator:
-    def __init__(self, run_dir: Path, config, gateway, backend: str, task_model: str, events: Events | None = None):
+    def __init__(self, run_dir: Path, config: Config, gateway: Gateway, backend: str, task_model: str,
+                 events: Events | None = None):
         self.run_dir = run_dir
         self.events = events or Events()
         self.store = EvalStore(run_dir)
@@ -145,7 +152,7 @@ class Evaluator:
         timings["eval"] = round(time.monotonic() - started, 3)
         return results
 
-    def stage_splits(self, domain) -> list[str]:
+    def stage_splits(self, domain: Domain) -> list[str]:
         """The splits each screening stage runs on its first rows: train, whose score the stage's rule
         reads, and with `loop.stage_splits` train_and_val (the paper's) the selection split too, so a
         node that stops there is selected on val rows, as in the reference."""
@@ -161,7 +168,7 @@ class Evaluator:
         return {d.name: self._split(d, split, split_rows(d, split, self.config.loop.eval_samples), node, agent_hash)
                 for d in domains}
 
-    def _screen(self, domain, stage, result: DomainResult, peers: Peers) -> Verdict:
+    def _screen(self, domain: Domain, stage, result: DomainResult, peers: Peers) -> Verdict:
         """The stage's verdict on one domain, also kept (as a line) in `result.screening`."""
         loop = self.config.loop
         rule = Promotion(stage.rule or loop.promotion, loop.promotion_level, loop.promotion_test)
@@ -178,7 +185,7 @@ class Evaluator:
         result.screening.append(f"{stage.rows} rows: {'on' if verdict.promote else 'stopped'}: {verdict.reason}")
         return verdict
 
-    def _split(self, domain, split: str, rows: int, node: NodeSandbox, agent_hash: str) -> SplitScore:
+    def _split(self, domain: Domain, split: str, rows: int, node: NodeSandbox, agent_hash: str) -> SplitScore:
         """The score of one split; two generations in flight with the same task agent (a child that
         only changed the meta agent, and its sibling) take turns: the second reuses the first's."""
         key = self.store.key(agent_hash, domain.name, split, rows, self.task_model)
@@ -187,7 +194,7 @@ class Evaluator:
         with lock:
             return self._split_once(domain, split, rows, node, agent_hash, key)
 
-    def _split_once(self, domain, split: str, rows: int, node: NodeSandbox, agent_hash: str,
+    def _split_once(self, domain: Domain, split: str, rows: int, node: NodeSandbox, agent_hash: str,
                     key: str) -> SplitScore:
         report = self.store.report(key)
         if report is not None:
@@ -217,7 +224,7 @@ class Evaluator:
         return self._scored(domain, report, rows, key)
 
     @staticmethod
-    def _scored(domain, report: dict, rows: int, key: str) -> SplitScore:
+    def _scored(domain: Domain, report: dict, rows: int, key: str) -> SplitScore:
         return SplitScore(report.get(domain.score_key), rows, key, row_scores(report, domain.score_key))
 
     def kept(self, node_id: str, result: SplitResult) -> SplitResult:
@@ -227,7 +234,7 @@ class Evaluator:
             raise BudgetStop(result.stop_message())
         return result
 
-    def _score(self, domain, folder: Path, node_id: str) -> dict:
+    def _score(self, domain: Domain, folder: Path, node_id: str) -> dict:
         """The domain's report from its scorer; graded predictions are graded first, outside
         the workspace, by the installed grader, with calls booked to the node."""
         return domain.scorer.score(domain, folder / PREDICTIONS, NodeTools(self, node_id))

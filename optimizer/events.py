@@ -16,11 +16,15 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from archive.promotion import BestChoice
 from archive.records import MetaResult, Node
 from archive.store import ScoreRule
 from services.render import console as visible
+
+if TYPE_CHECKING:
+    from archive.store import Archive
 
 DROPPED_SHOWN = 5  # dropped names on a node's line; the rest are counted (all are in node.json)
 
@@ -193,7 +197,7 @@ class Pictures:
     litellm, and it bought nothing when nodes come back seconds apart. A picture is never worth a
     run: a failure to draw is a warning event, and the run goes on."""
 
-    def __init__(self, archive, domains: list, full_sizes: dict[str, int], run_dir, events: Events,
+    def __init__(self, archive: Archive, domains: list, full_sizes: dict[str, int], run_dir, events: Events,
                  choice: BestChoice = BestChoice(), rule: ScoreRule = ScoreRule(), every_s: float = 0.0):
         self.archive, self.domains, self.full_sizes, self.run_dir = archive, domains, full_sizes, run_dir
         self.events, self.choice, self.rule, self.every_s = events, choice, rule, every_s

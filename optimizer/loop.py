@@ -30,6 +30,7 @@ import random
 import socket
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from archive.promotion import BestChoice, row_scores
 from archive.records import GenStart, MetaResult, Node, Status
@@ -67,6 +68,9 @@ from services.fsutil import atomic_write_text
 from services.sandbox import Mount, SandboxClosed, open_sandbox
 from services.workspace import Quota, RunRepo, discard
 
+if TYPE_CHECKING:
+    from services.gateway import Gateway
+
 FEEDBACK = "/feedback"  # earlier generations' train results, read-only inside
 DATA = "/data"  # train rows with labels, read-only inside
 NODE_OUT = "/out/node"  # the node's sandbox output folder (transcript), writable inside
@@ -86,7 +90,7 @@ def chosen_parent(stdout: str, valid: set[str]) -> tuple[str | None, str | None]
 
 
 class Loop:
-    def __init__(self, run_dir: Path, config: Config, domains: list, gateway, backend: str,
+    def __init__(self, run_dir: Path, config: Config, domains: list, gateway: Gateway, backend: str,
                  events: Events | None = None):
         self.run_dir = run_dir
         self.config = config

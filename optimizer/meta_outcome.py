@@ -10,10 +10,15 @@ read here as hostile data, and used only to say why a meta agent that changed no
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from inside.run_meta import read_summary
 
+if TYPE_CHECKING:
+    from services.gateway import Gateway
 
-def meta_failure(gateway, key: str, stdout: str, changed: bool) -> str | None:
+
+def meta_failure(gateway: Gateway, key: str, stdout: str, changed: bool) -> str | None:
     """Why the meta agent whose calls went with session `key`, and whose run printed `stdout`,
     failed though its run ended well; None when it did not.
 

@@ -17,6 +17,7 @@ import sys
 import threading
 from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING, cast
 
 from domains.base import use_data_files
 from domains.harness.journal import JOURNAL, PREDICTIONS
@@ -31,6 +32,9 @@ from services.providers import _litellm
 from services.render import console
 from services.sandbox import SandboxLost, choose_backend
 from services.startup import open_services
+
+if TYPE_CHECKING:
+    from services.gateway import Gateway
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -155,7 +159,8 @@ def evaluate(args, config: Config) -> None:
     asked = {"subset": args.subset, "proofs_dname": args.proofs_dname, "agent_path": args.agent_path,
              "num_samples": args.num_samples}
     with removed_on_error(folder), run_folder(folder), lost_node_is_one_line(), services, \
-            open_agent_worker(config, args.agent_path, model, services.gateway, folder, backend=backend,
+            open_agent_worker(config, args.agent_path, model, cast("Gateway", services.gateway), folder,  # open here
+                              backend=backend,
                               node="eval", role=domain.model_role) as worker:
         rows = load_rows(domain, args.subset, proofs, args.num_samples)
         services.require(requested)

@@ -18,11 +18,12 @@ from services.config import Config
 
 if TYPE_CHECKING:  # a Domain is only passed through here: no need to import pandas with it
     from domains.base import Domain
+    from services.gateway import Gateway
 
 GRADINGS = "gradings"  # the grading run's folder, beside the predictions it grades
 
 
-def grade_run(grading: Domain, grader_agent: str, predictions: Path, config: Config, gateway, *, backend: str,
+def grade_run(grading: Domain, grader_agent: str, predictions: Path, config: Config, gateway: Gateway, *, backend: str,
               model: str | None = None, node: str | None = None, show_progress: bool = True,
               transcripts: Path | None = None) -> SplitResult:
     """Run `grader_agent`, the agent of domain `grading`, over the predictions.csv at `predictions`,

@@ -28,6 +28,7 @@ if TYPE_CHECKING:  # a Domain is only passed through here: no need to import pan
     from tqdm import tqdm
 
     from domains.base import Domain
+    from services.gateway import Gateway
 
 RUN_SCHEMA = 1  # the shape of an evaluation folder's run.json (written for people and tools; never read back)
 
@@ -146,7 +147,7 @@ def fingerprint(inputs: dict) -> str:
 class _Keeper:
     """Keeps each finished row: in the journal at once, in predictions.csv every `save_interval` rows."""
 
-    def __init__(self, journal: Journal, domain: Domain, rows, out_dir: Path, settings, gateway):
+    def __init__(self, journal: Journal, domain: Domain, rows, out_dir: Path, settings, gateway: Gateway):
         self.journal = journal
         self.domain = domain
         self.rows = rows

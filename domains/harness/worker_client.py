@@ -15,6 +15,7 @@ import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from domains.harness.worker_pipe import WorkerProcess
 from inside.worker import is_file_path
@@ -23,10 +24,14 @@ from services.errors import UserError
 from services.sandbox import Mount, open_sandbox
 from services.workspace import EVOLVABLE_PATHS, copy_evolvable
 
+if TYPE_CHECKING:
+    from services.gateway import Gateway
+    from services.sandbox.base import Sandbox
+
 AGENT_PACKAGES = "/opt/agent_packages"  # where installed agent packages are mounted inside
 
 
-def worker_env(sandbox, gateway_url: str, gateway_key: str, models: tuple[str, ...] = ()) -> dict:
+def worker_env(sandbox: Sandbox, gateway_url: str, gateway_key: str, models: tuple[str, ...] = ()) -> dict:
     """The worker's whole environment: no provider key, only the gateway's address and key.
 
     `models` are the models agent code there calls; those that answer usably only under
@@ -93,8 +98,9 @@ class AgentWorker:
     and reusable across evaluations of one agent (the loop runs every split of a node
     through one, so the agent's imports are paid once, not once per split)."""
 
-    def __init__(self, sandbox, agent_path: str, model: str, config: Config, gateway, node: str, role: str,
-                 transcripts: Path, log_path: Path, pythonpath: Sequence[str] = (), also_import: Sequence[str] = ()):
+    def __init__(self, sandbox: Sandbox, agent_path: str, model: str, config: Config, gateway: Gateway, node: str,
+                 role: str, transcripts: Path, log_path: Path, pythonpath: Sequence[str] = (),
+                 also_import: Sequence[str] = ()):
         self.sandbox = sandbox
         self.agent_path = agent_path
         self.model = model
@@ -160,7 +166,7 @@ class AgentWorker:
 
 
 @contextlib.contextmanager
-def open_agent_worker(config: Config, agent_path: str, model: str, gateway, out_dir: Path, *, backend: str,
+def open_agent_worker(config: Config, agent_path: str, model: str, gateway: Gateway, out_dir: Path, *, backend: str,
                       node: str, role: str, workspace: Path | None = None, transcripts: Path | None = None):
     """An AgentWorker for `agent_path` in a sandbox of its own, stopped and removed on exit.
 

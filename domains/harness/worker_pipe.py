@@ -14,8 +14,12 @@ import math
 import queue
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from inside.worker import USAGE_KEYS, utf8_text
+
+if TYPE_CHECKING:
+    from services.sandbox.base import Sandbox
 
 MAX_ERROR_CHARS = 4000  # of a row's error as a worker reports it (predictions.csv shows its first line)
 
@@ -69,7 +73,7 @@ class WorkerProcess:
     """
 
     def __init__(self, proc, log_path: Path, log_cap: int, results: queue.Queue, max_prediction_bytes: int,
-                 sandbox=None):
+                 sandbox: Sandbox | None = None):
         self.proc = proc
         self.sandbox = sandbox  # whose disk watch may have killed it (Sandbox.disk_capped)
         self.log_path = log_path

@@ -19,7 +19,7 @@ import importlib.util
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from archive.records import Node
 from optimizer.events import Events, NodeFinished, RunEnded, RunStarted, Warned
@@ -28,6 +28,9 @@ from services.config import Config, TrackingConfig
 from services.errors import UserError
 from services.fsutil import atomic_write_json, read_below, read_bounded
 from services.user_files import parse_json
+
+if TYPE_CHECKING:
+    from archive.store import Archive
 
 # backend -> the module its extra installs
 NEEDS = {"mlflow": "mlflow", "wandb": "wandb", "tensorboard": "tensorboardX"}
@@ -82,7 +85,8 @@ class _Open:
 class Trackers:
     """The subscriber that logs the run to each of `tracking.backends` (nothing when there are none)."""
 
-    def __init__(self, run_dir: Path, config: Config, archive, best: Callable[[], Node | None], events: Events):
+    def __init__(self, run_dir: Path, config: Config, archive: Archive, best: Callable[[], Node | None],
+                 events: Events):
         self.run_dir, self.settings, self.archive = Path(run_dir), config.tracking, archive
         self.best_node, self.events = best, events
         self.open: list[_Open] = []

@@ -21,8 +21,12 @@ import threading
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from services.gateway.params import Refusal
+
+if TYPE_CHECKING:
+    from services.sandbox.base import Sandbox
 
 KEY_PREFIX = "gw-"
 KEY_PATTERN = re.compile(r"gw-[A-Za-z0-9_-]{32}")
@@ -66,7 +70,8 @@ class Sessions:
         self._lock = threading.Lock()
         self._by_key: dict[str, Session] = {}
 
-    def new(self, node: str, role: str, models: frozenset, max_calls: int | None, sandbox=None) -> str:
+    def new(self, node: str, role: str, models: frozenset, max_calls: int | None,
+            sandbox: Sandbox | None = None) -> str:
         if not models:
             raise ValueError(f"a session of role {role} needs the models it may call")
         key = KEY_PREFIX + secrets.token_urlsafe(24)
