@@ -288,6 +288,12 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
+def _scored(value: float | None, what: str) -> float:
+    if value is None:
+        raise UserError(f"{what} has no score")
+    return value
+
+
 def main(argv=None) -> None:
     args = build_parser().parse_args(argv)
     if not 0 < args.level < 1:
@@ -315,8 +321,3 @@ def main(argv=None) -> None:
 if __name__ == "__main__":
     exit_on_user_error(main)
 
-
-def _scored(value: float | None, what: str) -> float:
-    if value is None:
-        raise UserError(f"{what} has no score")
-    return value
