@@ -68,7 +68,9 @@ def test_the_readme_shows_the_example_that_is_tested():
 
 
 @pytest.mark.e2e
-def test_a_spec_domain_runs_the_loop_resumes_and_is_read_without_its_spec(tmp_path, fake_openai):
+def test_a_spec_domain_runs_the_loop_resumes_and_is_read_without_its_spec(tmp_path, fake_openai, monkeypatch):
+    from mlflow.tracking import MlflowClient
+
     from archive.dashboard.reader import RunReader
 
     spec = my_task(tmp_path)
@@ -76,9 +78,16 @@ def test_a_spec_domain_runs_the_loop_resumes_and_is_read_without_its_spec(tmp_pa
     run_dir, env = tmp_path / "out" / "run", cli_env(fake_openai)
     r = run_cli("run_optimization", "--domain_spec", str(spec), "--max_generation", "1", "--output_dir",
                 str(tmp_path / "out"), "--run_id", "run", "--task_model", "openai/fake", "--meta_model",
-                "openai/fake-meta", "--config", str(config(tmp_path)), env=env, timeout=600)
+                "openai/fake-meta", "--config", str(config(tmp_path)), "--track", "mlflow", env=env, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "scorer   capitals: accuracy by the label, as text" in r.stdout
+    # The tracker has the spec domain's scores, read with MLflow's own client.
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    tracked = json.loads((run_dir / "tracking" / "mlflow.json").read_text())["kept"]["run_id"]
+    client = MlflowClient(tracking_uri=(run_dir / "tracking" / "mlruns").as_uri())
+    val = client.get_metric_history(tracked, "capitals/val/score")
+    assert sorted((m.step, m.value) for m in val) == [(0, 0.0), (1, 1.0)]
+    assert client.get_run(tracked).data.tags["best_node"] == "1"
     nodes = {n: json.loads((run_dir / "nodes" / n / "node.json").read_text()) for n in ("initial", "1")}
     assert nodes["initial"]["scores"]["capitals"] == {"train": 1 / 12, "val": 0.0}  # France alone: Paris
     assert nodes["1"]["scores"]["capitals"] == {"train": 1.0, "val": 1.0}
