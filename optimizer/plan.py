@@ -4,15 +4,21 @@ starting), and its summary when it stops. Text only: nothing here starts or chan
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from archive.run_state import read_state, state_text
 from optimizer.initial_agents import plan_text
-from services.config import Config
+from services.config import Config, LoopConfig
 from services.render import console
 
+if TYPE_CHECKING:
+    from domains.base import Domain, Stage
+    from optimizer.loop import Loop
 
-def promotion_text(domain, stage, loop) -> str:
+
+def promotion_text(domain: Domain, stage: Stage, loop: LoopConfig) -> str:
     """When a stage lets a child on, for the plan."""
     rule = stage.rule or loop.promotion
     above = f"{domain.score_key} > {stage.above:g}"
@@ -72,7 +78,7 @@ def caching_text(spent) -> str:
             f"{spent.cache_write_tokens:,} written, ${spent.cache_saved_usd:.4f} saved")
 
 
-def summary_lines(loop, name: str = "", tags=()) -> list[str]:
+def summary_lines(loop: Loop, name: str = "", tags: Sequence[str] = ()) -> list[str]:
     nodes = loop.archive.ordered()
     counts = Counter(n.status for n in nodes)
     spent = loop.gateway.spent()

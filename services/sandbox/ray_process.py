@@ -14,6 +14,10 @@ import signal
 import subprocess
 import threading
 import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from services.sandbox.ray_backend import RaySandbox
 
 READ_CHARS = 2**20  # most characters one read call brings back
 READ_WAIT_S = 5.0  # how long one read call waits on the node for output
@@ -22,7 +26,7 @@ LOST = -signal.SIGKILL  # the exit code of a command whose node is gone
 
 
 class RemoteProcess:
-    def __init__(self, box, ident: int, pid: int, args: list[str]):
+    def __init__(self, box: RaySandbox, ident: int, pid: int, args: list[str]) -> None:
         self.box, self.ident, self.pid, self.args = box, ident, pid, args
         self.returncode: int | None = None
         self.stdin = _Stdin(self)
