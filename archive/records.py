@@ -13,14 +13,19 @@ import typing
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from datetime import datetime
 from enum import StrEnum
+from pathlib import Path
 
 from services.config import conforms, describe, show
+from services.fsutil import read_bounded
 from services.render import BIDI_PATTERN
+from services.user_files import parse_json
 
 NODE_SCHEMA = 3  # node.json; 2 adds intervals and screening, 3 meta_error
 META_SCHEMA = 1  # the meta agent's result, in archive.jsonl's meta_done event
 START_SCHEMA = 1  # a generation's start, archive.jsonl's gen_start event
 RUN_SCHEMA = 3  # run.json; 2 adds initial_from, 3 name and tags
+RUN_JSON = "run.json"  # a run folder's record of how it was started
+MAX_RUN_JSON = 2**20  # bytes of run.json read at most
 MAX_NAME = 120  # characters of a run's name: a title in a list of runs, not a description
 MAX_TAG = 40  # characters of one tag
 MAX_TAGS = 20  # tags of one run
@@ -207,6 +212,13 @@ class RunRecord:
             raise ValueError("domains must name at least one domain")
         check_labels(record.name, record.tags)
         return record
+
+    @classmethod
+    def read(cls, run_dir: Path) -> RunRecord:
+        """The run.json of `run_dir`, read within MAX_RUN_JSON bytes and checked: the one reader of
+        the file. FileNotFoundError when there is none; OSError or ValueError (a one-line reason)
+        when it cannot be read or is not a run record."""
+        return cls.from_dict(parse_json(read_bounded(Path(run_dir) / RUN_JSON, MAX_RUN_JSON)))
 
 
 def label_problem(text: str, limit: int) -> str | None:

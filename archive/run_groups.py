@@ -17,11 +17,7 @@ from archive.promotion import row_scores
 from archive.records import Node, RunRecord
 from archive.store import Archive, observed_best, observed_rule, observed_score, observed_sizes
 from services.errors import UserError
-from services.fsutil import read_bounded
 from services.ledger import LedgerReader
-from services.user_files import parse_json
-
-MAX_RECORD = 2**20
 
 
 def read_run_record(run_dir: Path) -> RunRecord:
@@ -31,7 +27,7 @@ def read_run_record(run_dir: Path) -> RunRecord:
 
     use_run_domains(run_dir)
     try:
-        return RunRecord.from_dict(parse_json(read_bounded(run_dir / "run.json", MAX_RECORD)))
+        return RunRecord.read(run_dir)
     except FileNotFoundError:
         raise UserError(f"{run_dir}: not a run folder (no run.json)") from None
     except (OSError, ValueError) as e:

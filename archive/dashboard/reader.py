@@ -32,7 +32,7 @@ from services.render import csv_value
 from services.user_files import parse_json
 
 T = TypeVar("T")  # what a ledger query returns
-MAX_RECORD = 2**20  # node.json, run.json
+MAX_RECORD = 2**20  # node.json
 MAX_REPORT = 2**24  # evals/<key>/report.json (as the loop reads it)
 MAX_TEXT = 2**20  # a patch or transcript shown on a page; the rest is cut, and the page says so
 MAX_JOURNAL = 2**25  # a split's predictions.jsonl
@@ -216,7 +216,7 @@ class RunReader:
         problems = run_domain_problems(self.path)  # its spec domains (domains/spec.py): score key, stages
         record = None
         try:
-            record = RunRecord.from_dict(parse_json(read_bounded(self.path / "run.json", MAX_RECORD)))
+            record = RunRecord.read(self.path)
         except FileNotFoundError:
             problems.append("run.json: missing")
         except (OSError, ValueError) as e:
