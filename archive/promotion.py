@@ -150,8 +150,6 @@ def row_scores(report: dict, score_key: str) -> RowScores | None:
 
 
 # -- which node is the run's best ----------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class BestChoice:
     """How a run names its best node.
