@@ -15,7 +15,7 @@ from archive.eval_store import EvalStore
 from archive.experiments import FINAL_TEST, RUN_NAME, read_final_test, read_group
 from archive.promotion import row_scores
 from archive.records import Node, RunRecord
-from archive.store import Archive, observed_best, observed_rule, observed_score, observed_sizes
+from archive.store import Archive, ScoreRule, observed_best, observed_rule, observed_score, observed_sizes
 from services.errors import UserError
 from services.ledger import LedgerReader
 
@@ -63,7 +63,7 @@ class Run:
         return observed_sizes(self.record.domains, list(self.nodes.values()))
 
     @cached_property
-    def rule(self):
+    def rule(self) -> ScoreRule:
         """How the run scored staged-only nodes; the initial node counts with its measured score (a run that
         selected as the paper does scaled it down, which would make every improvement look larger)."""
         return replace(observed_rule(self.record.config.get("loop"), self.record.domains),

@@ -14,6 +14,8 @@ from domains.scoring import Scorer
 from services.errors import UserError
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from services.config import Config
 
 # Data files the user gives for domains that are not bundled (`--data`), by domain name.
@@ -75,7 +77,7 @@ class Domain:
         cols = [self.question_id, *self.inputs.values()]
         return cols + ([self.label_column] if self.label_column else [])
 
-    def load(self, subset: str | None = None):
+    def load(self, subset: str | None = None) -> pd.DataFrame:
         from domains.data import load_csv
 
         if self.answers_column is not None:
@@ -84,7 +86,7 @@ class Domain:
             return self.loader(self.subset_suffix(subset))
         return load_csv(self.dataset_path(subset), self.required_columns())
 
-    def rows_from(self, rows, predictions, source: Path):
+    def rows_from(self, rows, predictions, source: Path) -> pd.DataFrame:
         """The rows that grade another run's predictions: that run's `rows` (its own result columns
         left out), each of its `predictions` as this domain's `answers_column`."""
         if self.answers_column is None:
@@ -137,7 +139,7 @@ class Domain:
                            default=str)
                 for r in rows.to_dict("records")]
 
-    def feedback(self, predictions, grades=None):
+    def feedback(self, predictions: pd.DataFrame, grades=None) -> pd.DataFrame:
         """A train evaluation's `predictions` (a DataFrame) as later meta agents may read them: the
         columns hidden from agents dropped, except the label (theirs anyway for train rows), and for
         a graded domain each row's `grade`, the grader's verdict from `grades`."""

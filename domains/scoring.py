@@ -21,6 +21,8 @@ from services.errors import UserError
 from services.fsutil import csv_values
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from services.config import Config
 
 Judge = Callable[[str], str]  # prompt -> the judge's reply
@@ -77,7 +79,7 @@ class ScoringTools(Protocol):
         ...
 
 
-def read_predictions(domain: Domain, predictions: Path):
+def read_predictions(domain: Domain, predictions: Path) -> pd.DataFrame:
     """The predictions as the harness was given them (predictions.csv marks formula-like cells)."""
     return csv_values(load_csv(predictions, [domain.question_id, "prediction"]))
 

@@ -11,6 +11,7 @@ import contextlib
 import threading
 import time
 from collections import deque
+from collections.abc import Iterator
 
 
 class Window:
@@ -48,7 +49,7 @@ class CallLimits:
         self._lock = threading.Lock()
 
     @contextlib.contextmanager
-    def slot(self, model: str):
+    def slot(self, model: str) -> Iterator[None]:
         """Hold a provider call's slot for `model`, waiting for one first."""
         if self._in_flight:
             self._in_flight.acquire()

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pandas as pd
 
@@ -30,6 +30,9 @@ from services.fsutil import read_below, read_bounded
 from services.ledger import LedgerReader
 from services.render import csv_value
 from services.user_files import parse_json
+
+if TYPE_CHECKING:
+    from domains.base import Domain
 
 T = TypeVar("T")  # what a ledger query returns
 MAX_RECORD = 2**20  # node.json
@@ -370,7 +373,7 @@ class RunReader:
         return found
 
 
-def known_domain(name: str):
+def known_domain(name: str) -> Domain | None:
     """The domain `name` as this version defines it, or None (a run of a domain it does not know is
     still shown, without what only the domain can tell: labels' column, the report's score key)."""
     from domains.registry import get_domain

@@ -34,6 +34,9 @@ from services.sandbox import SandboxLost, choose_backend
 from services.startup import open_services
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from domains.base import Domain
     from services.gateway import Gateway
 
 
@@ -88,7 +91,7 @@ def output_folder(args) -> Path:
 
 
 @contextlib.contextmanager
-def removed_on_error(folder: Path):
+def removed_on_error(folder: Path) -> Iterator[None]:
     """The folders above `folder` that the run makes are removed again, when empty, if a UserError
     ends it (`run_folder` removes `folder` itself): a run that could not start leaves nothing."""
     made = [p for p in folder.parents if not p.exists()]  # nearest first
@@ -102,7 +105,7 @@ def removed_on_error(folder: Path):
 
 
 @contextlib.contextmanager
-def lost_node_is_one_line():
+def lost_node_is_one_line() -> Iterator[None]:
     """A Ray node lost under the run's sandbox ends the run with one line; what finished stays."""
     try:
         yield
@@ -134,7 +137,7 @@ def import_litellm_meanwhile() -> None:
     threading.Thread(target=run, name="import-litellm", daemon=True).start()
 
 
-def domain_of(args):
+def domain_of(args: argparse.Namespace) -> Domain:
     """The domain --domain names, or the one --domain_spec defines."""
     if (args.domain is None) == (args.domain_spec is None):
         raise UserError("pass --domain NAME or --domain_spec FILE (one of them)")

@@ -25,6 +25,8 @@ from services.ledger import Totals
 from services.render import console
 
 if TYPE_CHECKING:  # a Domain is only passed through here: no need to import pandas with it
+    from collections.abc import Iterator
+
     from tqdm import tqdm
 
     from domains.base import Domain
@@ -67,7 +69,7 @@ def run_record(result: SplitResult, agent_path: str, asked: dict | None, model: 
             "llm_calls": result.spent.calls, "cache_hits": result.spent.cache_hits}
 
 @contextlib.contextmanager
-def run_folder(path: Path):
+def run_folder(path: Path) -> Iterator[Path]:
     """`path`, made if missing. A folder made here is removed again when a UserError ends the run
     before any row finished, so a run that could not start leaves nothing behind."""
     created = not path.exists()

@@ -84,7 +84,7 @@ def download_upstream(dest, base_url: str | None = None, files=UPSTREAM_FILES, t
     return checksums
 
 
-def parse_args(argv=None):
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m domains.imo.setup", description=(__doc__ or "").splitlines()[0])
     p.add_argument("--dest", type=Path, default=DEFAULT_DEST,
                    help=f"where the upstream files go (default: {DEFAULT_DEST})")
