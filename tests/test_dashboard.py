@@ -131,7 +131,8 @@ def test_a_running_run_shows_its_generations_in_flight_and_their_rows(tmp_path):
                  if '"split_start"' in line and f'"node_id": "{live["evaluating"]}"' in line][-1]
         lines = (run_dir / "evals" / start["key"] / "predictions.jsonl").read_text().count("\n")
         done = [a for t, a in parser.tags if t == "progress"]
-        assert [(int(a["value"]), int(a["max"])) for a in done] == [(lines, start["rows"])] and 0 < lines < start["rows"]
+        assert [(int(a["value"]), int(a["max"])) for a in done] == [(lines, start["rows"])]
+        assert 0 < lines < start["rows"]
         _, _, dead = get(port, "/runs/dead")
         assert "stopped" in dead and "cut short" in dead and 'class="in-flight"' not in dead
     finally:
@@ -304,7 +305,8 @@ def test_the_comparison_of_two_nodes_states_its_paired_test(tmp_path):
     nodes = reader.read().nodes
 
     def expected(split: str) -> tuple[int, str]:
-        a, b = (reader.row_scores(nodes[n].eval_keys["imo_grading"][split], "overall_accuracy") for n in ("initial", best))
+        a, b = (reader.row_scores(nodes[n].eval_keys["imo_grading"][split], "overall_accuracy")
+                for n in ("initial", best))
         shared = sorted(set(a) & set(b))
         return len(shared), f"{paired_p([b[i] for i in shared], [a[i] for i in shared], 'two-sided', 'exact'):.4g}"
 
