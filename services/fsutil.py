@@ -101,10 +101,11 @@ def read_bounded(path, limit: int = 64 * 2**20) -> bytes:
         raise OSError(f"{path} is {e}") from None
 
 
-def read_below(root, relative: str, limit: int) -> tuple[bytes, bool]:
-    """The first `limit` bytes of the regular file `relative` under the folder `root`, and whether
-    there was more. No component of `relative` may be a link, and the file must be a regular
-    one (a fifo would block): OSError otherwise. For files an agent could have planted."""
+def read_below(root, relative: str, limit: int, tail: bool = False) -> tuple[bytes, bool]:
+    """The first `limit` bytes of the regular file `relative` under the folder `root` (its last ones
+    with `tail`), and whether there was more. No component of `relative` may be a link, and the
+    file must be a regular one (a fifo would block): OSError otherwise. For files an agent could
+    have planted."""
     parts = [p for p in str(relative).split("/") if p not in ("", ".")]
     if not parts or ".." in parts:
         raise OSError(f"{relative!r} is not a path below {root}")
@@ -118,8 +119,13 @@ def read_below(root, relative: str, limit: int) -> tuple[bytes, bool]:
     finally:
         os.close(fd)
     with os.fdopen(file_fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(file_fd).st_mode):
+        info = os.fstat(file_fd)
+        if not stat.S_ISREG(info.st_mode):
             raise OSError(f"{relative} is not a regular file")
+        if tail:
+            start = max(info.st_size - limit, 0)
+            f.seek(start)
+            return f.read(limit), start > 0
         data = f.read(limit + 1)
     return data[:limit], len(data) > limit
 

@@ -3,10 +3,7 @@ writing: the dashboard's view of a run's work under way."""
 
 from __future__ import annotations
 
-import os
-import stat
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from archive.records import EVAL_KEY, GenStart, Node
 from archive.run_state import Phase
@@ -49,27 +46,3 @@ def in_flight_of(events: list[dict], nodes: dict[str, Node]) -> list[InFlight]:
                                             "rows": rows if isinstance(rows, int) else 0, "key": e["key"],
                                             "done": 0})
     return [f for node_id, f in flights.items() if node_id not in nodes]
-
-
-def tail_below(root: Path, relative: str, limit: int) -> tuple[bytes, bool]:
-    """The last `limit` bytes of the regular file `relative` under `root`, and whether there was more
-    before them; as fsutil.read_below opens it (no link on the way, no fifo)."""
-    parts = [p for p in str(relative).split("/") if p not in ("", ".")]
-    if not parts or ".." in parts:
-        raise OSError(f"{relative!r} is not a path below {root}")
-    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        for part in parts[:-1]:
-            below = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
-            os.close(fd)
-            fd = below
-        file_fd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=fd)
-    finally:
-        os.close(fd)
-    with os.fdopen(file_fd, "rb") as f:
-        info = os.fstat(file_fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise OSError(f"{relative} is not a regular file")
-        start = max(info.st_size - limit, 0)
-        f.seek(start)
-        return f.read(limit), start > 0

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import pandas as pd
 
-from archive.dashboard.flight import MAX_TAIL, InFlight, in_flight_of, tail_below
+from archive.dashboard.flight import MAX_TAIL, InFlight, in_flight_of
 from archive.eval_store import JOURNAL, PREDICTIONS, REPORT
 from archive.promotion import row_scores
 from archive.records import EVAL_KEY, NODE_ID, Node, RunRecord
@@ -289,7 +289,7 @@ class RunReader:
     def transcript_tail(self, node_id: str) -> Text:
         """The last MAX_TAIL bytes of the transcript a meta agent is writing, from a line's start."""
         try:
-            data, cut = tail_below(self.path, self._transcript_path(node_id), MAX_TAIL)
+            data, cut = read_below(self.path, self._transcript_path(node_id), MAX_TAIL, tail=True)
         except FileNotFoundError:
             return Text(missing="none written yet")
         except OSError as e:
