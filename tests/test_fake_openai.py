@@ -160,7 +160,7 @@ def test_latency_is_served_concurrently(fake_openai):
     elapsed = time.monotonic() - start
     assert errors == []
     assert results == [DEFAULT_REPLY] * 10
-    assert 0.3 <= elapsed < 1.0
+    assert 0.3 <= elapsed < 0.8 * 10 * 0.3  # one at a time would take 3 s at the least, however loaded the machine
     assert fake_openai.count == 11
 
 
