@@ -7,6 +7,7 @@ Skipped, with the reason, where no Docker engine answers or the image is missing
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import docker
 import pytest
@@ -34,9 +35,15 @@ def client():
     client.close()
 
 
-def ours(client, pid: int | None = None) -> list:
+def ours(client, pid: int | None = None, below: Path | None = None) -> list:
+    """Our containers (made by `pid`, if given; with a mount from under `below`, if given: test files
+    running at the same time have containers of their own)."""
     wanted = LABEL if pid is None else f"{LABEL}={pid}"
-    return client.containers.list(all=True, filters={"label": wanted})
+    found = client.containers.list(all=True, filters={"label": wanted})
+    if below is None:
+        return found
+    return [c for c in found
+            if any(str(m.get("Source", "")).startswith(str(below)) for m in c.attrs.get("Mounts") or [])]
 
 
 def start_container(client, name: str, labels: dict) -> None:
@@ -55,11 +62,11 @@ def test_a_killed_runs_container_is_removed_by_the_resume(tmp_path, fake_openai,
     run_dir = tmp_path / "out" / "run"
     args = ["--domain", "imo_grading", "--output_dir", str(tmp_path / "out"), "--run_id", "run", "--task_model",
             "openai/fake", "--meta_model", "openai/fake-meta", "--config", str(config), "--max_generation", "0"]
-    before = {c.id for c in ours(client)}
+    before = {c.id for c in ours(client, below=tmp_path)}
     seen = []
 
     def evaluating(d):
-        seen[:] = [c for c in ours(client) if c.id not in before and c.status == "running"]
+        seen[:] = [c for c in ours(client, below=tmp_path) if c.id not in before and c.status == "running"]
         return (d / "evals").exists() and bool(seen)
 
     start_and_kill_when(tmp_path, fake_openai, args, evaluating, timeout=300)
@@ -72,7 +79,7 @@ def test_a_killed_runs_container_is_removed_by_the_resume(tmp_path, fake_openai,
     assert r.returncode == 0, r.stderr[-3000:]
     assert "Traceback" not in r.stderr
     assert "removed the sandbox container" in r.stderr
-    remaining = {c.id for c in ours(client)}
+    remaining = {c.id for c in ours(client, below=tmp_path)}
     assert not remaining & set(left), "the killed run's container is still there"
     assert remaining <= before, "the resumed run left a container"
     assert (run_dir / "nodes" / "initial" / "node.json").exists()
@@ -109,7 +116,7 @@ def test_a_dry_run_builds_no_image_and_says_it_would(tmp_path, client):
     tag = f"hyperagents-dry-run-{os.getpid()}:none"
     config = tmp_path / "c.yaml"
     config.write_text(f"sandbox:\n  backend: docker\n  docker_image: {tag}\n")
-    before = {c.id for c in ours(client)}
+    before = {c.id for c in ours(client, below=tmp_path)}
     r = run_cli("run_optimization", "--domain", "imo_grading", "--config", str(config), "--dry_run",
                 "--output_dir", str(tmp_path / "out"), timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
@@ -117,4 +124,4 @@ def test_a_dry_run_builds_no_image_and_says_it_would(tmp_path, client):
     assert "dry run: nothing started" in r.stdout
     with pytest.raises(docker.errors.ImageNotFound):
         client.images.get(tag)
-    assert {c.id for c in ours(client)} == before and not (tmp_path / "out").exists()
+    assert {c.id for c in ours(client, below=tmp_path)} == before and not (tmp_path / "out").exists()
