@@ -83,13 +83,7 @@ def load_csv(path, required_columns=()) -> pd.DataFrame:
     except (pd.errors.ParserError, UnicodeDecodeError, csv.Error) as e:
         reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise UserError(f"{path} has no rows that parse as CSV: {reason}") from None
-    if df.empty:
-        raise UserError(f"{path} has no rows")
-    missing = [c for c in required_columns if c not in df.columns]
-    if missing:
-        raise UserError(f"{path} is missing column(s) {', '.join(map(repr, missing))}; "
-                        f"it has {', '.join(map(repr, df.columns))}")
-    return df
+    return _with_columns(df, path, required_columns)
 
 
 def load_table(path, required_columns=()) -> pd.DataFrame:
@@ -108,6 +102,11 @@ def load_table(path, required_columns=()) -> pd.DataFrame:
         raise UserError(f"data file not found: {path}")
     verify_file(path)
     df = _read_jsonl(path) if kind == ".jsonl" else _read_parquet(path)
+    return _with_columns(df, path, required_columns)
+
+
+def _with_columns(df: pd.DataFrame, path: Path, required_columns) -> pd.DataFrame:
+    """`df`, read from `path`, once it has rows and every required column; a one-line UserError otherwise."""
     if df.empty:
         raise UserError(f"{path} has no rows")
     missing = [c for c in required_columns if c not in df.columns]
