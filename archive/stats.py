@@ -39,10 +39,15 @@ class Estimate:
     level: float = 0.95
 
     def __str__(self) -> str:
-        return f"{self.mean:.3f} [{self.low:.3f}, {self.high:.3f}] n={self.n}"
+        return f"{self.mean:.3f} {interval_text(self.low, self.high)} n={self.n}"
 
     def to_list(self) -> list:
         return [round(self.low, 4), round(self.high, 4)]
+
+
+def interval_text(low: float, high: float) -> str:
+    """An interval as every screen of the project writes it (console, report, dashboard): `[0.522, 0.710]`."""
+    return f"[{low:.3f}, {high:.3f}]"
 
 
 def _check_level(level: float) -> None:
