@@ -3,6 +3,7 @@ shared by the dashboard's pages and the static report.html."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from archive.dashboard.markup import Markup, h, join
@@ -11,6 +12,31 @@ X_STEP, Y_STEP, RADIUS, MARGIN = 26, 64, 9, 30
 LABEL_ALL = 300  # trees up to this size have every node's id written under it (hover tells it on bigger ones)
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
            "#17becf")
+
+
+def nice_ticks(low: float, high: float, max_ticks: int = 6, *, integer: bool = False) -> list[float]:
+    """Evenly spaced round values, 1, 2 or 5 times a power of ten apart, the first at or below `low` and
+    the last at or above `high`, at most `max_ticks` of them (at least 3: a range across zero needs them):
+    an axis drawn from the first to the last reads at a glance. With `integer`, no step below 1 (generations,
+    counts)."""
+    if not (math.isfinite(low) and math.isfinite(high)):
+        raise ValueError(f"axis bounds must be finite numbers, not {low!r} and {high!r}")
+    low, high = min(low, high), max(low, high)
+    if high == low:
+        high = low + 1
+    max_ticks = max(max_ticks, 3)
+    power = 10.0 ** math.floor(math.log10((high - low) / (max_ticks - 1)))
+    while True:
+        for multiple in (1, 2, 5):
+            step = multiple * power
+            if integer and step < 1:
+                continue
+            # a hair of slack: 0.3 / 0.1 is 2.9999999999999996, and 0.3 is a tick of step 0.1
+            first, last = math.floor(low / step + 1e-9), math.ceil(high / step - 1e-9)
+            if last - first < max_ticks:
+                digits = max(0, -math.floor(math.log10(step)))
+                return [round(i * step, digits) + 0.0 for i in range(first, last + 1)]  # + 0.0: no -0.0
+        power *= 10
 
 
 def score_colour(score: float | None) -> str:
@@ -110,9 +136,14 @@ def line_chart(series: dict[str, list[tuple[float, float]]], x_label: str, y_lab
         return h("p", {"class": "empty"}, "Nothing to draw yet.")
     left, right, top, bottom = 56, 16, 12, 40
     xs, ys = [p[0] for p in points], [p[1] for p in points]
-    x0, x1 = min(xs), max(xs)
-    y0, y1 = y_range or (min(0.0, min(ys)), max(ys) or 1.0)
-    x1, y1 = (x1 if x1 > x0 else x0 + 1), (y1 if y1 > y0 else y0 + 1)
+    x_ticks = nice_ticks(min(xs), max(xs), 6, integer=all(float(x).is_integer() for x in xs))
+    x0, x1 = x_ticks[0], x_ticks[-1]
+    if y_range:
+        y0, y1 = y_range[0], max(y_range[1], y_range[0] + 1e-9)
+        y_ticks = [t for t in nice_ticks(y0, y1, 6) if y0 <= t <= y1]
+    else:
+        y_ticks = nice_ticks(min(0.0, min(ys)), max(ys), 6)
+        y0, y1 = y_ticks[0], y_ticks[-1]
 
     def at(x: float, y: float) -> str:
         px = left + (x - x0) / (x1 - x0) * (width - left - right)
@@ -122,13 +153,12 @@ def line_chart(series: dict[str, list[tuple[float, float]]], x_label: str, y_lab
     parts = [h("line", {"x1": left, "y1": height - bottom, "x2": width - right, "y2": height - bottom,
                         "class": "axis"}),
              h("line", {"x1": left, "y1": top, "x2": left, "y2": height - bottom, "class": "axis"})]
-    for i in range(5):
-        yv = y0 + (y1 - y0) * i / 4
+    for yv, text in zip(y_ticks, tick_labels(y_ticks)):
         _, py = at(x0, yv).split(",")
-        parts.append(h("text", {"x": left - 6, "y": py, "class": "tick y"}, _number(yv)))
-        xv = x0 + (x1 - x0) * i / 4
+        parts.append(h("text", {"x": left - 6, "y": py, "class": "tick y"}, text))
+    for xv, text in zip(x_ticks, tick_labels(x_ticks)):
         px, _ = at(xv, y0).split(",")
-        parts.append(h("text", {"x": px, "y": height - bottom + 16, "class": "tick x"}, _number(xv)))
+        parts.append(h("text", {"x": px, "y": height - bottom + 16, "class": "tick x"}, text))
     parts.append(h("text", {"x": (left + width - right) / 2, "y": height - 6, "class": "axis-label"}, x_label))
     parts.append(h("text", {"x": 12, "y": top + (height - top - bottom) / 2, "class": "axis-label y",
                             "transform": f"rotate(-90 12 {top + (height - top - bottom) / 2:.1f})"}, y_label))
@@ -154,7 +184,7 @@ def line_chart(series: dict[str, list[tuple[float, float]]], x_label: str, y_lab
              h("ul", {"class": "legend"}, join(legend)))
 
 
-def _number(value: float) -> str:
-    if abs(value) >= 100:
-        return f"{value:.0f}"
-    return f"{value:.3g}"
+def tick_labels(ticks: list[float]) -> list[str]:
+    """Ticks as text, all with the decimals the finest of them needs (0.0, 0.5, 1.0)."""
+    decimals = max((len(f"{t:.10f}".rstrip("0").partition(".")[2]) for t in ticks), default=0)
+    return [f"{t:,.{decimals}f}" for t in ticks]
