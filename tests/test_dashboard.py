@@ -225,6 +225,7 @@ def make_group(folder: Path, seeds: list[int], nodes: int, **labels) -> None:
 def test_runs_have_names_and_tags_a_filter_by_tag_and_a_comparison(tmp_path):
     from archive.dashboard.pieces import fmt_cost
     from archive.dashboard.reader import RunReader
+    from archive.stats import interval_text
 
     root = tmp_path / "runs"
     make_run(root / "a", nodes=14, seed=2, name="baseline " + ATTACKS["script"], tags=["sweep", ATTACKS["img"]])
@@ -270,7 +271,7 @@ def test_runs_have_names_and_tags_a_filter_by_tag_and_a_comparison(tmp_path):
             best = data.best()
             low, high = data.interval(best)
             cells = {attrs["data-run"]: cells for attrs, cells in rows_of(page, "runs compared")}[name]
-            assert cells[7] == f"{best.node_id}: {data.score(best):.3f} [{low:.3f} – {high:.3f}]"
+            assert cells[7] == f"{best.node_id}: {data.score(best):.3f} {interval_text(low, high)}"
             assert cells[8] == fmt_cost(data.cost())
         assert len(lines[group]) == 9  # generations 0..8, both replicates reached them
         assert get(port, "/compare?run=nope")[0] == 404

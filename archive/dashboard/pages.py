@@ -15,6 +15,7 @@ from archive.dashboard.markup import Markup, h, join, url
 from archive.dashboard.reader import RunData, RunReader, Text, known_domain
 from archive.records import Node
 from archive.run_state import Phase
+from archive.stats import interval_text
 
 MAX_ROWS_SHOWN = 500  # predictions listed on a node page, wrong ones first
 TOP_NODES = 50  # nodes in the run page's table (all of them: /runs/<run>/nodes)
@@ -212,7 +213,7 @@ def node_page(reader: RunReader, data: RunData, node: Node) -> str:
 def scores_table(node: Node) -> Markup:
     def band(domain: str, split: str) -> str:
         low_high = node.intervals.get(domain, {}).get(split)
-        return f"{low_high[0]:.3f} – {low_high[1]:.3f}" if low_high else ""
+        return interval_text(*low_high) if low_high else ""
 
     rows = [h("tr", {}, h("td", {}, domain), h("td", {}, split), h("td", {"class": "num"}, pieces.fmt_score(score)),
               h("td", {"class": "num"}, band(domain, split)),

@@ -9,6 +9,7 @@ from archive.dashboard.markup import Markup, h, join
 from archive.dashboard.reader import RunData
 from archive.dashboard.svg import TreeNode, line_chart, score_colour, tree_svg
 from archive.records import Node
+from archive.stats import interval_text
 from services.render import bidi_visible
 
 
@@ -20,10 +21,6 @@ def fmt_cost(value: float) -> str:
     return f"${value:.4f}" if value < 10 else f"${value:,.2f}"
 
 
-def fmt_interval(band: tuple[float, float] | None) -> str:
-    return f"{band[0]:.3f} – {band[1]:.3f}" if band else ""
-
-
 def best_cell(data: RunData) -> Markup:
     """The run's best node, its score and the score's 95% interval (where the run has one)."""
     best = data.best()
@@ -31,7 +28,7 @@ def best_cell(data: RunData) -> Markup:
         return Markup("")
     band = data.interval(best)
     return h("span", {}, f"{best.node_id}: {fmt_score(data.score(best))}",
-             h("small", {"title": "95% interval"}, f" [{fmt_interval(band)}]") if band else "")
+             h("small", {"title": "95% interval"}, f" {interval_text(*band)}") if band else "")
 
 
 def tag_chips(tags: list[str], href=None) -> Markup:
@@ -182,14 +179,12 @@ def spend_table(rows: list[dict]) -> Markup:
 
 
 def score_note(node: Node, domain: str, split: str) -> Markup:
-    """After a score: half its 95% interval and its rows, ` ±0.094 (100)`, the interval whole on hover."""
+    """After a score: its 95% interval and rows as the console writes them, ` [0.522, 0.710] n=100`."""
     rows, band = node.samples.get(domain, {}).get(split), node.intervals.get(domain, {}).get(split)
     if not rows:
         return Markup("")
-    if not band:
-        return h("small", {}, f" ({rows})")
-    return h("small", {"title": f"95% interval {band[0]:.3f} to {band[1]:.3f}, {rows} rows"},
-             f" ±{(band[1] - band[0]) / 2:.3f} ({rows})")
+    return h("small", {"title": f"95% interval, {rows} rows"}, f" {interval_text(*band)}" if band else "",
+             f" n={rows}")
 
 
 def nodes_table(data: RunData, href=None, limit: int | None = None) -> Markup:
