@@ -6,7 +6,8 @@ import math
 
 import pytest
 
-from archive.dashboard.svg import line_chart, nice_ticks, tick_labels
+from archive.dashboard.pieces import colour_key
+from archive.dashboard.svg import TreeNode, line_chart, nice_ticks, score_colour, score_range, tick_labels, tree_svg
 
 
 def _round(step: float) -> bool:
@@ -58,3 +59,22 @@ def test_line_chart_writes_round_ticks_for_awkward_data():
     chart = line_chart({"val": [(0, 0.168), (1, 0.31), (2, 0.687)]}, "generation", "score")
     assert ">0.0<" in chart and ">0.8<" in chart and "0.687<" not in chart
     assert 'class="tick x">1<' in chart and "0.5<" not in chart.split('class="tick x"', 1)[1].split("</svg>")[0]
+
+
+def test_colours_spread_over_the_scores_shown():
+    scale = score_range([0.3, None, 0.42, 0.55])
+    assert scale == (0.3, 0.55)
+    hues = [score_colour(v, scale).split(",")[0] for v in (0.3, 0.42, 0.55)]
+    assert hues == ["hsl(0", "hsl(58", "hsl(120"]  # red, yellow, green: no longer one yellow for all three
+    assert score_colour(0.9, scale) == score_colour(0.55, scale) and score_colour(None, scale) == "#d0d0d0"
+    assert score_range([0.4, 0.4]) == score_range([None]) == (0.0, 1.0)  # nothing to spread: the absolute scale
+
+
+def test_tree_and_its_key_use_one_scale():
+    nodes = [TreeNode("0", None, 0, "ok", 0.3, "a"), TreeNode("1", "0", 1, "ok", 0.55, "b")]
+    tree = tree_svg(nodes, ["1", "0"])
+    assert 'fill="hsl(0,65%,55%)"' in tree and 'fill="hsl(120,65%,45%)"' in tree
+    key = colour_key(score_range(n.score for n in nodes))
+    assert 'data-low="0.300"' in key and 'data-high="0.550"' in key and "0.425" in key
+    assert 'fill="hsl(0,65%,55%)"' in key and "lowest and highest" in key
+    assert "lowest and highest" not in colour_key((0.0, 1.0))

@@ -7,7 +7,7 @@ import json
 
 from archive.dashboard.markup import Markup, h, join
 from archive.dashboard.reader import RunData
-from archive.dashboard.svg import TreeNode, line_chart, score_colour, tree_svg
+from archive.dashboard.svg import TreeNode, line_chart, score_colour, score_range, tree_svg
 from archive.records import Node
 from archive.stats import interval_text
 from services.render import bidi_visible
@@ -73,12 +73,21 @@ def tree(data: RunData, href=None) -> Markup:
     if data.live:
         nodes += [TreeNode(f.node_id, f.parent, f.generation, "in_flight", None,
                            f"node {f.node_id} (parent {f.parent}): in flight, {f.phase}") for f in data.in_flight]
-    legend = h("p", {"class": "tree-legend"}, "Colour: score (", dot(score_colour(0.0)), " 0, ", dot(score_colour(0.5)),
-               " 0.5, ", dot(score_colour(1.0)), " 1; ", dot(score_colour(None)), " none); a ring: not ok; "
+    legend = h("p", {"class": "tree-legend"}, colour_key(score_range(n.score for n in nodes)), "; a ring: not ok; "
                "thick lines: the best node's lineage; dashed: in flight. Drag to pan, wheel to zoom.")
     return h("section", {"class": "tree-box"}, legend,
              h("div", {"class": "tree-view", "tabindex": "0"}, tree_svg(nodes, data.lineage(best.node_id) if best
                                                                         else [], href)))
+
+
+def colour_key(scale: tuple[float, float]) -> Markup:
+    """What the tree's colours mean: the score at each end of the scale (svg.score_range) and its middle."""
+    low, high = scale
+    shown = [dot(score_colour(v, scale)) + f" {fmt_score(v)}" for v in (low, (low + high) / 2, high)]
+    fitted = " (the lowest and highest score shown)" if scale != (0.0, 1.0) else ""
+    return h("span", {"class": "colour-key", "data-low": fmt_score(low), "data-high": fmt_score(high)},
+             "Colour: score from ", shown[0], " through ", shown[1], " to ", shown[2], fitted, "; ",
+             dot(score_colour(None)), " none")
 
 
 def dot(colour: str) -> Markup:

@@ -39,11 +39,21 @@ def nice_ticks(low: float, high: float, max_ticks: int = 6, *, integer: bool = F
         power *= 10
 
 
-def score_colour(score: float | None) -> str:
-    """Red (0) through yellow to green (1); grey when there is no score."""
+def score_range(scores) -> tuple[float, float]:
+    """The range colours are scaled to: the lowest and highest of `scores` (None left out), so that
+    a run whose scores all lie between 0.3 and 0.55 still shows which are better; 0 to 1 when fewer
+    than two differ."""
+    found = [s for s in scores if s is not None]
+    low, high = min(found, default=0.0), max(found, default=1.0)
+    return (low, high) if high > low else (0.0, 1.0)
+
+
+def score_colour(score: float | None, scale: tuple[float, float] = (0.0, 1.0)) -> str:
+    """Red (the scale's low end) through yellow to green (its high end); grey when there is no score."""
     if score is None:
         return "#d0d0d0"
-    score = min(max(score, 0.0), 1.0)
+    low, high = scale
+    score = min(max((score - low) / (high - low), 0.0), 1.0)
     return f"hsl({round(120 * score)},65%,{round(55 - 10 * score)}%)"
 
 
@@ -82,12 +92,14 @@ def layout(nodes: list[TreeNode]) -> dict[str, tuple[float, float]]:
 
 
 def tree_svg(nodes: list[TreeNode], best_line: list[str], href=None) -> Markup:
-    """The archive as a tree: colour by score, a ring for each status that is not ok, dashes for a
-    generation in flight, the best node's lineage drawn thick. `href(node_id)` links each node."""
+    """The archive as a tree: colour by score (scaled to score_range of the nodes), a ring for each status
+    that is not ok, dashes for a generation in flight, the best node's lineage drawn thick. `href(node_id)`
+    links each node."""
     if not nodes:
         return h("p", {"class": "empty"}, "No node yet.")
     where = layout(nodes)
     on_best = set(best_line)
+    scale = score_range(n.score for n in nodes)
 
     def labelled(n: TreeNode) -> bool:  # a label is text to lay out: on a big tree, the nodes that matter
         return len(nodes) <= LABEL_ALL or n.node_id in on_best or n.status == "in_flight"
@@ -104,7 +116,7 @@ def tree_svg(nodes: list[TreeNode], best_line: list[str], href=None) -> Markup:
                                     else "edge"}))
         shape = [h("title", {}, n.label),
                  h("circle", {"cx": f"{x:g}", "cy": f"{y:g}", "r": RADIUS + 3 * (n.node_id == best),
-                              "fill": score_colour(n.score), "class": f"node-dot status-{n.status}"}),
+                              "fill": score_colour(n.score, scale), "class": f"node-dot status-{n.status}"}),
                  h("text", {"x": f"{x:g}", "y": f"{y + RADIUS + 12:g}", "class": "node-label"}, n.node_id)
                  if labelled(n) else ""]
         attrs = {"class": "tree-node" + " on-best" * (n.node_id in on_best), "data-node": n.node_id}
