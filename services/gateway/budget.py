@@ -143,7 +143,7 @@ class Budget:
         return ((gw.budget_usd is None or s.cost_usd + self._held_usd + cost <= gw.budget_usd)
                 and (gw.budget_tokens is None or s.tokens + self._held_tokens + tokens <= gw.budget_tokens))
 
-    def release(self, cost: float, tokens: int, *ordinary) -> None:
+    def release(self, cost: float, tokens: int, *ordinary: float) -> None:
         """Give back a finished call's hold (its real cost is booked by then) and wake the calls waiting
         for room; `ordinary`, the rest of its WorstCase, was never held."""
         with self._lock:

@@ -33,6 +33,7 @@ from urllib.parse import urlsplit
 
 from services.errors import UserError
 from services.gateway.params import MAX_CACHE_MARKS
+from services.gateway.sessions import Session
 from services.local_model import is_local
 from services.providers import provider_of
 
@@ -71,7 +72,7 @@ def _openai_hosted(model: str) -> bool:
     return host is None or host == "openai.com" or host.endswith(".openai.com")
 
 
-def forwarded(model: str, session, messages: list, params: dict, on: bool) -> tuple[list, dict]:
+def forwarded(model: str, session: Session, messages: list, params: dict, on: bool) -> tuple[list, dict]:
     """The messages and parameters a checked request of `session` is forwarded with: marked for a model
     that takes marks when `on`, without the caller's marks for one that does not, with the session's
     prompt_cache_key to OpenAI when `on`."""

@@ -17,6 +17,7 @@ import random
 import threading
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from inside.warm_up import warm_up
 from services.config import Config
@@ -36,6 +37,9 @@ from services.ledger import Call, Ledger, Totals
 from services.local_model import LocalServer, fit_messages, is_local
 from services.providers import _litellm, provider_of, redact
 from services.rate_limit import CallLimits
+
+if TYPE_CHECKING:
+    from services.sandbox.base import Sandbox
 
 WARM_UP_JOIN_S = 60.0  # a warm-up is a few stub calls; stop waits this long for it at most
 
@@ -80,10 +84,10 @@ class Gateway:
         for thread in self._warm_ups:
             thread.join(WARM_UP_JOIN_S)
 
-    def __enter__(self):
+    def __enter__(self) -> Gateway:
         return self.start()
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.stop()
 
     @property
@@ -101,8 +105,8 @@ class Gateway:
     def allow_models(self, *models: str) -> None:
         """Add models (aliases or provider strings) that callers may request in this run."""
         resolved = {self.config.resolve_model(m) for m in models}
-        providers = set()
-        pricing = {}
+        providers: set[str] = set()
+        pricing: dict[str, Pricing] = {}
         for model in resolved - self._allowed:
             if is_local(model):  # not a name litellm knows, and reached as an OpenAI server
                 providers.add("openai")
@@ -131,7 +135,8 @@ class Gateway:
         so a sandbox learns nothing of the run's other roles."""
         return sorted(self._sessions.live(api_key).models)
 
-    def new_session(self, node: str, role: str, models, max_calls: int | None = None, sandbox=None) -> str:
+    def new_session(self, node: str, role: str, models: list[str], max_calls: int | None = None,
+                    sandbox: Sandbox | None = None) -> str:
         """A key that books calls to (run, node, role), may call only `models` (aliases or provider
         strings: the role's), and answers at most `max_calls` requests; with `sandbox`, only while that
         sandbox is open (see sessions.py). Hand it to the caller as its API key."""
@@ -324,7 +329,7 @@ class Gateway:
             server = self._local.get(model)
         return server.dead_reason() if server is not None else None
 
-    def _forward(self, model: str, messages: list, params: dict):
+    def _forward(self, model: str, messages: list, params: dict) -> tuple[object, int]:
         lit = _litellm()
         route = {"model": model}
         if is_local(model):
@@ -338,14 +343,8 @@ class Gateway:
                     # optional `mcp` package) to inspect them. It is not sent to the provider.
                     params = {**params, "_skip_mcp_handler": True}
                 with self._limits.slot(model):  # its wait counts in the call's latency, as retries do
-                    response = lit.completion(
-                        **route,
-                        messages=messages,
-                        num_retries=0,
-                        timeout=self.gw.request_timeout_s,
-                        drop_params=True,
-                        **params,
-                    )
+                    response = lit.completion(**route, messages=messages, num_retries=0,
+                                              timeout=self.gw.request_timeout_s, drop_params=True, **params)
                 return response, attempt
             except Exception as e:
                 if attempt > self.gw.max_retries or not is_transient(e):
@@ -370,7 +369,7 @@ class Gateway:
         route = {"model": f"openai/{server.alias}", "api_base": server.api_base, "api_key": "local"}
         return route, fit_messages(messages, n_ctx, params["max_tokens"]), params
 
-    def _cache_key(self, request: str, params: dict, session) -> str | None:
+    def _cache_key(self, request: str, params: dict, session: Session) -> str | None:
         """The key a request's answer is cached under, or None when the cache mode does not replay it.
 
         Scoped to the node and role that asked: a generation redone after a kill (or a resumed
@@ -391,8 +390,7 @@ class Gateway:
         """The reply a caller gets: whether it came from the cache is the ledger's to know (a cached
         reply costs 0, which tells a caller only of its own node and role's earlier calls, the
         cache's scope)."""
-        payload = dict(payload, model=requested)
-        return Reply(200, payload, {"x-gateway-cost-usd": f"{cost:.8f}"})
+        return Reply(200, dict(payload, model=requested), {"x-gateway-cost-usd": f"{cost:.8f}"})
 
 def open_gateway(config: Config, run_dir: str | Path, run_id: str) -> Gateway:
     """A started gateway whose ledger lives in `run_dir/ledger.sqlite` (shared with a resumed run)."""

@@ -11,6 +11,7 @@ type checks: they run on every call of the throughput bench.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 from services.config import GatewayConfig
 
@@ -32,9 +33,11 @@ def _invalid(name: str, why: str) -> Refusal:
 
 
 _KINDS = {str: "a string", dict: "an object", list: "a list", bool: "true or false"}
+# A request's values are the caller's JSON, typed `object` until a check has narrowed them.
+_Check = Callable[[str, object, GatewayConfig], object]
 
 
-def _shaped(name: str, value, shape: dict, required: tuple = ()) -> dict:
+def _shaped(name: str, value: object, shape: dict[str, type], required: tuple[str, ...] = ()) -> dict:
     """`value` as an object with only the keys of `shape`, each of the type it names (null passes, as in
     the OpenAI API), and the `required` ones set."""
     if not isinstance(value, dict):
@@ -51,50 +54,50 @@ def _shaped(name: str, value, shape: dict, required: tuple = ()) -> dict:
     return value
 
 
-def _number(low: float, high: float):
+def _number(low: float, high: float) -> _Check:
     """A check of a number from `low` to `high` (NaN and infinities fail it)."""
-    def check(name: str, value, gw: GatewayConfig):
-        if type(value) not in (int, float) or not low <= value <= high:
+    def check(name: str, value: object, gw: GatewayConfig) -> object:
+        if not isinstance(value, int | float) or type(value) is bool or not low <= value <= high:
             raise _invalid(name, f"must be a number from {low} to {high}")
         return value
     return check
 
 
-def _integer(low: int, high: int | str):
+def _integer(low: int, high: int | str) -> _Check:
     """A check of an integer from `low` to `high`: a number, or the name of the gateway setting that caps it."""
-    def check(name: str, value, gw: GatewayConfig):
+    def check(name: str, value: object, gw: GatewayConfig) -> object:
         top = getattr(gw, high) if isinstance(high, str) else high
-        if type(value) is not int or not low <= value <= top:
+        if not isinstance(value, int) or type(value) is bool or not low <= value <= top:
             setting = f" (gateway.{high})" if isinstance(high, str) else ""
             raise _invalid(name, f"must be an integer from {low} to {top}{setting}")
         return value
     return check
 
 
-def _one_of(*choices: str):
+def _one_of(*choices: str) -> _Check:
     """A check of one of the strings `choices`."""
-    def check(name: str, value, gw: GatewayConfig):
+    def check(name: str, value: object, gw: GatewayConfig) -> object:
         if not isinstance(value, str) or value not in choices:
             raise _invalid(name, "must be one of " + ", ".join(map(repr, choices)))
         return value
     return check
 
 
-def _boolean(name: str, value, gw: GatewayConfig):
+def _boolean(name: str, value: object, gw: GatewayConfig) -> object:
     """A check of true or false."""
     if type(value) is not bool:
         raise _invalid(name, "must be true or false")
     return value
 
 
-def _user(name: str, value, gw: GatewayConfig):
+def _user(name: str, value: object, gw: GatewayConfig) -> object:
     """A check of the caller's end-user id: a short string."""
     if not isinstance(value, str) or len(value) > 256:
         raise _invalid(name, "must be a string of at most 256 characters")
     return value
 
 
-def _stop(name: str, value, gw: GatewayConfig):
+def _stop(name: str, value: object, gw: GatewayConfig) -> object:
     """A check of stop sequences: a string or up to 4 of them, as OpenAI takes."""
     if isinstance(value, str) or (isinstance(value, list) and len(value) <= 4
                                   and all(isinstance(s, str) for s in value)):
@@ -107,27 +110,27 @@ _TOOL = {"type": str, "function": dict}
 _FUNCTION = {"name": str, "description": str, "parameters": dict, "strict": bool}
 
 
-def _tools(name: str, value, gw: GatewayConfig):
+def _tools(name: str, value: object, gw: GatewayConfig) -> object:
     """A check of tools: plain functions with a JSON schema. Other kinds (MCP servers, web search,
     code interpreters) make a provider or litellm reach out by themselves."""
     if not isinstance(value, list) or len(value) > _MAX_TOOLS:
         raise _invalid(name, f"must be a list of at most {_MAX_TOOLS} tools")
     for i, tool in enumerate(value):
         where = f"{name}[{i}]"
-        _shaped(where, tool, _TOOL, required=("type", "function"))
+        tool = _shaped(where, tool, _TOOL, required=("type", "function"))
         if tool["type"] != "function":
             raise _invalid(f"{where}.type", "must be 'function'")
         _shaped(f"{where}.function", tool["function"], _FUNCTION, required=("name",))
     return value
 
 
-def _tool_choice(name: str, value, gw: GatewayConfig):
+def _tool_choice(name: str, value: object, gw: GatewayConfig) -> object:
     """A check of "none", "auto", "required" or {"type": "function", "function": {"name": ...}}."""
     if value in ("none", "auto", "required"):
         return value
     if isinstance(value, str):
         raise _invalid(name, "must be 'none', 'auto', 'required' or a function to call")
-    _shaped(name, value, _TOOL, required=("type", "function"))
+    value = _shaped(name, value, _TOOL, required=("type", "function"))
     if value["type"] != "function":
         raise _invalid(f"{name}.type", "must be 'function'")
     _shaped(f"{name}.function", value["function"], {"name": str}, required=("name",))
@@ -140,18 +143,18 @@ _FORMATS = {"text": {"type": str}, "json_object": {"type": str, "schema": dict},
 _JSON_SCHEMA = {"name": str, "description": str, "schema": dict, "strict": bool}
 
 
-def _response_format(name: str, value, gw: GatewayConfig):
+def _response_format(name: str, value: object, gw: GatewayConfig) -> object:
     """A check of {"type": "text" | "json_object" (with an optional "schema") | "json_schema", ...}."""
     kind = value.get("type") if isinstance(value, dict) else None
     if not isinstance(kind, str) or kind not in _FORMATS:
         raise _invalid(name, "must be an object whose type is " + ", ".join(map(repr, _FORMATS)))
-    _shaped(name, value, _FORMATS[kind], required=("json_schema",) if kind == "json_schema" else ())
+    value = _shaped(name, value, _FORMATS[kind], required=("json_schema",) if kind == "json_schema" else ())
     if kind == "json_schema":
         _shaped(f"{name}.json_schema", value["json_schema"], _JSON_SCHEMA, required=("name",))
     return value
 
 
-_PARAMS = {
+_PARAMS: dict[str, _Check] = {
     "temperature": _number(0, 2),
     "top_p": _number(0, 1),
     "max_tokens": _integer(1, "max_output_tokens"),
@@ -200,7 +203,7 @@ def _cache_control(name: str, value: dict) -> None:
         raise _invalid(f"{name}.ttl", "must be one of " + ", ".join(map(repr, CACHE_TTLS)))
 
 
-def _content(name: str, value) -> int:
+def _content(name: str, value: object) -> int:
     """A check of a message's content: a string, null, or text parts (no images or files: a provider fetches
     their URLs); the number of cache breakpoints its parts set."""
     if value is None or isinstance(value, str):
@@ -220,7 +223,7 @@ def _content(name: str, value) -> int:
     return marks
 
 
-def _without_echoes(value):
+def _without_echoes(value: object) -> object:
     """A message or tool call without the response-only fields of `_ECHOED`."""
     if isinstance(value, dict) and not _ECHOED.isdisjoint(value):
         return {k: v for k, v in value.items() if k not in _ECHOED}
@@ -235,7 +238,7 @@ def _messages(value: list) -> list:
     marks = 0
     for i, message in enumerate(value):
         where = f"messages[{i}]"
-        _shaped(where, message, _MESSAGE, required=("role",))
+        message = _shaped(where, message, _MESSAGE, required=("role",))
         if message.get("tool_calls"):  # a list: `_shaped` checked it
             message["tool_calls"] = [_without_echoes(call) for call in message["tool_calls"]]
         if message["role"] not in _ROLES:
@@ -243,7 +246,7 @@ def _messages(value: list) -> list:
         marks += _content(f"{where}.content", message.get("content"))
         for j, call in enumerate(message.get("tool_calls") or ()):
             at = f"{where}.tool_calls[{j}]"
-            _shaped(at, call, _TOOL_CALL, required=("id", "type", "function"))
+            call = _shaped(at, call, _TOOL_CALL, required=("id", "type", "function"))
             if call["type"] != "function":
                 raise _invalid(f"{at}.type", "must be 'function'")
             _shaped(f"{at}.function", call["function"], _CALLED, required=("name", "arguments"))

@@ -13,12 +13,16 @@ from __future__ import annotations
 import threading
 import time
 
+from services.gateway.budget import Budget
+from services.ledger import Ledger
+
 REFUSALS_PER_S = 20.0
 REFUSAL_BURST = 100.0
 
 
 class Refusals:
-    def __init__(self, ledger, run_id: str, budget, per_s: float = REFUSALS_PER_S, burst: float = REFUSAL_BURST):
+    def __init__(self, ledger: Ledger, run_id: str, budget: Budget, per_s: float = REFUSALS_PER_S,
+                 burst: float = REFUSAL_BURST) -> None:
         self.ledger = ledger
         self.run_id = run_id
         self.budget = budget  # counts them at once, for the run's totals

@@ -35,14 +35,15 @@ from services.gateway.params import Refusal
 
 if TYPE_CHECKING:
     from services.config import GatewayConfig
-    # What _Bounded is mixed into, for the checker: at run time it is a plain mixin.
-    _Mixin = socketserver.ThreadingTCPServer
+    # What _Bounded is mixed into (a threading TCP or Unix server), for the checker: at run time a plain mixin.
+    class _Mixin(socketserver.ThreadingMixIn, socketserver.BaseServer): ...
 else:
     _Mixin = object
 
 SOCKET_DIR_PREFIX = "hyperagents-gw-"  # under the temp folder: a short path, as sun_path holds 108 bytes
 # A sandbox's worker holds one connection per thread (harness.num_workers), a Ray door at most 64.
 MAX_CONNECTIONS_PER_LISTENER = 256
+_Address = tuple[str, int] | str  # (host, port) on TCP, a path on a Unix socket (a caller's is empty)
 MAX_CONNECTIONS = 512  # over all listeners of one gateway
 IDLE_TIMEOUT_S = 120.0  # for a connection to start its next request (a client's pool drops closed ones)
 READ_TIMEOUT_S = 30.0  # for a request's headers and body once it started, and for its reply to be taken
@@ -246,11 +247,12 @@ class _Bounded(_Mixin):
 
     closing = False  # set when the gateway stops: a request still in flight then has no one to answer
 
-    def __init__(self, address, handler, gate: _Gate, *, overall: _Gate, deadlines: _Deadlines, log: _Log):
+    def __init__(self, address: _Address, handler: type[_Handler], gate: _Gate, *, overall: _Gate,
+                 deadlines: _Deadlines, log: _Log) -> None:
         self.gate, self.overall, self.deadlines, self.log = gate, overall, deadlines, log
         super().__init__(address, handler)
 
-    def process_request(self, request: socket.socket, client_address) -> None:
+    def process_request(self, request: socket.socket, client_address: _Address) -> None:
         """Serve the connection on a thread of its own, or, past a gate, answer 503 and close it here."""
         full = next((g for g in (self.gate, self.overall) if not g.enter()), None)
         if full is not None:
@@ -270,7 +272,7 @@ class _Bounded(_Mixin):
             self._leave()
             raise
 
-    def process_request_thread(self, request: socket.socket, client_address) -> None:
+    def process_request_thread(self, request: socket.socket, client_address: _Address) -> None:
         try:
             super().process_request_thread(request, client_address)
         finally:
@@ -281,7 +283,7 @@ class _Bounded(_Mixin):
         self.overall.leave()
         self.gate.leave()
 
-    def handle_error(self, request, client_address):
+    def handle_error(self, request: socket.socket, client_address: _Address) -> None:
         """One line in gateway.log for a caller that hung up or was too slow, the traceback there for
         anything else; nothing on the terminal, where a command that stops ends with one line."""
         if self.closing:
@@ -312,14 +314,14 @@ class _Handler(BaseHTTPRequestHandler):
     # Headers and body go out in separate writes; with Nagle on, the body waits ~40 ms.
     disable_nagle_algorithm = True
 
-    def log_message(self, *args):  # the ledger and gateway.log are the logs; stderr stays for the user
+    def log_message(self, *args: object) -> None:  # the ledger and gateway.log are the logs; stderr stays for the user
         pass
 
-    def handle_one_request(self):
+    def handle_one_request(self) -> None:
         self.server.deadlines.set(self.connection, IDLE_TIMEOUT_S, "start a request")
         super().handle_one_request()
 
-    def parse_request(self):
+    def parse_request(self) -> bool:
         """Called once the request line came: its headers (read here) and body have READ_TIMEOUT_S."""
         self.server.deadlines.set(self.connection, READ_TIMEOUT_S, "send its request")
         return super().parse_request()
@@ -335,7 +337,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    def do_GET(self):
+    def do_GET(self) -> None:
         if self.path.rstrip("/") in ("/v1/models", "/models"):
             api_key = self.headers.get("Authorization", "").removeprefix("Bearer ").strip()
             try:
@@ -348,7 +350,7 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             self._send(error_reply(404, f"no route {self.path}", "not_found"))
 
-    def do_POST(self):
+    def do_POST(self) -> None:
         """A chat request; its body is read only when its declared size is within gateway.max_request_mb."""
         api_key = self.headers.get("Authorization", "").removeprefix("Bearer ").strip()
         length = self.headers.get("Content-Length", "").strip()

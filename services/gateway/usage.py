@@ -5,15 +5,18 @@ from __future__ import annotations
 
 from services.gateway.pricing import Pricing
 from services.ledger import Call
+from services.providers import _litellm
 
 
-def _count(value) -> int:
+def _count(value: object) -> int:
     return value if type(value) is int and value > 0 else 0
 
 
-def account(call: Call, response, pricing: Pricing | None = None) -> dict:
+def account(call: Call, response: object, pricing: Pricing | None = None) -> dict:
     """Put `response`'s usage and cost on `call` and, at `pricing`, what its cached prompt tokens saved; returns
     the response's JSON."""
+    if not isinstance(response, _litellm().ModelResponse):  # a stream or a coroutine: the gateway asks for neither
+        raise TypeError(f"litellm answered a {type(response).__name__}, not a ModelResponse")
     payload = response.model_dump(mode="json")
     usage = payload.get("usage") or {}
     details = usage.get("prompt_tokens_details") or {}
