@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import math
+import re
 
 import pytest
 
+from agent.base_agent import AgentSystem
+from agent.tool_loop import chat_with_tools
+from agent.tools import bash, editor
+from archive.dashboard import transcript
 from archive.dashboard.pieces import colour_key
+from archive.dashboard.reader import Text
 from archive.dashboard.svg import TreeNode, line_chart, nice_ticks, score_colour, score_range, tick_labels, tree_svg
 
 
@@ -78,3 +85,87 @@ def test_tree_and_its_key_use_one_scale():
     assert 'data-low="0.300"' in key and 'data-high="0.550"' in key and "0.425" in key
     assert 'fill="hsl(0,65%,55%)"' in key and "lowest and highest" in key
     assert "lowest and highest" not in colour_key((0.0, 1.0))
+
+
+# -- a meta agent's transcript ----------------------------------------------------------------
+
+
+def _call(tool_name: str, **tool_input) -> str:
+    return f"Next step.\n<json>\n{json.dumps({'tool_name': tool_name, 'tool_input': tool_input})}\n</json>"
+
+
+@pytest.fixture
+def real_transcript(provider, tmp_path) -> str:
+    """The transcript agent/tool_loop.py logs for a session of six tool calls, four of them failing in
+    the four ways a call fails, ended by a model call refused with HTTP 429."""
+    provider.set_replies([
+        _call("bash", command="echo fine"),
+        _call("bash", command="ls /no/such/folder"),  # exit status 2
+        _call("editor", command="view", path=str(tmp_path / "missing.py")),  # Error: ... does not exist
+        '<json>{"tool_name": "bash", "tool_input": </json>',  # Error: the tool call could not be read
+        _call("search", query="x"),  # no such tool
+        _call("bash", command=f"echo '<script>alert(1)</script>' > {tmp_path / 'x'}"),
+        "never sent",
+    ])
+    original, answered = provider.responder, []
+
+    def responder(body):  # the model call after the sixth is refused
+        answered.append(body)
+        if len(answered) == 6:
+            provider.add_faults(["429"])
+        return original(body)
+
+    provider.set_responder(responder)
+    logged = tmp_path / "chat.md"
+    agent = AgentSystem("openai/fake", str(logged))
+    bash.reset()
+    editor.reset()
+    try:
+        chat_with_tools([{"role": "user", "content": "Improve the agent."}], "openai/fake", [bash, editor],
+                        max_tool_calls=10, log=agent.log)
+    finally:
+        bash.close()
+        editor.reset()
+    return logged.read_text(encoding="utf-8")
+
+
+def test_a_transcript_reads_as_its_calls_tools_and_failures(real_transcript):
+    reading = transcript.read(real_transcript)
+    assert "".join(t.text for t in reading.turns) == real_transcript  # cut into turns, nothing lost
+    # the unreadable call still names bash: it counts as a call of bash that failed
+    assert reading.replies == 6 and reading.calls == {"bash": 4, "editor": 1, "search": 1}
+    assert [(f.what, f.why.split(":")[0]) for f in reading.failures] == [
+        ("tool call 2 (bash)", "exit status 2"), ("tool call 3 (editor)", "Error"),
+        ("tool call 4 (bash)", "Error"), ("tool call 5 (search)", "Error"),
+        ("model call", "The model call failed (HTTP 429), so the tool loop stops")]
+    for failure in reading.failures:  # each links to the turn that made the call (or the failed model call)
+        assert reading.turns[failure.turn].role == ("error" if failure.what == "model call" else "assistant")
+    assert sum(t.failed for t in reading.turns) == 5
+
+
+def test_the_transcript_block_puts_the_summary_first_and_links_each_failure(real_transcript):
+    shown = transcript.block(Text(real_transcript))
+    summary, text = shown.split('<pre class="text" id="transcript">')
+    assert "6 model replies, 1 failed model call; 6 tool calls (bash 4, editor 1, search 1)" in summary
+    assert "4 of them failed" in summary
+    links = re.findall(r'href="#(turn-\d+)"', summary)
+    assert len(links) == 5 and all(f'id="{anchor}"' in text for anchor in links)
+    assert text.count('class="turn failed"') == 5
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in text and "<script>" not in shown
+
+
+def test_why_a_tool_result_failed():
+    assert transcript.why_failed("Tool result:\nok\n[exit status 0]") is None
+    assert transcript.why_failed("Tool result:\n[exit status 1] printed by the command\nok\n[exit status 0]") is None
+    assert transcript.why_failed("Tool result:\nboom\n[exit status 127]\n\nNote: only the first") == "exit status 127"
+    assert transcript.why_failed("Tool result:\nNot run.\n\nThe limit of 3 tool calls is reached").startswith("not run")
+    assert transcript.why_failed("Tool result:\n(no output)\n[timed out after 5 s: the command was killed]") \
+        == "timed out: the command was killed"
+    assert transcript.why_failed("Error: " + "x" * 500) == "Error: " + "x" * (transcript.MAX_REASON - 7)
+
+
+def test_a_transcript_that_names_many_tools_counts_the_rest_together():
+    text = "".join(f"## assistant\n\n<json>{{\"tool_name\": \"t{i}\"}}</json>\n\n## user\n\nTool result:\nok\n\n"
+                   for i in range(40))
+    reading = transcript.read(text)
+    assert len(reading.calls) == transcript.MAX_TOOLS + 1 and reading.calls["other tools"] == 40 - transcript.MAX_TOOLS

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from importlib import resources
 
-from archive.dashboard import pieces
+from archive.dashboard import pieces, transcript
 from archive.dashboard.flight import MAX_TAIL, InFlight
 from archive.dashboard.markup import Markup, h, join, url
 from archive.dashboard.reader import RunData, RunReader, Text, known_domain
@@ -81,7 +81,7 @@ def run_page(reader: RunReader, data: RunData) -> str:
         pieces.summary(data, spend),
         in_flight(data),
         h("h2", {}, "Archive"), pieces.tree(data, lambda n: url("runs", name, "nodes", n)),
-        compare_form(data, *((best.parent, best.node_id) if (best := data.best()) else (None, None))),
+        compare_form(data, *default_pair(data)),
         h("h2", {}, "Progress"), pieces.progress(data),
         h("h2", {}, "Cost"), pieces.cost_chart(times, series), pieces.spend_table(spend),
         h("h2", {}, "Nodes"), nodes_list(data, TOP_NODES),
@@ -155,7 +155,7 @@ def live_transcript(reader: RunReader, data: RunData, flight: InFlight) -> Marku
     """The end of the transcript the meta agent is writing: the page follows it while the agent works
     (the run's version counts the file), and when the agent is done, the whole of it."""
     if not (data.live and flight.phase == Phase.META):
-        return text_block(reader.transcript(flight.node_id), "transcript")
+        return transcript_block(reader.transcript(flight.node_id))
     tail = reader.transcript_tail(flight.node_id)
     note = h("p", {"class": "note", "id": "transcript-live"},
              f"The meta agent is at work: its transcript's last {MAX_TAIL // 1024} KiB, followed as it grows.")
@@ -166,8 +166,25 @@ def live_transcript(reader: RunReader, data: RunData, flight: InFlight) -> Marku
     return note + cut + h("pre", {"class": "text", "id": "transcript"}, tail.text)
 
 
+def default_pair(data: RunData) -> tuple[str | None, str | None]:
+    """The two nodes the run page's form compares unless told: the best node's parent and the best node,
+    or, where the best has no parent (the initial node is still best), the newest node's with a parent
+    (what its change did); with no node built on another, the first and the last."""
+    best = data.best()
+    if best is not None and best.parent in data.nodes:
+        return best.parent, best.node_id
+    children = [n for n in data.nodes.values() if n.parent in data.nodes]
+    if children:
+        newest = max(children, key=lambda n: (n.generation, n.created_at, n.node_id))
+        return newest.parent, newest.node_id
+    ids = sorted(data.nodes, key=lambda n: (data.nodes[n].generation, n))
+    return (ids[0], ids[-1]) if ids else (None, None)
+
+
 def compare_form(data: RunData, a: str | None, b: str | None) -> Markup:
     ids = sorted(data.nodes, key=lambda n: (data.nodes[n].generation, n))
+    if len(ids) < 2:
+        return Markup("")  # nothing to compare a node with
 
     def choice(field: str, chosen: str | None) -> Markup:
         options = join(h("option", {"value": n, "selected": n == chosen}, n) for n in ids)
@@ -204,7 +221,7 @@ def node_page(reader: RunReader, data: RunData, node: Node) -> str:
                                                              for phase, s in node.seconds.items())),
         h("h2", {}, "Cost and tokens"), pieces.spend_table(reader.spend(node_id)),
         h("h2", {}, "Change"), patch_facts(node), diff_block(reader.patch(node_id), "patch"),
-        h("h2", {}, "Meta agent transcript"), text_block(reader.transcript(node_id), "transcript"),
+        h("h2", {}, "Meta agent transcript"), transcript_block(reader.transcript(node_id)),
         h("h2", {}, "Predictions, wrong first, beside the gold labels"), predictions(reader, node)])
     return page(f"node {node_id}: {name}", body, [("runs", "/"), (name, url("runs", name)), (f"node {node_id}", None)],
                 url("runs", name, "live"), reader.version())
@@ -254,6 +271,11 @@ def text_block(text: Text, what: str) -> Markup:
     if text.missing:
         return h("p", {"class": "empty"}, f"No {what}: {text.missing}.")
     return h("pre", {"class": "text", "id": what}, text.text) + cut_note(text)
+
+
+def transcript_block(text: Text) -> Markup:
+    """A meta agent's whole transcript, its summary first (archive/dashboard/transcript.py)."""
+    return text_block(text, "transcript") if text.missing else transcript.block(text) + cut_note(text)
 
 
 def cut_note(text: Text) -> Markup:
