@@ -319,6 +319,15 @@ def test_the_comparison_of_two_nodes_states_its_paired_test(tmp_path):
             shared, p = expected(cells[1])
             assert int(cells[2]) == shared and cells[6] == p
             assert cells[5].startswith("exact sign test (McNemar) on the ")
+        # Before the lists, a summary: the rows both answered, better + worse + same, and the same p.
+        assert page.index('id="compare-summary"') < page.index('class="paired-tests"') < page.index("changed-summary")
+        outcomes = rows_of(page, "outcomes")
+        assert [c[1] for _, c in outcomes] == ["train", "val"]
+        for _, cells in outcomes:
+            common, better, worse, same, changed = map(int, cells[2:7])
+            assert better + worse + same == common and cells[8] == expected(cells[1])[1]
+            assert f"imo_grading {cells[1]}: {common} rows in common, {changed} changed: {better} better, " \
+                   f"{worse} worse" in page
         # Partial credit: the sign-flip permutation test, the same p as paired_p's.
         key = nodes[best].eval_keys["imo_grading"]["val"]
         report_path = run_dir / "evals" / key / "report.json"
