@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 from datetime import datetime
 from pathlib import Path
 
@@ -26,11 +27,12 @@ from optimizer.launch import (
     apply_overrides,
     check_writable,
     launch,
+    python_command,
     start_dashboard,  # noqa: F401  (where tests and older callers find it)
 )
 from optimizer.transfer import TRANSFERS
 from services.config import BASELINES, EXECUTORS, SANDBOX_BACKENDS, Config
-from services.errors import UserError, exit_on_user_error
+from services.errors import Terminated, UserError, advise, exit_on_user_error
 from services.flags import int_flag, number_flag
 from services.fsutil import hold_folder
 
@@ -159,7 +161,13 @@ def run_replicates(parser, args) -> None:
     print(f"group    {group_dir}: {len(group['runs'])} replicates, seeds {', '.join(map(str, group['seeds']))}, "
           f"{at_once} at once" + ("; watch them with python -m archive.dashboard " + str(group_dir)
                                   if args.dashboard is not None else ""), flush=True)
-    failed = run_group(group_dir, group, at_once)
+    try:
+        failed = run_group(group_dir, group, at_once)
+    except (KeyboardInterrupt, Terminated) as e:
+        again = ["--replicates_at_once", str(args.replicates_at_once)] if args.replicates_at_once else []
+        advise(e, "progress so far is saved; to continue: "
+               + shlex.join([python_command(), "-m", "run_optimization", "--resume_from", str(group_dir), *again]))
+        raise
     print(f"analyze: python -m archive.analyze {group_dir}", flush=True)
     if failed:
         raise UserError(f"{failed} of {len(group['runs'])} replicates did not finish (see above)")

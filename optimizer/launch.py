@@ -8,8 +8,12 @@ from __future__ import annotations
 import atexit
 import os
 import select
+import shlex
+import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -26,7 +30,7 @@ from services.config import (
     show,
     validate,
 )
-from services.errors import UserError
+from services.errors import ProviderDown, Terminated, UserError, advise
 from services.flags import apply_settings, parse_data_flags
 from services.fsutil import atomic_write_json, hold_folder, read_bounded
 from services.user_files import parse_json
@@ -219,6 +223,43 @@ def new_run_dir(request: RunRequest) -> Path:
     return run_dir
 
 
+def python_command() -> str:
+    """`python` when that name finds this interpreter (an activated virtualenv), else its full path."""
+    found = shutil.which("python")
+    try:
+        return "python" if found and os.path.samefile(found, sys.executable) else sys.executable
+    except OSError:
+        return sys.executable
+
+
+def resume_command(run_dir: Path, request: RunRequest) -> str:
+    """The command, shell-quoted, that continues the run in `run_dir` as `request` ran it: run.json keeps
+    the config with every flag applied, so only what it does not keep is given again (--evaluate and
+    its split, the dashboard's port)."""
+    argv = [python_command(), "-m", "run_optimization", "--resume_from", str(run_dir)]
+    if request.evaluate is not None:
+        argv += ["--evaluate", ",".join(request.evaluate), "--split", str(request.split)]
+    if request.dashboard is not None:
+        argv += ["--dashboard", str(request.dashboard)]
+    return shlex.join(argv)
+
+
+@contextmanager
+def resumable(run_dir: Path, request: RunRequest) -> Iterator[None]:
+    """A stop within (Ctrl-C, SIGTERM, a provider's outage) carries what to do next: the exact command
+    that resumes once run.json exists, else that nothing is kept to resume."""
+    try:
+        yield
+    except (KeyboardInterrupt, Terminated, ProviderDown) as e:
+        down = isinstance(e, ProviderDown)  # its line says already that nothing of the failed rows was kept
+        if (run_dir / "run.json").exists():
+            saved = "" if down else "progress so far is saved; "
+            advise(e, f"{saved}to continue: {resume_command(run_dir, request)}")
+        elif not down:
+            advise(e, "the run had not started, so there is nothing to resume: run the same command again")
+        raise
+
+
 def request_config(request: RunRequest, saved: Config | None) -> Config:
     """The run's config: the resumed run's own, or the defaults, the preset and `request.config`; then
     the settings, then the options."""
@@ -289,7 +330,7 @@ def launch(request: RunRequest) -> Path:
               f"evaluation and one generation (~${first:.2f}): the run will likely stop before its first child "
               "is scored; raise --budget_usd or lower --eval_samples", flush=True)
 
-    with services:  # a new run folder is removed again if the preflight calls fail
+    with resumable(run_dir, request), services:  # a new run folder is removed again if the preflight fails
         hold_folder(run_dir, "run")  # a new run's folder exists from here on
         gateway = cast("Gateway", services.gateway)  # open from here on
         if not resumed:
@@ -309,5 +350,6 @@ def launch(request: RunRequest) -> Path:
             print("\n".join(summary_lines(loop, name, tags)))
         stopped = gateway.budget_left_message()
         if stopped:
-            print(f"stopped: {stopped}; raise --budget_usd and rerun with --resume_from {run_dir} to continue")
+            print(f"stopped: {stopped}; to continue, raise the budget: {resume_command(run_dir, request)} "
+                  "--budget_usd USD")
     return run_dir

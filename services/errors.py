@@ -37,9 +37,27 @@ class ProviderDown(BaseException):
         self.folder = folder  # the run folder to resume (the gateway's ledger is there), or None
 
     def line(self) -> str:
-        """The one line a command ends with."""
-        resume = f"resume with --resume_from {self.folder}" if self.folder else "run the same command again"
+        """The one line a command ends with: the command that resumes, when the entry point gave it
+        (`advise`), else the folder to resume."""
+        resume = advice_of(self) or (f"resume with --resume_from {self.folder}" if self.folder
+                                     else "run the same command again")
         return f"{self.reason}; nothing was recorded from the failed rows; {resume}"
+
+
+_ADVICE = "hint: "  # how `advise` marks its note among an exception's notes
+
+
+def advise(error: BaseException, advice: str) -> None:
+    """Keep on `error` (a stop: Ctrl-C, SIGTERM, a provider's outage) what the user can do next, such as
+    the exact command that continues the run; the line `exit_on_user_error` ends with says it, and a
+    traceback (a caller of the Python API) shows it as a note."""
+    error.add_note(_ADVICE + advice)
+
+
+def advice_of(error: BaseException) -> str | None:
+    """What `advise` kept on `error` last, or None."""
+    notes = [n for n in getattr(error, "__notes__", []) if isinstance(n, str) and n.startswith(_ADVICE)]
+    return notes[-1].removeprefix(_ADVICE) if notes else None
 
 
 _stop_signal: BaseException | None = None  # what the last Ctrl-C or SIGTERM raised
@@ -85,5 +103,6 @@ def exit_on_user_error(main):
         raise SystemExit(EXIT_PROVIDER_DOWN) from None
     except (KeyboardInterrupt, Terminated) as e:
         stop_was_caught(e)
-        print("interrupted: progress so far is saved; rerun with --resume_from to continue", file=sys.stderr)
+        advice = advice_of(e) or "progress so far is saved; rerun with --resume_from to continue"
+        print(f"interrupted: {console(advice)}", file=sys.stderr)
         raise SystemExit(143 if isinstance(e, Terminated) else 130) from None

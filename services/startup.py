@@ -71,7 +71,7 @@ class Services:
 
                 self._ray = connect(self.config, self.gateway.unix_socket)
                 self._ray.__enter__()
-        except UserError:
+        except BaseException:  # a failed check, or Ctrl-C while the local model's server starts
             self.close()
             if created:  # nothing was made yet: leave no folder behind
                 shutil.rmtree(self.run_dir, ignore_errors=True)

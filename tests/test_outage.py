@@ -17,6 +17,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from optimizer.launch import RunRequest, resume_command
 from services.errors import EXIT_PROVIDER_DOWN
 from support.cli import FAST_CONFIG, REPO_ROOT, cli_env, run_cli
 from support.fake_openai import FakeOpenAI
@@ -277,7 +278,8 @@ def test_an_outage_stops_the_loop_records_nothing_from_it_and_a_resume_pays_noth
         line = stopped_run(tmp_path, first, first_args, lambda d: len(finished_rows(d)) >= 4)
         asked_first = rows_asked(first)
     assert line.startswith("stopped: provider for openai/fake failed 3 times in a row: ") and "Connection error" in line
-    assert line.endswith(f"nothing was recorded from the failed rows; resume with --resume_from {run_dir}")
+    assert line.endswith("nothing was recorded from the failed rows; to continue: "
+                         + resume_command(run_dir, RunRequest()))
     assert nodes(run_dir) == {}  # no node record, so no score made of failed rows
     before = finished_rows(run_dir)
     assert before and all(not rec["error"] for rec in before.values())

@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from optimizer.launch import RunRequest, resume_command
 from support.cli import REPO_ROOT, cli_env, run_cli
 from support.scripted_loop import IMPROVE, META_ONLY, events, loop_config, nodes, responder
 
@@ -126,7 +127,7 @@ def test_ctrl_c_and_kill_with_generations_in_flight_then_resume_pays_nothing_twi
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 130, err[-2000:]
-    assert time.time() - pressed < 30 and "rerun with --resume_from" in err
+    assert time.time() - pressed < 30 and f"to continue: {resume_command(run_dir, RunRequest())}" in err
     # Quietly: the gateway's connections cut by the interrupt print nothing (no BrokenPipeError tracebacks).
     assert "Traceback" not in err and "BrokenPipeError" not in err, err[-2000:]
     leftover = subprocess.run(["pgrep", "-f", f"{tmp_path}.*meta"], capture_output=True, text=True).stdout
