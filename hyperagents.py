@@ -24,9 +24,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import cast
 
-from archive.experiments import EVALUATIONS, read_evaluations
+from archive.experiments import EVALUATIONS, Evaluations, read_evaluations
 from archive.promotion import row_scores
-from archive.records import Node
+from archive.records import DomainEval, Node
 from archive.run_groups import read_run_record
 from archive.run_state import read_state
 from archive.stats import interval
@@ -48,6 +48,10 @@ class Score:
     value: float | None  # None: evaluated, but nothing could be scored
     rows: int | None  # rows scored (None when the record does not say)
     interval: tuple[float, float] | None  # 95%: Wilson for right/wrong rows, bootstrap for partial credit
+
+    @classmethod
+    def of(cls, found: DomainEval) -> Score:
+        return cls(found.score, found.rows, found.interval)
 
 
 @dataclass(frozen=True)
@@ -100,10 +104,9 @@ class EvalResult:
 
 
 def _node_view(node: Node) -> NodeView:
-    scores = {d: {s: Score(v, node.samples.get(d, {}).get(s),
-                           cast("tuple[float, float]", tuple(band))  # a record's interval is a pair
-                           if (band := node.intervals.get(d, {}).get(s)) else None)
-                  for s, v in splits.items()} for d, splits in node.scores.items()}
+    scores: dict[str, dict[str, Score]] = {}
+    for domain, split, found in node.evaluations():
+        scores.setdefault(domain, {})[split] = Score.of(found)
     spend = {role: Spend(usd, node.tokens.get(role, 0)) for role, usd in node.cost_usd.items()}
     return NodeView(node.node_id, node.parent, node.generation, str(node.status), scores, dict(node.full_eval),
                     spend, node.error)
@@ -224,10 +227,10 @@ def _evaluate_node(run_dir: Path, node_id: str, domain: str | None, split: str, 
                           evaluate=(node_id,), split=split))
     finally:
         release_folder(run_dir.resolve())
-    scored = cast(dict, read_evaluations(run_dir / EVALUATIONS))["nodes"][node_id][domain][split]  # just written
-    band = scored.get("interval")
-    return EvalResult(domain, split, Score(scored["score"], scored["rows"], tuple(band) if band else None),
-                      run_dir.resolve())
+    found = cast(Evaluations, read_evaluations(run_dir / EVALUATIONS)).get(node_id, domain, split)  # just written
+    if found is None:
+        raise UserError(f"evaluate: node {node_id} of {run_dir} was not evaluated on {domain}/{split}")
+    return EvalResult(domain, split, Score.of(found), run_dir.resolve())
 
 
 def _evaluate_agent(agent_path: str, domain: str, split: str, config, settings, output_dir, run_id,

@@ -146,7 +146,7 @@ class Analysis:
     @staticmethod
     def _test_of_best(run: Run) -> float | None:
         tests = run.test_scores()
-        return tests.get(f"node {tests['best']}") if tests else None
+        return tests[1].get(tests[0]) if tests else None
 
     def _runs(self) -> None:
         self.md += ["## Runs", "", "| group | run | seed | generations | initial | best node | best | test of best |",
@@ -157,9 +157,8 @@ class Analysis:
                 if tests is None:
                     test = f"not evaluated: python -m run_optimization --resume_from {r.path} --final_test"
                 else:
-                    chosen = str(tests["best"])  # the chosen node's id
-                    test = f"{_fmt(tests.get('node ' + chosen))} (node {chosen}; initial " \
-                           f"{_fmt(tests.get('node initial'))})"
+                    chosen, means = tests
+                    test = f"{_fmt(means.get(chosen))} (node {chosen}; initial {_fmt(means.get('initial'))})"
                 self.md.append(f"| {g.name} | {r.name} | {r.seed} | {r.generations} | {_fmt(r.curve(0)[0])} | "
                                f"{best.node_id} | {best.scores_text()} | {test} |")
         self.md.append("")

@@ -97,17 +97,13 @@ def read_answers(path: Path, qid: str) -> dict[str, str]:
 def split_keys(run_dir: Path, archive: Archive, domain: str, split: str) -> dict[str, str]:
     """node id -> the key of its full evaluation of `split`: the loop's, the final test's, or one
     evaluated after the run (evaluations.json)."""
-    keys = {n.node_id: n.eval_keys[domain][split] for n in archive.nodes.values()
-            if n.full_eval.get(domain) and split in n.eval_keys.get(domain, {})}
+    found = [(n.node_id, n.evaluation(domain, split)) for n in archive.nodes.values() if n.full_eval.get(domain)]
     final = read_final_test(run_dir / FINAL_TEST) if split == "test" else None
+    found += [(node_id, tested.get(domain)) for node_id, tested in (final.nodes if final else {}).items()]
     later = read_evaluations(run_dir / EVALUATIONS)
-    found = [(node_id, tested.get(domain, {})) for node_id, tested in (final or {}).get("nodes", {}).items()]
-    found += [(node_id, evaluated.get(domain, {}).get(split, {}))
-              for node_id, evaluated in (later or {}).get("nodes", {}).items()]
-    for node_id, scored in found:
-        if node_id in archive.nodes and scored.get("key"):
-            keys[node_id] = scored["key"]
-    return keys
+    if later is not None:
+        found += [(node_id, later.get(node_id, domain, split)) for node_id in later.nodes]
+    return {node_id: e.key for node_id, e in found if e is not None and e.key and node_id in archive.nodes}
 
 
 def ranked(run_dir: Path, archive: Archive, nodes: list[Node]) -> list[tuple[float | None, Node]]:
@@ -185,7 +181,7 @@ def _train_by_problem(run_dir: Path, domain: Domain, members: list[Member]) -> d
     problem_of = dict(zip(train[domain.question_id].astype(str), train[PROBLEM].astype(str)))
     store, found = EvalStore(run_dir), {}
     for m in members:
-        key = m.node.eval_keys.get(domain.name, {}).get("train")
+        key = m.node.eval_key(domain.name, "train")
         report = store.report(key) if key else None
         rows = row_scores(report, domain.score_key) if report else None
         per: dict[str, list[float]] = {}

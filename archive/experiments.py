@@ -14,9 +14,10 @@ Both are read back as the core wrote them, or refused with a UserError naming th
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from archive.records import EVAL_KEY
+from archive.records import DomainEval
 from services.errors import UserError
 from services.fsutil import read_bounded
 from services.user_files import parse_json
@@ -60,49 +61,69 @@ def read_group(group_dir: Path) -> dict | None:
     return group
 
 
-def _is_score(value) -> bool:
-    return value is None or (isinstance(value, (int, float)) and not isinstance(value, bool))
+@dataclass
+class FinalTest:
+    """final_test.json: the test split's evaluation of the node chosen on `chosen_on` (`best`) and of
+    the initial node, node -> domain -> evaluation."""
+
+    chosen_on: str = ""  # the splits the best node was chosen on, e.g. "val"
+    best: str = ""  # the chosen node's id
+    nodes: dict[str, dict[str, DomainEval]] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return {"schema_version": FINAL_TEST_SCHEMA, "chosen_on": self.chosen_on, "best": self.best,
+                "nodes": {n: {d: e.to_dict() for d, e in found.items()} for n, found in self.nodes.items()}}
 
 
-def _scored_ok(s) -> bool:
-    """One evaluation: {score, rows, interval, key}, the key an address under evals/."""
-    return (isinstance(s, dict) and _is_score(s.get("score")) and type(s.get("rows")) is int
-            and (s.get("interval") is None or (isinstance(s["interval"], list) and len(s["interval"]) == 2
-                                               and all(_is_score(v) and v is not None for v in s["interval"])))
-            and (s.get("key") is None or (isinstance(s["key"], str) and EVAL_KEY.fullmatch(s["key"]) is not None)))
+@dataclass
+class Evaluations:
+    """evaluations.json: whole splits evaluated after the run, node -> domain -> split -> evaluation."""
+
+    nodes: dict[str, dict[str, dict[str, DomainEval]]] = field(default_factory=dict)
+
+    def get(self, node_id: str, domain: str, split: str) -> DomainEval | None:
+        return self.nodes.get(node_id, {}).get(domain, {}).get(split)
+
+    def to_dict(self) -> dict:
+        return {"schema_version": EVALUATIONS_SCHEMA,
+                "nodes": {n: {d: {s: e.to_dict() for s, e in splits.items()} for d, splits in domains.items()}
+                          for n, domains in self.nodes.items()}}
 
 
-def _tested_ok(entry) -> bool:
-    """One node's entry: domain -> evaluation."""
-    return isinstance(entry, dict) and all(isinstance(d, str) and _scored_ok(s) for d, s in entry.items())
+def _nested(value: object, depth: int) -> dict:
+    """`value` as `depth` levels of string-keyed objects with an evaluation at the bottom; else ValueError."""
+    if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+        raise ValueError("expected an object with string keys")
+    if depth == 1:
+        return {k: DomainEval.from_dict(v) for k, v in value.items()}
+    return {k: _nested(v, depth - 1) for k, v in value.items()}
 
 
-def read_final_test(path: Path) -> dict | None:
+def read_final_test(path: Path) -> FinalTest | None:
     """final_test.json as the core wrote it, or None when there is none; a UserError when it is not one."""
     record = _read(Path(path), "a final test record")
     if record is None:
         return None
-    if not (isinstance(record, dict) and record.get("schema_version") == FINAL_TEST_SCHEMA
-            and isinstance(record.get("nodes"), dict) and isinstance(record.get("chosen_on", ""), str)
-            and isinstance(record.get("best", ""), str)
-            and all(isinstance(k, str) and _tested_ok(v) for k, v in record["nodes"].items())):
-        raise UserError(f"{path}: not a final test record the run wrote (schema_version {FINAL_TEST_SCHEMA} "
-                        "and nodes expected)")
-    return record
+    try:
+        if record.get("schema_version") != FINAL_TEST_SCHEMA or set(record) - {"schema_version", "chosen_on",
+                                                                                   "best", "nodes"}:
+            raise ValueError(f"schema_version {FINAL_TEST_SCHEMA} and nodes expected")
+        chosen_on, best = record.get("chosen_on", ""), record.get("best", "")
+        if not isinstance(chosen_on, str) or not isinstance(best, str):
+            raise ValueError("chosen_on and best must be text")
+        return FinalTest(chosen_on, best, _nested(record.get("nodes"), 2))
+    except ValueError as e:
+        raise UserError(f"{path}: not a final test record the run wrote ({e})") from None
 
 
-def read_evaluations(path: Path) -> dict | None:
+def read_evaluations(path: Path) -> Evaluations | None:
     """evaluations.json as the core wrote it, or None when there is none; a UserError when it is not one."""
     record = _read(Path(path), "a record of evaluations")
     if record is None:
         return None
-    if not (isinstance(record, dict) and record.get("schema_version") == EVALUATIONS_SCHEMA
-            and isinstance(record.get("nodes"), dict)
-            and all(isinstance(node, str) and isinstance(domains, dict)
-                    and all(isinstance(d, str) and isinstance(splits, dict)
-                            and all(isinstance(s, str) and _scored_ok(v) for s, v in splits.items())
-                            for d, splits in domains.items())
-                    for node, domains in record["nodes"].items())):
-        raise UserError(f"{path}: not a record of evaluations the run wrote (schema_version {EVALUATIONS_SCHEMA} "
-                        "and nodes expected)")
-    return record
+    try:
+        if record.get("schema_version") != EVALUATIONS_SCHEMA or set(record) - {"schema_version", "nodes"}:
+            raise ValueError(f"schema_version {EVALUATIONS_SCHEMA} and nodes expected")
+        return Evaluations(_nested(record.get("nodes"), 3))
+    except ValueError as e:
+        raise UserError(f"{path}: not a record of evaluations the run wrote ({e})") from None

@@ -10,11 +10,13 @@ from __future__ import annotations
 import functools
 import re
 import typing
+from collections.abc import Iterator, Mapping
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from datetime import datetime
 from enum import StrEnum
 from pathlib import Path
 
+from archive.stats import interval_text
 from services.config import conforms, describe, show
 from services.fsutil import read_bounded
 from services.render import BIDI_PATTERN
@@ -124,6 +126,48 @@ class MetaResult:
         return cls(**_checked(cls, data, {"status": str}))
 
 
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+@dataclass(frozen=True)
+class DomainEval:
+    """One domain's evaluation on one split, as a node records it. node.json keeps its parts in four
+    maps keyed the same way (scores, samples, eval_keys, intervals, as the format has since version 1);
+    `Node.evaluation` reads them as one value and `Node.set_evaluation` writes them together."""
+
+    score: float | None  # the domain's score key; None: evaluated, but nothing could be scored
+    rows: int | None = None  # rows scored (None when the record does not say)
+    key: str | None = None  # the evaluation's folder under evals/ (EvalStore.key)
+    interval: tuple[float, float] | None = None  # 95%: Wilson for right/wrong rows, bootstrap for partial credit
+
+    def to_dict(self) -> dict:
+        """Its form in final_test.json and evaluations.json."""
+        return {"score": self.score, "rows": self.rows, "interval": list(self.interval) if self.interval else None,
+                "key": self.key}
+
+    @classmethod
+    def from_dict(cls, data: object) -> DomainEval:
+        """The form `to_dict` writes, with its rows counted and its key an address under evals/; else ValueError."""
+        if not isinstance(data, dict) or set(data) - {"score", "rows", "interval", "key"}:
+            raise ValueError(f"expected {{score, rows, interval, key}}, got {show(data)}")
+        score, rows, band, key = (data.get(k) for k in ("score", "rows", "interval", "key"))
+        if not (score is None or _is_number(score)) or type(rows) is not int or rows < 0:
+            raise ValueError(f"score must be a number or null and rows a count, got {show(score)}, {show(rows)}")
+        if band is not None and not (isinstance(band, list) and len(band) == 2 and all(map(_is_number, band))):
+            raise ValueError(f"interval must be [low, high] or null, got {show(band)}")
+        if key is not None and not (isinstance(key, str) and EVAL_KEY.fullmatch(key)):
+            raise ValueError(f"key must be an address under evals/ (24 hex digits) or null, got {show(key)}")
+        return cls(score, rows, key, (band[0], band[1]) if band else None)
+
+    def text(self) -> str:
+        """`0.620 [0.522, 0.710] n=100`: the score with its interval and rows, for a person."""
+        if self.score is None:
+            return "none"
+        band = f" {interval_text(*self.interval)}" if self.interval else ""
+        return f"{self.score:.3f}{band}" + (f" n={self.rows}" if self.rows else "")
+
+
 @dataclass
 class Node:
     SCHEMA: typing.ClassVar[int] = NODE_SCHEMA
@@ -165,17 +209,37 @@ class Node:
                                      f"(24 hex digits), got {show(key)}")
         return cls(**data)
 
+    def evaluation(self, domain: str, split: str) -> DomainEval | None:
+        """The node's evaluation of `domain` on `split`, None where it has none."""
+        splits = self.scores.get(domain, {})
+        if split not in splits:
+            return None
+        band = self.intervals.get(domain, {}).get(split)
+        return DomainEval(splits[split], self.samples.get(domain, {}).get(split),
+                          self.eval_keys.get(domain, {}).get(split), (band[0], band[1]) if band else None)
+
+    def eval_key(self, domain: str, split: str) -> str | None:
+        """Where the node's evaluation of `domain` on `split` is kept under evals/, None where it has none."""
+        return self.eval_keys.get(domain, {}).get(split)
+
+    def evaluations(self) -> Iterator[tuple[str, str, DomainEval]]:
+        """Every (domain, split, evaluation) the node has, in the order they were recorded."""
+        for domain, splits in self.scores.items():
+            for split in splits:
+                found = self.evaluation(domain, split)
+                if found is not None:
+                    yield domain, split, found
+
+    def set_evaluations(self, domain: str, found: Mapping[str, DomainEval]) -> None:
+        """Record `found` (split -> evaluation) as the node's evaluations of `domain`, replacing any before."""
+        self.scores[domain] = {split: e.score for split, e in found.items()}
+        self.samples[domain] = {split: e.rows for split, e in found.items() if e.rows is not None}
+        self.eval_keys[domain] = {split: e.key for split, e in found.items() if e.key is not None}
+        self.intervals[domain] = {split: list(e.interval) for split, e in found.items() if e.interval is not None}
+
     def scores_text(self) -> str:
         """The scores with their 95% interval and rows, for a person: `imo_grading/val=0.620 [0.522, 0.710] n=100`."""
-        shown = []
-        for d, splits in self.scores.items():
-            for s, v in splits.items():
-                if v is None:
-                    continue
-                band = self.intervals.get(d, {}).get(s)
-                rows = self.samples.get(d, {}).get(s)
-                shown.append(f"{d}/{s}={v:.3f}" + (f" [{band[0]:.3f}, {band[1]:.3f}]" if band else "")
-                             + (f" n={rows}" if rows else ""))
+        shown = [f"{d}/{s}={found.text()}" for d, s, found in self.evaluations() if found.score is not None]
         return ", ".join(shown) or "not scored"
 
     @property

@@ -104,16 +104,17 @@ class Run:
         """The node the run calls best, by its own loop.best_choice (the initial node has a score)."""
         return self._best
 
-    def test_scores(self) -> dict[str, float | None] | None:
-        """The final test's mean score per node it tested ("initial" and the chosen one), or None."""
+    def test_scores(self) -> tuple[str, dict[str, float | None]] | None:
+        """The final test's chosen node and its mean score per node tested ("initial" and the chosen one;
+        None where a domain could not be scored), or None when the run has no final test."""
         record = read_final_test(self.path / FINAL_TEST)
         if record is None:
             return None
-        means = {}
-        for node_id, domains in record["nodes"].items():
-            scores = [s["score"] for s in domains.values()]
-            means[node_id] = sum(scores) / len(scores) if scores and None not in scores else None
-        return {"best": record.get("best"), **{f"node {k}": v for k, v in means.items()}}
+        means: dict[str, float | None] = {}
+        for node_id, domains in record.nodes.items():
+            scores = [e.score for e in domains.values() if e.score is not None]
+            means[node_id] = sum(scores) / len(scores) if scores and len(scores) == len(domains) else None
+        return record.best, means
 
     def spend(self) -> dict[str, tuple[float, int]]:
         """Dollars and tokens per role: the ledger's, or the nodes' records where it has none."""
@@ -134,7 +135,7 @@ class Run:
 
         store, found = EvalStore(self.path), {}
         for domain, (split, _) in self.sizes.items():
-            key = node.eval_keys.get(domain, {}).get(split)
+            key = node.eval_key(domain, split)
             report = store.report(key) if key and node.full_eval.get(domain) else None
             rows = row_scores(report, get_domain(domain).score_key) if report else None
             if rows:

@@ -13,6 +13,7 @@ import json
 import os
 import threading
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -68,16 +69,21 @@ def selection_score(node: Node, domain: Domain, full_sizes: dict[str, int],
     selection split's rows under `rule`) scaled by its share of the full rows, e.g. 10/100,
     as in the reference: a lucky 10-row score must not outrank a node measured on the full set.
     """
-    scores = node.scores.get(domain.name, {})
-    split, full = domain.selection_split, max(full_sizes[domain.name], 1)
+    return _scaled_score(node, domain.name, domain.selection_split, full_sizes[domain.name], rule)
+
+
+def _scaled_score(node: Node, domain: str, split: str, full: int, rule: ScoreRule) -> float | None:
+    """`selection_score` of `domain` selected on `split` of `full` rows: the one rule the loop and
+    the readers of a finished run (`observed_score`) both apply."""
+    full = max(full, 1)
+    found = node.evaluation(domain, split)
     if rule.scale_initial and node.node_id == "initial":
-        value = scores.get(split)
-        return None if value is None else value * rule.first_stage.get(domain.name, full) / full
-    if node.full_eval.get(domain.name) and split in scores:
-        return scores[split]
-    staged = split if rule.staged_split == "selection" else "train"
-    if (value := scores.get(staged)) is not None:
-        return value * node.samples.get(domain.name, {}).get(staged, 0) / full
+        return None if found is None or found.score is None else found.score * rule.first_stage.get(domain, full) / full
+    if node.full_eval.get(domain) and found is not None:
+        return found.score
+    staged = node.evaluation(domain, split if rule.staged_split == "selection" else "train")
+    if staged is not None and staged.score is not None:
+        return staged.score * (staged.rows or 0) / full
     return None
 
 
@@ -86,31 +92,20 @@ def mean_score(node: Node, domains: list, full_sizes: dict[str, int], rule: Scor
     return sum(selection_score(node, d, full_sizes, rule) or 0 for d in domains) / len(domains)
 
 
-def observed_sizes(domains: list[str], nodes) -> dict[str, tuple[str, int]]:
+def observed_sizes(domains: list[str], nodes: Iterable[Node]) -> dict[str, tuple[str, int]]:
     """For readers without the domains' data (dashboard, analysis): per domain, the split the loop
     selects on (val when any node has a val score) and its full size (the most rows any node had there)."""
+    nodes = list(nodes)
     sizes = {}
     for domain in domains:
-        split = "val" if any("val" in n.scores.get(domain, {}) for n in nodes) else "train"
-        sizes[domain] = split, max((n.samples.get(domain, {}).get(split, 0) for n in nodes), default=0)
+        split = "val" if any(n.evaluation(domain, "val") for n in nodes) else "train"
+        sizes[domain] = split, max(((e.rows or 0) for n in nodes if (e := n.evaluation(domain, split))), default=0)
     return sizes
 
 
 def observed_score(node: Node, sizes: dict[str, tuple[str, int]], rule: ScoreRule = ScoreRule()) -> float | None:
-    """`mean_score` from `observed_sizes`: the selection split's score after a full evaluation, else
-    the staged score (`rule`) scaled by its share of the rows; None when no domain has a score."""
-    values = []
-    for domain, (split, full) in sizes.items():
-        scores = node.scores.get(domain, {})
-        staged = split if rule.staged_split == "selection" else "train"
-        if rule.scale_initial and node.node_id == "initial" and scores.get(split) is not None and full:
-            values.append(scores[split] * rule.first_stage.get(domain, full) / full)
-        elif node.full_eval.get(domain) and scores.get(split) is not None:
-            values.append(scores[split])
-        elif (value := scores.get(staged)) is not None and full:
-            values.append(value * node.samples.get(domain, {}).get(staged, 0) / full)
-        else:
-            values.append(None)
+    """`mean_score` from `observed_sizes`; None when no domain has a score."""
+    values = [_scaled_score(node, domain, split, full, rule) for domain, (split, full) in sizes.items()]
     known = [v for v in values if v is not None]
     return sum(known) / len(values) if known else None
 
@@ -135,7 +130,7 @@ def selection_rows(node: Node, splits: dict[str, tuple[str, str]], store) -> Row
     counts as no rows."""
     found: RowScores = {}
     for domain, (split, score_key) in splits.items():
-        key = node.eval_keys.get(domain, {}).get(split)
+        key = node.eval_key(domain, split)
         if not (key and node.full_eval.get(domain)):
             continue
         try:

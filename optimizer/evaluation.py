@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 
 from archive.eval_store import EvalStore
 from archive.promotion import Promotion, RowScores, Verdict, decide, row_scores
+from archive.records import DomainEval
 from archive.stats import Estimate, interval
 from archive.store import untrusted_dir
 from domains.harness import (
@@ -59,6 +60,11 @@ class SplitScore:
     @property
     def interval(self) -> Estimate | None:
         return interval(list(self.row_scores.values())) if self.row_scores else None
+
+    def record(self) -> DomainEval:
+        """What the node's record keeps of it."""
+        band = self.interval
+        return DomainEval(self.score, self.rows, self.key, (round(band.low, 4), round(band.high, 4)) if band else None)
 
 
 @dataclass

@@ -44,10 +44,10 @@ def publish_feedback(run_dir: Path, domains: list, store, node: Node) -> None:
     atomic_write_json(folder / "metadata.json", {
         "node": node.node_id, "parent": node.parent, "generation": node.generation, "status": node.status,
         "full_eval": node.full_eval, "meta_failed": node.meta_failed,
-        "train": {d: {"score": s.get("train"), "rows": node.samples.get(d, {}).get("train")}
-                  for d, s in node.scores.items() if "train" in s}})
+        "train": {d: {"score": found.score, "rows": found.rows}
+                  for d, split, found in node.evaluations() if split == "train"}})
     for domain in domains:
-        key = node.eval_keys.get(domain.name, {}).get("train")
+        key = node.eval_key(domain.name, "train")
         if key is None:
             continue
         dst = folder / domain.name

@@ -21,15 +21,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from archive.experiments import (
-    EVALUATIONS,
-    EVALUATIONS_SCHEMA,
-    FINAL_TEST,
-    FINAL_TEST_SCHEMA,
-    read_evaluations,
-    read_final_test,
-)
-from archive.records import Node
+from archive.experiments import EVALUATIONS, FINAL_TEST, Evaluations, FinalTest, read_evaluations, read_final_test
+from archive.records import DomainEval, Node
 from archive.store import Archive, untrusted_dir
 from optimizer.evaluation import BudgetStop, Evaluator, LoadFailed
 from services.errors import UserError
@@ -70,13 +63,13 @@ def run_final_test(loop: Tested) -> Path | None:
     if not domains or best is None:
         return None
     path = loop.run_dir / FINAL_TEST
-    record = read_final_test(path) or {"schema_version": FINAL_TEST_SCHEMA, "chosen_on": "", "nodes": {}}
-    record["chosen_on"] = ", ".join(sorted({d.selection_split for d in loop.domains}))
-    record["best"] = best.node_id
+    record = read_final_test(path) or FinalTest()
+    record.chosen_on = ", ".join(sorted({d.selection_split for d in loop.domains}))
+    record.best = best.node_id
     for node_id in dict.fromkeys([best.node_id, "initial"]):
         node = loop.archive.nodes[node_id]
-        record["nodes"][node_id] = _evaluate(loop, node, domains, "test")
-        atomic_write_json(path, record)  # each node as soon as it is done: a kill loses at most one
+        record.nodes[node_id] = _evaluate(loop, node, domains, "test")
+        atomic_write_json(path, record.to_dict())  # each node as soon as it is done: a kill loses at most one
     return path
 
 
@@ -101,21 +94,21 @@ def run_evaluations(loop: Tested, node_ids: list[str], split: str) -> list[str]:
     evaluations.json; a line per node and domain."""
     domains = check_evaluate(loop.archive.nodes, loop.domains, node_ids, split)
     path = loop.run_dir / EVALUATIONS
-    record = read_evaluations(path) or {"schema_version": EVALUATIONS_SCHEMA, "nodes": {}}
+    record = read_evaluations(path) or Evaluations()
     lines = []
     for node_id in dict.fromkeys(node_ids):
         try:
             scores = _evaluate(loop, loop.archive.nodes[node_id], domains, split)
         except (BudgetStop, LoadFailed) as e:  # what is done is kept: evaluations.json holds the nodes before
             raise UserError(f"node {node_id} not evaluated on {split}: {e}") from None
-        for name, s in scores.items():
-            record["nodes"].setdefault(node_id, {}).setdefault(name, {})[split] = s
-            lines.append(f"evaluated: node {node_id} {name}/{split}={_shown(s)}")
-        atomic_write_json(path, record)
+        for name, found in scores.items():
+            record.nodes.setdefault(node_id, {}).setdefault(name, {})[split] = found
+            lines.append(f"evaluated: node {node_id} {name}/{split}={found.text()}")
+        atomic_write_json(path, record.to_dict())
     return lines
 
 
-def _evaluate(loop: Tested, node: Node, domains: list, split: str) -> dict:
+def _evaluate(loop: Tested, node: Node, domains: list, split: str) -> dict[str, DomainEval]:
     evaluator = loop.evaluator
     part = "final_test" if split == "test" else f"evaluate_{split}"
     transcripts = untrusted_dir(loop.run_dir, node.node_id, part)
@@ -123,21 +116,15 @@ def _evaluate(loop: Tested, node: Node, domains: list, split: str) -> dict:
     with evaluator.node_sandbox(f"{node.node_id}-{split}", loop.archive.node_dir(node.node_id), transcripts) as box:
         box.fill(loop.repo, node.commit)
         scores = evaluator.evaluate_splits(domains, box, loop.repo.task_agent_hash(node.commit), split)
-    return {name: {"score": s.score, "rows": s.rows, "interval": s.interval.to_list() if s.interval else None,
-                   "key": s.key} for name, s in scores.items()}
-
-
-def _shown(s: dict) -> str:
-    band = f" [{s['interval'][0]:.3f}, {s['interval'][1]:.3f}]" if s.get("interval") else ""
-    return ("none" if s["score"] is None else f"{s['score']:.3f}") + f"{band} n={s['rows']}"
+    return {name: s.record() for name, s in scores.items()}
 
 
 def final_test_lines(path: Path) -> list[str]:
     """What the final test found, a line per node and domain."""
-    record = read_final_test(path) or {"nodes": {}}
+    record = read_final_test(path) or FinalTest()
     lines = []
-    for node_id, domains in record["nodes"].items():
-        role = "chosen on " + record.get("chosen_on", "val") if node_id == record.get("best") else "baseline"
-        for name, s in domains.items():
-            lines.append(f"final test: node {node_id} ({role}) {name}/test={_shown(s)}")
+    for node_id, domains in record.nodes.items():
+        role = f"chosen on {record.chosen_on or 'val'}" if node_id == record.best else "baseline"
+        for name, found in domains.items():
+            lines.append(f"final test: node {node_id} ({role}) {name}/test={found.text()}")
     return lines

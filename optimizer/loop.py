@@ -59,7 +59,7 @@ from optimizer.events import (
     console,
 )
 from optimizer.feedback import publish_feedback, write_train_data
-from optimizer.meta_outcome import meta_failure
+from optimizer.meta_outcome import META_LOG, meta_failure, meta_log
 from optimizer.slots import Slots, horizon, run_generation
 from optimizer.trackers import Trackers
 from services.config import Baseline, Config
@@ -283,7 +283,7 @@ class Loop:
         finally:
             if frozen:
                 discard(frozen)
-        atomic_write_text(records / "meta_stdout.log", result.stdout + "\n--- stderr ---\n" + result.stderr)
+        atomic_write_text(records / META_LOG, meta_log(result.stdout, result.stderr))
         seconds = round(time.monotonic() - started, 3)
         try:
             capture = self.repo.capture(workspace, parent_commit, node_id, self.quota)
@@ -333,10 +333,7 @@ class Loop:
             node.status, node.error = Status.EVAL_FAILED, f"{type(e).__name__}: {e}"[:500]
             return node
         for name, result in results.items():
-            node.scores[name] = {s: r.score for s, r in result.splits.items()}
-            node.samples[name] = {s: r.rows for s, r in result.splits.items()}
-            node.eval_keys[name] = {s: r.key for s, r in result.splits.items()}
-            node.intervals[name] = {s: r.interval.to_list() for s, r in result.splits.items() if r.interval}
+            node.set_evaluations(name, {s: r.record() for s, r in result.splits.items()})
             node.full_eval[name] = result.full
             if result.screening:
                 node.screening[name] = result.screening
@@ -349,7 +346,7 @@ class Loop:
         peers = Peers(best_node=best.node_id if best else None)
         for d in self.domains:
             for found, node in ((peers.parent, self.archive.nodes.get(parent_id or "")), (peers.best, best)):
-                key = node.eval_keys.get(d.name, {}).get("train") if node else None
+                key = node.eval_key(d.name, "train") if node else None
                 report = self.evaluator.store.report(key) if key else None
                 found[d.name] = row_scores(report, d.score_key) if report else None
         return peers

@@ -56,7 +56,7 @@ def paired_tests(reader: RunReader, a: Node, b: Node) -> Markup:
     for domain, keys in b.eval_keys.items():
         score_key = getattr(known_domain(domain), "score_key", None)
         for split, key_b in keys.items():
-            key_a = a.eval_keys.get(domain, {}).get(split)
+            key_a = a.eval_key(domain, split)
             if key_a is None or score_key is None:
                 continue
             xa, xb = paired_rows(reader, key_a, key_b, score_key)
@@ -89,8 +89,8 @@ def test_named(xa: list[float], xb: list[float]) -> str:
 
 
 def _rows(node: Node, domain: str, split: str) -> Markup:
-    count = node.samples.get(domain, {}).get(split)
-    return h("small", {}, f" ({count})") if count else Markup("")
+    found = node.evaluation(domain, split)
+    return h("small", {}, f" ({found.rows})") if found and found.rows else Markup("")
 
 
 def code_diff(reader: RunReader, a: Node, b: Node) -> Text:
@@ -111,7 +111,7 @@ def changed_rows(reader: RunReader, a: Node, b: Node) -> Markup:
     parts = []
     for domain, keys in b.eval_keys.items():
         for split, key_b in keys.items():
-            key_a = a.eval_keys.get(domain, {}).get(split)
+            key_a = a.eval_key(domain, split)
             if key_a is None:
                 continue
             common, outcomes = row_outcomes(reader, key_a, key_b)

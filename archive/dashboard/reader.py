@@ -131,10 +131,10 @@ class RunData:
         mean's own interval, never narrower)."""
         bands = []
         for domain, (split, _) in self._sizes.items():
-            band = node.intervals.get(domain, {}).get(split)
-            if not node.full_eval.get(domain) or not band:
+            found = node.evaluation(domain, split)
+            if not node.full_eval.get(domain) or found is None or found.interval is None:
                 return None
-            bands.append(band)
+            bands.append(found.interval)
         if not bands:
             return None
         return sum(b[0] for b in bands) / len(bands), sum(b[1] for b in bands) / len(bands)
@@ -265,8 +265,8 @@ class RunReader:
     def spend(self, node: str | None = None) -> list[dict]:
         return self._ledger(("spend", node), lambda: self.ledger.spend(node))
 
-    def spend_over_time(self) -> tuple[list[float], dict[str, list[float]]]:
-        return self._ledger(("over_time",), self.ledger.spend_over_time)
+    def spend_over_time(self, measure: str = "dollars") -> tuple[list[float], dict[str, list[float]]]:
+        return self._ledger(("over_time", measure), lambda: self.ledger.spend_over_time(measure=measure))
 
     def _ledger(self, what: tuple, query: Callable[[], T]) -> T:
         marks = [self._stat("ledger.sqlite"), self._stat("ledger.sqlite-wal")]

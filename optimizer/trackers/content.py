@@ -31,17 +31,15 @@ def node_metrics(node: Node) -> dict[str, float]:
     """Every number of a node: scores per domain and split with their rows and 95% interval, cost and
     tokens per role, wall time per phase, its generation, and whether it is a valid parent."""
     found: dict[str, float] = {"generation": float(node.generation), "valid": float(node.status == Status.OK)}
-    for domain, splits in node.scores.items():
-        for split, score in splits.items():
-            if score is None:
-                continue
-            found[key(domain, split, "score")] = float(score)
-            rows = node.samples.get(domain, {}).get(split)
-            if rows is not None:
-                found[key(domain, split, "rows")] = float(rows)
-            interval = node.intervals.get(domain, {}).get(split)
-            if interval:
-                found[key(domain, split, "ci95_low")], found[key(domain, split, "ci95_high")] = map(float, interval)
+    for domain, split, evaluation in node.evaluations():
+        if evaluation.score is None:
+            continue
+        found[key(domain, split, "score")] = float(evaluation.score)
+        if evaluation.rows is not None:
+            found[key(domain, split, "rows")] = float(evaluation.rows)
+        if evaluation.interval:
+            low, high = evaluation.interval
+            found[key(domain, split, "ci95_low")], found[key(domain, split, "ci95_high")] = float(low), float(high)
     for role, usd in node.cost_usd.items():
         found[key("cost_usd", role)] = float(usd)
     for role, tokens in node.tokens.items():
