@@ -20,18 +20,18 @@ TOP = 15  # nodes in the table
 def write_report(run_dir: Path, out: Path) -> Path:
     reader = RunReader(run_dir)
     data = reader.read()
-    times, series = reader.spend_over_time()
     spend = reader.spend()
     body = join([
         h("h1", {}, f"Run {data.name}"),
         pieces.summary(data, spend),
         h("p", {"class": "note"}, f"Written at {datetime.now():%Y-%m-%d %H:%M:%S} while the run was running; "
                                   "python -m archive.dashboard shows it as it is now.") if data.live else "",
-        h("h2", {}, "Archive"), pieces.tree(data),
+        h("h2", {}, "Archive"), pieces.tree(data, static=True),
         h("h2", {}, "Progress"), pieces.progress(data),
-        h("h2", {}, "Cost"), pieces.cost_chart(times, series), pieces.spend_table(spend),
+        h("h2", {}, "Cost"), pieces.cost_chart(reader), pieces.spend_table(spend),
         h("h2", {}, f"Top {TOP} nodes"),
-        h("p", {}, "Scores are each domain's score key; the rows scored are in brackets (10: staged only). "
+        h("p", {}, "Scores are each domain's score key, with its 95% interval and the rows scored (n), as the "
+                   "console writes them; a node that stopped at the staged evaluation has only those rows. "
                    "Patches and transcripts are in the run folder (nodes/, untrusted/), or in its dashboard: "
                    "python -m archive.dashboard ", str(data.path)),
         pieces.nodes_table(data, limit=TOP),

@@ -82,6 +82,8 @@ class Call:
 # Columns added to `calls` since its first shape, with their declarations: added to older ledgers.
 _ADDED_COLUMNS = {"cached_tokens": "INTEGER NOT NULL DEFAULT 0", "cache_write_tokens": "INTEGER NOT NULL DEFAULT 0",
                   "cache_saved_usd": "REAL NOT NULL DEFAULT 0"}
+# What LedgerReader.spend_over_time can add up, by name: the SQL it sums (fixed text, never a caller's).
+_OVER_TIME = {"dollars": "cost_usd", "tokens": "prompt_tokens + completion_tokens"}
 
 
 # How the error of a request the gateway refused (bad key, field, model, budget) started in ledgers
@@ -257,9 +259,11 @@ class LedgerReader:
                            f"{where} GROUP BY 1, 2 ORDER BY MIN(id)", (f"{REFUSED}*", *args))
         return [dict(zip(("role", "reason", "count", "message"), r)) for r in rows]
 
-    def spend_over_time(self, points: int = 120) -> tuple[list[float], dict[str, list[float]]]:
-        """Cumulative dollars by "role · model" at `points` evenly spaced times of the run: the times
-        (Unix seconds) and one series per role and model."""
+    def spend_over_time(self, points: int = 120,
+                        measure: str = "dollars") -> tuple[list[float], dict[str, list[float]]]:
+        """Cumulative dollars (or, with `measure` "tokens", prompt + completion tokens) by "role · model" at
+        `points` evenly spaced times of the run: the times (Unix seconds) and one series per role and model."""
+        summed = _OVER_TIME[measure]
         # Calls are booked as they end, so ts grows with the row id: the first and last rows bound
         # the run's time without a scan of the table.
         span = self._rows("SELECT (SELECT ts FROM calls ORDER BY id LIMIT 1), (SELECT ts FROM calls ORDER BY id DESC "
@@ -268,11 +272,11 @@ class LedgerReader:
             return [], {}
         start, end = min(span[0]), max(span[0])
         step = max((end - start) / max(points - 1, 1), 1e-9)
-        rows = self._rows("SELECT CAST((ts - ?) / ? AS INTEGER), role, model, SUM(cost_usd) FROM calls "
+        rows = self._rows(f"SELECT CAST((ts - ?) / ? AS INTEGER), role, model, SUM({summed}) FROM calls "
                           "GROUP BY 1, 2, 3", (start, step))
         series: dict[str, list[float]] = {}
-        for bucket, role, model, cost in rows:
-            series.setdefault(f"{role} · {model}", [0.0] * points)[min(int(bucket), points - 1)] += cost or 0.0
+        for bucket, role, model, amount in rows:
+            series.setdefault(f"{role} · {model}", [0.0] * points)[min(int(bucket), points - 1)] += amount or 0.0
         for values in series.values():
             for i in range(1, points):
                 values[i] += values[i - 1]

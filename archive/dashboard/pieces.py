@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from archive.dashboard.markup import Markup, h, join
-from archive.dashboard.reader import RunData
+from archive.dashboard.reader import RunData, RunReader
 from archive.dashboard.svg import TreeNode, line_chart, score_colour, score_range, tree_svg
 from archive.records import Node
 from archive.stats import interval_text
@@ -65,8 +65,9 @@ def summary(data: RunData, spend: list[dict] | None = None) -> Markup:
     return h("section", {"class": "summary"}, items, problems)
 
 
-def tree(data: RunData, href=None) -> Markup:
-    """The archive tree of the run, with the generations in flight as dashed leaves."""
+def tree(data: RunData, href=None, static: bool = False) -> Markup:
+    """The archive tree of the run, with the generations in flight as dashed leaves. `static` (report.html, a
+    page with no script): drawn to fit its frame, and its legend says nothing of panning or zooming."""
     best = data.best()
     nodes = [TreeNode(n.node_id, n.parent, n.generation, str(n.status), data.score(n), _tooltip(data, n))
              for n in data.nodes.values()]
@@ -74,10 +75,12 @@ def tree(data: RunData, href=None) -> Markup:
         nodes += [TreeNode(f.node_id, f.parent, f.generation, "in_flight", None,
                            f"node {f.node_id} (parent {f.parent}): in flight, {f.phase}") for f in data.in_flight]
     legend = h("p", {"class": "tree-legend"}, colour_key(score_range(n.score for n in nodes)), "; a ring: not ok; "
-               "thick lines: the best node's lineage; dashed: in flight. Drag to pan, wheel to zoom.")
+               "thick lines: the best node's lineage; dashed: in flight.",
+               "" if static else " Drag to pan, wheel to zoom.")
+    drawing = tree_svg(nodes, data.lineage(best.node_id) if best else [], href, fit=static)
     return h("section", {"class": "tree-box"}, legend,
-             h("div", {"class": "tree-view", "tabindex": "0"}, tree_svg(nodes, data.lineage(best.node_id) if best
-                                                                        else [], href)))
+             h("div", {"class": "tree-frame"}, drawing) if static else
+             h("div", {"class": "tree-view", "tabindex": "0"}, drawing))
 
 
 def colour_key(scale: tuple[float, float]) -> Markup:
@@ -120,8 +123,10 @@ def bidi_warning(node: Node) -> Markup:
 
 
 def progress(data: RunData) -> Markup:
-    """Per domain, each split's scores over generations: a dot per node, a line for the best so far."""
+    """Per domain, each split's scores over generations: a dot per node, a step line for the best so far,
+    drawn on to the run's last generation (generations whose nodes have no full score still count)."""
     charts = []
+    last = max((n.generation for n in data.nodes.values()), default=0)
     for domain in data.domains:
         dots, lines = {}, {}
         for split in ("train", "val", "test"):
@@ -131,22 +136,33 @@ def progress(data: RunData) -> Markup:
             if not points:
                 continue
             dots[split] = points
-            best, running = float("-inf"), []
+            best, running = points[0][1], []
             for generation, score in points:
+                if score > best:
+                    running.append((generation, best))
                 best = max(best, score)
                 running.append((generation, best))
+            if last > running[-1][0]:
+                running.append((last, best))
             lines[f"{split} best so far"] = running
         charts.append(h("div", {"class": "chart-box"}, h("h3", {}, domain),
                         line_chart(lines, "generation", "score", dots=dots)))
     return h("section", {"class": "charts"}, join(charts))
 
 
-def cost_chart(times: list[float], series: dict[str, list[float]]) -> Markup:
+def cost_chart(reader: RunReader) -> Markup:
+    """Dollars spent by role and model since the first call; tokens instead while every call cost $0 (a local
+    or free model), where a flat line at $0 would say nothing of the work done."""
+    times, series = reader.spend_over_time()
     if not times:
         return h("p", {"class": "empty"}, "No call in the ledger yet.")
+    y_label = "dollars spent"
+    if not any(v for values in series.values() for v in values):
+        times, series = reader.spend_over_time("tokens")
+        y_label = "tokens (every call cost $0)"
     start = times[0]
     lines = {name: [((t - start) / 60, v) for t, v in zip(times, values)] for name, values in series.items()}
-    return line_chart(lines, "minutes since the first call", "dollars spent")
+    return line_chart(lines, "minutes since the first call", y_label)
 
 
 def fmt_saved(value: float) -> str:
@@ -196,6 +212,17 @@ def score_note(node: Node, domain: str, split: str) -> Markup:
              f" n={rows}")
 
 
+def node_seconds(node: Node) -> float:
+    """The node's wall time: its total, else the sum of its phases (the initial node, only evaluated, records
+    no total: its check and evaluation are its time)."""
+    return node.seconds.get("total", sum(node.seconds.values()))
+
+
+def fmt_seconds(value: float) -> str:
+    """`108 s`, and a tenth under 10 s (a node of a fast run is not "0 s")."""
+    return f"{value:.0f} s" if value >= 10 else f"{value:.1f} s"
+
+
 def nodes_table(data: RunData, href=None, limit: int | None = None) -> Markup:
     """Nodes, best first: status, parent, scores per domain and split with their row counts, cost, time."""
     splits = splits_of(data)
@@ -215,7 +242,7 @@ def nodes_table(data: RunData, href=None, limit: int | None = None) -> Markup:
         rows.append(h("tr", {"class": f"status-{n.status}"}, h("td", {}, name, star), h("td", {}, n.parent or ""),
                       h("td", {"class": "num"}, n.generation), h("td", {}, str(n.status), flag), cells,
                       h("td", {"class": "num"}, fmt_cost(sum(n.cost_usd.values()))),
-                      h("td", {"class": "num"}, f"{n.seconds.get('total', 0):.0f} s")))
+                      h("td", {"class": "num"}, fmt_seconds(node_seconds(n)))))
     return h("table", {"class": "nodes"}, head, join(rows))
 
 

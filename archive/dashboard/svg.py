@@ -9,6 +9,11 @@ from dataclasses import dataclass
 from archive.dashboard.markup import Markup, h, join
 
 X_STEP, Y_STEP, RADIUS, MARGIN = 26, 64, 9, 30
+LABEL_ROOM = 12  # below the lowest dots, for their labels
+# A tree drawn to fit its frame (tree_svg fit=True): its dots shrink to MIN_RADIUS where its leaves would crowd
+# FIT_WIDTH pixels (report.html's frame in a 1,400 px window), and it is at most FIT_HEIGHT pixels tall.
+FIT_WIDTH, FIT_HEIGHT, MIN_RADIUS = 1300, 800, 3
+FIT_X_STEP = 48  # leaves this far apart where the frame has room: a 4-character label clears its neighbours'
 LABEL_ALL = 300  # trees up to this size have every node's id written under it (hover tells it on bigger ones)
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
            "#17becf")
@@ -91,13 +96,21 @@ def layout(nodes: list[TreeNode]) -> dict[str, tuple[float, float]]:
     return where
 
 
-def tree_svg(nodes: list[TreeNode], best_line: list[str], href=None) -> Markup:
+def tree_svg(nodes: list[TreeNode], best_line: list[str], href=None, *, fit: bool = False) -> Markup:
     """The archive as a tree: colour by score (scaled to score_range of the nodes), a ring for each status
     that is not ok, dashes for a generation in flight, the best node's lineage drawn thick. `href(node_id)`
-    links each node."""
+    links each node. Drawn in a viewBox for the dashboard's script to pan and zoom, or with `fit` for a page
+    without script, to fit its frame (see `fitted`)."""
     if not nodes:
         return h("p", {"class": "empty"}, "No node yet.")
     where = layout(nodes)
+    if fit:
+        places, width, height, radius = fitted(where)
+    else:
+        places, radius = {node_id: _at(position) for node_id, position in where.items()}, RADIUS
+        width = max(x for x, _ in where.values()) * X_STEP + 2 * MARGIN
+        height = max(y for _, y in where.values()) * Y_STEP + 2 * MARGIN + LABEL_ROOM
+    unit = "%" if fit else ""
     on_best = set(best_line)
     scale = score_range(n.score for n in nodes)
 
@@ -107,29 +120,47 @@ def tree_svg(nodes: list[TreeNode], best_line: list[str], href=None) -> Markup:
     best = best_line[0] if best_line else None
     edges, circles = [], []
     for n in nodes:
-        x, y = _at(where[n.node_id])
+        x, y = places[n.node_id]
         if n.parent in where:
-            px, py = _at(where[n.parent])
+            px, py = places[n.parent]
             mid = (py + y) / 2
             edges.append(h("path", {"d": f"M{px:g},{py:g}C{px:g},{mid:g} {x:g},{mid:g} {x:g},{y:g}",
                                     "class": "edge best" if n.node_id in on_best and n.parent in on_best
                                     else "edge"}))
         shape = [h("title", {}, n.label),
-                 h("circle", {"cx": f"{x:g}", "cy": f"{y:g}", "r": RADIUS + 3 * (n.node_id == best),
+                 h("circle", {"cx": f"{x:g}{unit}", "cy": f"{y:g}{unit}", "r": f"{radius + 3 * (n.node_id == best):g}",
                               "fill": score_colour(n.score, scale), "class": f"node-dot status-{n.status}"}),
-                 h("text", {"x": f"{x:g}", "y": f"{y + RADIUS + 12:g}", "class": "node-label"}, n.node_id)
+                 h("text", {"x": f"{x:g}{unit}", "y": f"{y:g}{unit}", "dy": f"{radius + 12:g}",
+                            "class": "node-label"}, n.node_id)
                  if labelled(n) else ""]
         attrs = {"class": "tree-node" + " on-best" * (n.node_id in on_best), "data-node": n.node_id}
         if href is not None and n.status != "in_flight":
             circles.append(h("a", {**attrs, "href": href(n.node_id)}, *shape))
         else:
             circles.append(h("g", attrs, *shape))
-    width = max(x for x, _ in where.values()) * X_STEP + 2 * MARGIN
-    height = max(y for _, y in where.values()) * Y_STEP + 2 * MARGIN + 12
+    about = {"xmlns": "http://www.w3.org/2000/svg", "role": "img", "aria-label": f"archive tree of {len(nodes)} nodes"}
+    if fit:  # the edges in an inner drawing stretched as the percent are (CSS keeps their strokes unscaled)
+        return h("svg", {"class": "tree fitted", "width": f"{width:g}", "height": f"{height:g}", **about},
+                 h("svg", {"class": "edges", "viewBox": "0 0 100 100", "preserveAspectRatio": "none"}, join(edges)),
+                 h("g", {"class": "nodes"}, join(circles)))
     return h("svg", {"class": "tree", "viewBox": f"0 0 {width:g} {height:g}", "data-width": f"{width:g}",
-                     "data-height": f"{height:g}", "xmlns": "http://www.w3.org/2000/svg", "role": "img",
-                     "aria-label": f"archive tree of {len(nodes)} nodes"},
+                     "data-height": f"{height:g}", **about},
              h("g", {"class": "edges"}, join(edges)), h("g", {"class": "nodes"}, join(circles)))
+
+
+def fitted(where: dict[str, tuple[float, float]]) -> tuple[dict[str, tuple[float, float]], float, float, float]:
+    """A layout drawn to fit its frame on a page without script: each node's place in percent of the drawing's
+    width and height (so the layout, not the glyphs, shrinks with the frame: CSS makes the drawing no wider
+    than its frame, and its dots and labels keep their pixel size), the drawing's width and height in pixels
+    (margins included; at most FIT_HEIGHT tall: a deep lineage is drawn closer, not taller) and a dot's
+    radius, smaller where a wide tree would crowd a frame of FIT_WIDTH."""
+    wide, deep = max(x for x, _ in where.values()), max(y for _, y in where.values())
+    inner = min(deep * Y_STEP, FIT_HEIGHT - 2 * MARGIN - LABEL_ROOM)
+    spacing = min(FIT_WIDTH / (wide + 1), inner / deep if deep else Y_STEP)
+    radius = min(RADIUS, max(MIN_RADIUS, spacing / 2 - 1))
+    places = {node_id: (100 * x / wide if wide else 50.0, 100 * y / deep if deep else 0.0)
+              for node_id, (x, y) in where.items()}
+    return places, wide * FIT_X_STEP + 2 * MARGIN, inner + 2 * MARGIN + LABEL_ROOM, radius
 
 
 def _at(position: tuple[float, float]) -> tuple[float, float]:
