@@ -3,16 +3,23 @@
 - `progress_<domain>_<split>.png`: per generation, the archive's average score, the best
   score so far, and the scores along the lineage of the final best node. Only nodes with
   the full evaluation count: a 10-row staged score is not comparable.
-- `archive_tree.png`: every node at its generation, joined to its parent, coloured by
-  its selection score (grey: never scored), the best node starred.
+- `archive_tree.png`: the tree as report.html draws it (archive.dashboard.svg.layout: depth
+  down, a parent over its children), coloured by selection score (grey: never scored), the
+  best node's lineage drawn thick and the best node starred. The figure grows with the tree
+  up to a page's size; past that the layout is drawn closer and the dots smaller.
+
+Axis ticks are archive.dashboard.svg.nice_ticks, as on every chart of the project.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from archive.dashboard.svg import LABEL_ALL, TreeNode, layout, nice_ticks
 from archive.records import Node
 from archive.store import Archive, mean_score
+
+TREE_MAX_INCHES = (16.0, 10.0)  # the tree figure's largest width and height (1,600 x 1,000 pixels at 100 dpi)
 
 
 def _lineage(archive: Archive, node_id: str | None) -> list[Node]:
@@ -47,8 +54,8 @@ def write_plots(archive: Archive, domains: list, full_sizes: dict[str, int], bes
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.ticker import MaxNLocator
 
+    last = max((n.generation for n in archive.nodes.values()), default=0)
     written = []
     for domain in domains:
         for split in domain.full_splits():
@@ -62,7 +69,9 @@ def write_plots(archive: Archive, domains: list, full_sizes: dict[str, int], bes
                 gens, scores = zip(*series["lineage"])
                 ax.plot(gens, scores, marker="o", linestyle="--", label=f"lineage of node {best_id}")
             ax.set(xlabel="generation", ylabel=f"{domain.score_key} ({split})", title=f"{domain.name}: {split}")
-            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+            values = series["average"] + series["best"] + [score for _, score in series["lineage"]]
+            _ticks(ax.set_xticks, ax.set_xlim, nice_ticks(0, last, 8, integer=True))
+            _ticks(ax.set_yticks, ax.set_ylim, nice_ticks(min(0.0, *values), max(values), 6))  # as report.html
             ax.grid(alpha=0.3)
             ax.legend(loc="lower right")
             path = out_dir / f"progress_{domain.name}_{split}.png"
@@ -73,37 +82,49 @@ def write_plots(archive: Archive, domains: list, full_sizes: dict[str, int], bes
     return written
 
 
-def _tree(archive: Archive, domains, full_sizes, best_id, path: Path, plt) -> Path:
-    from matplotlib.ticker import MaxNLocator
+def _ticks(set_ticks, set_limits, ticks: list[float]) -> None:
+    """An axis from its first round tick to its last, with a little room so a dot on either end shows whole."""
+    room = (ticks[-1] - ticks[0]) * 0.03
+    set_ticks(ticks)
+    set_limits(ticks[0] - room, ticks[-1] + room)
 
+
+def _tree(archive: Archive, domains, full_sizes, best_id, path: Path, plt) -> Path:
     nodes = archive.ordered()
-    rows: dict[int, int] = {}
-    position = {}
-    for node in nodes:  # one column per generation, nodes stacked in creation order
-        position[node.node_id] = (node.generation, rows.get(node.generation, 0))
-        rows[node.generation] = rows.get(node.generation, 0) + 1
-    fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(rows)), max(3, 0.6 * max(rows.values(), default=1))))
+    where = layout([TreeNode(n.node_id, n.parent, n.generation, str(n.status), None, "") for n in nodes])
+    wide, deep = max(x for x, _ in where.values()) + 1, max(y for _, y in where.values()) + 1
+    width, height = min(max(6.0, 0.45 * wide), TREE_MAX_INCHES[0]), min(max(3.0, 0.8 * deep), TREE_MAX_INCHES[1])
+    spacing = min(width / wide, height / deep) * 72  # points between neighbours
+    dot = min(max(0.6 * spacing, 3.0), 12.0)  # a dot's diameter in points
+    fig, ax = plt.subplots(figsize=(width, height))
+    lineage = {n.node_id for n in _lineage(archive, best_id)}
     for node in nodes:
-        if node.parent in position:
-            (x0, y0), (x1, y1) = position[node.parent], position[node.node_id]
-            ax.plot([x0, x1], [y0, y1], color="#999999", linewidth=1, zorder=1)
+        if node.parent in where:
+            (x0, y0), (x1, y1) = where[node.parent], where[node.node_id]
+            best_edge = node.node_id in lineage and node.parent in lineage
+            ax.plot([x0, x1], [y0, y1], color="#1565c0" if best_edge else "#b0b6c3",
+                    linewidth=2.5 if best_edge else 0.8, zorder=1)
     scores = {n.node_id: mean_score(n, domains, full_sizes) if n.valid_parent else None for n in nodes}
     scored = [n for n in nodes if scores[n.node_id] is not None]
     unscored = [n for n in nodes if scores[n.node_id] is None]
     if scored:
-        dots = ax.scatter([position[n.node_id][0] for n in scored], [position[n.node_id][1] for n in scored],
-                          c=[scores[n.node_id] for n in scored], cmap="viridis", s=160, zorder=2)
-        fig.colorbar(dots, ax=ax, label="selection score")
-    ax.scatter([position[n.node_id][0] for n in unscored], [position[n.node_id][1] for n in unscored],
-               color="#cccccc", s=160, zorder=2, label="not a valid parent")
-    for node in nodes:
-        ax.annotate(node.node_id, position[node.node_id], ha="center", va="center", fontsize=7, zorder=3)
-    if best_id in position:
-        ax.scatter(*position[best_id], marker="*", s=500, facecolors="none", edgecolors="red", zorder=4,
+        dots = ax.scatter([where[n.node_id][0] for n in scored], [where[n.node_id][1] for n in scored],
+                          c=[scores[n.node_id] for n in scored], cmap="viridis", s=dot ** 2, zorder=2)
+        fig.colorbar(dots, ax=ax, label="selection score", fraction=0.04)
+    ax.scatter([where[n.node_id][0] for n in unscored], [where[n.node_id][1] for n in unscored],
+               color="#cccccc", s=dot ** 2, zorder=2, label="not a valid parent")
+    for node in nodes:  # labels where they have room, else on the best lineage only
+        if (len(nodes) <= LABEL_ALL and spacing >= 14) or node.node_id in lineage:
+            ax.annotate(node.node_id, where[node.node_id], xytext=(0, -dot / 2 - 1), textcoords="offset points",
+                        ha="center", va="top", fontsize=7, zorder=3)
+    if best_id in where:
+        ax.scatter(*where[best_id], marker="*", s=(2.2 * dot) ** 2, facecolors="none", edgecolors="red", zorder=4,
                    label=f"best: {best_id}")
-    ax.set(xlabel="generation", yticks=[], title="archive")
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.legend(loc="upper left", fontsize=8)
+    ax.set_xlim(-0.5, wide - 0.5)
+    ax.set_ylim(deep - 0.4, -0.6)  # depth down, room for the labels under the deepest dots
+    ax.set_axis_off()
+    ax.set_title(f"archive: {len(nodes)} nodes")
+    ax.legend(loc="upper left", fontsize=8, markerscale=0.6)
     fig.savefig(path, dpi=100, bbox_inches="tight")
     plt.close(fig)
     return path
