@@ -1,11 +1,16 @@
-"""Sandbox tools: `python -m services.sandbox check` (which backend works here; with docker it
-also removes the containers of runs that were killed) and
+"""Sandbox tools: `python -m services.sandbox check` (each backend's state here and why, and the one
+a run takes; exit 2 when none works; with docker it also removes the containers of runs that were
+killed) and
 `python -m services.sandbox build-image [--full] [--tag T]`."""
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import os
+import shutil
 import time
+from importlib import metadata
 
 import docker
 import docker.errors
@@ -13,6 +18,7 @@ import requests
 
 from services.config import SandboxConfig
 from services.errors import UserError, exit_on_user_error
+from services.render import console
 from services.sandbox.docker_backend import connect
 from services.sandbox.image import build_full_image, build_host_python_image
 
@@ -31,13 +37,67 @@ def build_image(full: bool, tag: str) -> None:
     print(f"built {tag} ({image_id}) in {time.monotonic() - started:.2f} s")
 
 
-def check() -> None:
-    """Say which backend `auto` takes on this machine, or why none works (then exit 2). Taking docker
-    removes the containers whose creating process is gone, each named on stderr."""
-    from services.sandbox import choose_backend_why
+def docker_state(config: SandboxConfig) -> str:
+    """docker's line of `check`: whether an engine answers, where, and whether the image is there."""
+    from services.sandbox.backends import DEFAULT_DOCKER_SOCKET, no_docker_socket
 
-    backend, why = choose_backend_why(SandboxConfig())
-    print(f"sandbox {backend}: works here" + (f" ({why})" if why else ""))
+    problem = no_docker_socket(config)
+    if problem:
+        return f"not usable: {problem}"
+    try:
+        client = connect(config, timeout=2)
+    except UserError as e:
+        return f"not usable: {e}"
+    where = config.docker_host or os.environ.get("DOCKER_HOST") or f"unix://{DEFAULT_DOCKER_SOCKET}"
+    try:
+        client.images.get(config.docker_image)
+        image = f"image {config.docker_image} present"
+    except docker.errors.ImageNotFound:
+        image = (f"image {config.docker_image} missing, built when first used "
+                 "(or now: python -m services.sandbox build-image)")
+    except (docker.errors.DockerException, requests.RequestException) as e:
+        why = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+        image = f"image {config.docker_image} unknown: {why}"
+    finally:
+        client.close()
+    return f"works: an engine answers at {where}; {image}"
+
+
+def bwrap_state() -> str:
+    from services.sandbox.bwrap import bwrap_unavailable
+
+    problem = bwrap_unavailable()
+    if problem:
+        return f"not usable: {problem}"
+    return f"works: its self-test ran python in a sandbox ({shutil.which('bwrap')})"
+
+
+def ray_state() -> str:
+    """ray's line of `check`: an executor rather than a sandbox, so only whether its extra is installed."""
+    if importlib.util.find_spec("ray") is None:
+        return 'not installed (pip install -e ".[ray]"): needed only for --executor ray'
+    return (f"installed (ray {metadata.version('ray')}): --executor ray runs each sandbox on a node of a Ray cluster, "
+            "in that node's own backend (no cluster is contacted here)")
+
+
+def check() -> None:
+    """Print each backend's state and why, then the one a run takes (`auto`), or why none works (then
+    exit 2). Taking docker removes the containers whose creating process is gone, each named on stderr."""
+    from services.sandbox.backends import choose_local_backend
+
+    config = SandboxConfig()
+    states = {"docker": docker_state(config), "bwrap": bwrap_state(),
+              "none": "no sandbox: agent code runs as a plain subprocess with your files and network; "
+                      "taken only when asked for (--sandbox none)",
+              "ray": ray_state()}
+    for name, state in states.items():
+        print(console(f"{name:<7} {state}"), flush=True)
+    try:
+        backend, _ = choose_local_backend(config)
+    except UserError:  # neither docker nor bwrap: each said why above
+        raise UserError("no sandbox works here (see above): start a Docker engine or install bubblewrap; "
+                        "--sandbox none runs agent code unsandboxed") from None
+    print(f"a run takes {backend} (--sandbox auto: docker when an engine answers, else bwrap; never none)")
 
 
 def main(argv: list[str] | None = None) -> None:
