@@ -20,6 +20,7 @@ import sys
 import threading
 import time
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Protocol
@@ -139,10 +140,10 @@ class Sandbox:
     isolated = True  # False only for `none`: paths are host paths, no relay
     relay_per_command = True  # False where one relay serves the whole sandbox (docker)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         self.workspace = Path(self.workspace).resolve()
         self.mounts = [Mount(Path(m.source).resolve(), m.target, m.writable) for m in self.mounts]
-        self._procs: list = []
+        self._procs: list[Process] = []
         self._closed = False
         self.disk_capped: str | None = None  # set when the watch below killed everything inside
         self.lost = False  # the machine it ran on is gone (a remote backend sets it): nothing inside ran to an end
@@ -184,7 +185,7 @@ class Sandbox:
                 for proc in list(self._procs):
                     _kill(proc)
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     @property
@@ -262,7 +263,7 @@ class Sandbox:
         self._procs = [p for p in self._procs if p.poll() is None] + [proc]
         return proc
 
-    def _spawn(self, argv: list[str], env: dict[str, str], cwd: str):
+    def _spawn(self, argv: list[str], env: dict[str, str], cwd: str) -> Process:
         raise NotImplementedError
 
     def run(self, argv: list[str], env: dict[str, str] | None = None, timeout: float = 60.0,
@@ -316,7 +317,7 @@ def close_all() -> int:
 class _CappedReader(threading.Thread):
     """Reads a pipe to its end, keeping at most `cap` characters; past that sets `over`."""
 
-    def __init__(self, pipe, cap: int):
+    def __init__(self, pipe: IO[str], cap: int) -> None:
         super().__init__(daemon=True)
         self.pipe, self.cap, self.parts, self.size = pipe, cap, [], 0
         self.over = threading.Event()  # replaced by the one both readers of a command share
@@ -359,7 +360,7 @@ def disk_over(trees: list[Path], limit: int) -> str | None:
     return None
 
 
-def _kill(proc) -> None:
+def _kill(proc: Process) -> None:
     """Kill a sandboxed process and what it started (each backend's `kill` does the whole tree)."""
     if proc.poll() is None:
         try:
@@ -375,10 +376,11 @@ def _kill(proc) -> None:
 class GroupPopen(subprocess.Popen):
     """A Popen in a session of its own whose `kill` takes its whole process group."""
 
-    def __init__(self, argv, **kwargs):
+    def __init__(self, argv: list[str], env: dict[str, str], cwd: str | None = None,
+                 preexec_fn: Callable[[], object] | None = None) -> None:
         super().__init__(argv, start_new_session=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True, encoding="utf-8", errors="replace", bufsize=1,
-                         **kwargs)
+                         env=env, cwd=cwd, preexec_fn=preexec_fn)
 
     def kill(self) -> None:
         try:

@@ -38,7 +38,7 @@ SYSTEM_PATHS = ("/usr", "/etc/alternatives", "/etc/ld.so.cache", "/etc/ssl", "/e
 class PidsCgroup:
     """A pids cgroup for one sandbox (root only); None-safe when cgroups are not writable."""
 
-    def __init__(self, limit: int):
+    def __init__(self, limit: int) -> None:
         self.path: Path | None = None
         root = _pids_cgroup_root() if os.geteuid() == 0 else None
         if root is None:
@@ -131,7 +131,7 @@ class BwrapSandbox(Sandbox):
         # tmpfs without a size limit, so writes there would only eat host memory.
         return cmd + ["--remount-ro", "/", "--chdir", cwd, "--", *argv]
 
-    def _spawn(self, argv: list[str], env: dict[str, str], cwd: str):
+    def _spawn(self, argv: list[str], env: dict[str, str], cwd: str) -> GroupPopen:
         limits = self.config
         cgroup = self._cgroup
 

@@ -24,6 +24,8 @@ from pathlib import Path
 import docker
 import docker.errors
 import requests
+from docker.models.containers import Container
+from docker.models.images import Image
 from docker.types import Mount as DockerMount
 from docker.types import Ulimit
 
@@ -74,7 +76,7 @@ class DockerSandbox(Sandbox):
     name = "docker"
     relay_per_command = False  # the container's main process is the relay for all its commands
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         super().__post_init__()
         self._client: docker.DockerClient | None = None
         self._container_name = f"hyperagents-{uuid.uuid4().hex[:16]}"  # to remove it even if create is interrupted
@@ -164,7 +166,7 @@ class DockerSandbox(Sandbox):
     def _user(self) -> str:
         return f"{SANDBOX_UID}:{SANDBOX_UID}" if os.geteuid() == 0 else f"{os.getuid()}:{os.getgid()}"
 
-    def _image(self):
+    def _image(self) -> Image:
         tag, build = self.config.docker_image, "build it with `python -m services.sandbox build-image`"
         assert self._client is not None, "the sandbox is not open"
         try:
@@ -196,7 +198,7 @@ def _bind(source: Path, target: str, writable: bool) -> DockerMount:
     return DockerMount(target, str(source), type="bind", read_only=not writable)
 
 
-def _wait_for_listener(pid: int, port: int, container, timeout: float = 10.0) -> None:
+def _wait_for_listener(pid: int, port: int, container: Container, timeout: float = 10.0) -> None:
     """Wait until something listens on 127.0.0.1:port in the network namespace of `pid`."""
     wanted = f"0100007F:{port:04X}"
     deadline = time.monotonic() + timeout

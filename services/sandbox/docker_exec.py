@@ -18,6 +18,7 @@ import subprocess
 import threading
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
 import docker
@@ -26,6 +27,9 @@ from docker.transport import UnixHTTPAdapter
 
 from services.errors import UserError
 
+if TYPE_CHECKING:
+    from typing_extensions import Buffer
+
 KILLED = 128 + signal.SIGKILL  # docker's exit code for a process it lost with its container
 
 
@@ -33,7 +37,8 @@ class DockerProcess:
     """A command running as a docker exec, with the parts of a text-mode subprocess.Popen
     that sandboxes use: stdin, stdout, stderr, poll, wait, kill, pid, returncode."""
 
-    def __init__(self, api, exec_id: str, container_id: str, sock: socket.socket, pending: bytes, args):
+    def __init__(self, api: docker.APIClient, exec_id: str, container_id: str, sock: socket.socket, pending: bytes,
+                 args: list[str]) -> None:
         self.args = args
         self.returncode: int | None = None
         self._api, self._exec_id, self._container_id, self._sock = api, exec_id, container_id, sock
@@ -158,13 +163,13 @@ class DockerProcess:
 class _SocketWriter(io.RawIOBase):
     """The command's stdin: writes go to the exec's stream; close sends EOF."""
 
-    def __init__(self, sock: socket.socket):
+    def __init__(self, sock: socket.socket) -> None:
         self._sock = sock
 
     def writable(self) -> bool:
         return True
 
-    def write(self, data) -> int:
+    def write(self, data: Buffer) -> int:
         try:
             return self._sock.send(data)
         except OSError as e:
@@ -179,7 +184,7 @@ class _SocketWriter(io.RawIOBase):
         super().close()
 
 
-def start_exec(api, exec_id: str) -> tuple[socket.socket, bytes]:
+def start_exec(api: docker.APIClient, exec_id: str) -> tuple[socket.socket, bytes]:
     """Start an exec on a connection of our own, upgraded to docker's raw stream; the socket
     and the stream bytes that came with the response head (docker-py's socket mode would
     leave those in its own buffer)."""

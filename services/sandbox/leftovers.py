@@ -20,6 +20,10 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import docker
 
 LABEL = "hyperagents.sandbox"  # the pid of the process that made the container
 LABEL_START = "hyperagents.sandbox.start"  # when that process started, in clock ticks after boot
@@ -69,7 +73,7 @@ def creator_gone(labels: dict[str, str], running: bool) -> bool:
     return process_start(pid) != start
 
 
-def remove_dead_containers(client) -> list[str]:
+def remove_dead_containers(client: docker.DockerClient) -> list[str]:
     """Remove the containers whose maker is gone; their names. Errors are the engine's: a container
     removed meanwhile is skipped."""
     import docker

@@ -15,5 +15,5 @@ class LocalSandbox(Sandbox):
     name = "none"
     isolated = False
 
-    def _spawn(self, argv: list[str], env: dict[str, str], cwd: str):
+    def _spawn(self, argv: list[str], env: dict[str, str], cwd: str) -> GroupPopen:
         return GroupPopen(argv, env=env, cwd=cwd)

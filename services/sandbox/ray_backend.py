@@ -25,15 +25,22 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import astuple, fields
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from services.config import Config, SandboxConfig
 from services.errors import UserError
 from services.sandbox.base import RunResult, Sandbox, SandboxClosed, SandboxLost
 from services.sandbox.ray_files import checked, less, quota_of, read_to_send, replace_tree
 from services.workspace import EVOLVABLE_PATHS
+
+if TYPE_CHECKING:
+    from ray import ObjectRef
+
+    from services.sandbox.ray_process import RemoteProcess
 
 # Ray CPUs a sandbox asks for: a token, so it is placed only on nodes that have CPUs (not on a head
 # started with --num-cpus 0) and SPREAD over them, while how many run at once is bounded by --parallel,
@@ -51,7 +58,7 @@ _connection = None  # the run's Connection while `connect` is entered
 _started_here = False  # whether this process started the Ray instance it uses (then it stops it)
 
 
-def _ray(address: str | None):
+def _ray(address: str | None):  # noqa: ANN202 - the module: pyright reads its functions' types, ModuleType hides them
     """Ray, initialized for `address` (None: a private instance on this machine's loopback)."""
     global _started_here
     if "ray" not in sys.modules:
@@ -106,7 +113,7 @@ def describe_cluster(config: SandboxConfig) -> str:
 class Connection:
     """A run's hold on the cluster: how to make sandbox hosts, and the gateway channel they use."""
 
-    def __init__(self, ray, config: Config, gateway_socket: Path | None):
+    def __init__(self, ray: ModuleType, config: Config, gateway_socket: Path | None) -> None:
         from services.sandbox.ray_channel import Channel, Mailbox
         from services.sandbox.ray_host import SandboxHost
 
@@ -133,7 +140,7 @@ class Connection:
 
 
 @contextlib.contextmanager
-def connect(config: Config, gateway_socket: Path | None):
+def connect(config: Config, gateway_socket: Path | None) -> Iterator[Connection]:
     """Hold the Ray cluster for a run: sandboxes opened meanwhile with backend "ray" run on its
     nodes and reach the gateway behind `gateway_socket` through it. Stops the Ray instance on
     exit when it started it."""
@@ -157,7 +164,7 @@ class RaySandbox(Sandbox):
     name = "ray"
     relay_per_command = False  # the node's own sandbox starts the relay
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         super().__post_init__()
         self._python = sys.executable
         self._host = None
@@ -203,14 +210,14 @@ class RaySandbox(Sandbox):
                             "differs from this machine's): install the same commit on every node")
         return self
 
-    def call(self, method: str, *args):
+    def call(self, method: str, *args: object) -> Any:  # noqa: ANN401 - what the host's `method` returns
         """A call to the host actor; SandboxLost when its node is gone (SandboxClosed once closed)."""
         host = self._host
         if host is None:
             raise SandboxClosed("the sandbox is closed")
         return self._result(getattr(host, method).remote(*args), method)
 
-    def _result(self, pending, method: str):
+    def _result(self, pending: ObjectRef, method: str) -> Any:  # noqa: ANN401 - as `call`
         ray = self._ray
         assert ray is not None  # set when the sandbox opened, before any call
         try:
@@ -236,7 +243,7 @@ class RaySandbox(Sandbox):
         target = None if tree == self.workspace else targets[0]
         self.call("push", target, read_to_send(tree, quota_of(self.config), "the folder"))
 
-    def _spawn(self, argv: list[str], env: dict[str, str], cwd: str):
+    def _spawn(self, argv: list[str], env: dict[str, str], cwd: str) -> RemoteProcess:
         from services.sandbox.ray_process import RemoteProcess
 
         self._dirty = True
@@ -303,7 +310,7 @@ class RaySandbox(Sandbox):
                 self._ray.kill(host)
 
 
-def _run_result(value, cap: int) -> RunResult:
+def _run_result(value: object, cap: int) -> RunResult:
     """A RunResult from the fields a host sent back, each checked; output cut to the cap."""
     names = [f.name for f in fields(RunResult)]
     if type(value) is not dict or set(value) != set(names):

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import ray
 import ray.exceptions
+from ray.actor import ActorHandle
 
 THREADS = 64  # requests the controller forwards at once (an evaluation sends num_workers at a time)
 TAKE_WAIT_S = 0.5  # how long one take waits for a request; the channel notices a stop this often
@@ -34,7 +35,7 @@ PASSED_HEADERS = ("retry-after", "x-gateway-cost-usd")
 class Mailbox:
     """Requests from worker nodes, waiting for the controller's answer (a Ray async actor)."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._queue: asyncio.Queue = asyncio.Queue()
         self._waiting: dict[int, asyncio.Future] = {}
         self._ids = itertools.count()
@@ -69,7 +70,7 @@ class Mailbox:
 class Channel:
     """The controller's side: takes the Mailbox's requests and answers each with the gateway."""
 
-    def __init__(self, mailbox, gateway_socket: Path, timeout: float):
+    def __init__(self, mailbox: ActorHandle[Mailbox], gateway_socket: Path, timeout: float) -> None:
         self.mailbox = mailbox
         self.gateway_socket = str(gateway_socket)
         self.timeout = timeout
@@ -104,7 +105,7 @@ class Channel:
 
 
 class _UnixConnection(http.client.HTTPConnection):
-    def __init__(self, path: str, timeout: float):
+    def __init__(self, path: str, timeout: float) -> None:
         super().__init__("localhost", timeout=timeout)
         self._path = path
 

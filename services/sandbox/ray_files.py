@@ -86,7 +86,7 @@ def read_to_send(path: Path, quota: Quota, what: str) -> FileMap:
     return files
 
 
-def checked(value, quota: Quota) -> FileMap:
+def checked(value: object, quota: Quota) -> FileMap:
     """A file map that came back from a worker node, kept only as far as it is one: string paths
     (checked again when written), boolean flags, byte contents; within the quota."""
     files: FileMap = {}

@@ -19,6 +19,7 @@ from __future__ import annotations
 import codecs
 import dataclasses
 import hashlib
+import io
 import itertools
 import shutil
 import socket
@@ -26,15 +27,21 @@ import tempfile
 import threading
 from collections import deque
 from pathlib import Path
+from typing import IO, TYPE_CHECKING
 
 from services.config import GatewayConfig, SandboxConfig
 from services.errors import UserError
 from services.gateway.params import Refusal
 from services.gateway.server import Listeners, Reply, error_reply
 from services.sandbox.backends import choose_local_backend, open_local
-from services.sandbox.base import INSIDE, Mount, Process, SandboxClosed
+from services.sandbox.base import INSIDE, Mount, Process, Sandbox, SandboxClosed
 from services.sandbox.ray_files import less, place, read_tree, replace_tree
 from services.workspace import Quota
+
+if TYPE_CHECKING:
+    from ray.actor import ActorHandle
+
+    from services.sandbox.ray_channel import Mailbox
 
 BUFFER_CHARS = 4 * 2**20  # of a command's stdout or stderr held here before its pipe waits for the controller
 
@@ -42,18 +49,21 @@ BUFFER_CHARS = 4 * 2**20  # of a command's stdout or stderr held here before its
 class Stream:
     """One pipe of a command, read on a thread into a buffer of at most BUFFER_CHARS characters."""
 
-    def __init__(self, pipe):
+    def __init__(self, pipe: IO[str]) -> None:
+        # What every local backend's pipe is (Popen's text mode, DockerProcess): text over a buffered reader,
+        # whose read1 takes what is there.
+        assert isinstance(pipe, io.TextIOWrapper) and isinstance(pipe.buffer, io.BufferedReader), type(pipe)
         self._parts: deque[str] = deque()
         self._size = 0
         self._eof = False
         self._stopped = False
         self._cond = threading.Condition()
-        threading.Thread(target=self._pump, args=(pipe,), daemon=True).start()
+        threading.Thread(target=self._pump, args=(pipe.buffer,), daemon=True).start()
 
-    def _pump(self, pipe) -> None:
+    def _pump(self, pipe: io.BufferedReader) -> None:
         decoder = codecs.getincrementaldecoder("utf-8")("replace")
         try:
-            while chunk := pipe.buffer.read1(65536):  # what is there, not a full 64 KiB
+            while chunk := pipe.read1(65536):  # what is there, not a full 64 KiB
                 self._put(decoder.decode(chunk))
         except (OSError, ValueError):
             pass  # closed under us
@@ -104,7 +114,7 @@ class Door:
     """What the gateway's listener code asks of a gateway, answered by the run's gateway on the
     controller through the Mailbox: only the caller's key and the request body travel."""
 
-    def __init__(self, mailbox, max_request_mb: int, timeout: float):
+    def __init__(self, mailbox: ActorHandle[Mailbox], max_request_mb: int, timeout: float) -> None:
         self.mailbox = mailbox
         self.timeout = timeout
         self.gw = GatewayConfig(max_request_mb=max_request_mb)  # what the listener reads of a gateway's config
@@ -151,9 +161,9 @@ class _Command:
 class SandboxHost:
     """One sandbox on this node, for the controller's RaySandbox (made a Ray actor there)."""
 
-    def __init__(self, config: SandboxConfig):
+    def __init__(self, config: SandboxConfig) -> None:
         self.config = dataclasses.replace(config, executor="local")  # this node's own backend
-        self.box = None
+        self.box: Sandbox | None = None
         self.root: Path | None = None
         self.writable: dict[str, Path] = {}  # mount target -> its folder here
         self.listeners: Listeners | None = None
@@ -189,7 +199,7 @@ class SandboxHost:
         return {"python": self.box.python, "backend": backend, "node_id": ray.get_runtime_context().get_node_id(),
                 "host": socket.gethostname(), "trusted": trusted_digest()}
 
-    def _open_box(self):
+    def _open_box(self) -> Sandbox:
         if self.box is None:
             raise SandboxClosed("the sandbox is closed")
         return self.box

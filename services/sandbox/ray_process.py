@@ -14,7 +14,7 @@ import signal
 import subprocess
 import threading
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from services.sandbox.ray_backend import RaySandbox
@@ -33,7 +33,7 @@ class RemoteProcess:
         self.stdout = _Reader(self, "stdout")
         self.stderr = _Reader(self, "stderr")
 
-    def call(self, method: str, *args):
+    def call(self, method: str, *args: object) -> Any:  # noqa: ANN401 - as RaySandbox.call
         return self.box.call(method, self.ident, *args)
 
     def _ended(self, code: int | None) -> int | None:
@@ -72,7 +72,7 @@ class RemoteProcess:
 class _Stdin:
     """Text written is sent at each newline, flush or close, in one call."""
 
-    def __init__(self, proc: RemoteProcess):
+    def __init__(self, proc: RemoteProcess) -> None:
         self.proc = proc
         self._pending: list[str] = []
         self._closed = False
@@ -115,7 +115,7 @@ class _Stdin:
 class _Reader:
     """One output stream, drained from the node; "" only at its end."""
 
-    def __init__(self, proc: RemoteProcess, stream: str):
+    def __init__(self, proc: RemoteProcess, stream: str) -> None:
         self.proc, self.stream = proc, stream
         self._buffer = ""
         self._eof = False
