@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from pathlib import Path
 
 import pytest
 
@@ -169,3 +170,27 @@ def test_a_transcript_that_names_many_tools_counts_the_rest_together():
                    for i in range(40))
     reading = transcript.read(text)
     assert len(reading.calls) == transcript.MAX_TOOLS + 1 and reading.calls["other tools"] == 40 - transcript.MAX_TOOLS
+
+
+# -- the run page's comparison form ---------------------------------------------------------------
+
+
+def _read(run: Path):
+    from archive.dashboard.reader import RunReader
+
+    return RunReader(run).read()
+
+
+def test_the_compare_form_offers_a_node_and_its_parent_never_a_node_with_itself(tmp_path):
+    from archive.dashboard.pages import compare_form, default_pair
+    from support.small_runs import write_run
+
+    improved = _read(write_run(tmp_path / "improved", 0, [0.2, 0.5, 0.3]))
+    assert improved.best().node_id == "1" and default_pair(improved) == ("initial", "1")
+    # The initial node is still best (the issue's quick run): the newest change, against its parent.
+    flat = _read(write_run(tmp_path / "flat", 0, [0.5, 0.3, 0.2], **{"2": {"parent": "1"}}))
+    assert flat.best().node_id == "initial" and default_pair(flat) == ("1", "2")
+    form = compare_form(flat, *default_pair(flat))
+    assert re.search(r'id="compare-a">.*<option value="1" selected>1</option>', form)
+    assert re.search(r'id="compare-b">.*<option value="2" selected>2</option>', form)
+    assert compare_form(_read(write_run(tmp_path / "alone", 0, [0.4])), "initial", "initial") == ""
