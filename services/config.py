@@ -13,12 +13,16 @@ import math
 import reprlib
 import types
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
 from services.errors import UserError
 from services.user_files import read_yaml
+
+if typing.TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG = PROJECT_ROOT / "configs" / "default.yaml"
@@ -175,7 +179,10 @@ BEST_CHOICES = ("highest", "paired")  # each in archive/promotion.py
 ROLE_ALIASES = tuple(f.name for f in dataclasses.fields(ModelsConfig))
 
 
-def _merge(obj, data: dict, where: str):
+_Section = typing.TypeVar("_Section", bound="DataclassInstance")
+
+
+def _merge(obj: _Section, data: object, where: str) -> _Section:
     if not isinstance(data, dict):
         raise UserError(f"config section {where or 'top level'} must be a mapping, got {type(data).__name__}")
     known = {f.name: f for f in dataclasses.fields(obj)}
@@ -184,14 +191,14 @@ def _merge(obj, data: dict, where: str):
             name = key if isinstance(key, str) and key.isidentifier() else show(key)
             raise UserError(f"unknown config key {where + '.' if where else ''}{name} (known: {', '.join(known)})")
         current = getattr(obj, key)
-        if dataclasses.is_dataclass(current):
+        if dataclasses.is_dataclass(current) and not isinstance(current, type):
             _merge(current, {} if value is None else value, f"{where + '.' if where else ''}{key}")
         else:
             setattr(obj, key, value)
     return obj
 
 
-def conforms(value, hint) -> bool:
+def conforms(value: object, hint: object) -> bool:
     """Whether a value read from YAML or JSON has the annotated type: int, float (ints too, never bools),
     bool, str, X | None, dict / list with or without item types."""
     origin, args = typing.get_origin(hint), typing.get_args(hint)
@@ -208,10 +215,13 @@ def conforms(value, hint) -> bool:
                                                for k, v in value.items() if args)
     if (origin or hint) is list:
         return isinstance(value, list) and all(conforms(v, args[0]) for v in value if args)
-    return isinstance(value, origin or hint)
+    kind = origin or hint
+    if not isinstance(kind, type):  # what isinstance itself would say of it
+        raise TypeError(f"conforms cannot check a value against {hint!r}")
+    return isinstance(value, kind)
 
 
-def describe(hint) -> str:
+def describe(hint: object) -> str:
     """An annotation in words, for error messages."""
     if typing.get_origin(hint) in (typing.Union, types.UnionType):
         return " or ".join(describe(arg) for arg in typing.get_args(hint))
@@ -224,24 +234,24 @@ _SHORT = reprlib.Repr()
 _SHORT.maxlevel, _SHORT.maxstring, _SHORT.maxother = 3, 60, 60
 
 
-def show(value) -> str:
+def show(value: object) -> str:
     """A value as the one line of an error message: its repr, cut short."""
     text = _SHORT.repr(value)  # reprlib: a value of a billion items is cut before it is made
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _at_least(low):
+def _at_least(low: float) -> tuple[Callable[[float], bool], str]:
     return (lambda v: v >= low), f"{low} or more"
 
 
-def _above(low):
+def _above(low: float) -> tuple[Callable[[float], bool], str]:
     return (lambda v: v > low), f"greater than {low}"
 
 
 POSITIVE_INT = (lambda v: v >= 1), "a positive integer"
 
 
-def _one_of(*choices):
+def _one_of(*choices: str) -> tuple[Callable[[object], bool], str]:
     return (lambda v: v in choices), "one of " + ", ".join(map(str, choices))
 
 

@@ -1,8 +1,14 @@
 """Errors that end a command with one clear line and exit code 2; clean ends on Ctrl-C and SIGTERM."""
 
+from __future__ import annotations
+
 import signal
 import sys
 import threading
+from collections.abc import Callable
+from pathlib import Path
+from types import FrameType
+from typing import NoReturn, TypeVar
 
 from services.render import console
 
@@ -31,7 +37,7 @@ class ProviderDown(BaseException):
     gets through. A BaseException, as Ctrl-C is: no handler of an agent's failure catches it, so
     nothing in flight is recorded as the agent's doing, and a resume redoes it."""
 
-    def __init__(self, reason: str, folder=None):
+    def __init__(self, reason: str, folder: Path | None = None) -> None:
         super().__init__(reason)
         self.reason = reason
         self.folder = folder  # the run folder to resume (the gateway's ledger is there), or None
@@ -63,7 +69,7 @@ def advice_of(error: BaseException) -> str | None:
 _stop_signal: BaseException | None = None  # what the last Ctrl-C or SIGTERM raised
 
 
-def _raise_stop(signum, frame):
+def _raise_stop(signum: int, frame: FrameType | None) -> NoReturn:
     """Ctrl-C or SIGTERM: raise its exception in the main thread, and keep it, since Python drops an
     exception raised while a weakref callback or a __del__ runs (it only prints it)."""
     global _stop_signal
@@ -86,7 +92,10 @@ def stop_was_caught(error: BaseException) -> None:
         _stop_signal = None
 
 
-def exit_on_user_error(main):
+_T = TypeVar("_T")
+
+
+def exit_on_user_error(main: Callable[[], _T]) -> _T:
     """Run `main()`; a UserError becomes one line on stderr and exit code 2, a provider's outage
     (ProviderDown) one line and exit 75, Ctrl-C exit 130, SIGTERM exit 143, each after the cleanup
     of whatever was open. A message may carry agent text (a worker's fatal line, an agent's stderr):

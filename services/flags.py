@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from services.config import Config, apply_mapping
@@ -13,7 +14,7 @@ from services.errors import UserError
 from services.user_files import yaml_value
 
 
-def apply_settings(config: Config, settings, flag: str = "--set") -> Config:
+def apply_settings(config: Config, settings: Iterable[str | tuple[str, object]] | None, flag: str = "--set") -> Config:
     """Config fields set one by one, in order: `SECTION.KEY=VALUE` texts (`--set`, VALUE read as YAML:
     `8`, `null`, `[a, b]`, `{model: [1, 2]}`) or (SECTION.KEY, value) pairs (the API's). Each is
     checked as a file's key would be, and an error names `--set KEY`."""
@@ -48,7 +49,7 @@ def parse_data_flags(values: list[str] | None) -> dict[str, str]:
     return files
 
 
-def int_flag(low: int, also: int | None = None):
+def int_flag(low: int, also: int | None = None) -> Callable[[str], int]:
     """An argparse `type=`: an integer of at least `low`, or `also` (e.g. -1 = all); else usage and exit 2."""
     def parse(text: str) -> int:
         try:
@@ -62,7 +63,7 @@ def int_flag(low: int, also: int | None = None):
     return parse
 
 
-def number_flag(low: float):
+def number_flag(low: float) -> Callable[[str], float]:
     """An argparse `type=`: a finite number of at least `low`; else usage and exit 2."""
     def parse(text: str) -> float:
         try:

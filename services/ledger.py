@@ -117,7 +117,7 @@ class Totals:
 
 
 class Ledger:
-    def __init__(self, path: str | Path):
+    def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
@@ -207,7 +207,7 @@ class LedgerReader:
     While the run writes, its WAL files exist and SQLite's read-only mode shares them; when they
     do not, opening read-only would make them, so the file is read as immutable instead."""
 
-    def __init__(self, path: str | Path):
+    def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
 
     def _connect(self) -> sqlite3.Connection | None:

@@ -153,7 +153,7 @@ def fit_messages(messages: list[dict], n_ctx: int, max_tokens: int) -> list[dict
 class LocalServer:
     """llama.cpp's OpenAI-compatible server for one local model, started on demand."""
 
-    def __init__(self, model: str, n_ctx: int = 2048, threads: int = 0, log_path: Path | None = None):
+    def __init__(self, model: str, n_ctx: int = 2048, threads: int = 0, log_path: Path | None = None) -> None:
         self.spec = get_local_model(model)
         self.model = model
         self.n_ctx = min(n_ctx, self.spec.max_ctx)

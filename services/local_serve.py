@@ -24,7 +24,7 @@ POLL_S = 1.0
 PROMPT_CACHE_MIB = 256
 
 
-def serve(args: argparse.Namespace):
+def serve(args: argparse.Namespace) -> object:
     """Load the model and start serving; the server answers until the returned object is dropped."""
     import xllamacpp
 

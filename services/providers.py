@@ -11,9 +11,13 @@ import os
 import re
 from functools import cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from services.errors import UserError
 from services.local_model import is_local, weights_path
+
+if TYPE_CHECKING:
+    from services.config import ModelsConfig
 
 _SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD)", re.I)
 
@@ -47,7 +51,7 @@ def redact(text: str) -> str:
 
 
 @cache
-def _litellm():
+def _litellm():  # noqa: ANN202 - the module: pyright reads its functions' types, ModuleType hides them
     import litellm
 
     litellm.suppress_debug_info = True
@@ -88,7 +92,7 @@ def check_credentials(model: str) -> None:
 
 LOCAL_DEFAULT = "local/smollm2-135m"
 # What `auto` models mean: the first row whose keys are all set wins; none set -> LOCAL_DEFAULT.
-AUTO_MODELS = (
+AUTO_MODELS: tuple[tuple[tuple[str, ...], str, dict[str, str]], ...] = (
     (("OPENAI_API_KEY", "ANTHROPIC_API_KEY"), "the HyperAgents paper's setup",
      {"task": "openai/o4-mini", "meta": "anthropic/claude-sonnet-4-5", "grader": "openai/o4-mini",
       "judge": "openai/o4-mini"}),
@@ -99,7 +103,7 @@ AUTO_MODELS = (
 )
 
 
-def choose_models(models) -> str | None:
+def choose_models(models: ModelsConfig) -> str | None:
     """Fill every role of `models` (a ModelsConfig) set to "auto"; returns why those models
     (one sentence), or None when every role was configured."""
     auto = [role for role, value in vars(models).items() if value == "auto"]

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 class Window:
     """At most `limit` starts in any `seconds`-long window (a sliding log of start times)."""
 
-    def __init__(self, limit: int, seconds: float = 60.0):
+    def __init__(self, limit: int, seconds: float = 60.0) -> None:
         self.limit = limit
         self.seconds = seconds
         self._starts: deque[float] = deque()
@@ -41,7 +41,7 @@ class CallLimits:
     """The gateway's limits: `max_concurrent` calls in flight over all models (None = any
     number), and `per_minute` starts per model (None = any number)."""
 
-    def __init__(self, max_concurrent: int | None, per_minute: int | None, window_s: float = 60.0):
+    def __init__(self, max_concurrent: int | None, per_minute: int | None, window_s: float = 60.0) -> None:
         self._in_flight = threading.BoundedSemaphore(max_concurrent) if max_concurrent else None
         self._per_minute = per_minute
         self._window_s = window_s

@@ -20,6 +20,7 @@ controls in a browser. Whatever the core shows goes through the function of its 
 from __future__ import annotations
 
 import re
+from typing import TypeVar
 
 # Unicode's bidi formatting characters (UAX #9): embeddings, overrides, isolates and marks.
 # A diff or a line holding them can display in an order other than the one it runs in.
@@ -49,7 +50,7 @@ def _escaped(text: str) -> str:
     return "".join(_visible(ch) or ch for ch in text)
 
 
-def console(text, limit: int = CONSOLE_LIMIT) -> str:
+def console(text: object, limit: int = CONSOLE_LIMIT) -> str:
     """`text` as one terminal line: every control, bidi, separator or non-printable character
     written visibly (`\\x1b`, `\\n`, `<U+202E>`, a byte that was not UTF-8 as `\\xff`), cut to
     `limit` characters with a note of how many more there were."""
@@ -81,9 +82,10 @@ def name(text: str) -> str:
 # character, after any leading quote of ours (so that the marking is undone exactly), and the
 # full-width forms some of them take for the ASCII ones. Tab and CR start a formula in some.
 _FORMULA_START = frozenset("=+-@\t\r\n\uff1d\uff0b\uff0d\uff20")
+_Cell = TypeVar("_Cell")  # a cell of any type: only strings are changed
 
 
-def csv_cell(value):
+def csv_cell(value: _Cell) -> _Cell | str:
     """`value` as a CSV cell a spreadsheet shows as text: a string that would start a formula
     (`=`, `+`, `-`, `@`, tab, CR, LF, their full-width forms, also after leading spaces or quotes)
     gets a leading `'`. Anything else, and every non-string, is returned as it is. `csv_value`
@@ -93,7 +95,7 @@ def csv_cell(value):
     return value
 
 
-def csv_value(cell):
+def csv_value(cell: _Cell) -> _Cell | str:
     """The text `csv_cell` was given: one leading `'` removed where `csv_cell` added it."""
     if isinstance(cell, str) and cell.startswith("'") and _needs_quote(cell[1:]):
         return cell[1:]

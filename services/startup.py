@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import secrets
 import shutil
+from collections.abc import Iterable
 from pathlib import Path
 
 from services.config import ROLE_ALIASES, Config
@@ -29,7 +30,7 @@ class Services:
     """The gateway of one run folder (its ledger in `run_dir/ledger.sqlite`, run id the folder's
     name), open between `__enter__` and `__exit__`; made by open_services."""
 
-    def __init__(self, config: Config, run_dir: Path, why_models: str | None, preflight: bool):
+    def __init__(self, config: Config, run_dir: Path, why_models: str | None, preflight: bool) -> None:
         self.config = config
         self.run_dir = run_dir
         self.why_models = why_models  # why the `auto` roles became their models, or None
@@ -78,7 +79,7 @@ class Services:
             raise
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def _check_local_models(self) -> None:
@@ -118,7 +119,7 @@ def choose_run_models(config: Config) -> str | None:
     return choose_models(config.models)
 
 
-def open_services(config: Config, run_dir: Path, models=(), *, preflight: bool = False) -> Services:
+def open_services(config: Config, run_dir: Path, models: Iterable[str] = (), *, preflight: bool = False) -> Services:
     """Read `.env`, fill the model roles set to `auto` in `config`, and check that every model of
     `models` (provider strings or role aliases; more with `require`) can be called from here.
 

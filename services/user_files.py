@@ -37,7 +37,7 @@ class _BoundedLoader(yaml.SafeLoader):
     """SafeLoader without anchors and aliases (the expansion of an alias bomb is in what walks the
     result, so no bound on the parse can catch it) and with a bound on nesting."""
 
-    def compose_node(self, parent, index):
+    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:  # as PyYAML's stub says
         event = self.peek_event()
         if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
             raise yaml.composer.ComposerError(None, None, "anchors and aliases (&name, *name) are not allowed "

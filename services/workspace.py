@@ -189,7 +189,7 @@ class RunRepo:
     have the repository in `repo/.git`; both are read the same way.
     """
 
-    def __init__(self, path: str | Path):
+    def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self._writing = threading.Lock()  # one fast-import at a time (generations in flight commit from threads)
         self._evolvable: tuple[str, ...] | None = None

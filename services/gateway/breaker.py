@@ -24,7 +24,7 @@ def first_line(text: str, limit: int = 300) -> str:
 
 
 class Breaker:
-    def __init__(self, failures: int, probe: Check, health: Check | None = None):
+    def __init__(self, failures: int, probe: Check, health: Check | None = None) -> None:
         self.failures = failures  # failures in a row of one model before the probe
         self._probe = probe  # one small call of the gateway's own: None when answered, else the error
         self._health = health  # a model -> why its server is dead, or None (a local model's)

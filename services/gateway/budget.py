@@ -66,7 +66,7 @@ def worst_case(pricing: Pricing, prompt_bytes: int, params: dict) -> WorstCase:
 class Budget:
     """What a run has spent (counted as the ledger's `totals` counts it) and what its calls in flight hold."""
 
-    def __init__(self, gw: GatewayConfig, spent: Totals):
+    def __init__(self, gw: GatewayConfig, spent: Totals) -> None:
         self.gw = gw
         self._lock = threading.Condition()  # notified when a call in flight gives back its hold
         self._spent = spent

@@ -45,7 +45,7 @@ WARM_UP_JOIN_S = 60.0  # a warm-up is a few stub calls; stop waits this long for
 
 
 class Gateway:
-    def __init__(self, config: Config, ledger: Ledger, run_id: str, provider_health: Check | None = None):
+    def __init__(self, config: Config, ledger: Ledger, run_id: str, provider_health: Check | None = None) -> None:
         """`provider_health(model)` says why a model's server is dead (None while it may answer): a
         failure of such a model trips the breaker at once. By default, a local model's server that
         ended by itself is dead (services/local_model.py)."""

@@ -22,7 +22,7 @@ _NOT_IN_CACHE_KEY = ("user",)
 class Refusal(Exception):
     """A request answered with an error status before any provider call; booked as refused."""
 
-    def __init__(self, status: int, message: str, kind: str = "invalid_request_error"):
+    def __init__(self, status: int, message: str, kind: str = "invalid_request_error") -> None:
         super().__init__(message)
         self.status, self.message, self.kind = status, message, kind
 

@@ -92,7 +92,7 @@ class Listeners:
     With `host` None only the socket: a Ray worker node's door to the run's gateway
     (services/sandbox/ray_host.py), which opens no port. `log`: the file of gateway.log (None: no log)."""
 
-    def __init__(self, gateway: Answerer, host: str | None, port: int = 0, log: Path | None = None):
+    def __init__(self, gateway: Answerer, host: str | None, port: int = 0, log: Path | None = None) -> None:
         handler = type("GatewayHandler", (_Handler,), {"gateway": gateway})
         self.log = _Log(log)
         self._deadlines = _Deadlines(self.log)
@@ -142,7 +142,7 @@ class Listeners:
 class _Log:
     """gateway.log: one line per event, up to LOG_MAX_BYTES (then one line saying later ones are dropped)."""
 
-    def __init__(self, path: Path | None):
+    def __init__(self, path: Path | None) -> None:
         self._path = path
         self._file = None
         self._written = 0
@@ -176,7 +176,7 @@ class _Log:
 class _Gate:
     """A count of open connections with a ceiling."""
 
-    def __init__(self, most: int, name: str):
+    def __init__(self, most: int, name: str) -> None:
         self.most = most
         self.name = name
         self.open = 0
@@ -198,7 +198,7 @@ class _Deadlines:
     """Connections with a time by which their current step must end; a thread shuts down late ones,
     which ends the read or write their handler is blocked in."""
 
-    def __init__(self, log: _Log):
+    def __init__(self, log: _Log) -> None:
         self.log = log
         self._lock = threading.Lock()
         self._due: dict[socket.socket, tuple[float, str]] = {}

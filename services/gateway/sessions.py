@@ -65,7 +65,7 @@ class Session:
 class Sessions:
     """The sessions of one gateway, by key; a key it never made is unknown, one it revoked stays known."""
 
-    def __init__(self, run_id: str):
+    def __init__(self, run_id: str) -> None:
         self.run_id = run_id
         self._lock = threading.Lock()
         self._by_key: dict[str, Session] = {}
