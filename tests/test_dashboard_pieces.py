@@ -172,6 +172,14 @@ def test_a_transcript_that_names_many_tools_counts_the_rest_together():
     assert len(reading.calls) == transcript.MAX_TOOLS + 1 and reading.calls["other tools"] == 40 - transcript.MAX_TOOLS
 
 
+def test_a_hostile_tool_name_and_error_are_text():
+    text = ('## assistant\n\n<json>{"tool_name": "<img src=x onerror=alert(1)>"}</json>\n\n'
+            "## user\n\nTool result:\nError: <script>alert(2)</script>\n\n## error\n\n<b>bold</b>\n")
+    shown = transcript.block(Text(text))
+    assert "&lt;img src=x onerror=alert(1)&gt;" in shown and "&lt;script&gt;alert(2)" in shown
+    assert "<img" not in shown and "<script" not in shown and "<b>" not in shown
+
+
 # -- the run page's comparison form ---------------------------------------------------------------
 
 

@@ -40,8 +40,8 @@ def scores_side_by_side(data: RunData, a: Node, b: Node) -> Markup:
             continue
         delta = "" if va is None or vb is None else f"{vb - va:+.3f}"
         rows.append(h("tr", {}, h("td", {}, domain), h("td", {}, split),
-                      h("td", {"class": "num"}, pieces.fmt_score(va), _rows(a, domain, split)),
-                      h("td", {"class": "num"}, pieces.fmt_score(vb), _rows(b, domain, split)),
+                      h("td", {"class": "num"}, pieces.fmt_score(va), pieces.score_note(a, domain, split)),
+                      h("td", {"class": "num"}, pieces.fmt_score(vb), pieces.score_note(b, domain, split)),
                       h("td", {"class": "num delta"}, delta)))
     head = h("tr", {}, join(h("th", {}, c) for c in ("domain", "split", a.node_id, b.node_id, "change")))
     return h("table", {"class": "scores"}, head, join(rows)) if rows else h("p", {"class": "empty"},
@@ -53,22 +53,20 @@ def paired_tests(reader: RunReader, a: Node, b: Node) -> Markup:
     promotion rules use) on the rows both reports scored, two-sided (the page compares any two
     nodes, with no direction chosen before looking)."""
     rows = []
-    for domain, keys in b.eval_keys.items():
+    for domain, split, key_a, key_b in split_pairs(a, b):
         score_key = getattr(known_domain(domain), "score_key", None)
-        for split, key_b in keys.items():
-            key_a = a.eval_key(domain, split)
-            if key_a is None or score_key is None:
-                continue
-            xa, xb = paired_rows(reader, key_a, key_b, score_key)
-            if not xa:
-                rows.append(h("tr", {}, h("td", {}, domain), h("td", {}, split), h("td", {"class": "num"}, 0),
-                              h("td", {"colspan": 4, "class": "empty"}, "no row both reports scored")))
-                continue
-            rows.append(h("tr", {"class": "paired"}, h("td", {}, domain), h("td", {}, split),
-                          h("td", {"class": "num shared"}, len(xa)),
-                          h("td", {"class": "num"}, f"{sum(xa) / len(xa):.3f}"),
-                          h("td", {"class": "num"}, f"{sum(xb) / len(xb):.3f}"), h("td", {}, test_named(xa, xb)),
-                          h("td", {"class": "num p-value"}, f"{paired_p(xb, xa, 'two-sided', 'exact'):.4g}")))
+        if score_key is None:
+            continue
+        xa, xb = paired_rows(reader, key_a, key_b, score_key)
+        if not xa:
+            rows.append(h("tr", {}, h("td", {}, domain), h("td", {}, split), h("td", {"class": "num"}, 0),
+                          h("td", {"colspan": 4, "class": "empty"}, "no row both reports scored")))
+            continue
+        rows.append(h("tr", {"class": "paired"}, h("td", {}, domain), h("td", {}, split),
+                      h("td", {"class": "num shared"}, len(xa)),
+                      h("td", {"class": "num"}, f"{sum(xa) / len(xa):.3f}"),
+                      h("td", {"class": "num"}, f"{sum(xb) / len(xb):.3f}"), h("td", {}, test_named(xa, xb)),
+                      h("td", {"class": "num p-value"}, f"{paired_p(xb, xa, 'two-sided', 'exact'):.4g}")))
     if not rows:
         return h("p", {"class": "empty"}, "No split both nodes were scored on, row by row.")
     head = h("tr", {}, join(h("th", {}, c) for c in ("domain", "split", "shared rows", f"{a.node_id} on them",
@@ -88,11 +86,6 @@ def test_named(xa: list[float], xb: list[float]) -> str:
     return f"sign-flip permutation test of the summed differences on the {discordant} rows that differ ({exact})"
 
 
-def _rows(node: Node, domain: str, split: str) -> Markup:
-    found = node.evaluation(domain, split)
-    return h("small", {}, f" ({found.rows})") if found and found.rows else Markup("")
-
-
 def code_diff(reader: RunReader, a: Node, b: Node) -> Text:
     """The diff between the two nodes' commits, read from the run's own repository."""
     if a.commit is None or b.commit is None:
@@ -109,29 +102,25 @@ def code_diff(reader: RunReader, a: Node, b: Node) -> Text:
 def changed_rows(reader: RunReader, a: Node, b: Node) -> Markup:
     """Per domain and split both evaluated: the rows in common whose prediction differs."""
     parts = []
-    for domain, keys in b.eval_keys.items():
-        for split, key_b in keys.items():
-            key_a = a.eval_key(domain, split)
-            if key_a is None:
-                continue
-            common, outcomes = row_outcomes(reader, key_a, key_b)
-            changed = [(pair, v) for pair, v in zip(common, outcomes) if pair[0]["prediction"] != pair[1]["prediction"]]
-            verdicts = [v for _, v in changed]
-            line = (f"{domain} {split}: {len(common)} rows in common, {len(changed)} changed: "
-                    f"{verdicts.count('better')} better, {verdicts.count('worse')} worse")
-            body = join(h("tr", {"class": v}, h("td", {}, ra["id"]), h("td", {"class": "pred"}, ra["prediction"][:300]),
-                          h("td", {"class": "pred"}, rb["prediction"][:300]), h("td", {}, v))
-                        for (ra, rb), v in changed[:MAX_CHANGED_SHOWN])
-            head = h("tr", {}, join(h("th", {}, c) for c in ("row", a.node_id, b.node_id, "outcome")))
-            parts.append(h("h3", {"class": "changed-summary"}, line) +
-                         (h("table", {"class": "changed"}, head, body) if changed else Markup("")))
+    for domain, split, key_a, key_b in split_pairs(a, b):
+        common, outcomes = row_outcomes(reader, key_a, key_b)
+        changed = [(pair, v) for pair, v in zip(common, outcomes) if pair[0]["prediction"] != pair[1]["prediction"]]
+        verdicts = [v for _, v in changed]
+        line = (f"{domain} {split}: {len(common)} rows in common, {len(changed)} changed: "
+                f"{verdicts.count('better')} better, {verdicts.count('worse')} worse")
+        body = join(h("tr", {"class": v}, h("td", {}, ra["id"]), h("td", {"class": "pred"}, ra["prediction"][:300]),
+                      h("td", {"class": "pred"}, rb["prediction"][:300]), h("td", {}, v))
+                    for (ra, rb), v in changed[:MAX_CHANGED_SHOWN])
+        head = h("tr", {}, join(h("th", {}, c) for c in ("row", a.node_id, b.node_id, "outcome")))
+        parts.append(h("h3", {"class": "changed-summary"}, line) +
+                     (h("table", {"class": "changed"}, head, body) if changed else Markup("")))
     return join(parts) or h("p", {"class": "empty"}, "The two nodes share no evaluated split.")
 
 
 def split_pairs(a: Node, b: Node) -> list[tuple[str, str, str, str]]:
     """(domain, split, a's evaluation key, b's) for each split both nodes were evaluated on, in b's order."""
     return [(domain, split, key_a, key_b) for domain, keys in b.eval_keys.items() for split, key_b in keys.items()
-            if (key_a := a.eval_keys.get(domain, {}).get(split)) is not None]
+            if (key_a := a.eval_key(domain, split)) is not None]
 
 
 def row_outcomes(reader: RunReader, key_a: str, key_b: str) -> tuple[list[tuple[dict, dict]], list[str]]:
