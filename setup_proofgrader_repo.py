@@ -31,36 +31,43 @@ from datetime import datetime
 from importlib import metadata
 from pathlib import Path
 from string import Template
+from typing import TYPE_CHECKING
 
 from archive import grader_choice
 from archive.grader_choice import GRADING_DOMAIN
 from services.config import PROJECT_ROOT, Config, load_config
 from services.errors import UserError, exit_on_user_error
 from services.fsutil import read_bounded
+from services.local_model import is_local
 from services.render import console
 from services.startup import choose_run_models
+
+if TYPE_CHECKING:
+    from archive.records import RunRecord
 
 TEMPLATE = PROJECT_ROOT / "proofgrader_template"
 PACKAGED = ("agent", "task_agent")  # the grader's code; the meta agent and the rest stay behind
 RESOURCES = {".py", ".txt", ".md", ".json", ".yaml", ".yml"}  # files an agent may read at run time
 LEAK_SNIPPET = 80  # letters and digits from the middle of a data set answer that must not appear in the package
+MODEL_VARIABLE = "PROOFGRADER_MODEL"  # the package reads its model from here when a call names none
 
 _FROM_IMPORT = re.compile(r"^(\s*)from\s+(agent|task_agent)((?:\.\w+)*)\s+import\b", re.M)
 _IMPORT = re.compile(r"^(\s*)import\s+(agent|task_agent)((?:\.\w+)*)(\s+as\s+\w+)?[ \t]*$", re.M)
 
-# Appended to proofgrader/task_agent/__init__.py: the evolved TaskAgent, with the model it
-# was evaluated with as its default, so `TaskAgent()` works on its own.
+# Appended to proofgrader/task_agent/__init__.py: the evolved TaskAgent, whose model is chosen as
+# `proofgrader.model_for` says (the argument, PROOFGRADER_MODEL, the build's default), so
+# `TaskAgent()` works on its own wherever a model is known.
 _DEFAULT_MODEL = '''
 
-# Added by setup_proofgrader_repo: the model this grader was evaluated with is the default.
-from proofgrader import DEFAULT_MODEL as _DEFAULT_MODEL  # noqa: E402
+# Added by setup_proofgrader_repo: model=, else PROOFGRADER_MODEL, else the build's default model.
+from proofgrader import model_for as _model_for  # noqa: E402
 
 _EvolvedTaskAgent = TaskAgent
 
 
 class TaskAgent(_EvolvedTaskAgent):
     def __init__(self, model=None, chat_history_file=None):
-        super().__init__(model or _DEFAULT_MODEL, chat_history_file)
+        super().__init__(_model_for(model), chat_history_file)
 '''
 
 @dataclass
@@ -73,6 +80,22 @@ class Grader:
     model: str
     scores: dict = field(default_factory=dict)  # split -> {overall_accuracy, normalized_mean_absolute_error}
     provenance: dict = field(default_factory=dict)
+
+    @property
+    def default_model(self) -> str | None:
+        """The package's default model: the grader's own, unless only a run of this framework serves it
+        (the bundled local model), which the package could not call on its own."""
+        return None if is_local(self.model) else self.model
+
+    def model_line(self) -> str:
+        """What the package's README says of its model, true to how the grader was made."""
+        how = ("the model the run evaluated it with (the scores below)" if self.scores
+               else "chosen when it was built; this build evaluated nothing (see Scores)")
+        if self.default_model:
+            return f"Default model: `{self.model}`, {how}. Pass `model=`, or set `{MODEL_VARIABLE}`, to use another."
+        return (f"No default model: `{self.model}`, {how}, is the framework's bundled local model, which only a "
+                f"run of the framework serves. Pass `model=`, or set `{MODEL_VARIABLE}`, to a litellm model string "
+                "(e.g. `openai/o4-mini`, its key in the provider's usual variable).")
 
 
 def namespace_imports(source: str) -> str:
@@ -90,24 +113,14 @@ def namespace_imports(source: str) -> str:
 
 
 # -- where the grader comes from ------------------------------------------------------------
-def read_run_record(run_dir: Path):
+def read_run_record(run_dir: Path) -> RunRecord:
     """run.json of the run folder `run_dir`, checked; a one-line UserError when it is not one the loop wrote."""
-    from archive.records import RunRecord
+    from archive.run_groups import read_run_record as read_record
 
     where = f"--generate_dir {run_dir}"
-    saved = run_dir / "run.json"
-    if not saved.is_file() or not (run_dir / "repo").is_dir():
+    if not (run_dir / "repo").is_dir():
         raise UserError(f"{where}: not a run folder (no run.json and repo/ there)")
-    try:
-        state = json.loads(read_bounded(saved).decode("utf-8"))
-    except OSError as e:
-        raise UserError(f"{where}: cannot read {saved}: {e.strerror or e}") from None
-    except ValueError as e:  # also bad UTF-8
-        raise UserError(f"{where}: not a run folder ({saved} is not valid JSON: {e})") from None
-    try:
-        return RunRecord.from_dict(state)
-    except ValueError as e:
-        raise UserError(f"{where}: not a run folder ({saved}: {e})") from None
+    return read_record(run_dir, where)
 
 
 def from_run(run_dir: Path, scratch: Path, choice: str = "paper") -> Grader:
@@ -182,9 +195,10 @@ def build(grader: Grader, dst: Path, force: bool) -> Path:
 def _write_package(grader: Grader, out: Path) -> None:
     built_at = datetime.now().isoformat(timespec="seconds")
     provenance = {**grader.provenance, "title": grader.title, "origin": grader.origin, "model": grader.model,
-                  "scores": grader.scores, "built_at": built_at, "framework_version": _framework_version()}
+                  "default_model": grader.default_model, "scores": grader.scores, "built_at": built_at,
+                  "framework_version": _framework_version()}
     fields = {"version": "1.0.0", "source": grader.title, "litellm_requirement": _litellm_requirement(),
-              "built_at": built_at, "origin": grader.origin, "model": grader.model,
+              "built_at": built_at, "origin": grader.origin, "model_line": grader.model_line(),
               "scores": _scores_table(grader.scores),
               "provenance": "\n".join(f"- {k}: {v}" for k, v in provenance.items() if k != "scores")}
     for path in TEMPLATE.rglob("*"):
@@ -337,7 +351,12 @@ def main(argv=None) -> None:
         grader = (proofautograder(args.model, Path(scratch)) if args.proofautograder
                   else from_run(Path(args.generate_dir).resolve(), Path(scratch), args.choose or "paper"))
         dst = build(grader, Path(args.dst), args.force)
-    print(console(f"built {dst} from {grader.origin}; default model {grader.model}"))
+    if grader.default_model:
+        print(console(f"built {dst} from {grader.origin}; default model {grader.model}"))
+    else:
+        print(console(f"built {dst} from {grader.origin}; no default model: {grader.model} is served only inside a "
+                      f"run of this framework, so set {MODEL_VARIABLE} to a litellm model string (e.g. "
+                      f"{MODEL_VARIABLE}=openai/o4-mini) or pass model= to grade() or TaskAgent()"))
     print(console(f"install it with: pip install -e {args.dst}"))
 
 

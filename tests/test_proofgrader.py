@@ -57,7 +57,9 @@ def test_proofautograder_package_installs_and_grades_on_its_own(tmp_path, fake_o
     r = setup_repo("--proofautograder", "--model", "openai/fake-grader", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     package = tmp_path / "proofgrader_repo"
-    assert "ProofAutoGrader" in (package / "README.md").read_text()
+    readme = (package / "README.md").read_text()
+    assert "ProofAutoGrader" in readme and "Not evaluated by this build" in readme
+    assert "Default model: `openai/fake-grader`, chosen when it was built; this build evaluated nothing" in readme
     assert not list(package.rglob("__pycache__"))
     python = fresh_venv(tmp_path / "venv")
     install = subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
@@ -86,6 +88,44 @@ def test_proofautograder_package_installs_and_grades_on_its_own(tmp_path, fake_o
     assert sent["model"] == "fake-grader"  # the recorded default, called directly (no gateway)
     prompt = sent["messages"][-1]["content"]
     assert all(v in prompt for v in GRADING_INPUTS.values())
+
+
+@pytest.mark.e2e
+def test_a_grader_of_a_run_on_the_local_model_says_which_model_to_set_and_grades_once_set(tmp_path, fake_openai):
+    run = SyntheticRun(tmp_path, model="local/smollm2-135m")
+    run.node("1", (0.20, 0.50))
+    r = setup_repo("--generate_dir", str(run.dir), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    built = next(line for line in r.stdout.splitlines() if line.startswith("built "))
+    assert built.endswith("no default model: local/smollm2-135m is served only inside a run of this framework, so "
+                          "set PROOFGRADER_MODEL to a litellm model string (e.g. PROOFGRADER_MODEL=openai/o4-mini) "
+                          "or pass model= to grade() or TaskAgent()")
+    package = tmp_path / "proofgrader_repo"
+    readme = (package / "README.md").read_text()
+    assert ("No default model: `local/smollm2-135m`, the model the run evaluated it with (the scores below), is the "
+            "framework's bundled local model") in readme
+    assert "| val | 0.500 | 0.200 |" in readme and "`PROOFGRADER_MODEL`" in readme
+    assert "Default model:" not in readme and "Not evaluated by this build" not in readme  # one story
+    provenance = json.loads((package / "proofgrader" / "provenance.json").read_text())
+    assert provenance["model"] == "local/smollm2-135m" and provenance["default_model"] is None
+
+    fake_openai.set_replies(['<json>{"response": "almost"}</json>'])
+    script = ("import json\nfrom proofgrader import grade\ntry:\n"
+              f"    print(json.dumps(grade(**{GRADING_INPUTS!r})))\n"
+              "except ValueError as e:\n    print(json.dumps('refused: ' + str(e)))")
+    env = {**cli_env(fake_openai), "PYTHONPATH": str(package)}
+    r = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    said = json.loads(r.stdout.strip().splitlines()[-1])
+    assert said.startswith("refused: this grader has no default model") and "set PROOFGRADER_MODEL" in said
+    assert fake_openai.requests == []  # nothing was called
+    env["PROOFGRADER_MODEL"] = "openai/fake-grader"
+    r = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout.strip().splitlines()[-1]) == "almost"
+    assert fake_openai.requests[-1]["json"]["model"] == "fake-grader"
 
 
 def test_an_existing_destination_is_kept_unless_forced(tmp_path):
@@ -159,6 +199,7 @@ def test_generate_dir_packages_the_chosen_nodes_code(tmp_path):
     assert provenance["scores"]["test"]["normalized_mean_absolute_error"] == 0.12
     readme = (tmp_path / "proofgrader_repo" / "README.md").read_text()
     assert "| val | 0.500 | 0.100 |" in readme and "| test | 0.480 | 0.120 |" in readme
+    assert "Default model: `openai/fake-task`, the model the run evaluated it with (the scores below)" in readme
     assert not (package.parent / "meta_agent").exists() and not list(package.rglob("*.csv"))
 
 
