@@ -282,7 +282,11 @@ class RunRecord:
         """The run.json of `run_dir`, read within MAX_RUN_JSON bytes and checked: the one reader of
         the file. FileNotFoundError when there is none; OSError or ValueError (a one-line reason)
         when it cannot be read or is not a run record."""
-        return cls.from_dict(parse_json(read_bounded(Path(run_dir) / RUN_JSON, MAX_RUN_JSON)))
+        try:
+            data = parse_json(read_bounded(Path(run_dir) / RUN_JSON, MAX_RUN_JSON))
+        except ValueError as e:
+            raise ValueError(f"not valid JSON: {e}") from None
+        return cls.from_dict(data)
 
 
 def label_problem(text: str, limit: int) -> str | None:

@@ -14,24 +14,29 @@ from pathlib import Path
 from archive.eval_store import EvalStore
 from archive.experiments import FINAL_TEST, RUN_NAME, read_final_test, read_group
 from archive.promotion import row_scores
-from archive.records import Node, RunRecord
+from archive.records import RUN_JSON, Node, RunRecord
 from archive.store import Archive, ScoreRule, observed_best, observed_rule, observed_score, observed_sizes
 from services.errors import UserError
 from services.ledger import LedgerReader
 
 
-def read_run_record(run_dir: Path) -> RunRecord:
+def read_run_record(run_dir: Path, where: str | None = None) -> RunRecord:
     """run.json as the core wrote it, the spec domains kept beside it made known (domains/spec.py); a
-    UserError naming the file otherwise."""
+    UserError starting with `where` (the run folder as the user named it) otherwise. Every command
+    that opens a run reads its record here."""
     from domains.registry import use_run_domains
 
-    use_run_domains(run_dir)
+    where, saved = where or str(run_dir), Path(run_dir) / RUN_JSON
     try:
-        return RunRecord.read(run_dir)
+        record = RunRecord.read(run_dir)
     except FileNotFoundError:
-        raise UserError(f"{run_dir}: not a run folder (no run.json)") from None
-    except (OSError, ValueError) as e:
-        raise UserError(f"{run_dir / 'run.json'}: not a run record ({str(e)[:200]})") from None
+        raise UserError(f"{where}: not a run folder (no {RUN_JSON})") from None
+    except OSError as e:
+        raise UserError(f"{where}: cannot read {saved}: {e.strerror or e}") from None
+    except ValueError as e:
+        raise UserError(f"{where}: not a run folder ({saved}: {str(e)[:300]})") from None
+    use_run_domains(run_dir)
+    return record
 
 
 @dataclass

@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, cast
 from urllib.parse import quote
 
-from archive.records import RunRecord, check_labels
+from archive.records import RUN_JSON, RunRecord, check_labels
+from archive.run_groups import read_run_record
 from optimizer.plan import plan_lines, print_dry_run, summary_lines
 from services.config import (
     PROJECT_ROOT,
@@ -32,13 +33,10 @@ from services.config import (
 )
 from services.errors import ProviderDown, Terminated, UserError, advise
 from services.flags import apply_settings, parse_data_flags
-from services.fsutil import atomic_write_json, hold_folder, read_bounded
-from services.user_files import parse_json
+from services.fsutil import atomic_write_json, hold_folder
 
 if TYPE_CHECKING:
     from services.gateway import Gateway
-
-MAX_RUN_RECORD = 2**20  # run.json: the plan and config, a few KiB
 
 # The options that set one config field each (the command line's flags of the same names), applied
 # after the config file and --set: option -> (section, field).
@@ -110,24 +108,13 @@ def open_run(resume_from: str | Path, where: str | None = None,
     from archive.store import Archive
 
     run_dir, where = Path(resume_from).resolve(), where or f"--resume_from {resume_from}"
-    saved = run_dir / "run.json"
+    saved = run_dir / RUN_JSON
     if not run_dir.is_dir():
         raise UserError(f"{where}: no such folder")
     if (run_dir / "predictions.jsonl").exists() or (run_dir / "predictions.csv").exists():
         raise UserError(f"{where} is an evaluation folder of domains.harness, not a run of run_optimization "
                         f"(continue it with python -m domains.harness --resume_from {resume_from})")
-    try:
-        state = parse_json(read_bounded(saved, MAX_RUN_RECORD))
-    except FileNotFoundError:
-        raise UserError(f"{where}: not a run folder (no run.json)") from None
-    except OSError as e:
-        raise UserError(f"{where}: cannot read {saved}: {e.strerror or e}") from None
-    except ValueError as e:
-        raise UserError(f"{where}: not a run folder ({saved} is not valid JSON: {e})") from None
-    try:
-        record = RunRecord.from_dict(state)
-    except ValueError as e:
-        raise UserError(f"{where}: not a run folder ({saved}: {e})") from None
+    record = read_run_record(run_dir, where)
     try:
         config = Config.from_dict(record.config)
     except UserError as e:

@@ -237,7 +237,8 @@ def test_agent_text_is_cut_before_a_tracker_gets_it(tmp_path):
 def test_a_missing_or_unknown_tracker_is_one_line_before_anything_starts(tmp_path):
     out = tmp_path / "out"
     # The mlflow extra as absent: its module's name swapped for one no installation has.
-    absent = ("import sys, optimizer.trackers as t; t.NEEDS['mlflow'] = 'mlflow_absent_for_the_test'; "
+    absent = ("import sys, optimizer.trackers as t; "
+              "t.BACKENDS['mlflow'] = t.Backend('mlflow_absent_for_the_test', t.BACKENDS['mlflow'].tracker); "
               "import run_optimization; from services.errors import exit_on_user_error; "
               "exit_on_user_error(lambda: run_optimization.main(sys.argv[1:]))")
     run = ["--domain", "imo_grading", "--output_dir", str(out)]
@@ -249,3 +250,15 @@ def test_a_missing_or_unknown_tracker_is_one_line_before_anything_starts(tmp_pat
         r = subprocess.run(argv, cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
         assert (r.returncode, r.stderr.strip()) == (2, said)
         assert not out.exists()
+
+
+def test_each_tracker_a_run_can_choose_is_registered_with_a_tracker_class_that_loads():
+    """The config's choices and the registry name the same backends, and each names a class that
+    exists and has the Tracker methods (all three extras are installed for the tests)."""
+    from optimizer.trackers import BACKENDS
+    from services.config import TRACKERS
+
+    assert sorted(BACKENDS) == sorted(TRACKERS)
+    for name, backend in BACKENDS.items():
+        cls = backend.load()
+        assert all(callable(getattr(cls, m, None)) for m in ("start", "node", "best", "finish")), name

@@ -15,13 +15,14 @@ more in this process; the next resume catches it up."""
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from archive.records import Node
+from archive.records import Node, RunRecord
 from optimizer.events import Events, NodeFinished, RunEnded, RunStarted, Warned
 from optimizer.trackers.content import best_metrics, cut, node_metrics, node_record
 from services.config import Config, TrackingConfig
@@ -32,17 +33,36 @@ from services.user_files import parse_json
 if TYPE_CHECKING:
     from archive.store import Archive
 
-# backend -> the module its extra installs
-NEEDS = {"mlflow": "mlflow", "wandb": "wandb", "tensorboard": "tensorboardX"}
 STATE_LIMIT = 16 * 2**20  # RUN/tracking/<backend>.json: a run id and a line per node
+
+
+@dataclass(frozen=True)
+class Backend:
+    """A tracker the run can log to: the library its pip extra (of the backend's name) installs, and
+    its Tracker class as "module:Class", imported only when chosen (each library is slow to import)."""
+
+    library: str
+    tracker: str
+
+    def load(self) -> Callable[[Path, TrackingConfig], Tracker]:
+        module, _, name = self.tracker.partition(":")
+        return getattr(importlib.import_module(module), name)
+
+
+# The names services.config.TRACKERS lets a run choose (tests/test_trackers.py keeps the two equal).
+BACKENDS = {
+    "mlflow": Backend("mlflow", "optimizer.trackers.mlflow_tracker:MlflowTracker"),
+    "wandb": Backend("wandb", "optimizer.trackers.wandb_tracker:WandbTracker"),
+    "tensorboard": Backend("tensorboardX", "optimizer.trackers.tensorboard_tracker:TensorboardTracker"),
+}
 
 
 def require(backends: list[str]) -> None:
     """Refuse, before the run starts, a tracker whose library is not installed, naming the pip command."""
-    missing = [b for b in backends if importlib.util.find_spec(NEEDS[b]) is None]
+    missing = [b for b in backends if importlib.util.find_spec(BACKENDS[b].library) is None]
     if missing:
-        raise UserError(f"--track {','.join(missing)}: {', '.join(NEEDS[b] for b in missing)} not installed; "
-                        f"pip install -e \".[{','.join(missing)}]\"")
+        raise UserError(f"--track {','.join(missing)}: {', '.join(BACKENDS[b].library for b in missing)} not "
+                        f"installed; pip install -e \".[{','.join(missing)}]\"")
 
 
 class Tracker(Protocol):
@@ -54,18 +74,6 @@ class Tracker(Protocol):
     def node(self, step: int, node_id: str, metrics: dict[str, float], record: dict, patch: str) -> None: ...
     def best(self, step: int, node_id: str, metrics: dict[str, float]) -> None: ...
     def finish(self, ended: str) -> None: ...
-
-
-def _backend(name: str) -> Callable[[Path, TrackingConfig], Tracker]:
-    # Imported when chosen: each backend's library is an optional extra, and slow to import.
-    if name == "mlflow":
-        from optimizer.trackers.mlflow_tracker import MlflowTracker
-        return MlflowTracker
-    if name == "wandb":
-        from optimizer.trackers.wandb_tracker import WandbTracker
-        return WandbTracker
-    from optimizer.trackers.tensorboard_tracker import TensorboardTracker
-    return TensorboardTracker
 
 
 @dataclass
@@ -109,12 +117,9 @@ class Trackers:
         folder = self.run_dir / "tracking"
         try:
             folder.mkdir(exist_ok=True)
-            backend = _Open(_backend(name)(self.run_dir, self.settings), folder / f"{name}.json")
+            backend = _Open(BACKENDS[name].load()(self.run_dir, self.settings), folder / f"{name}.json")
             backend.kept, backend.logged, backend.best = self._read(backend.state_path)
-            run_record = parse_json(read_bounded(self.run_dir / "run.json", 2**20))
-            if not isinstance(run_record, dict):
-                raise ValueError("run.json is not a JSON object")
-            backend.kept = backend.tracker.start(backend.kept, run_record)
+            backend.kept = backend.tracker.start(backend.kept, RunRecord.read(self.run_dir).to_dict())
             backend.save()
         except Exception as e:
             self.events.emit(Warned(f"tracker {name} not started: {type(e).__name__}: {cut(str(e), 300)}"))
