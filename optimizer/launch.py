@@ -337,6 +337,5 @@ def launch(request: RunRequest) -> Path:
             print("\n".join(summary_lines(loop, name, tags)))
         stopped = gateway.budget_left_message()
         if stopped:
-            print(f"stopped: {stopped}; to continue, raise the budget: {resume_command(run_dir, request)} "
-                  "--budget_usd USD")
+            print(f"stopped: {stopped}; to continue with more: {resume_command(run_dir, request)} --budget_usd USD")
     return run_dir
