@@ -315,6 +315,11 @@ def test_a_cpu_older_than_the_engine_is_named_before_anything_starts(tmp_path, m
 
 
 def test_the_readme_and_ci_install_the_same_way():
-    setup = (REPO_ROOT / "README.md").read_text().split("## Set up", 1)[1].split("```")[1]
-    assert INSTALL in setup
-    assert INSTALL in (REPO_ROOT / ".ci" / "run").read_text()
+    section = (REPO_ROOT / "README.md").read_text().split("## Set up", 1)[1].split("\n## ", 1)[0]
+    commands = section.split("```")[1].strip().splitlines()
+    assert "python -m services.install" in commands  # which runs INSTALL's pip commands (tests/test_install.py)
+    assert not any(line.startswith("sudo ") for line in commands)  # root in a container has no sudo
+    assert any(line.startswith("python3 -m venv ") for line in commands)
+    assert all(f"`{pip.strip()}`" in section for pip in INSTALL.split("&&"))  # named in words
+    ci = [line.strip() for line in (REPO_ROOT / ".ci" / "run").read_text().splitlines()]
+    assert "python -m services.install" in ci

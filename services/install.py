@@ -1,0 +1,166 @@
+"""The set-up's install with progress a person can follow: `python -m services.install`, from the checkout.
+
+It runs the README's pip commands (`services.local_model.INSTALL`: the project with the local model's
+server and the dev tools, then the local model's weights) with this interpreter, so in the active
+virtual environment, one step after the other. pip alone says nothing for minutes while it unpacks and
+compiles a hundred packages, or only "still running..." while it builds one; here each phase pip enters
+(collecting, a large download, building, installing N packages) is one line with the step's clock, and
+a phase that lasts gets a line every HEARTBEAT_S saying how long so far. pip's own output goes to a log
+file; when a step fails, its last TAIL_LINES lines are shown and the command exits with pip's code.
+Only the standard library is used: the project is not installed yet when this runs.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import re
+import shlex
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from pathlib import Path
+
+from services.local_model import INSTALL
+from services.render import console
+
+ROOT = Path(__file__).resolve().parents[1]
+HEARTBEAT_S = 30.0
+TAIL_LINES = 30
+BIG_DOWNLOAD_MB = 10.0  # a download this large gets a line of its own (the local model's server and weights)
+MIN_PYTHON = (3, 11)
+
+_SIZE = re.compile(r"\(([\d.]+) (kB|MB|GB)\)")
+_UNIT_MB = {"kB": 1 / 1000, "MB": 1.0, "GB": 1000.0}
+
+
+def steps(install: str = INSTALL) -> list[list[str]]:
+    """The pip commands of `install` ("pip install ... && pip install ..."), each as pip's arguments."""
+    found = []
+    for command in install.split("&&"):
+        argv = shlex.split(command)
+        if argv[:1] != ["pip"]:
+            raise ValueError(f"not a pip command: {command.strip()}")
+        found.append(argv[1:])
+    return found
+
+
+def phase_of(line: str) -> str | None:
+    """The phase a line of pip's output starts, in words; None for a line inside the current phase."""
+    text = line.strip()
+    if text.startswith("Obtaining "):  # the editable project, -e .
+        return "reading the project"
+    if text.startswith("Installing build dependencies"):
+        return "installing what building the project needs" if text.endswith("started") else None
+    if text.startswith("Collecting "):
+        return "finding the packages it needs"
+    if text.startswith("Downloading "):
+        size = _SIZE.search(text)
+        mb = float(size.group(1)) * _UNIT_MB[size.group(2)] if size else 0.0
+        return f"downloading {text.split()[1]} ({mb:.0f} MB)" if mb >= BIG_DOWNLOAD_MB else None
+    if text.startswith(("Building wheel for ", "Building editable for ")) and text.endswith("started"):
+        return f"building {text.split()[3]}"
+    if text.startswith("Installing collected packages: "):
+        count = len(text.split(":", 1)[1].split(","))
+        return f"installing {count} package{'s' * (count != 1)} (unpacking and compiling them takes the longest)"
+    if text.startswith("Successfully installed "):
+        return "installed"
+    return None
+
+
+def clock(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    return f"{minutes}:{secs:02d}"
+
+
+def run_step(argv: list[str], log: Path, say: Callable[[str], None], heartbeat_s: float = HEARTBEAT_S) -> int:
+    """Run `argv` with its output to `log`, saying each new phase and, while one lasts, how long so far;
+    pip's exit code."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PIP_PROGRESS_BAR": "off"}  # lines as pip writes them
+    lines: queue.Queue[str | None] = queue.Queue()
+    started = time.monotonic()
+    with open(log, "w", encoding="utf-8", errors="replace") as out:
+        proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, errors="replace")
+
+        def pump() -> None:
+            for line in proc.stdout or ():
+                out.write(line)
+                lines.put(line)
+            lines.put(None)
+
+        reader = threading.Thread(target=pump, daemon=True)
+        reader.start()
+        phase, phase_since, said_at = "starting", started, started
+        try:
+            while True:
+                try:
+                    line = lines.get(timeout=max(0.05, said_at + heartbeat_s - time.monotonic()))
+                except queue.Empty:
+                    now = time.monotonic()
+                    say(f"{clock(now - started)}   ... {phase}: {clock(now - phase_since)} so far")
+                    said_at = now
+                    continue
+                if line is None:
+                    break
+                new = phase_of(line)
+                if new and new != phase:
+                    phase, phase_since = new, time.monotonic()
+                    said_at = phase_since
+                    say(f"{clock(phase_since - started)} {phase}")
+        except BaseException:
+            proc.terminate()
+            raise
+        finally:
+            reader.join(timeout=10)
+            proc.wait()
+    return proc.returncode
+
+
+def tail(path: Path, count: int = TAIL_LINES) -> list[str]:
+    with open(path, encoding="utf-8", errors="replace") as f:
+        return [line.rstrip("\n") for line in deque(f, maxlen=count)]
+
+
+def say(text: str) -> None:
+    print(console(f"      {text}"), flush=True)
+
+
+def main(install: str = INSTALL) -> int:
+    """Run the pip commands of `install`; the exit code (pip's, when a step fails)."""
+    if sys.version_info < MIN_PYTHON:
+        print(f"error: this project needs Python {'.'.join(map(str, MIN_PYTHON))} or newer; "
+              f"{sys.executable} is {sys.version.split()[0]}", file=sys.stderr)
+        return 2
+    if sys.prefix == sys.base_prefix:
+        print(f"note: not in a virtual environment: pip installs into {sys.prefix} "
+              "(make one first: python3 -m venv .venv && . .venv/bin/activate)", flush=True)
+    commands = steps(install)
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="hyperagents-install-") as tmp:
+        for number, args in enumerate(commands, 1):
+            print(console(f"[{number}/{len(commands)}] pip {shlex.join(args)}"), flush=True)
+            log = Path(tmp) / f"step-{number}.log"
+            try:
+                code = run_step([sys.executable, "-m", "pip", *args], log, say)
+            except KeyboardInterrupt:
+                print(f"interrupted in step {number}; run python -m services.install again to finish", file=sys.stderr)
+                return 130
+            if code != 0:
+                kept = Path(tempfile.gettempdir()) / f"hyperagents-install-step-{number}.log"
+                kept.write_bytes(log.read_bytes())
+                print(f"error: step {number} failed (pip exited with {code}); its last lines (all of them in {kept}):",
+                      file=sys.stderr)
+                for line in tail(log):
+                    print(console(f"  {line}"), file=sys.stderr)
+                return code
+    print(f"set-up done in {clock(time.monotonic() - started)} (min:s)", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
