@@ -225,12 +225,10 @@ class Loop:
     def generation(self, node_id: str, parent: str | None, generation: int) -> Node:
         """One generation: the meta agent's change to `parent`, then its evaluation; the initial
         node (no parent) is only evaluated."""
+        started = time.monotonic()
         if parent is None:
             node = self._evaluate_new(Node(node_id, None, generation, commit=self.repo.node_commit(node_id)))
-            self._book_costs(node)
-            publish_feedback(self.run_dir, self.domains, self.evaluator.store, node)
-            return node
-        started = time.monotonic()
+            return self._finished(node, started)
         parent_commit = self.repo.node_commit(parent)
         done = self.archive.meta_result(node_id)
         if done is None:
@@ -252,6 +250,10 @@ class Loop:
             # stops being chosen (archive.candidates reads meta_error).
             node.meta_error = done.error if done.status != Status.OK else None
             node = self._evaluate_new(node)
+        return self._finished(node, started)
+
+    def _finished(self, node: Node, started: float) -> Node:
+        """The node's wall time, costs and published feedback, once its generation is over."""
         node.seconds["total"] = round(time.monotonic() - started, 3)
         self._book_costs(node)
         publish_feedback(self.run_dir, self.domains, self.evaluator.store, node)
