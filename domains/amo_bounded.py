@@ -30,7 +30,7 @@ class BoundedChecker:
     """`rule_check` of `domains.amo_grading`, in a child process (inside.answers.BoundedChild); one check
     at a time."""
 
-    def __init__(self, limit_s: float = CHECK_LIMIT_S):
+    def __init__(self, limit_s: float = CHECK_LIMIT_S) -> None:
         self.limit_s = limit_s
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": str(PROJECT_ROOT),
                "PYTHONDONTWRITEBYTECODE": "1"}

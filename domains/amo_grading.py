@@ -40,6 +40,12 @@ from __future__ import annotations
 
 import logging
 import re
+from typing import TYPE_CHECKING, NoReturn
+
+if TYPE_CHECKING:
+    from types import FrameType
+
+    from sympy import Basic
 
 # It warns on every call made without a timeout.
 logging.getLogger("math_verify").setLevel(logging.ERROR)
@@ -115,7 +121,7 @@ def _passes(text: str, answer: str, answer_type: str, question_id: str) -> bool:
         return False
 
 
-def _either_way(gold, pred, rounding: int) -> bool:
+def _either_way(gold: list | Basic, pred: list | Basic, rounding: int) -> bool:
     from math_verify import verify
 
     return bool(verify(gold, pred, float_rounding=rounding) or verify(pred, gold, float_rounding=rounding))
@@ -157,7 +163,7 @@ def _expression(parsed: list, split_quads: bool) -> str:
     return latex.split("=")[-1]
 
 
-def _value_at(point: dict[str, int], expression: str):
+def _value_at(point: dict[str, int], expression: str) -> Basic | None:
     """The value of `expression` at `point`, solved for UNKNOWN as the official grader does; None if
     there is no solution or no value for UNKNOWN in it."""
     from math_verify import parse
@@ -175,13 +181,13 @@ def _value_at(point: dict[str, int], expression: str):
     return None if value is None else value.evalf()
 
 
-def _solve_within(system, seconds: int):
+def _solve_within(system: Basic, seconds: int) -> object:
     """sympy's solve, bounded by SIGALRM: the child process runs checks on its main thread."""
     import signal
 
     from sympy import solve
 
-    def stop(signum, frame):
+    def stop(signum: int, frame: FrameType | None) -> NoReturn:
         raise TimeoutError(f"solving took more than {seconds} s")
 
     previous = signal.signal(signal.SIGALRM, stop)

@@ -16,17 +16,18 @@ The judged ones report the rule's score beside theirs (accuracy_rule) and what d
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from functools import partial
 
 import pandas as pd
 
 from domains import amo_bench
-from domains.answer_metrics import answer_metrics, format_answers
+from domains.answer_metrics import Check, answer_metrics, format_answers
 from domains.base import DATA_FILES, Domain
 from domains.data import load_csv, verify_file
 from domains.imo.data import DATA_DIR
 from domains.judge import AnswerGrader
-from domains.scoring import ByRule, Judged
+from domains.scoring import ByRule, Judged, Scorer
 from inside.answers import aime_any_number, aime_strict, check_output
 from services.errors import UserError
 
@@ -65,12 +66,12 @@ def load_amo(suffix: str) -> pd.DataFrame:
     return amo_bench.load(DATA_FILES.get("amo_bench"))
 
 
-def _answer(column: str, check):
+def _answer(column: str, check: Callable[[str, str], bool]) -> Check:
     """A check(output, row, judge) of `output` against the row's reference in `column`, by rule."""
     return lambda output, row, judge: check(output, str(row[column]))
 
 
-def imo_answer(name: str, scorer, note: str = "") -> Domain:
+def imo_answer(name: str, scorer: Scorer, note: str = "") -> Domain:
     """IMO-AnswerBench v2 under one of its scorers. Whichever it is, the agent is given the same
     inputs, domain "imo_answer" included: how it is scored is not the agent's to see."""
     return Domain(
@@ -92,7 +93,7 @@ def imo_answer(name: str, scorer, note: str = "") -> Domain:
     )
 
 
-def _answerbench(checks: dict, judged: bool):
+def _answerbench(checks: dict[str, Check], judged: bool) -> ByRule:
     metrics = partial(answer_metrics, checks=checks, qid_col="Problem ID", group_cols=("Category",))
     return (Judged if judged else ByRule)(metrics, format_answers)
 

@@ -80,5 +80,5 @@ def format_answers(report: dict) -> str:
     return "\n".join(lines)
 
 
-def _missing(value) -> bool:
+def _missing(value: object) -> bool:
     return value is None or (isinstance(value, float) and value != value) or str(value) in ("", "None")

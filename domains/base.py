@@ -16,7 +16,7 @@ from services.errors import UserError
 if TYPE_CHECKING:
     import pandas as pd
 
-    from services.config import Config
+    from services.config import Config, LoopConfig
 
 # Data files the user gives for domains that are not bundled (`--data`), by domain name.
 DATA_FILES: dict[str, str] = {}
@@ -86,7 +86,7 @@ class Domain:
             return self.loader(self.subset_suffix(subset))
         return load_csv(self.dataset_path(subset), self.required_columns())
 
-    def rows_from(self, rows, predictions, source: Path) -> pd.DataFrame:
+    def rows_from(self, rows: pd.DataFrame, predictions: pd.Series, source: Path) -> pd.DataFrame:
         """The rows that grade another run's predictions: that run's `rows` (its own result columns
         left out), each of its `predictions` as this domain's `answers_column`."""
         if self.answers_column is None:
@@ -107,7 +107,7 @@ class Domain:
         """Every model an evaluation of this domain calls: its agent's, and its scorer's (grader, judges)."""
         return {config.resolve_model(self.model_role)} | self.scorer.models(config)
 
-    def screening(self, loop) -> tuple[Stage, ...]:
+    def screening(self, loop: LoopConfig) -> tuple[Stage, ...]:
         """The stages this run screens a node with (`loop`: the config's loop section): the config's
         `loop.stages`, for every domain or for this one by name, else its own; none with
         `loop.skip_staged_eval`."""
@@ -131,7 +131,7 @@ class Domain:
         return {"domain": self.task or self.name, **{key: row[col] for key, col in self.inputs.items()}}
 
     # -- what the meta agent may read: train rows only -------------------------------------
-    def try_lines(self, rows) -> list[str]:
+    def try_lines(self, rows: pd.DataFrame) -> list[str]:
         """Train `rows` (a DataFrame) as the try command reads them, one JSON line each: the row's
         id, the agent's inputs, its label and how the command compares a prediction with it."""
         return [json.dumps({"id": str(r[self.question_id]), "inputs": self.format_inputs(r),
@@ -139,7 +139,7 @@ class Domain:
                            default=str)
                 for r in rows.to_dict("records")]
 
-    def feedback(self, predictions: pd.DataFrame, grades=None) -> pd.DataFrame:
+    def feedback(self, predictions: pd.DataFrame, grades: pd.DataFrame | None = None) -> pd.DataFrame:
         """A train evaluation's `predictions` (a DataFrame) as later meta agents may read them: the
         columns hidden from agents dropped, except the label (theirs anyway for train rows), and for
         a graded domain each row's `grade`, the grader's verdict from `grades`."""

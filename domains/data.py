@@ -1,10 +1,13 @@
 """Data files on disk, for every domain: checksums beside them, and checked loading of a table
 (CSV, JSON lines or parquet) as strings, so that a label compares the same whatever its format."""
 
+from __future__ import annotations
+
 import csv
 import hashlib
 import importlib.util
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 import pandas as pd
@@ -22,7 +25,7 @@ MAX_JSONL_BYTES = 2**31  # a JSON-lines file is read whole; a data set of gigaby
 _hash_cache: dict[tuple[str, int, int], str] = {}
 
 
-def read_checksums(folder) -> dict[str, str]:
+def read_checksums(folder: str | Path) -> dict[str, str]:
     """Parse `folder/SHA256SUMS` (sha256sum format) into {file name: sha256}; {} when absent."""
     sums = Path(folder) / SUMS_NAME
     if not sums.is_file():
@@ -39,7 +42,7 @@ def read_checksums(folder) -> dict[str, str]:
     return checksums
 
 
-def sha256_file(path) -> str:
+def sha256_file(path: str | Path) -> str:
     """Hex sha256 of a file, cached per (path, mtime, size) for this process."""
     path = Path(path)
     st = path.stat()
@@ -50,7 +53,7 @@ def sha256_file(path) -> str:
     return _hash_cache[key]
 
 
-def verify_file(path) -> bool:
+def verify_file(path: str | Path) -> bool:
     """Check a file against the SHA256SUMS beside it; True if listed and matching.
 
     A file not listed there is data the user brought, so it passes (False).
@@ -68,7 +71,7 @@ def verify_file(path) -> bool:
     return True
 
 
-def load_csv(path, required_columns=()) -> pd.DataFrame:
+def load_csv(path: str | Path, required_columns: Sequence[str] = ()) -> pd.DataFrame:
     """Read a CSV as strings (empty cells stay ""), after checking its checksum and columns."""
     path = Path(path)
     if path.is_dir():
@@ -86,7 +89,7 @@ def load_csv(path, required_columns=()) -> pd.DataFrame:
     return _with_columns(df, path, required_columns)
 
 
-def load_table(path, required_columns=()) -> pd.DataFrame:
+def load_table(path: str | Path, required_columns: Sequence[str] = ()) -> pd.DataFrame:
     """A CSV, JSON-lines or parquet file as a table of strings (missing values as ""), its columns
     checked; a UserError in one line naming the file otherwise."""
     path = Path(path)
@@ -105,7 +108,7 @@ def load_table(path, required_columns=()) -> pd.DataFrame:
     return _with_columns(df, path, required_columns)
 
 
-def _with_columns(df: pd.DataFrame, path: Path, required_columns) -> pd.DataFrame:
+def _with_columns(df: pd.DataFrame, path: Path, required_columns: Sequence[str]) -> pd.DataFrame:
     """`df`, read from `path`, once it has rows and every required column; a one-line UserError otherwise."""
     if df.empty:
         raise UserError(f"{path} has no rows")
@@ -143,7 +146,7 @@ def _read_parquet(path: Path) -> pd.DataFrame:
     return pd.DataFrame({str(c): [_text(v) for v in df[c].tolist()] for c in df.columns}, dtype=str)
 
 
-def _text(value) -> str:
+def _text(value: object) -> str:
     """A cell as the text a CSV would hold: "" for a missing value, JSON for a list or a mapping."""
     if value is None or (isinstance(value, float) and value != value):
         return ""

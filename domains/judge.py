@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 class GatewayJudge:
     def __init__(self, config: Config, gateway: Gateway | None = None, node: str = "report",
-                 folder: Path | None = None):
+                 folder: Path | None = None) -> None:
         self.config = config
         self.gateway = gateway
         self.node = node

@@ -5,7 +5,10 @@ be written with `json.dump` as is. `row_scores` gives each question's share of t
 score (in [0, 1], their mean is the score): paired comparisons and intervals use it.
 """
 
+from __future__ import annotations
+
 import math
+from collections.abc import Iterable
 
 import pandas as pd
 
@@ -18,7 +21,7 @@ INVALID = "invalid"
 LEVEL_ORDER = ("pre-IMO", "IMO-easy", "IMO-medium", "IMO-hard")
 
 
-def normalize_label(x) -> str | None:
+def normalize_label(x: object) -> str | None:
     """One of LABELS, or None when `x` is not exactly a label after strip and lower-case.
 
     Agents answer "Correct", " partial\\n" or "CORRECT"; anything else (prose,
@@ -121,7 +124,7 @@ def proof_metrics(df: pd.DataFrame, qid_col: str = "Problem ID", pred_col: str =
     }
 
 
-def _require_rows(df: pd.DataFrame, columns) -> None:
+def _require_rows(df: pd.DataFrame, columns: Iterable[str]) -> None:
     missing = [c for c in columns if c not in df.columns]
     if missing:
         raise ValueError(f"missing column(s): {', '.join(missing)}")
@@ -160,7 +163,7 @@ def _points_by_group(df: pd.DataFrame, column: str, points: list, order: tuple) 
     return {k: _points_scores(groups[k]) for k in keys}
 
 
-def _group_key(value) -> str:
+def _group_key(value: object) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "unknown"
     return str(value)

@@ -15,6 +15,7 @@ of finished runs).
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterable
 from functools import cache
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -109,7 +110,7 @@ def run_domain_problems(run_dir: Path) -> list[str]:
     return []
 
 
-def run_domains(names, run_dir: Path) -> list[Domain]:
+def run_domains(names: Iterable[str], run_dir: Path) -> list[Domain]:
     """The domains of a run by name, the spec domains it kept in its folder (when it has one) among them."""
     use_run_domains(run_dir)
     return [get_domain(name) for name in names]

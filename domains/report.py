@@ -33,7 +33,7 @@ class ReportTools:
     """What a scorer asks a standalone report for (domains.scoring.ScoringTools), each with a
     gateway of its own in the run folder; `close` stops them."""
 
-    def __init__(self, dname: Path, config: Config, model: str | None = None):
+    def __init__(self, dname: Path, config: Config, model: str | None = None) -> None:
         self.dname = dname
         self.config = config
         self.model = model  # the grader's model (--model), else the grading domain's role
@@ -80,7 +80,7 @@ def report(dname: str | Path, domain: str, config: Config | None = None, model: 
     return result
 
 
-def main(argv=None) -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m domains.report", description="Score a harness run.")
     ap.add_argument("--domain", default=None)
     ap.add_argument("--domain_spec", default=None, metavar="FILE", help="instead of --domain: a domain's YAML spec")

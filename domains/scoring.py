@@ -84,7 +84,7 @@ def read_predictions(domain: Domain, predictions: Path) -> pd.DataFrame:
     return csv_values(load_csv(predictions, [domain.question_id, "prediction"]))
 
 
-def scored(predictions: Path, metrics, df, **kwargs) -> dict:
+def scored(predictions: Path, metrics: Callable[..., dict], df: pd.DataFrame, **kwargs: object) -> dict:
     """The metrics' report, as a record: report.json carries its schema version."""
     try:
         return {"schema_version": REPORT_SCHEMA, **metrics(df, **kwargs)}

@@ -22,6 +22,7 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from domains.base import Domain
 from domains.data import TABLE_FORMATS, load_table, sha256_file
@@ -29,6 +30,9 @@ from domains.spec_scoring import BUILT_IN, SpecScorer, user_function
 from services.errors import UserError
 from services.fsutil import atomic_write_json, read_bounded
 from services.user_files import parse_json, read_yaml
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 SPEC_SCHEMA = 1  # domain_specs/<name>.json
 SPLITS = ("train", "val", "test")
@@ -72,7 +76,7 @@ class DomainSpec:
             try_match="math" if self.scorer == "math_verify" else "label",
             score_note=f"the mean of the rows' scores by {self.scorer}, as the spec {self.source or self.name} says")
 
-    def load(self, suffix: str):
+    def load(self, suffix: str) -> pd.DataFrame:
         """The rows of a split (suffix `_train`), refused when the file changed since the spec was read."""
         split = suffix.lstrip("_")
         path = Path(self.data[split])
@@ -86,7 +90,7 @@ class DomainSpec:
         return load_table(path, [self.id, *self.inputs.values(), *([self.label] if self.label else [])])
 
 
-def read_spec(path) -> DomainSpec:
+def read_spec(path: str | Path) -> DomainSpec:
     """The spec at `path`, checked against its data files; a UserError in one line naming the key."""
     path = Path(path).resolve()
     raw = read_yaml(path, "domain spec")
@@ -157,7 +161,7 @@ def _text(raw: dict, key: str, where: str) -> str:
     return value
 
 
-def _data(value, where: str, base: Path, files: bool) -> dict[str, str]:
+def _data(value: object, where: str, base: Path, files: bool) -> dict[str, str]:
     if not isinstance(value, dict) or "train" not in value:
         raise UserError(f"{where}: key 'data': expected a mapping of splits to files, train among them")
     data = {}
@@ -175,7 +179,7 @@ def _data(value, where: str, base: Path, files: bool) -> dict[str, str]:
     return {s: data[s] for s in SPLITS if s in data}
 
 
-def _inputs(value, where: str) -> dict[str, str]:
+def _inputs(value: object, where: str) -> dict[str, str]:
     if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
         raise UserError(f"{where}: key 'inputs': expected a mapping of the agent's keys to column names")
     if "domain" in value:
@@ -183,7 +187,7 @@ def _inputs(value, where: str) -> dict[str, str]:
     return dict(value)
 
 
-def _hidden(value, where: str) -> tuple[str, ...]:
+def _hidden(value: object, where: str) -> tuple[str, ...]:
     if value is None:
         return ()
     if not isinstance(value, list) or not all(isinstance(c, str) for c in value):

@@ -32,6 +32,8 @@ from inside.answers import check_output
 from services.errors import UserError
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from domains.scoring import Domain
     from services.config import Config
 
@@ -78,7 +80,7 @@ def user_function(ref: str, base: Path | None) -> Callable:
     return function
 
 
-def called(function: Callable, ref: str, prediction: str, row: dict, row_id: str):
+def called(function: Callable, ref: str, prediction: str, row: dict, row_id: str) -> object:
     """The user's function on one row; what it raises, as one line naming the row."""
     try:
         return function(prediction, dict(row))
@@ -86,7 +88,7 @@ def called(function: Callable, ref: str, prediction: str, row: dict, row_id: str
         raise UserError(f"scorer {ref} raised {type(e).__name__}: {str(e)[:200]} on row {row_id!r}") from None
 
 
-def row_value(value, ref: str, row_id: str) -> float:
+def row_value(value: object, ref: str, row_id: str) -> float:
     """A user function's verdict on one row as a score in [0, 1]."""
     if isinstance(value, bool):
         return float(value)
@@ -122,7 +124,7 @@ class SpecScorer:
         df = read_predictions(domain, predictions)
         return scored(predictions, self.metrics, df, qid=domain.question_id, tools=tools, name=domain.name)
 
-    def metrics(self, df, qid: str, tools: ScoringTools | None, name: str) -> dict:
+    def metrics(self, df: pd.DataFrame, qid: str, tools: ScoringTools | None, name: str) -> dict:
         if len(df) == 0:
             raise ValueError("no rows to score")
         rows = df.to_dict("records")
@@ -135,7 +137,8 @@ class SpecScorer:
                 "question_ids_failed": [i for i, s in zip(ids, scores) if s < 1],
                 "row_scores": dict(zip(ids, scores))}
 
-    def _row_scores(self, outputs, rows, ids, tools, name) -> tuple[list[float], dict]:
+    def _row_scores(self, outputs: list[str], rows: list[dict], ids: list[str], tools: ScoringTools | None,
+                    name: str) -> tuple[list[float], dict]:
         if self.rule == "exact":
             same = [o.strip().casefold() == str(r[self.label]).strip().casefold() for o, r in zip(outputs, rows)]
             return [float(s) for s in same], {}
@@ -147,7 +150,8 @@ class SpecScorer:
         values = [row_value(called(function, self.rule, o, r, i), self.rule, i) for o, r, i in zip(outputs, rows, ids)]
         return values, {}
 
-    def _judged(self, outputs, rows, tools, name) -> tuple[list[float], dict]:
+    def _judged(self, outputs: list[str], rows: list[dict], tools: ScoringTools | None,
+                name: str) -> tuple[list[float], dict]:
         from domains.judge import steady
 
         if tools is None:

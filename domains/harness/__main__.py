@@ -34,7 +34,7 @@ from services.sandbox import SandboxLost, choose_backend
 from services.startup import open_services
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
 
     from domains.base import Domain
     from services.gateway import Gateway
@@ -76,7 +76,7 @@ FLAGS = {"budget_usd": ("gateway", "budget_usd"), "budget_tokens": ("gateway", "
          "sandbox": ("sandbox", "backend")}
 
 
-def output_folder(args) -> Path:
+def output_folder(args: argparse.Namespace) -> Path:
     """The run folder: the one to resume, or a new one under --output_dir that holds no run yet."""
     if args.resume_from:
         folder = Path(args.resume_from).resolve()
@@ -144,7 +144,7 @@ def domain_of(args: argparse.Namespace) -> Domain:
     return get_domain(args.domain or use_domain_specs([args.domain_spec])[0])
 
 
-def evaluate(args, config: Config) -> None:
+def evaluate(args: argparse.Namespace, config: Config) -> None:
     """One harness run as the flags ask, with a gateway and a sandbox of its own.
 
     The worker starts with the first row. A bad key or subset still ends the run before any row,
@@ -176,7 +176,7 @@ def evaluate(args, config: Config) -> None:
         raise UserError(result.stop_message())
 
 
-def config_of(args) -> Config:
+def config_of(args: argparse.Namespace) -> Config:
     """The config the flags ask for: --config, then --set, then the specific flags."""
     config = apply_settings(load_config(args.config), args.settings)
     config.harness.data_files.update(parse_data_flags(args.data))
@@ -186,13 +186,13 @@ def config_of(args) -> Config:
     return validate(config)
 
 
-def main(argv=None) -> None:
+def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     import_litellm_meanwhile()  # the longest part of the start, for the gateway and the key check
     evaluate(args, config_of(args))
 
 
-def exit_without_teardown(run) -> None:
+def exit_without_teardown(run: Callable[[], object]) -> None:
     """Run `run` (main under exit_on_user_error), then end the process with its exit code at once.
 
     By then every file, sandbox and server of the run is closed; the atexit handlers still run.

@@ -9,10 +9,13 @@ from domains.harness.journal import PREDICTIONS, RESULT_COLUMNS
 from services.errors import UserError
 
 if TYPE_CHECKING:  # a Domain is only passed through here: no need to import pandas with it
+    import pandas as pd
+
     from domains.base import Domain
 
 
-def load_rows(domain: Domain, subset: str | None = None, proofs: Path | None = None, num_samples: int = -1):
+def load_rows(domain: Domain, subset: str | None = None, proofs: Path | None = None,
+              num_samples: int = -1) -> pd.DataFrame:
     """The data set to evaluate, cut to `num_samples` rows (-1 = all), as the seed does.
 
     With `proofs`, a grading domain (imo_proof_grading) grades the predictions of that run
@@ -24,8 +27,9 @@ def load_rows(domain: Domain, subset: str | None = None, proofs: Path | None = N
     if proofs is not None:
         source = Path(proofs) / PREDICTIONS
         found = csv_values(load_csv(source, [domain.question_id, "prediction"]))
+        predictions = found.pop("prediction")
         rows = found.drop(columns=[c for c in RESULT_COLUMNS if c in found.columns])
-        dataset = domain.rows_from(rows, found["prediction"], source)
+        dataset = domain.rows_from(rows, predictions, source)
     else:
         dataset = domain.load(subset)
     if dataset[domain.question_id].duplicated().any():

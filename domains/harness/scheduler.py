@@ -22,8 +22,13 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from services.errors import raise_if_stop_was_dropped
+
+if TYPE_CHECKING:
+    from domains.harness.worker_client import AgentWorker
+    from domains.harness.worker_pipe import WorkerProcess
 
 MAX_ROW_ATTEMPTS = 2  # a row in flight when the worker died is sent once more
 MAX_INFRA_TRIES = 3  # tries of a row that met a provider failure, before the gateway probes the provider
@@ -47,8 +52,8 @@ class Scheduler:
     """Runs rows through `agent` (an AgentWorker, started); `finish(rec)` gets each finished row's
     record, and `budget_left()` says why no new row may start (None while one may)."""
 
-    def __init__(self, agent, num_workers: int, row_timeout_s: float, finish: Callable[[dict], None],
-                 budget_left: Callable[[], str | None]):
+    def __init__(self, agent: AgentWorker, num_workers: int, row_timeout_s: float, finish: Callable[[dict], None],
+                 budget_left: Callable[[], str | None]) -> None:
         self.agent = agent
         self.window = num_workers + PREFETCH_ROWS  # rows in flight at once
         self.timeout = row_timeout_s
@@ -76,9 +81,14 @@ class Scheduler:
                 self._take(msg)
             self._time_out_overdue()
             exited = source is self.agent.proc and msg.get("exited")
-            if exited or (self.inflight and not self.agent.proc.alive()):
+            if exited or (self.inflight and not self._proc.alive()):
                 self._after_death(drained=bool(exited))
         return stopped_by
+
+    @property
+    def _proc(self) -> WorkerProcess:
+        assert self.agent.proc is not None, "rows run on a started worker (AgentWorker.ensure_started)"
+        return self.agent.proc
 
     def _send_more(self) -> None:
         while self.todo and len(self.inflight) < self.window:
@@ -86,7 +96,7 @@ class Scheduler:
             row.started = None
             row.failures_at_send = self._provider_failures()
             self.inflight[row.qid] = row
-            self.agent.proc.send(row.qid, row.inputs)
+            self._proc.send(row.qid, row.inputs)
 
     def _provider_failures(self) -> int:
         return self.agent.gateway.provider_failures(self.agent.key)
@@ -137,7 +147,7 @@ class Scheduler:
             self._drain()  # a row's "started" may still be in the pipe
         for row in list(self.inflight.values()):
             if row.attempts >= MAX_ROW_ATTEMPTS:
-                self._finish(row, {"id": row.qid, "prediction": None, "error": self.agent.proc.death_reason()})
+                self._finish(row, {"id": row.qid, "prediction": None, "error": self._proc.death_reason()})
         self._restart()
 
     def _drain(self, wait_s: float = 2.0) -> None:

@@ -27,9 +27,11 @@ from services.render import console
 if TYPE_CHECKING:  # a Domain is only passed through here: no need to import pandas with it
     from collections.abc import Iterator
 
+    import pandas as pd
     from tqdm import tqdm
 
     from domains.base import Domain
+    from services.config import HarnessConfig
     from services.gateway import Gateway
 
 RUN_SCHEMA = 1  # the shape of an evaluation folder's run.json (written for people and tools; never read back)
@@ -82,7 +84,7 @@ def run_folder(path: Path) -> Iterator[Path]:
         raise
 
 
-def run_split(domain: Domain, rows, worker: AgentWorker, out_dir: Path, *, label: str | None = None,
+def run_split(domain: Domain, rows: pd.DataFrame, worker: AgentWorker, out_dir: Path, *, label: str | None = None,
               show_progress: bool = True, asked: dict | None = None) -> SplitResult:
     """Evaluate the agent of `worker` on `rows` (a DataFrame of `domain`'s data) into `out_dir`.
 
@@ -113,7 +115,8 @@ def run_split(domain: Domain, rows, worker: AgentWorker, out_dir: Path, *, label
     return result
 
 
-def _run_rows(domain: Domain, rows, worker: AgentWorker, keep: _Keeper, label: str, show_progress: bool):
+def _run_rows(domain: Domain, rows: pd.DataFrame, worker: AgentWorker, keep: _Keeper, label: str,
+              show_progress: bool) -> str | None:
     """Every row the journal does not hold as done, through the worker; returns why it stopped early."""
     from tqdm import tqdm
 
@@ -149,7 +152,8 @@ def fingerprint(inputs: dict) -> str:
 class _Keeper:
     """Keeps each finished row: in the journal at once, in predictions.csv every `save_interval` rows."""
 
-    def __init__(self, journal: Journal, domain: Domain, rows, out_dir: Path, settings, gateway: Gateway):
+    def __init__(self, journal: Journal, domain: Domain, rows: pd.DataFrame, out_dir: Path, settings: HarnessConfig,
+                 gateway: Gateway) -> None:
         self.journal = journal
         self.domain = domain
         self.rows = rows

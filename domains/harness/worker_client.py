@@ -13,7 +13,7 @@ import queue
 import shutil
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -100,7 +100,7 @@ class AgentWorker:
 
     def __init__(self, sandbox: Sandbox, agent_path: str, model: str, config: Config, gateway: Gateway, node: str,
                  role: str, transcripts: Path, log_path: Path, pythonpath: Sequence[str] = (),
-                 also_import: Sequence[str] = ()):
+                 also_import: Sequence[str] = ()) -> None:
         self.sandbox = sandbox
         self.agent_path = agent_path
         self.model = model
@@ -167,7 +167,8 @@ class AgentWorker:
 
 @contextlib.contextmanager
 def open_agent_worker(config: Config, agent_path: str, model: str, gateway: Gateway, out_dir: Path, *, backend: str,
-                      node: str, role: str, workspace: Path | None = None, transcripts: Path | None = None):
+                      node: str, role: str, workspace: Path | None = None,
+                      transcripts: Path | None = None) -> Iterator[AgentWorker]:
     """An AgentWorker for `agent_path` in a sandbox of its own, stopped and removed on exit.
 
     The sandbox's workspace is `workspace`, the agent's code only; without one, the project's

@@ -13,7 +13,10 @@ DIR / the input file's stem (DIR defaults to the input's folder).
 # so this one-off script's indexing reads as errors; its test runs it on the real file.
 # pyright: reportAttributeAccessIssue=false, reportArgumentType=false, reportCallIssue=false, reportReturnType=false
 
+from __future__ import annotations
+
 import argparse
+from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
@@ -30,7 +33,7 @@ REQUIRED_COLUMNS = ("Points", "Reward")
 SPLITS = ("train", "val", "test")
 
 
-def _train_test_split():
+def _train_test_split() -> Callable[..., list]:
     # Only curation needs scikit-learn; it is imported here so the rest of the
     # project does not depend on it.
     try:
@@ -49,7 +52,7 @@ def filter_and_shuffle(df: pd.DataFrame) -> pd.DataFrame:
     return kept.sample(frac=1, random_state=SEED).reset_index(drop=True)
 
 
-def split_subsets(filtered: pd.DataFrame, source="the input") -> dict[str, pd.DataFrame]:
+def split_subsets(filtered: pd.DataFrame, source: str | Path = "the input") -> dict[str, pd.DataFrame]:
     """Sample 300 rows and split them 100/100/100, stratified on Reward."""
     if len(filtered) < SUBSET_SIZE:
         raise UserError(
@@ -68,7 +71,7 @@ def split_subsets(filtered: pd.DataFrame, source="the input") -> dict[str, pd.Da
     return {"train": train, "val": val, "test": test}
 
 
-def output_paths(path, out_dir=None) -> dict[str, Path]:
+def output_paths(path: str | Path, out_dir: str | Path | None = None) -> dict[str, Path]:
     """{"filtered", "train", "val", "test"} -> where each file is written."""
     path = Path(path)
     base = Path(out_dir if out_dir is not None else path.parent) / path.stem
@@ -77,7 +80,7 @@ def output_paths(path, out_dir=None) -> dict[str, Path]:
     return paths
 
 
-def curate(path, out_dir=None) -> dict[str, Path]:
+def curate(path: str | Path, out_dir: str | Path | None = None) -> dict[str, Path]:
     """Read, filter, split, then write; nothing is written unless every step succeeded."""
     df = load_csv(path, REQUIRED_COLUMNS)
     filtered = filter_and_shuffle(df)
@@ -97,7 +100,7 @@ def curate(path, out_dir=None) -> dict[str, Path]:
     return paths
 
 
-def main(argv=None) -> int:
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m domains.imo.curate_subsets",
                                 description=(__doc__ or "").splitlines()[0])
     p.add_argument("path", type=Path, help="gradingbench.csv (e.g. from `python -m domains.imo.setup`)")

@@ -1,6 +1,8 @@
 """IMO-Bench data on disk: the bundled copy and the check of its whole folder. Checked loading of
 one file, for every domain, is domains/data.py's."""
 
+from __future__ import annotations
+
 from pathlib import Path
 
 from domains.data import SUMS_NAME, load_csv, read_checksums, sha256_file, verify_file  # noqa: F401 (IMO modules' names)
@@ -14,7 +16,7 @@ def format_checksums(checksums: dict[str, str]) -> str:
     return "".join(f"{digest}  {name}\n" for name, digest in sorted(checksums.items()))
 
 
-def verify_folder(folder) -> int:
+def verify_folder(folder: str | Path) -> int:
     """Verify every file listed in `folder/SHA256SUMS`; returns how many were checked."""
     folder = Path(folder)
     checksums = read_checksums(folder)

@@ -7,11 +7,14 @@ splits), which is what re-running `domains.imo.curate_subsets` needs. Offline,
 the bundled copy is verified and used, and the command still succeeds.
 """
 
+from __future__ import annotations
+
 import argparse
 import hashlib
 import http.client
 import urllib.error
 import urllib.request
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from domains.imo.data import (
@@ -63,8 +66,9 @@ def fetch_url(url: str, timeout: float) -> bytes:
     return data
 
 
-def download_upstream(dest, base_url: str | None = None, files=UPSTREAM_FILES, timeout: float = DEFAULT_TIMEOUT,
-                      fetch=fetch_url) -> dict[str, str]:
+def download_upstream(dest: str | Path, base_url: str | None = None, files: Iterable[str] = UPSTREAM_FILES,
+                      timeout: float = DEFAULT_TIMEOUT,
+                      fetch: Callable[[str, float], bytes] = fetch_url) -> dict[str, str]:
     """Download `files` from `base_url` into `dest` and record their sha256 in dest/SHA256SUMS.
 
     Everything is fetched before anything is written, so a failure part-way
@@ -99,7 +103,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def main(argv=None) -> int:
+def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     base_url = upstream_base_url(args.raw_host)
     try:
