@@ -90,7 +90,7 @@ def _band(e: Estimate | None, signed: bool = False) -> str:
 
 
 class Analysis:
-    def __init__(self, groups: list[Group], ks: list[int], level: float = 0.95):
+    def __init__(self, groups: list[Group], ks: list[int], level: float = 0.95) -> None:
         self.groups, self.ks, self.level = groups, ks, level
         self.rows: list[Row] = []
         self.md: list[str] = []
@@ -293,7 +293,7 @@ def _scored(value: float | None, what: str) -> float:
     return value
 
 
-def main(argv=None) -> None:
+def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     if not 0 < args.level < 1:
         raise UserError(f"--level {args.level}: expected a confidence level between 0 and 1, e.g. 0.95")

@@ -34,6 +34,7 @@ import json
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -43,7 +44,7 @@ import pandas as pd
 from archive.eval_store import EvalStore
 from archive.experiments import EVALUATIONS, FINAL_TEST, read_evaluations, read_final_test
 from archive.promotion import row_scores
-from archive.records import Node
+from archive.records import Node, RunRecord
 from archive.run_groups import read_run_record
 from archive.stats import interval, paired_p
 from archive.store import Archive, observed_rule, observed_score, observed_sizes
@@ -116,7 +117,8 @@ def ranked(run_dir: Path, archive: Archive, nodes: list[Node]) -> list[tuple[flo
                   key=lambda t: (-(t[0] or 0), -t[1].generation))
 
 
-def evaluate_missing(run_dir: Path, domain: Domain, split: str, top: int, out=show) -> None:
+def evaluate_missing(run_dir: Path, domain: Domain, split: str, top: int,
+                     out: Callable[[str], None] = show) -> None:
     """--rows all: the `top` best nodes of the archive, each evaluated on all of `split` (those not
     yet evaluated on it by the run's own command, which pays only for rows not answered before)."""
     archive = Archive(run_dir)
@@ -135,7 +137,8 @@ def evaluate_missing(run_dir: Path, domain: Domain, split: str, top: int, out=sh
                         f"run it again, or combine what is stored with --rows shared")
 
 
-def choose_members(run_dir: Path, domain: Domain, split: str, top: int, out=show) -> list[Member]:
+def choose_members(run_dir: Path, domain: Domain, split: str, top: int,
+                   out: Callable[[str], None] = show) -> list[Member]:
     archive = Archive(run_dir)
     keys = split_keys(run_dir, archive, domain.name, split)
     store, members = EvalStore(run_dir), []
@@ -207,7 +210,8 @@ def combine(run_dir: Path, domain: Domain, members: list[Member], rule: str, row
     return chosen
 
 
-def agent_combine(run_dir: Path, record, node: Node, members: list[Member], ids: list[str]) -> tuple[list[str], str]:
+def agent_combine(run_dir: Path, record: RunRecord, node: Node, members: list[Member],
+                  ids: list[str]) -> tuple[list[str], str]:
     """`node`'s own ensemble.py (agent code) combines the members' answers, in a sandbox with no
     network and no label; what it prints is read as untrusted data. The predictions, and a line
     on what was kept."""
@@ -253,8 +257,8 @@ def _score(domain: Domain, rows: pd.DataFrame, predictions: list[str], path: Pat
     return domain.scorer.score(domain, path)
 
 
-def build(run_dir: Path, domain: Domain, split: str, rule: str, top: int, out=show, agent: str | None = None,
-          rows_of: str = "shared") -> dict:
+def build(run_dir: Path, domain: Domain, split: str, rule: str, top: int,
+          out: Callable[[str], None] = show, agent: str | None = None, rows_of: str = "shared") -> dict:
     """Build, score and save the ensemble; returns members.json's content. With rule `agent`, the
     ensemble.py of node `agent` (default: the best member) combines the answers; with `rows_of`
     "all", the members missing an evaluation of the whole split get one first."""
@@ -336,7 +340,7 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
-def main(argv=None) -> None:
+def main(argv: list[str] | None = None) -> None:
     from domains.registry import get_domain
 
     args = build_parser().parse_args(argv)

@@ -27,7 +27,7 @@ MAX_REPORT_BYTES = 2**24  # a report is a few KB of metrics; a bigger file is no
 
 
 class EvalStore:
-    def __init__(self, run_dir: Path):
+    def __init__(self, run_dir: Path) -> None:
         self.root = run_dir / "evals"
 
     @staticmethod

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,7 +51,7 @@ def selection_split() -> str:
     return get_domain(GRADING_DOMAIN).selection_split
 
 
-def _number(value) -> float | None:
+def _number(value: object) -> float | None:
     """`value` when it is a real number (not a bool, not NaN), else None."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
         return None
@@ -91,7 +92,8 @@ def _accuracy(c: Candidate) -> float:
     return -math.inf if found is None else found
 
 
-def rank_key(choice: str):
+def rank_key(choice: str) -> Callable[[Candidate], tuple[float, ...]]:
+    """The sort key `choice` ranks candidates by: the smallest is the one packaged."""
     if choice == "paper":
         return lambda c: (_mae(c), c.position)
     return lambda c: (_mae(c), -_accuracy(c), c.position)

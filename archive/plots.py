@@ -13,11 +13,16 @@ Axis ticks are archive.dashboard.svg.nice_ticks, as on every chart of the projec
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from archive.dashboard.svg import LABEL_ALL, TreeNode, layout, nice_ticks
 from archive.records import Node
 from archive.store import Archive, mean_score
+
+if TYPE_CHECKING:
+    from domains.base import Domain
 
 TREE_MAX_INCHES = (16.0, 10.0)  # the tree figure's largest width and height (1,600 x 1,000 pixels at 100 dpi)
 
@@ -48,7 +53,7 @@ def progress_series(archive: Archive, domain: str, split: str, best_id: str | No
     return {"generation": generations, "average": average, "best": best, "lineage": lineage}
 
 
-def write_plots(archive: Archive, domains: list, full_sizes: dict[str, int], best_id: str | None,
+def write_plots(archive: Archive, domains: list[Domain], full_sizes: dict[str, int], best_id: str | None,
                 out_dir: Path) -> list[Path]:
     import matplotlib
 
@@ -78,18 +83,21 @@ def write_plots(archive: Archive, domains: list, full_sizes: dict[str, int], bes
             fig.savefig(path, dpi=100, bbox_inches="tight")
             plt.close(fig)
             written.append(path)
-    written.append(_tree(archive, domains, full_sizes, best_id, out_dir / "archive_tree.png", plt))
+    written.append(_tree(archive, domains, full_sizes, best_id, out_dir / "archive_tree.png"))
     return written
 
 
-def _ticks(set_ticks, set_limits, ticks: list[float]) -> None:
+def _ticks(set_ticks: Callable[[list[float]], object], set_limits: Callable[[float, float], object],
+           ticks: list[float]) -> None:
     """An axis from its first round tick to its last, with a little room so a dot on either end shows whole."""
     room = (ticks[-1] - ticks[0]) * 0.03
     set_ticks(ticks)
     set_limits(ticks[0] - room, ticks[-1] + room)
 
 
-def _tree(archive: Archive, domains, full_sizes, best_id, path: Path, plt) -> Path:
+def _tree(archive: Archive, domains: list[Domain], full_sizes: dict[str, int], best_id: str | None, path: Path) -> Path:
+    import matplotlib.pyplot as plt  # already loaded, on the backend write_plots chose
+
     nodes = archive.ordered()
     where = layout([TreeNode(n.node_id, n.parent, n.generation, str(n.status), None, "") for n in nodes])
     wide, deep = max(x for x, _ in where.values()) + 1, max(y for _, y in where.values()) + 1
@@ -104,9 +112,9 @@ def _tree(archive: Archive, domains, full_sizes, best_id, path: Path, plt) -> Pa
             best_edge = node.node_id in lineage and node.parent in lineage
             ax.plot([x0, x1], [y0, y1], color="#1565c0" if best_edge else "#b0b6c3",
                     linewidth=2.5 if best_edge else 0.8, zorder=1)
-    scores = {n.node_id: mean_score(n, domains, full_sizes) if n.valid_parent else None for n in nodes}
-    scored = [n for n in nodes if scores[n.node_id] is not None]
-    unscored = [n for n in nodes if scores[n.node_id] is None]
+    scores = {n.node_id: mean_score(n, domains, full_sizes) for n in nodes if n.valid_parent}
+    scored = [n for n in nodes if n.node_id in scores]
+    unscored = [n for n in nodes if n.node_id not in scores]
     if scored:
         dots = ax.scatter([where[n.node_id][0] for n in scored], [where[n.node_id][1] for n in scored],
                           c=[scores[n.node_id] for n in scored], cmap="viridis", s=dot ** 2, zorder=2)

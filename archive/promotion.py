@@ -18,10 +18,14 @@ parent did. Pure: the caller reads the reports (`row_scores`) and records the ve
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from archive.stats import interval, paired_p
+
+if TYPE_CHECKING:
+    from services.config import LoopConfig
 
 TESTS = ("exact", "bootstrap")
 
@@ -111,7 +115,7 @@ def decide(rule: Promotion, above: float, child: RowScores, parent: RowScores | 
     return RULES[rule.rule](rule, child, parent, best, f"score {score:.3f} > {above:g}")
 
 
-def _is_share(value) -> bool:
+def _is_share(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and 0.0 <= value <= 1.0
 
 
@@ -131,7 +135,7 @@ def _from_passed(report: dict, score_key: str) -> RowScores | None:
     return {**{i: 1.0 for i in passed}, **{i: 0.0 for i in failed}}
 
 
-def row_scores(report: dict, score_key: str) -> RowScores | None:
+def row_scores(report: object, score_key: str) -> RowScores | None:
     """The per-row scores of an evaluation report, or None when it has none that can be trusted.
 
     The report was written from an agent's predictions, so it is checked rather than believed:
@@ -168,7 +172,7 @@ class BestChoice:
     ties: str = "latest"
 
     @classmethod
-    def of(cls, loop) -> BestChoice:
+    def of(cls, loop: LoopConfig | dict) -> BestChoice:
         """From a loop config (services.config.LoopConfig) or its dict in run.json (checked)."""
         get = loop.get if isinstance(loop, dict) else lambda name, default: getattr(loop, name, default)
         choice = cls(get("best_choice", "highest"), get("best_level", 0.05), get("promotion_test", "exact"),
@@ -195,7 +199,21 @@ def replaces(choice: BestChoice, score: float, incumbent_score: float, rows: Row
                            f"rows, p={p:.2g} {'<' if better else '>='} {choice.level:g}")
 
 
-def choose_best(nodes: list, score, rows, choice: BestChoice):
+class Ranked(Protocol):
+    """What choose_best reads of a node besides its scores (archive.records.Node has both)."""
+
+    @property
+    def node_id(self) -> str: ...
+
+    @property
+    def generation(self) -> int: ...
+
+
+_Node = TypeVar("_Node", bound=Ranked)
+
+
+def choose_best(nodes: Iterable[_Node], score: Callable[[_Node], float | None], rows: Callable[[_Node], RowScores],
+                choice: BestChoice) -> _Node | None:
     """The best of `nodes` (each with .node_id and .generation) under `choice`, or None.
 
     `score(node)`: its selection score, None when it has none (left out); `rows(node)`: its
@@ -204,12 +222,12 @@ def choose_best(nodes: list, score, rows, choice: BestChoice):
     return BEST_RULES[choice.rule](scored, rows, choice) if scored else None
 
 
-def _highest(scored: list, rows, choice: BestChoice):
+def _highest(scored: list[tuple[float, _Node]], rows: Callable[[_Node], RowScores], choice: BestChoice) -> _Node:
     newest_first = -1 if choice.ties == "earliest" else 1
     return max(scored, key=lambda t: (t[0], newest_first * t[1].generation))[1]
 
 
-def _paired(scored: list, rows, choice: BestChoice):
+def _paired(scored: list[tuple[float, _Node]], rows: Callable[[_Node], RowScores], choice: BestChoice) -> _Node:
     scored.sort(key=lambda t: (t[1].generation, t[1].node_id))
     best_score, best = scored[0]
     best_rows = rows(best)

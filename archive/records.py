@@ -22,6 +22,14 @@ from services.fsutil import read_bounded
 from services.render import BIDI_PATTERN
 from services.user_files import parse_json
 
+if typing.TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+    class _Record(DataclassInstance, typing.Protocol):
+        """A record class: a dataclass with the schema version it writes."""
+
+        SCHEMA: typing.ClassVar[int]
+
 NODE_SCHEMA = 3  # node.json; 2 adds intervals and screening, 3 meta_error
 META_SCHEMA = 1  # the meta agent's result, in archive.jsonl's meta_done event
 START_SCHEMA = 1  # a generation's start, archive.jsonl's gen_start event
@@ -50,12 +58,12 @@ class Status(StrEnum):
 
 
 @functools.cache
-def _hints(cls) -> dict:
+def _hints(cls: type[_Record]) -> dict:
     """The field types of record class `cls` (typing evaluates them from text: done once per class)."""
     return {k: v for k, v in typing.get_type_hints(cls).items() if k != "SCHEMA"}
 
 
-def _checked(cls, data, extra: dict) -> dict:
+def _checked(cls: type[_Record], data: object, extra: dict) -> dict:
     """`data` as the fields of dataclass `cls`, after its schema version; ValueError naming what is wrong."""
     if not isinstance(data, dict):
         raise ValueError(f"expected a JSON object, got {type(data).__name__}")
@@ -100,7 +108,7 @@ class GenStart:
         return {"schema_version": self.SCHEMA, **asdict(self)}
 
     @classmethod
-    def from_dict(cls, data) -> GenStart:
+    def from_dict(cls, data: object) -> GenStart:
         data = _checked(cls, data, {})
         if not NODE_ID.fullmatch(data["node_id"]) or data["generation"] < 0:
             raise ValueError(f"not a generation the run starts: {show(data)}")
@@ -122,7 +130,7 @@ class MetaResult:
         return {"schema_version": self.SCHEMA, **asdict(self)}
 
     @classmethod
-    def from_dict(cls, data) -> MetaResult:
+    def from_dict(cls, data: object) -> MetaResult:
         return cls(**_checked(cls, data, {"status": str}))
 
 
@@ -194,7 +202,7 @@ class Node:
         return {"schema_version": self.SCHEMA, **asdict(self)}
 
     @classmethod
-    def from_dict(cls, data, folder: str) -> Node:
+    def from_dict(cls, data: object, folder: str) -> Node:
         """The record of `nodes/<folder>/node.json`, trusted only in the shape the core writes (known keys,
         typed fields, the folder's own id, a known status); else ValueError naming what is wrong."""
         data = _checked(cls, data, {"status": str})
@@ -270,7 +278,7 @@ class RunRecord:
         return {"schema_version": self.SCHEMA, **asdict(self)}
 
     @classmethod
-    def from_dict(cls, data) -> RunRecord:
+    def from_dict(cls, data: object) -> RunRecord:
         record = cls(**_checked(cls, data, {"tags": list[str]}))
         if not record.domains:
             raise ValueError("domains must name at least one domain")

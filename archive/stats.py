@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Iterable
 from dataclasses import dataclass
 from itertools import combinations, compress
 from statistics import NormalDist
@@ -95,7 +96,8 @@ def _resampled_means(values: list[float], rng: random.Random, resamples: int) ->
     return [sum(rng.choices(values, k=n)) / n for _ in range(resamples)]
 
 
-def bootstrap_mean(values, level: float = 0.95, seed: int = 0, resamples: int = 2000) -> tuple[float, float]:
+def bootstrap_mean(values: Iterable[float], level: float = 0.95, seed: int = 0,
+                   resamples: int = 2000) -> tuple[float, float]:
     """Percentile bootstrap interval of the mean: the central `level` share of the means of
     `resamples` samples drawn with replacement."""
     values = [float(v) for v in values]
@@ -104,7 +106,7 @@ def bootstrap_mean(values, level: float = 0.95, seed: int = 0, resamples: int = 
     return _percentiles(_resampled_means(values, random.Random(seed), resamples), level)
 
 
-def interval(values, level: float = 0.95, seed: int = 0, resamples: int = 2000) -> Estimate:
+def interval(values: Iterable[float], level: float = 0.95, seed: int = 0, resamples: int = 2000) -> Estimate:
     """The mean with its interval: Wilson when every value is exactly 0 or 1 (accuracy rows),
     else the percentile bootstrap (partial credit, such as proof points / 7)."""
     values = [float(v) for v in values]
@@ -118,7 +120,7 @@ def interval(values, level: float = 0.95, seed: int = 0, resamples: int = 2000) 
     return Estimate(sum(values) / n, low, high, n, level)
 
 
-def _tail_share(draws, observed: float, alternative: str, scale: float) -> int:
+def _tail_share(draws: Iterable[float], observed: float, alternative: str, scale: float) -> int:
     """How many draws are at least as extreme as `observed` in the alternative's direction."""
     tie = _TIE * scale
     if alternative == "less":
@@ -165,7 +167,7 @@ def _paired_bootstrap(d: list[float], alternative: str, seed: int, resamples: in
     return (1 + _tail_share(draws, observed, alternative, 1.0)) / (1 + resamples)
 
 
-def paired_p(x, y, alternative: str = "less", method: str = "exact", seed: int = 0,
+def paired_p(x: Iterable[float], y: Iterable[float], alternative: str = "less", method: str = "exact", seed: int = 0,
              resamples: int = 2000) -> float:
     """p-value of a paired test on d = x - y, row by row.
 
@@ -194,7 +196,8 @@ def paired_p(x, y, alternative: str = "less", method: str = "exact", seed: int =
     return _sign_flip(nonzero, alternative, seed, resamples)
 
 
-def permutation_p(a, b, alternative: str = "two-sided", seed: int = 0, resamples: int = 10000) -> float:
+def permutation_p(a: Iterable[float], b: Iterable[float], alternative: str = "two-sided", seed: int = 0,
+                  resamples: int = 10000) -> float:
     """Unpaired permutation test of mean(a) - mean(b), e.g. two sets of runs of different sizes.
 
     alternative "less": H1 mean(a) < mean(b); "greater": H1 mean(a) > mean(b); "two-sided".

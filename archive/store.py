@@ -27,7 +27,9 @@ from services.fsutil import atomic_write_json, read_bounded
 from services.user_files import parse_json
 
 if TYPE_CHECKING:
+    from archive.eval_store import EvalStore
     from domains.base import Domain
+    from services.config import LoopConfig
 
 UNTRUSTED = "untrusted"  # run_dir/untrusted/<node>/<part>/: what the node's sandboxes wrote, never read as a record
 META_TRANSCRIPT = "meta_chat_history.md"  # the meta agent's transcript, in the node's untrusted "meta" part
@@ -55,7 +57,7 @@ class ScoreRule:
     first_stage: dict = field(default_factory=dict)  # domain -> rows of its first stage (the initial node's share)
 
     @classmethod
-    def of(cls, loop, domains: list) -> ScoreRule:
+    def of(cls, loop: LoopConfig, domains: Iterable[Domain]) -> ScoreRule:
         """From a loop config (services.config.LoopConfig) and the run's domains (domains.base.Domain)."""
         return cls(loop.staged_score, loop.scale_initial,
                    {d.name: stages[0].rows for d in domains if (stages := d.screening(loop))})
@@ -110,7 +112,7 @@ def observed_score(node: Node, sizes: dict[str, tuple[str, int]], rule: ScoreRul
     return sum(known) / len(values) if known else None
 
 
-def observed_rule(loop, domains: list[str]) -> ScoreRule:
+def observed_rule(loop: object, domains: list[str]) -> ScoreRule:
     """The ScoreRule a run selected with, from its loop config as run.json keeps it (plain data); the
     default rule when that cannot be read."""
     from domains.registry import get_domain
@@ -123,7 +125,7 @@ def observed_rule(loop, domains: list[str]) -> ScoreRule:
         return ScoreRule()
 
 
-def selection_rows(node: Node, splits: dict[str, tuple[str, str]], store) -> RowScores:
+def selection_rows(node: Node, splits: dict[str, tuple[str, str]], store: EvalStore) -> RowScores:
     """The node's per-row scores on the split it is selected on, every domain's rows together
     (keys "domain/question id"); `splits`: domain -> (split, score key); `store`: the run's
     archive.eval_store.EvalStore. Only full evaluations count; a report that cannot be read
@@ -155,7 +157,7 @@ def observed_best(nodes: list[Node], sizes: dict[str, tuple[str, int]], run_dir:
                        lambda n: selection_rows(n, splits, store), choice)
 
 
-def event_line(event: str, time: str, **fields) -> bytes:
+def event_line(event: str, time: str, **fields: object) -> bytes:
     """One line of archive.jsonl as Archive.log appends it. Pure, so that whatever else writes a run
     folder (the tests' synthetic runs) makes the very same lines."""
     record = {"event": event, "time": time, "schema_version": 1, **fields}
@@ -163,7 +165,7 @@ def event_line(event: str, time: str, **fields) -> bytes:
 
 
 class Archive:
-    def __init__(self, run_dir: str | Path):
+    def __init__(self, run_dir: str | Path) -> None:
         self.run_dir = Path(run_dir)
         self.nodes_dir = self.run_dir / "nodes"
         self.log_path = self.run_dir / "archive.jsonl"
@@ -182,7 +184,7 @@ class Archive:
             raise UserError(f"{path}: not a node record the run wrote ({e})") from None
 
     # -- events ---------------------------------------------------------------------------
-    def log(self, event: str, **fields) -> None:
+    def log(self, event: str, **fields: object) -> None:
         """Append one event; it carries the schema_version of its record (gen_start, meta_done), or 1."""
         line = event_line(event, datetime.now().isoformat(timespec="seconds"), **fields)
         with self._lock, open(self.log_path, "a+b") as f:
@@ -273,14 +275,19 @@ class Archive:
         return sorted(nodes, key=lambda n: (n.generation, n.created_at))
 
     def candidates(self, domains: list, full_sizes: dict[str, int], upto: int | None = None,
-                   rule: ScoreRule = ScoreRule(), failed_meta_bars_parent: bool = False) -> list[Candidate]:
+                   rule: ScoreRule = ScoreRule(), failed_meta_bars_parent: bool = False,
+                   with_rows: bool = False) -> list[Candidate]:
         """Valid parents with a selection score on every domain, among the recorded nodes of
         generations up to `upto` (all when None).
 
         A node's children are the generations started from it, finished or still in flight, so
         parallel slots do not all pick the same parent. With `failed_meta_bars_parent` (the
         reference's rule), a node one of whose children's meta agent failed is no longer a parent,
-        the initial node excepted."""
+        the initial node excepted. With `with_rows`, each carries its per-row scores on the split it
+        is selected on (`selection_rows`), for strategies that read them."""
+        from archive.eval_store import EvalStore
+
+        store, splits = EvalStore(self.run_dir), {d.name: (d.selection_split, d.score_key) for d in domains}
         parents = {node_id: s.parent for node_id, s in self.started().items()}
         nodes = [n for n in self.ordered() if upto is None or n.generation <= upto]
         parents.update((n.node_id, n.parent) for n in nodes)
@@ -293,7 +300,8 @@ class Archive:
             if any(selection_score(node, d, full_sizes, rule) is None for d in domains):
                 continue
             found.append(Candidate(node.node_id, mean_score(node, domains, full_sizes, rule),
-                                   children[node.node_id], order))
+                                   children[node.node_id], order, node.generation, node.parent,
+                                   selection_rows(node, splits, store) if with_rows else {}))
         return found
 
     def next_generation(self) -> int:
