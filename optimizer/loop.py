@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 from archive.promotion import BestChoice, row_scores
 from archive.records import GenStart, MetaResult, Node, Status
 from archive.run_state import RunState
-from archive.selection import probabilities, select_parent
+from archive.selection import NEEDS_ROWS, Context, probabilities, select_parent
 from archive.store import META_TRANSCRIPT, Archive, ScoreRule, untrusted_dir
 from optimizer.evaluation import (
     BudgetStop,
@@ -182,7 +182,8 @@ class Loop:
             return max(visible, key=lambda n: (n.valid_parent, n.generation)).node_id
         loop = self.config.loop
         candidates = self.archive.candidates(self.domains, self.full_sizes, upto, self.score_rule,
-                                             failed_meta_bars_parent=loop.meta_failure == "parent")
+                                             failed_meta_bars_parent=loop.meta_failure == "parent",
+                                             with_rows=loop.parent_selection in NEEDS_ROWS)
         if not candidates:
             initial = self.archive.nodes["initial"]
             raise UserError(f"no node can be a parent: the initial agent is {initial.status}"
@@ -194,8 +195,9 @@ class Loop:
             self.archive.log("selection_fallback", reason=problem)
             self.events.emit(Warned(f"select_next_parent.py failed ({problem}); using "
                                     f"{self.config.loop.parent_selection}"))
-        chosen = select_parent(candidates, loop.parent_selection, rng, loop.ties).node_id
-        chances = probabilities(candidates, loop.parent_selection, loop.ties)
+        context = Context(generation, loop.ties, loop.islands, loop.migrate_every)
+        chosen = select_parent(candidates, loop.parent_selection, rng, context).node_id
+        chances = probabilities(candidates, loop.parent_selection, context)
         # What the choice was made from, for a reader who checks it (the scores are the selection
         # scores, staged-only and initial nodes scaled as the run's ScoreRule says).
         self.archive.log("parent_chosen", generation=generation, parent=chosen, strategy=loop.parent_selection,

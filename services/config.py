@@ -91,7 +91,9 @@ class SandboxConfig:
 @dataclass
 class LoopConfig:
     max_generation: int = 10  # generations after the initial node
-    parent_selection: str = "score_child_prop"  # random | latest | best | score_prop | score_child_prop
+    parent_selection: str = "score_child_prop"  # random | latest | best | score_prop | score_child_prop (the paper's) | pareto (GEPA's per-row front) | islands (score_child_prop within loop.islands sub-archives); see archive/selection.py
+    islands: int = 4  # parent_selection islands: how many sub-archives (generation g draws from island g mod islands)
+    migrate_every: int = 10  # parent_selection islands: every this many generations each island's best node joins the next island
     seed: int | None = None  # seeds parent selection, so a run can be replayed
     parallel: int = 1  # generations in flight at once (meta agent and evaluation each in its own sandbox)
     replayable: bool = True  # with parallel > 1: generation g picks its parent among generations <= g - parallel, waiting for them, so a seeded run replays; false: from every node finished when a slot frees (faster when generations take uneven time, not replayable)
@@ -172,7 +174,7 @@ class Baseline(StrEnum):
 
 
 BASELINES = tuple(Baseline)
-PARENT_SELECTIONS = ("random", "latest", "best", "score_prop", "score_child_prop")  # each in archive/selection.py
+PARENT_SELECTIONS = ("random", "latest", "best", "score_prop", "score_child_prop", "pareto", "islands")  # each in archive/selection.py
 PROMOTION_RULES = ("score_above", "not_worse_than_parent", "sica")  # each in archive/promotion.py
 PROMOTION_TESTS = ("exact", "bootstrap")
 BEST_CHOICES = ("highest", "paired")  # each in archive/promotion.py
@@ -310,6 +312,8 @@ def _rules() -> dict:
         "sandbox.ray_address": (lambda v: bool(v.strip()), "a Ray address (auto, HOST:PORT or ray://HOST:PORT)"),
         "loop.max_generation": _at_least(0),
         "loop.parent_selection": _one_of(*PARENT_SELECTIONS),
+        "loop.islands": (lambda v: 1 <= v <= 64, "from 1 to 64"),
+        "loop.migrate_every": _at_least(1),
         "loop.parallel": (lambda v: 1 <= v <= 64, "from 1 to 64"),
         "loop.stages": (_stages, "a list of [rows, above] or [rows, above, rule] (rows 1 or more and growing, "
                         f"above a number, rule one of {', '.join(PROMOTION_RULES)}), or domain name -> such a list"),

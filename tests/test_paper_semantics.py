@@ -16,7 +16,7 @@ import pytest
 
 from archive.promotion import BestChoice, choose_best
 from archive.records import Node, Status
-from archive.selection import Candidate, probabilities, select_parent
+from archive.selection import Candidate, Context, probabilities, select_parent
 from archive.store import Archive, ScoreRule, selection_score
 from domains.registry import get_domain
 from services.config import load_config
@@ -93,8 +93,8 @@ def test_ties_go_to_the_earliest_node_as_the_references_max_does(tmp_path):
     tied = [Candidate("initial", 0.5, 0, 0), Candidate("1", 0.7, 2, 1), Candidate("2", 0.7, 0, 2)]
     import random
 
-    assert select_parent(tied, "best", random.Random(0), ties="earliest").node_id == "1"
-    assert select_parent(tied, "best", random.Random(0), ties="latest").node_id == "2"
+    assert select_parent(tied, "best", random.Random(0), Context(ties="earliest")).node_id == "1"
+    assert select_parent(tied, "best", random.Random(0), Context(ties="latest")).node_id == "2"
     nodes = [node("initial", None, 0, 0.5, 0.5, True), node("1", "initial", 1, 0.7, 0.7, True),
              node("2", "initial", 2, 0.7, 0.7, True)]
     score = lambda n: n.scores["imo_grading"]["val"]  # noqa: E731

@@ -82,7 +82,7 @@ def test_a_package_changed_during_its_import_check_is_not_kept(tmp_path, monkeyp
 
 
 @pytest.mark.parametrize("saved, why", [
-    ("{not json", "is not valid JSON"),
+    ("{not json", "run.json: not valid JSON"),
     ('["imo_grading"]', "expected a JSON object"),
     ('{"domains": "imo_grading", "config": {}}', "domains must be"),
     ('{"domains": ["imo_grading"], "config": {}, "next": 1}', "unknown keys next"),
