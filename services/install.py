@@ -31,7 +31,7 @@ from services.render import console
 ROOT = Path(__file__).resolve().parents[1]
 HEARTBEAT_S = 30.0
 TAIL_LINES = 30
-BIG_DOWNLOAD_MB = 10.0  # a download this large gets a line of its own (the local model's server and weights)
+BIG_DOWNLOAD_MB = 30.0  # a download this large gets a line of its own (the local model's server and weights)
 MIN_PYTHON = (3, 11)
 
 _SIZE = re.compile(r"\(([\d.]+) (kB|MB|GB)\)")
@@ -58,10 +58,6 @@ def phase_of(line: str) -> str | None:
         return "installing what building the project needs" if text.endswith("started") else None
     if text.startswith("Collecting "):
         return "finding the packages it needs"
-    if text.startswith("Downloading "):
-        size = _SIZE.search(text)
-        mb = float(size.group(1)) * _UNIT_MB[size.group(2)] if size else 0.0
-        return f"downloading {text.split()[1]} ({mb:.0f} MB)" if mb >= BIG_DOWNLOAD_MB else None
     if text.startswith(("Building wheel for ", "Building editable for ")) and text.endswith("started"):
         return f"building {text.split()[3]}"
     if text.startswith("Installing collected packages: "):
@@ -70,6 +66,17 @@ def phase_of(line: str) -> str | None:
     if text.startswith("Successfully installed "):
         return "installed"
     return None
+
+
+def download_of(line: str) -> str | None:
+    """A large download a line starts, in words (name, version, size): said within the phase, which goes on."""
+    text = line.strip()
+    size = _SIZE.search(text)
+    if not text.startswith("Downloading ") or not size:
+        return None
+    mb = float(size.group(1)) * _UNIT_MB[size.group(2)]
+    name, version = (text.split()[1].split("/")[-1].split("-") + ["", ""])[:2]
+    return f"  downloading {name} {version} ({mb:.0f} MB)" if mb >= BIG_DOWNLOAD_MB else None
 
 
 def clock(seconds: float) -> str:
@@ -107,6 +114,10 @@ def run_step(argv: list[str], log: Path, say: Callable[[str], None], heartbeat_s
                     continue
                 if line is None:
                     break
+                download = download_of(line)
+                if download:
+                    said_at = time.monotonic()
+                    say(f"{clock(said_at - started)} {download}")
                 new = phase_of(line)
                 if new and new != phase:
                     phase, phase_since = new, time.monotonic()
