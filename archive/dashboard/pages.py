@@ -227,15 +227,11 @@ def node_page(reader: RunReader, data: RunData, node: Node) -> str:
 
 
 def scores_table(node: Node) -> Markup:
-    def band(domain: str, split: str) -> str:
-        low_high = node.intervals.get(domain, {}).get(split)
-        return interval_text(*low_high) if low_high else ""
-
-    rows = [h("tr", {}, h("td", {}, domain), h("td", {}, split), h("td", {"class": "num"}, pieces.fmt_score(score)),
-              h("td", {"class": "num"}, band(domain, split)),
-              h("td", {"class": "num"}, node.samples.get(domain, {}).get(split, "")),
+    rows = [h("tr", {}, h("td", {}, domain), h("td", {}, split), h("td", {"class": "num"}, pieces.fmt_score(e.score)),
+              h("td", {"class": "num"}, interval_text(*e.interval) if e.interval else ""),
+              h("td", {"class": "num"}, "" if e.rows is None else e.rows),
               h("td", {}, "full" if node.full_eval.get(domain) else "staged"))
-            for domain, splits in node.scores.items() for split, score in splits.items()]
+            for domain, split, e in node.evaluations()]
     if not rows:
         return h("p", {"class": "empty"}, "Not scored.")
     screening = [h("li", {}, f"{domain}: {line}") for domain, lines in node.screening.items() for line in lines]

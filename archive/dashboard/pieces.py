@@ -205,11 +205,11 @@ def spend_table(rows: list[dict]) -> Markup:
 
 def score_note(node: Node, domain: str, split: str) -> Markup:
     """After a score: its 95% interval and rows as the console writes them, ` [0.522, 0.710] n=100`."""
-    rows, band = node.samples.get(domain, {}).get(split), node.intervals.get(domain, {}).get(split)
-    if not rows:
+    found = node.evaluation(domain, split)
+    if found is None or not found.rows:
         return Markup("")
-    return h("small", {"title": f"95% interval, {rows} rows"}, f" {interval_text(*band)}" if band else "",
-             f" n={rows}")
+    return h("small", {"title": f"95% interval, {found.rows} rows"},
+             f" {interval_text(*found.interval)}" if found.interval else "", f" n={found.rows}")
 
 
 def node_seconds(node: Node) -> float:
