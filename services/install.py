@@ -109,7 +109,7 @@ def run_step(argv: list[str], log: Path, say: Callable[[str], None], heartbeat_s
                     line = lines.get(timeout=max(0.05, said_at + heartbeat_s - time.monotonic()))
                 except queue.Empty:
                     now = time.monotonic()
-                    say(f"{clock(now - started)}   ... {phase}: {clock(now - phase_since)} so far")
+                    say(f"{clock(now - started)}   ... {phase.split(' (')[0]}: {clock(now - phase_since)} so far")
                     said_at = now
                     continue
                 if line is None:
