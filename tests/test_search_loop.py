@@ -1,0 +1,67 @@
+"""Search beyond the paper through the real loop (issue 30): the CLI, the sandboxed meta agent
+scripted on the fake provider, real evaluations. Each strategy's choice is read back from the
+run's own log (archive.jsonl's parent_chosen) and checked against what it must have been; a run
+killed with SIGKILL and resumed chooses as a run never killed with the same seed."""
+
+import pytest
+
+from support.cli import cli_env, run_cli, run_loop
+from support.scripted_loop import IMPROVE, events, loop_config, nodes, responder, start_and_kill_when
+
+pytestmark = pytest.mark.e2e
+
+
+def chosen(run_dir) -> dict[int, dict]:
+    """generation -> its parent_chosen event."""
+    return {e["generation"]: e for e in events(run_dir) if e["event"] == "parent_chosen"}
+
+
+def test_pareto_drops_a_node_whose_every_row_a_better_node_also_leads(tmp_path, fake_openai):
+    # Node 1 answers every row right; the initial agent only the rows whose label is "incorrect",
+    # so every row the initial node leads on, node 1 leads on too.
+    fake_openai.set_responder(responder({1: [IMPROVE]}, []))
+    r = run_loop(tmp_path, fake_openai, "--max_generation", "3", "--parent_selection", "pareto", "--seed", "1",
+                 config=loop_config(tmp_path))
+    assert r.returncode == 0, r.stderr[-3000:]
+    run_dir = tmp_path / "out" / "run"
+    picks = chosen(run_dir)
+    assert picks[1]["candidates"] == {"initial": {"score": pytest.approx(picks[1]["candidates"]["initial"]["score"]),
+                                                  "children": 0, "p": 1.0}}
+    for generation in (2, 3):
+        assert picks[generation]["strategy"] == "pareto"
+        assert {k: c["p"] for k, c in picks[generation]["candidates"].items()} == {"initial": 0.0, "1": 1.0}
+        assert nodes(run_dir)[str(generation)]["parent"] == "1"
+
+
+def islands_run(tmp_path, fake, *extra):
+    tmp_path.mkdir(exist_ok=True)
+    config = loop_config(tmp_path)
+    with open(config, "a") as f:
+        f.write("  islands: 2\n  migrate_every: 2\n")
+    return ["--domain", "imo_grading", "--output_dir", str(tmp_path / "out"), "--run_id", "run",
+            "--task_model", "openai/fake", "--meta_model", "openai/fake-meta", "--config", config,
+            "--max_generation", "5", "--parent_selection", "islands", "--seed", "7", *extra]
+
+
+def test_islands_keep_a_lineage_to_its_island_until_it_migrates_and_a_killed_run_chooses_the_same(
+        tmp_path, fake_openai):
+    fake_openai.set_responder(responder({1: [IMPROVE]}, []))
+    straight = tmp_path / "straight"
+    r = run_cli("run_optimization", *islands_run(straight, fake_openai), env=cli_env(fake_openai), timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    picks = chosen(straight / "out" / "run")
+    # Node 1 (island 1) is not on island 0 at generation 2; it migrates there after generation 2.
+    assert set(picks[2]["candidates"]) == {"initial"} or picks[2]["candidates"]["1"]["p"] == 0.0
+    assert picks[3]["candidates"]["1"]["p"] > 0 and picks[4]["candidates"]["1"]["p"] > 0
+
+    killed = tmp_path / "killed"
+    fake_openai.set_responder(responder({1: [IMPROVE]}, []))  # the script counts meta runs from the start again
+    start_and_kill_when(killed, fake_openai, islands_run(killed, fake_openai),
+                        lambda d: any(e["event"] == "gen_start" and e.get("generation") == 3 for e in events(d)))
+    r = run_cli("run_optimization", "--resume_from", str(killed / "out" / "run"), env=cli_env(fake_openai),
+                timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    again = chosen(killed / "out" / "run")
+    assert {g: e["parent"] for g, e in again.items()} == {g: e["parent"] for g, e in picks.items()}
+    assert {g: n["parent"] for g, n in nodes(killed / "out" / "run").items()} == \
+        {g: n["parent"] for g, n in nodes(straight / "out" / "run").items()}
