@@ -69,7 +69,7 @@ class NodeView:
     id: str  # "initial", or the generation's number
     parent: str | None
     generation: int
-    status: str  # ok, no_change, meta_failed, load_failed, eval_failed, budget_stopped, lost
+    status: str  # ok, no_change, duplicate, meta_failed, load_failed, eval_failed, budget_stopped, lost
     scores: dict[str, dict[str, Score]]  # domain -> split -> score
     full_eval: dict[str, bool]  # domain -> whether it passed screening and was evaluated in full
     spend: dict[str, Spend]  # role -> what the node's calls cost
@@ -155,7 +155,7 @@ def run(domain: str | Sequence[str] | None = None, config: str | Path | Mapping 
         run_id: str | None = None, resume_from: str | Path | None = None, name: str | None = None,
         tags: Sequence[str] | None = None,
         data: Mapping[str, str] | None = None, initial_from: str | None = None, transfer: str | None = None,
-        dashboard: int | None = None, **overrides) -> RunView:
+        dashboard: int | None = None, **overrides: object) -> RunView:
     """Run the loop as `python -m run_optimization` does, and return the run read back.
 
     `domain_spec` adds domains of one's own (YAML specs, as --domain_spec). `config` is a YAML file or a
@@ -194,7 +194,7 @@ def _node_of(agent: str) -> tuple[Path, str] | None:
 def evaluate(agent: str | Path, domain: str | None = None, split: str = "val", *, run_dir: str | Path | None = None,
              config: str | None = None, settings: Mapping[str, object] | Sequence[str] | None = None,
              output_dir: str | Path = "./outputs", run_id: str | None = None, num_samples: int = -1,
-             model: str | None = None, budget_usd: float | None = None, **options) -> EvalResult:
+             model: str | None = None, budget_usd: float | None = None, **options: object) -> EvalResult:
     """Evaluate an agent on `split` of `domain` and score it.
 
     `agent` is a node of a run ("RUN:NODE", or a node id with `run_dir=`): the split is evaluated in full
@@ -209,6 +209,9 @@ def evaluate(agent: str | Path, domain: str | None = None, split: str = "val", *
     if (spec := options.pop("domain_spec", None)) is not None:
         from domains.registry import use_domain_specs
 
+        if not isinstance(spec, (str, os.PathLike)):
+            raise UserError(f"evaluate: domain_spec is a YAML file's path, got {type(spec).__name__}")
+
         domain = domain or use_domain_specs([os.path.abspath(spec)])[0]  # made known either way
     if domain is None:
         raise UserError("evaluate: name the domain of the task agent (or its domain_spec)")
@@ -216,8 +219,8 @@ def evaluate(agent: str | Path, domain: str | None = None, split: str = "val", *
                            budget_usd, options)
 
 
-def _evaluate_node(run_dir: Path, node_id: str, domain: str | None, split: str, settings,
-                   budget_usd: float | None) -> EvalResult:
+def _evaluate_node(run_dir: Path, node_id: str, domain: str | None, split: str,
+                   settings: Mapping[str, object] | Sequence[str] | None, budget_usd: float | None) -> EvalResult:
     record = read_run_record(run_dir.resolve())
     domain = domain or record.domains[0]
     if domain not in record.domains:
@@ -233,8 +236,9 @@ def _evaluate_node(run_dir: Path, node_id: str, domain: str | None, split: str, 
     return EvalResult(domain, split, Score.of(found), run_dir.resolve())
 
 
-def _evaluate_agent(agent_path: str, domain: str, split: str, config, settings, output_dir, run_id,
-                    num_samples: int, model, budget_usd, options: dict) -> EvalResult:
+def _evaluate_agent(agent_path: str, domain: str, split: str, config: str | None,
+                    settings: Mapping[str, object] | Sequence[str] | None, output_dir: str | Path, run_id: str | None,
+                    num_samples: int, model: str | None, budget_usd: float | None, options: dict) -> EvalResult:
     from domains.harness.__main__ import build_parser, config_of
     from domains.harness.__main__ import evaluate as run_harness
     from domains.registry import get_domain

@@ -30,7 +30,7 @@ if typing.TYPE_CHECKING:
 
         SCHEMA: typing.ClassVar[int]
 
-NODE_SCHEMA = 3  # node.json; 2 adds intervals and screening, 3 meta_error
+NODE_SCHEMA = 4  # node.json; 2 adds intervals and screening, 3 meta_error, 4 the duplicate status
 META_SCHEMA = 1  # the meta agent's result, in archive.jsonl's meta_done event
 START_SCHEMA = 1  # a generation's start, archive.jsonl's gen_start event
 RUN_SCHEMA = 3  # run.json; 2 adds initial_from, 3 name and tags
@@ -55,6 +55,7 @@ class Status(StrEnum):
     EVAL_FAILED = "eval_failed"  # the evaluation failed for another reason
     BUDGET_STOPPED = "budget_stopped"  # the money ran out during its evaluation; reopened on resume
     LOST = "lost"  # the machine of its sandbox was lost on every try (a Ray worker node); reopened on resume
+    DUPLICATE = "duplicate"  # its change is a near-duplicate of another node's (loop.novelty_threshold): not evaluated
 
 
 @functools.cache

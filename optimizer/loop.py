@@ -32,20 +32,23 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from archive.novelty import nearest, node_change
 from archive.promotion import BestChoice, row_scores
 from archive.records import GenStart, MetaResult, Node, Status
 from archive.run_state import RunState
-from archive.selection import NEEDS_ROWS, Context, probabilities, select_parent
+from archive.selection import NEEDS_ROWS, Candidate, Context, probabilities, select_parent
 from archive.store import META_TRANSCRIPT, Archive, ScoreRule, untrusted_dir
 from optimizer.evaluation import (
     BudgetStop,
     Evaluator,
     LoadFailed,
+    NodeSandbox,
     Peers,
     split_rows,
 )
 from optimizer.events import (
     CostBooked,
+    Event,
     Events,
     FinalTested,
     GenerationStarted,
@@ -65,10 +68,11 @@ from optimizer.trackers import Trackers
 from services.config import Baseline, Config
 from services.errors import UserError
 from services.fsutil import atomic_write_text
-from services.sandbox import Mount, SandboxClosed, open_sandbox
+from services.sandbox import Mount, Sandbox, SandboxClosed, open_sandbox
 from services.workspace import Quota, RunRepo, discard
 
 if TYPE_CHECKING:
+    from domains.base import Domain
     from services.gateway import Gateway
 
 FEEDBACK = "/feedback"  # earlier generations' train results, read-only inside
@@ -90,8 +94,8 @@ def chosen_parent(stdout: str, valid: set[str]) -> tuple[str | None, str | None]
 
 
 class Loop:
-    def __init__(self, run_dir: Path, config: Config, domains: list, gateway: Gateway, backend: str,
-                 events: Events | None = None):
+    def __init__(self, run_dir: Path, config: Config, domains: list[Domain], gateway: Gateway, backend: str,
+                 events: Events | None = None) -> None:
         self.run_dir = run_dir
         self.config = config
         self.domains = domains
@@ -110,6 +114,7 @@ class Loop:
         self.full_sizes = {d.name: split_rows(d, d.selection_split, config.loop.eval_samples) for d in domains}
         self.score_rule = ScoreRule.of(config.loop, domains)
         self.rng = random.Random()  # parent selection without a seed (with one, see choose_parent)
+        self._changes: dict[str, list[str]] = {}  # node id -> its patch's changed lines (novelty screening)
         self.pictures = Pictures(self.archive, domains, self.full_sizes, run_dir, self.events,
                                  BestChoice.of(config.loop), self.score_rule, config.loop.pictures_every_s)
         self.events.subscribe(self.pictures, on_wait=self.pictures.catch_up)
@@ -163,7 +168,7 @@ class Loop:
         for line in final_test_lines(path) if path else ["final test: no domain of the run has a test split"]:
             self.events.emit(Warned(line) if line.startswith("final test: no") else FinalTested(line))
 
-    def _log_split_start(self, event) -> None:
+    def _log_split_start(self, event: Event) -> None:
         """An evaluation as it begins, into the event log: what a watcher of the run (the dashboard)
         reads to show its rows coming in."""
         if isinstance(event, SplitStarted):
@@ -205,7 +210,7 @@ class Loop:
                                      for c, p in zip(candidates, chances)})
         return chosen
 
-    def agent_selects_parent(self, candidates) -> tuple[str | None, str | None]:
+    def agent_selects_parent(self, candidates: list[Candidate]) -> tuple[str | None, str | None]:
         """The latest valid node's own select_next_parent.py picks, run in the sandbox."""
         latest = max((self.archive.nodes[c.node_id] for c in candidates), key=lambda n: n.generation)
         rows = [{"node_id": c.node_id, "parent": self.archive.nodes[c.node_id].parent, "score": c.score,
@@ -251,8 +256,32 @@ class Loop:
             # The paper's rule: a failed meta agent's change is still evaluated; its parent is what
             # stops being chosen (archive.candidates reads meta_error).
             node.meta_error = done.error if done.status != Status.OK else None
-            node = self._evaluate_new(node)
+            duplicate = self._duplicate_of(node)
+            if duplicate:
+                node.status, node.error = Status.DUPLICATE, duplicate
+            else:
+                node = self._evaluate_new(node)
         return self._finished(node, started)
+
+    def _duplicate_of(self, node: Node) -> str | None:
+        """Why `node` is not worth evaluating under loop.novelty_threshold (its change nearly repeats an
+        earlier node's), or None. It is compared with the nodes its generation could choose a parent
+        from, so a replayed run screens the same."""
+        threshold = self.config.loop.novelty_threshold
+        if threshold is None:
+            return None
+        upto = horizon(node.generation, self.config.loop.parallel, self.config.loop.replayable)
+        nodes_dir = self.run_dir / "nodes"
+        earlier = [n.node_id for n in self.archive.ordered()
+                   if n.node_id != node.node_id and (upto is None or n.generation <= upto)]
+        for node_id in earlier:
+            if node_id not in self._changes:
+                self._changes[node_id] = node_change(nodes_dir, node_id)
+        found = nearest(node_change(nodes_dir, node.node_id), ((n, self._changes[n]) for n in earlier), threshold)
+        if found is None:
+            return None
+        return (f"its change is {found[1]:.2f} alike to node {found[0]}'s (loop.novelty_threshold "
+                f"{threshold:g}): not evaluated")
 
     def _finished(self, node: Node, started: float) -> Node:
         """The node's wall time, costs and published feedback, once its generation is over."""
@@ -264,7 +293,7 @@ class Loop:
     def sandbox_out(self, node_id: str, part: str) -> Path:
         return untrusted_dir(self.run_dir, node_id, part)
 
-    def node_sandbox(self, node_id: str):
+    def node_sandbox(self, node_id: str) -> NodeSandbox:
         return self.evaluator.node_sandbox(node_id, self.archive.node_dir(node_id),
                                            self.sandbox_out(node_id, "agent_evals"), self.entry_points())
 
@@ -308,7 +337,7 @@ class Loop:
             return MetaResult(Status.META_FAILED, capture.commit, patch, seconds, f"meta agent: {failed}")
         return MetaResult(Status.OK, capture.commit, patch, seconds)
 
-    def _meta_argv(self, box, generation: int, frozen: bool) -> list[str]:
+    def _meta_argv(self, box: Sandbox, generation: int, frozen: bool) -> list[str]:
         argv = [box.python, box.trusted_script("run_meta.py"), "--repo", box.workdir, "--eval_path", FEEDBACK,
                 "--iterations_left", str(self.config.loop.max_generation - generation), "--model", self.meta_model,
                 "--transcript", f"{NODE_OUT}/{META_TRANSCRIPT}",
@@ -368,7 +397,7 @@ class Loop:
                 Mount(feedback, FEEDBACK),
                 Mount(out, NODE_OUT, writable=True)]
 
-    def _agent_env(self, box, node_id: str) -> dict:
+    def _agent_env(self, box: Sandbox, node_id: str) -> dict:
         from domains.harness import worker_env
 
         # Each key calls its role's model only, while `box` is open (services/gateway/sessions.py).

@@ -94,6 +94,7 @@ class LoopConfig:
     parent_selection: str = "score_child_prop"  # random | latest | best | score_prop | score_child_prop (the paper's) | pareto (GEPA's per-row front) | islands (score_child_prop within loop.islands sub-archives); see archive/selection.py
     islands: int = 4  # parent_selection islands: how many sub-archives (generation g draws from island g mod islands)
     migrate_every: int = 10  # parent_selection islands: every this many generations each island's best node joins the next island
+    novelty_threshold: float | None = None  # a child whose change is at least this alike (0-1, difflib's ratio over the diff's changed lines) to an earlier node's is recorded duplicate and not evaluated (archive/novelty.py); null = off (the paper's)
     seed: int | None = None  # seeds parent selection, so a run can be replayed
     parallel: int = 1  # generations in flight at once (meta agent and evaluation each in its own sandbox)
     replayable: bool = True  # with parallel > 1: generation g picks its parent among generations <= g - parallel, waiting for them, so a seeded run replays; false: from every node finished when a slot frees (faster when generations take uneven time, not replayable)
@@ -314,6 +315,7 @@ def _rules() -> dict:
         "loop.parent_selection": _one_of(*PARENT_SELECTIONS),
         "loop.islands": (lambda v: 1 <= v <= 64, "from 1 to 64"),
         "loop.migrate_every": _at_least(1),
+        "loop.novelty_threshold": (lambda v: 0 < v <= 1, "a number above 0 and at most 1"),
         "loop.parallel": (lambda v: 1 <= v <= 64, "from 1 to 64"),
         "loop.stages": (_stages, "a list of [rows, above] or [rows, above, rule] (rows 1 or more and growing, "
                         f"above a number, rule one of {', '.join(PROMOTION_RULES)}), or domain name -> such a list"),

@@ -65,3 +65,24 @@ def test_islands_keep_a_lineage_to_its_island_until_it_migrates_and_a_killed_run
     assert {g: e["parent"] for g, e in again.items()} == {g: e["parent"] for g, e in picks.items()}
     assert {g: n["parent"] for g, n in nodes(killed / "out" / "run").items()} == \
         {g: n["parent"] for g, n in nodes(straight / "out" / "run").items()}
+
+
+def test_a_child_repeating_an_earlier_change_is_recorded_duplicate_and_costs_no_evaluation(tmp_path, fake_openai):
+    import sqlite3
+
+    # Two islands, no migration: generation 2 starts from the initial node too, and its meta agent
+    # makes node 1's edit again.
+    fake_openai.set_responder(responder({1: [IMPROVE], 2: [IMPROVE]}, []))
+    config = loop_config(tmp_path)
+    with open(config, "a") as f:
+        f.write("  islands: 2\n  migrate_every: 100\n  novelty_threshold: 0.9\n")
+    r = run_loop(tmp_path, fake_openai, "--max_generation", "2", "--parent_selection", "islands", config=config)
+    assert r.returncode == 0, r.stderr[-3000:]
+    run_dir = tmp_path / "out" / "run"
+    found = nodes(run_dir)
+    assert found["1"]["status"] == "ok" and found["2"]["parent"] == "initial"
+    assert found["2"]["status"] == "duplicate" and "1.00 alike to node 1's" in found["2"]["error"]
+    assert found["2"]["scores"] == {} and found["2"]["eval_keys"] == {}
+    db = sqlite3.connect(run_dir / "ledger.sqlite")
+    assert db.execute("SELECT COUNT(*) FROM calls WHERE node = '2' AND role = 'task'").fetchone()[0] == 0
+    assert "node 2 (parent initial): duplicate" in r.stdout
