@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import secrets
 import shutil
+import time
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -93,11 +94,15 @@ class Services:
         key = self.gateway.new_session("preflight", "preflight", local)
         try:
             for model in local:
+                # Loading and a first answer take seconds, more on a busy machine: said, so the run is not silent.
+                print(f"local    {model}: starting its server (llama.cpp) and asking it one question", flush=True)
+                started = time.monotonic()
                 # A seed of its own: an answer replayed from the cache (gateway.cache: all) would start no server.
                 reply = self.gateway.handle_chat(key, {"model": model, "messages": READY_PROMPT, "max_tokens": 4,
                                                        "seed": secrets.randbelow(2**31)})
                 if reply.status != 200:
                     raise UserError(reply.body["error"]["message"])
+                print(f"local    {model}: ready in {time.monotonic() - started:.1f} s", flush=True)
         finally:
             self.gateway.revoke(key)
 

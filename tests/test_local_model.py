@@ -269,7 +269,7 @@ def test_after_the_server_dies_the_gateway_answers_its_death_and_trips_the_break
 
 
 # -- the check before a run ---------------------------------------------------------------------
-def test_the_check_before_a_run_makes_a_real_completion_with_the_local_model(tmp_path, monkeypatch):
+def test_the_check_before_a_run_makes_a_real_completion_with_the_local_model(tmp_path, monkeypatch, capsys):
     from services.config import Config
     from services.startup import open_services
 
@@ -284,6 +284,9 @@ def test_the_check_before_a_run_makes_a_real_completion_with_the_local_model(tmp
         assert row["error"] is None and row["completion_tokens"] > 0
         assert len(_children_serving()) == 1  # the run's own server, already started
     assert _children_serving() == []
+    starting, ready = capsys.readouterr().out.splitlines()[-2:]  # what the console shows while it starts
+    assert starting == f"local    {LOCAL_DEFAULT}: starting its server (llama.cpp) and asking it one question"
+    assert ready.startswith(f"local    {LOCAL_DEFAULT}: ready in ") and ready.endswith(" s")
 
 
 @pytest.mark.e2e
