@@ -211,7 +211,6 @@ def evaluate(agent: str | Path, domain: str | None = None, split: str = "val", *
 
         if not isinstance(spec, (str, os.PathLike)):
             raise UserError(f"evaluate: domain_spec is a YAML file's path, got {type(spec).__name__}")
-
         domain = domain or use_domain_specs([os.path.abspath(spec)])[0]  # made known either way
     if domain is None:
         raise UserError("evaluate: name the domain of the task agent (or its domain_spec)")

@@ -113,12 +113,12 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
-def apply_flags(config: Config, args) -> Config:
+def apply_flags(config: Config, args: argparse.Namespace) -> Config:
     """The flags that set one config field each, over `config`."""
     return apply_overrides(config, {option: getattr(args, option) for option in FLAG_FIELDS}, args.data or ())
 
 
-def check_flags(args) -> bool:
+def check_flags(args: argparse.Namespace) -> bool:
     """Flags that cannot go together, refused before anything starts; whether --resume_from names a group.
     --evaluate becomes its list of node ids (checked against the run by claim_run)."""
     if args.eval_test:
@@ -137,7 +137,7 @@ def check_flags(args) -> bool:
     return group
 
 
-def run_replicates(parser, args) -> None:
+def run_replicates(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """--replicates K, or --resume_from a folder of replicates: each replicate a run of its own."""
     from archive.experiments import read_group
     from optimizer.replicates import replicate_argv, run_group, start_group
@@ -173,7 +173,7 @@ def run_replicates(parser, args) -> None:
         raise UserError(f"{failed} of {len(group['runs'])} replicates did not finish (see above)")
 
 
-def request_of(args) -> RunRequest:
+def request_of(args: argparse.Namespace) -> RunRequest:
     """The run the flags ask for."""
     return RunRequest(
         domains=tuple(args.domain or ()), domain_specs=tuple(args.domain_spec or ()), config=args.config,
@@ -185,7 +185,7 @@ def request_of(args) -> RunRequest:
         dry_run=args.dry_run, replicates=args.replicates, dashboard=args.dashboard)
 
 
-def main(argv=None) -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = build_parser()
     args = parser.parse_args(argv)
     group = check_flags(args)

@@ -341,7 +341,7 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
-def main(argv=None) -> None:
+def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     if args.model and not args.proofautograder:
         raise UserError("--model goes with --proofautograder; a run's grader keeps the model it was evaluated with")

@@ -14,6 +14,7 @@ prompt is estimated shorter than a provider caches (1,024 tokens), so evaluation
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -21,7 +22,10 @@ from services.gateway.caching import takes_marks
 from services.gateway.pricing import pricing_of
 
 if TYPE_CHECKING:
-    from services.config import Config
+    from domains.base import Domain
+    from services.config import Config, GatewayConfig
+
+RowsOf = Callable[["Domain", str], int]  # (domain, split) -> the rows its full evaluation runs on
 
 CHARS_PER_TOKEN = 4
 INSTRUCTION_TOKENS = 600  # the agent's own prompt around a row's inputs
@@ -64,7 +68,7 @@ def call_usd(model: str, prices: dict, prompt_tokens: float, completion_tokens: 
     return prompt_tokens * pricing.input_usd + completion_tokens * pricing.output_usd
 
 
-def evaluation_usd(domains: list, config: Config, rows_of, test: bool = False) -> float:
+def evaluation_usd(domains: list[Domain], config: Config, rows_of: RowsOf, test: bool = False) -> float:
     """One node's evaluation, staged and full, assuming it passes the first stage (`test`: its test
     split instead, as the final test runs it).
 
@@ -84,7 +88,7 @@ def evaluation_usd(domains: list, config: Config, rows_of, test: bool = False) -
     return total
 
 
-def meta_usd(model: str, gw, calls: int) -> tuple[float, float]:
+def meta_usd(model: str, gw: GatewayConfig, calls: int) -> tuple[float, float]:
     """One meta agent run of `calls` calls whose prompt grows evenly from META_FIRST_PROMPT_TOKENS and averages
     META_PROMPT_TOKENS: what it costs, and what prompt caching saves of that."""
     pricing = pricing_of(model, gw.prices)
@@ -101,7 +105,7 @@ def meta_usd(model: str, gw, calls: int) -> tuple[float, float]:
     return min(full, cached), max(full - cached, 0.0)
 
 
-def estimate(domains: list, config: Config, rows_of) -> Estimate:
+def estimate(domains: list[Domain], config: Config, rows_of: RowsOf) -> Estimate:
     evaluation = evaluation_usd(domains, config, rows_of)
     meta, saved = meta_usd(config.resolve_model("meta"), config.gateway, config.loop.meta_max_calls)
     final = 2 * evaluation_usd(domains, config, rows_of, test=True) if config.loop.final_test else 0.0

@@ -29,6 +29,7 @@ from archive.promotion import Promotion, RowScores, Verdict, decide, row_scores
 from archive.records import DomainEval
 from archive.stats import Estimate, interval
 from archive.store import untrusted_dir
+from domains.base import Domain
 from domains.harness import (
     PREDICTIONS,
     AgentWorker,
@@ -45,9 +46,11 @@ from services.sandbox import Sandbox, open_sandbox
 from services.workspace import discard
 
 if TYPE_CHECKING:
-    from domains.base import Domain
+    from domains import scoring
+    from domains.base import Stage
     from services.config import Config
     from services.gateway import Gateway
+    from services.workspace import RunRepo
 
 
 @dataclass
@@ -100,7 +103,7 @@ def split_rows(domain: Domain, split: str, limit: int) -> int:
 
 class Evaluator:
     def __init__(self, run_dir: Path, config: Config, gateway: Gateway, backend: str, task_model: str,
-                 events: Events | None = None):
+                 events: Events | None = None) -> None:
         self.run_dir = run_dir
         self.events = events or Events()
         self.store = EvalStore(run_dir)
@@ -118,7 +121,7 @@ class Evaluator:
         workspace = self.run_dir / "workspaces" / f"{node_id}-eval"
         return NodeSandbox(self, workspace, node_id, node_dir, transcripts, list(check_imports))
 
-    def evaluate(self, domains: list, node: NodeSandbox, agent_hash: str,
+    def evaluate(self, domains: list[Domain], node: NodeSandbox, agent_hash: str,
                  timings: dict | None = None, peers: Peers | None = None) -> dict[str, DomainResult]:
         """Staged, then full evaluation of every domain; raises BudgetStop when the money runs out
         and LoadFailed when the task agent or one of the node's entry points does not load.
@@ -138,7 +141,7 @@ class Evaluator:
             timings["check"] = round(time.monotonic() - started, 3)
         started = time.monotonic()
 
-        def run(d, split: str, limit: int) -> None:
+        def run(d: Domain, split: str, limit: int) -> None:
             results[d.name].splits[split] = self._split(d, split, split_rows(d, split, limit), node, agent_hash)
 
         screening = {d.name: d.screening(self.config.loop) for d in domains}
@@ -165,7 +168,8 @@ class Evaluator:
         also = self.config.loop.stage_splits == "train_and_val" and domain.selection_split != "train"
         return ["train", domain.selection_split] if also else ["train"]
 
-    def evaluate_splits(self, domains: list, node: NodeSandbox, agent_hash: str, split: str) -> dict[str, SplitScore]:
+    def evaluate_splits(self, domains: list[Domain], node: NodeSandbox, agent_hash: str,
+                        split: str) -> dict[str, SplitScore]:
         """`split` of every domain, all its rows (`loop.eval_samples`), no stages: the final test."""
         try:
             node.worker.start()
@@ -174,7 +178,7 @@ class Evaluator:
         return {d.name: self._split(d, split, split_rows(d, split, self.config.loop.eval_samples), node, agent_hash)
                 for d in domains}
 
-    def _screen(self, domain: Domain, stage, result: DomainResult, peers: Peers) -> Verdict:
+    def _screen(self, domain: Domain, stage: Stage, result: DomainResult, peers: Peers) -> Verdict:
         """The stage's verdict on one domain, also kept (as a line) in `result.screening`."""
         loop = self.config.loop
         rule = Promotion(stage.rule or loop.promotion, loop.promotion_level, loop.promotion_test)
@@ -250,14 +254,16 @@ class NodeTools:
     """What a scorer asks the loop for (domains.scoring.ScoringTools): the run's gateway, its
     calls booked to the node; a grader in a sandbox of its own."""
 
-    def __init__(self, evaluator: Evaluator, node_id: str):
+    def __init__(self, evaluator: Evaluator, node_id: str) -> None:
         self.evaluator = evaluator
         self.node_id = node_id
 
     def judge(self) -> GatewayJudge:
         return GatewayJudge(self.evaluator.config, gateway=self.evaluator.gateway, node=self.node_id)
 
-    def grade(self, grading, grader_agent: str, predictions: Path) -> Path:
+    def grade(self, grading: scoring.Domain, grader_agent: str, predictions: Path) -> Path:
+        # A scorer types its grading domain by the little it reads; the one it grades with is a registered domain.
+        assert isinstance(grading, Domain)
         ev = self.evaluator
         transcripts = untrusted_dir(ev.run_dir, self.node_id, "grader")  # never under evals/, which the core writes
         result = ev.kept(self.node_id, grade_run(grading, grader_agent, predictions, ev.config, ev.gateway,
@@ -274,7 +280,7 @@ class NodeSandbox:
     """
 
     def __init__(self, evaluator: Evaluator, workspace: Path, node_id: str, node_dir: Path, transcripts: Path,
-                 check_imports: list[str]):
+                 check_imports: list[str]) -> None:
         self.evaluator = evaluator
         self.workspace = workspace
         self.node_id = node_id
@@ -304,10 +310,10 @@ class NodeSandbox:
             raise
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self._stack.close()
 
-    def fill(self, repo, commit: str) -> None:
+    def fill(self, repo: RunRepo, commit: str) -> None:
         """The files of `commit` into the (empty) workspace, owned as the sandbox needs."""
         repo.export(commit, self.workspace)
         self.box.adopt(self.workspace)

@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from archive.promotion import BestChoice
@@ -25,6 +26,7 @@ from services.render import console as visible
 
 if TYPE_CHECKING:
     from archive.store import Archive
+    from domains.base import Domain
 
 DROPPED_SHOWN = 5  # dropped names on a node's line; the rest are counted (all are in node.json)
 
@@ -116,7 +118,7 @@ class Events:
     """Hands every event to each subscriber, in the order they subscribed, one event at a time
     (generations in flight emit from their own threads)."""
 
-    def __init__(self, *subscribers: Subscriber):
+    def __init__(self, *subscribers: Subscriber) -> None:
         self.subscribers = list(subscribers)
         self.waiters: list[Callable[[], None]] = []  # called while the controller waits (see `waiting`)
         self._lock = threading.RLock()  # a subscriber may emit (Pictures warns)
@@ -197,8 +199,9 @@ class Pictures:
     litellm, and it bought nothing when nodes come back seconds apart. A picture is never worth a
     run: a failure to draw is a warning event, and the run goes on."""
 
-    def __init__(self, archive: Archive, domains: list, full_sizes: dict[str, int], run_dir, events: Events,
-                 choice: BestChoice = BestChoice(), rule: ScoreRule = ScoreRule(), every_s: float = 0.0):
+    def __init__(self, archive: Archive, domains: list[Domain], full_sizes: dict[str, int], run_dir: Path,
+                 events: Events, choice: BestChoice = BestChoice(), rule: ScoreRule = ScoreRule(),
+                 every_s: float = 0.0) -> None:
         self.archive, self.domains, self.full_sizes, self.run_dir = archive, domains, full_sizes, run_dir
         self.events, self.choice, self.rule, self.every_s = events, choice, rule, every_s
         self.clock = time.monotonic

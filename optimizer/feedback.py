@@ -15,13 +15,18 @@ was revoked when its sandbox closed anyway: services/gateway/sessions.py).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from archive.records import Node
 from services.fsutil import atomic_write_bytes, atomic_write_csv, atomic_write_json, atomic_write_text, read_csv_text
 from services.gateway import redact_keys
 
+if TYPE_CHECKING:
+    from archive.eval_store import EvalStore
+    from domains.base import Domain
 
-def write_train_data(run_dir: Path, domains: list) -> None:
+
+def write_train_data(run_dir: Path, domains: list[Domain]) -> None:
     """Train rows with inputs and label, one JSON line each, for the try command; written whole
     each time a run starts or resumes, so a file a kill cut short is never what the sandbox reads."""
     folder = run_dir / "train_data"
@@ -30,7 +35,7 @@ def write_train_data(run_dir: Path, domains: list) -> None:
         atomic_write_text(folder / f"{d.name}_train.jsonl", "\n".join(d.try_lines(d.load("train"))) + "\n")
 
 
-def publish_feedback(run_dir: Path, domains: list, store, node: Node) -> None:
+def publish_feedback(run_dir: Path, domains: list[Domain], store: EvalStore, node: Node) -> None:
     """The node's patch, a summary of it (train scores only) and its train results, where later
     meta agents can read them. `store`: the run's archive.eval_store.EvalStore.
 

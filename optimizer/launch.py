@@ -12,7 +12,7 @@ import shlex
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -36,6 +36,9 @@ from services.flags import apply_settings, parse_data_flags
 from services.fsutil import atomic_write_json, hold_folder
 
 if TYPE_CHECKING:
+    from domains.base import Domain
+    from optimizer.initial_agents import AgentFolder, InitialAgent
+    from optimizer.transfer import Transfer
     from services.gateway import Gateway
 
 # The options that set one config field each (the command line's flags of the same names), applied
@@ -76,7 +79,7 @@ class RunRequest:
     dashboard: int | None = None  # serve the run's dashboard on this port while it runs
 
 
-def apply_overrides(config: Config, overrides: dict, data=()) -> Config:
+def apply_overrides(config: Config, overrides: dict, data: Iterable[str] = ()) -> Config:
     """The options of FLAG_FIELDS given (not None) and the data files, over `config`, validated."""
     unknown = sorted(set(overrides) - set(FLAG_FIELDS))
     if unknown:
@@ -136,7 +139,7 @@ def labels(request: RunRequest, record: RunRecord | None) -> tuple[str, list[str
     return name, tags
 
 
-def initial_code(initial_agent, transfer):
+def initial_code(initial_agent: InitialAgent | AgentFolder, transfer: Transfer | None) -> Callable[[Path], None]:
     """How the fresh copy of the project's evolvable code becomes the initial node's: the chosen task
     agent, and with --initial_from the source node's code (all of it, or all but the task agent)."""
     def prepare(workspace: Path) -> None:
@@ -147,7 +150,8 @@ def initial_code(initial_agent, transfer):
     return prepare
 
 
-def transfer_of(request: RunRequest, full_sizes):
+def transfer_of(request: RunRequest,
+                full_sizes: Callable[[list[Domain], Config], dict[str, int]]) -> Transfer | None:
     """The node a new run starts from (--initial_from, --transfer), checked; None without --initial_from."""
     from archive.promotion import BestChoice
     from domains.base import use_data_files
@@ -189,7 +193,7 @@ def start_dashboard(run_dir: Path, port: int) -> None:
     atexit.register(proc.terminate)
 
 
-def claim_run(run_dir: Path, domains, request: RunRequest) -> None:
+def claim_run(run_dir: Path, domains: list[Domain], request: RunRequest) -> None:
     """What is refused before any model call: a run another process writes (one at a time), and
     --evaluate of a node or a split the run lacks."""
     if (run_dir / "run.json").exists():

@@ -16,6 +16,7 @@ from services.render import console
 if TYPE_CHECKING:
     from domains.base import Domain, Stage
     from optimizer.loop import Loop
+    from services.ledger import Totals
 
 
 def promotion_text(domain: Domain, stage: Stage, loop: LoopConfig) -> str:
@@ -29,9 +30,9 @@ def promotion_text(domain: Domain, stage: Stage, loop: LoopConfig) -> str:
     return f"{above} and its mean reaches the best node's 95% lower bound (sica)"
 
 
-def plan_lines(run_dir: Path, domains, config: Config, backend: str, resumed: bool,
+def plan_lines(run_dir: Path, domains: list[Domain], config: Config, backend: str, resumed: bool,
                why_models: str | None = None, why_backend: str | None = None,
-               initial_from: dict | None = None, name: str = "", tags=()) -> list[str]:
+               initial_from: dict | None = None, name: str = "", tags: Sequence[str] = ()) -> list[str]:
     from optimizer.evaluation import split_rows
 
     lines = [f"run      {run_dir} ({f'resumed; it was {state_text(*read_state(run_dir))}' if resumed else 'new'})"]
@@ -65,14 +66,14 @@ def plan_lines(run_dir: Path, domains, config: Config, backend: str, resumed: bo
     return lines
 
 
-def label_text(name: str, tags) -> str:
+def label_text(name: str, tags: Sequence[str]) -> str:
     """A run's name and tags in one line ("" when it has neither); both were checked printable when
     the run took them, and go through `console` all the same since run.json can be edited."""
     shown = [console(name)] if name else []
     return ", ".join(shown + ([f"tags {', '.join(console(t) for t in tags)}"] if tags else []))
 
 
-def caching_text(spent) -> str:
+def caching_text(spent: Totals) -> str:
     """What providers' prompt caches did for a run's calls (services.ledger.Totals), after its cost."""
     return (f"; prompt caching: {spent.cached_tokens:,} prompt tokens read from the providers' caches, "
             f"{spent.cache_write_tokens:,} written, ${spent.cache_saved_usd:.4f} saved")
@@ -96,8 +97,8 @@ def summary_lines(loop: Loop, name: str = "", tags: Sequence[str] = ()) -> list[
     return lines
 
 
-def print_dry_run(run_dir: Path, domains, config: Config, initial_from: dict | None, replicates: int | None,
-                  name: str = "", tags=()) -> None:
+def print_dry_run(run_dir: Path, domains: list[Domain], config: Config, initial_from: dict | None,
+                  replicates: int | None, name: str = "", tags: Sequence[str] = ()) -> None:
     """--dry_run: the plan and the cost estimate (of each replicate and of the group), with no folder made
     and no call."""
     from optimizer.estimate import estimate

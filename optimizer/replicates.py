@@ -12,6 +12,7 @@ their sandboxes share the cluster). Each replicate has the whole `--budget_usd`.
 
 from __future__ import annotations
 
+import argparse
 import os
 import subprocess
 import sys
@@ -27,7 +28,7 @@ from services.fsutil import atomic_write_json
 GROUP_FLAGS = ("replicates", "replicates_at_once", "run_id", "output_dir", "seed", "resume_from", "dashboard")
 
 
-def replicate_argv(parser, args) -> list[str]:
+def replicate_argv(parser: argparse.ArgumentParser, args: argparse.Namespace) -> list[str]:
     """The command line every replicate shares: the flags given, minus the group's own."""
     argv = []
     for action in parser._actions:

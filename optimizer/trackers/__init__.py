@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from archive.records import Node, RunRecord
-from optimizer.events import Events, NodeFinished, RunEnded, RunStarted, Warned
+from optimizer.events import Event, Events, NodeFinished, RunEnded, RunStarted, Warned
 from optimizer.trackers.content import best_metrics, cut, node_metrics, node_record
 from services.config import Config, TrackingConfig
 from services.errors import UserError
@@ -94,12 +94,12 @@ class Trackers:
     """The subscriber that logs the run to each of `tracking.backends` (nothing when there are none)."""
 
     def __init__(self, run_dir: Path, config: Config, archive: Archive, best: Callable[[], Node | None],
-                 events: Events):
+                 events: Events) -> None:
         self.run_dir, self.settings, self.archive = Path(run_dir), config.tracking, archive
         self.best_node, self.events = best, events
         self.open: list[_Open] = []
 
-    def __call__(self, event) -> None:
+    def __call__(self, event: Event) -> None:
         if not self.settings.backends:
             return
         if isinstance(event, RunStarted):
