@@ -12,8 +12,12 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from services.errors import Terminated, UserError, exit_on_user_error
+
+if TYPE_CHECKING:
+    from archive.dashboard.server import Server
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -27,7 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
-def stop_when_gone(server, pid: int) -> None:
+def stop_when_gone(server: Server, pid: int) -> None:
     """Shut the server down once process `pid` (the run that started it) has ended."""
     def watch() -> None:
         while True:
@@ -43,7 +47,7 @@ def stop_when_gone(server, pid: int) -> None:
     threading.Thread(target=watch, name="exit-with", daemon=True).start()
 
 
-def main(argv=None) -> None:
+def main(argv: list[str] | None = None) -> None:
     from archive.dashboard.server import serve, url_of
 
     args = build_parser().parse_args(argv)

@@ -13,6 +13,7 @@ as the plain `<U+202E>`.
 from __future__ import annotations
 
 import html
+import re
 from collections.abc import Iterable
 from urllib.parse import quote, urlencode
 
@@ -24,11 +25,11 @@ VOID = frozenset({"br", "hr", "img", "input", "meta", "link", "wbr"})
 class Markup(str):
     """HTML made here: inserted as it is."""
 
-    def __add__(self, other) -> Markup:
+    def __add__(self, other: object) -> Markup:
         return Markup(str.__add__(self, esc(other)))
 
 
-def esc(value) -> Markup:
+def esc(value: object) -> Markup:
     """`value` as HTML text: markup as it is, anything else escaped (None is empty), each bidi
     control marked."""
     if isinstance(value, Markup):
@@ -38,11 +39,11 @@ def esc(value) -> Markup:
     return Markup(BIDI_PATTERN.sub(_bidi_mark, html.escape(str(value), quote=True)))
 
 
-def _bidi_mark(found) -> str:
+def _bidi_mark(found: re.Match[str]) -> str:
     return f'<span class="bidi" title="bidi control character">&lt;U+{ord(found.group()):04X}&gt;</span>'
 
 
-def _attribute(value) -> Markup:
+def _attribute(value: object) -> Markup:
     """`value` as an attribute's value: escaped, each bidi control written as `<U+202E>`."""
     return value if isinstance(value, Markup) else Markup(html.escape(bidi_visible(str(value)), quote=True))
 
@@ -51,7 +52,7 @@ def join(parts: Iterable, sep: str = "") -> Markup:
     return Markup(sep.join(esc(p) for p in parts))
 
 
-def h(name: str, attrs: dict | None = None, *children) -> Markup:
+def h(name: str, attrs: dict | None = None, *children: object) -> Markup:
     """The element `name`; attribute values and children are escaped unless they are Markup.
     An attribute whose value is None or False is left out, True writes it bare."""
     parts = [name]
@@ -66,7 +67,7 @@ def h(name: str, attrs: dict | None = None, *children) -> Markup:
     return Markup(f"{opening}{join(children)}</{name}>")
 
 
-def url(*segments: str, **query) -> str:
+def url(*segments: str, **query: object) -> str:
     """A link inside the dashboard: each path segment quoted (a name read from disk cannot add
     a segment, a scheme or a query), then the query."""
     path = "/" + "/".join(quote(str(s), safe="") for s in segments)

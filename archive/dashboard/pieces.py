@@ -4,6 +4,7 @@ the progress and cost charts, the table of nodes, spend by role and model."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 from archive.dashboard.markup import Markup, h, join
 from archive.dashboard.reader import RunData, RunReader
@@ -13,7 +14,7 @@ from archive.stats import interval_text
 from services.render import bidi_visible
 
 
-def fmt_score(value) -> str:
+def fmt_score(value: float | None) -> str:
     return "" if value is None else f"{value:.3f}"
 
 
@@ -31,7 +32,7 @@ def best_cell(data: RunData) -> Markup:
              h("small", {"title": "95% interval"}, f" {interval_text(*band)}") if band else "")
 
 
-def tag_chips(tags: list[str], href=None) -> Markup:
+def tag_chips(tags: list[str], href: Callable[[str], str] | None = None) -> Markup:
     """A run's tags, each a link to the runs that carry it when `href(tag)` is given."""
     return join((h("a", {"class": "tag", "href": href(t)}, t) if href else h("span", {"class": "tag"}, t))
                 for t in tags)
@@ -65,7 +66,7 @@ def summary(data: RunData, spend: list[dict] | None = None) -> Markup:
     return h("section", {"class": "summary"}, items, problems)
 
 
-def tree(data: RunData, href=None, static: bool = False) -> Markup:
+def tree(data: RunData, href: Callable[[str], str] | None = None, static: bool = False) -> Markup:
     """The archive tree of the run, with the generations in flight as dashed leaves. `static` (report.html, a
     page with no script): drawn to fit its frame, and its legend says nothing of panning or zooming."""
     best = data.best()
@@ -223,7 +224,7 @@ def fmt_seconds(value: float) -> str:
     return f"{value:.0f} s" if value >= 10 else f"{value:.1f} s"
 
 
-def nodes_table(data: RunData, href=None, limit: int | None = None) -> Markup:
+def nodes_table(data: RunData, href: Callable[[str], str] | None = None, limit: int | None = None) -> Markup:
     """Nodes, best first: status, parent, scores per domain and split with their row counts, cost, time."""
     splits = splits_of(data)
     best = data.best()

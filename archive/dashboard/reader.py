@@ -32,6 +32,7 @@ from services.render import csv_value
 from services.user_files import parse_json
 
 if TYPE_CHECKING:
+    from archive.store import ScoreRule
     from domains.base import Domain
 
 T = TypeVar("T")  # what a ledger query returns
@@ -95,7 +96,7 @@ class RunData:
         return observed_sizes(self.domains, list(self.nodes.values()))
 
     @cached_property
-    def _rule(self):
+    def _rule(self) -> ScoreRule:
         return observed_rule(self.record.config.get("loop") if self.record is not None else None, self.domains)
 
     def score(self, node: Node) -> float | None:
@@ -165,7 +166,7 @@ class RunData:
 class RunReader:
     """Reads one run folder, again only when its event log, run.json or nodes changed."""
 
-    def __init__(self, path: Path, name: str | None = None):
+    def __init__(self, path: Path, name: str | None = None) -> None:
         self.path = Path(path)
         self.name = name or self.path.name  # how the dashboard names it ("group/seed-1" for a replicate)
         self.ledger = LedgerReader(self.path / "ledger.sqlite")

@@ -14,15 +14,16 @@ import os
 import socket
 import sys
 import threading
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from archive.dashboard import pages, runs_page
 from archive.dashboard.compare import compare_page
-from archive.dashboard.reader import RunReader
+from archive.dashboard.reader import RunData, RunReader
 from archive.experiments import read_group
-from archive.records import NODE_ID
+from archive.records import NODE_ID, Node
 from services.errors import UserError
 
 ASSETS = {"dashboard.js": "text/javascript; charset=utf-8", "dashboard.css": "text/css; charset=utf-8"}
@@ -44,7 +45,7 @@ class NotFound(Exception):
 class Dashboard:
     """What the server shows: the runs under `root` (or `root` itself when it is a run)."""
 
-    def __init__(self, root: Path):
+    def __init__(self, root: Path) -> None:
         self.root = Path(root)
         self.one_run = (self.root / "run.json").is_file()
         self._readers: dict[str, RunReader] = {}
@@ -145,17 +146,18 @@ class Dashboard:
         return f"{records & 0xFFFFFFFFFFFF:x}-{spend & 0xFFFFFFFFFFFF:x}"
 
     @staticmethod
-    def _node(data, node_id: str):
+    def _node(data: RunData, node_id: str) -> Node:
         if not NODE_ID.fullmatch(node_id) or node_id not in data.nodes:
             raise NotFound(f"no node {node_id!r} in run {data.name}")
         return data.nodes[node_id]
 
     @staticmethod
-    def _json(value) -> tuple[int, str, bytes]:
+    def _json(value: object) -> tuple[int, str, bytes]:
         return 200, "application/json", json.dumps(value).encode()
 
 
-def handler_for(dashboard: Dashboard, allowed_hosts: set[str], log=None):
+def handler_for(dashboard: Dashboard, allowed_hosts: set[str],
+                log: Callable[[str], None] | None = None) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         server_version = "hyperagents-dashboard"
         sys_version = ""
@@ -192,7 +194,7 @@ def handler_for(dashboard: Dashboard, allowed_hosts: set[str], log=None):
             if send_body:
                 self.wfile.write(body)
 
-        def log_message(self, format: str, *args) -> None:
+        def log_message(self, format: str, *args: object) -> None:
             if log is not None:
                 log(format % args)
 
@@ -205,7 +207,7 @@ class Server(ThreadingHTTPServer):
     dashboard: Dashboard  # what it serves, set once made
 
 
-def serve(root: Path, host: str = "127.0.0.1", port: int = 0, log=None) -> Server:
+def serve(root: Path, host: str = "127.0.0.1", port: int = 0, log: Callable[[str], None] | None = None) -> Server:
     """A dashboard server bound to (host, port), not yet serving (call serve_forever)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     server_class = type("Server", (Server,), {"address_family": family})

@@ -4,6 +4,7 @@ shared by the dashboard's pages and the static report.html."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from archive.dashboard.markup import Markup, h, join
@@ -44,7 +45,7 @@ def nice_ticks(low: float, high: float, max_ticks: int = 6, *, integer: bool = F
         power *= 10
 
 
-def score_range(scores) -> tuple[float, float]:
+def score_range(scores: Iterable[float | None]) -> tuple[float, float]:
     """The range colours are scaled to: the lowest and highest of `scores` (None left out), so that
     a run whose scores all lie between 0.3 and 0.55 still shows which are better; 0 to 1 when fewer
     than two differ."""
@@ -96,7 +97,8 @@ def layout(nodes: list[TreeNode]) -> dict[str, tuple[float, float]]:
     return where
 
 
-def tree_svg(nodes: list[TreeNode], best_line: list[str], href=None, *, fit: bool = False) -> Markup:
+def tree_svg(nodes: list[TreeNode], best_line: list[str], href: Callable[[str], str] | None = None, *,
+             fit: bool = False) -> Markup:
     """The archive as a tree: colour by score (scaled to score_range of the nodes), a ring for each status
     that is not ok, dashes for a generation in flight, the best node's lineage drawn thick. `href(node_id)`
     links each node. Drawn in a viewBox for the dashboard's script to pan and zoom, or with `fit` for a page
