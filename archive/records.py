@@ -30,7 +30,7 @@ if typing.TYPE_CHECKING:
 
         SCHEMA: typing.ClassVar[int]
 
-NODE_SCHEMA = 4  # node.json; 2 adds intervals and screening, 3 meta_error, 4 the duplicate status
+NODE_SCHEMA = 4  # node.json; 2 adds intervals and screening, 3 meta_error, 4 the duplicate status and flags
 META_SCHEMA = 1  # the meta agent's result, in archive.jsonl's meta_done event
 START_SCHEMA = 1  # a generation's start, archive.jsonl's gen_start event
 RUN_SCHEMA = 3  # run.json; 2 adds initial_from, 3 name and tags
@@ -197,6 +197,7 @@ class Node:
     patch: dict = field(default_factory=dict)  # files, insertions, deletions, dropped (protected paths)
     error: str | None = None
     meta_error: str | None = None  # its meta agent failed; its change was evaluated anyway (meta_failure parent)
+    flags: list[str] = field(default_factory=list)  # why it is suspicious (archive/tamper.py): shown, never acted on
     created_at: str = field(default_factory=lambda: datetime.now().isoformat(timespec="seconds"))
 
     def to_dict(self) -> dict:

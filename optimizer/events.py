@@ -158,8 +158,9 @@ def console_line(event: Event) -> str | None:
     if isinstance(event, NodeFinished):
         node = event.node
         stopped = [f"; {d} {lines[-1]}" for d, lines in node.screening.items() if ": stopped: " in lines[-1]]
+        suspicious = f"; suspicious: {'; '.join(node.flags)}" if node.flags else ""
         return f"node {node.node_id} (parent {node.parent}): {node.status}; {node.scores_text()}; " \
-               f"cost ${sum(node.cost_usd.values()):.4f}" + "".join(stopped)
+               f"cost ${sum(node.cost_usd.values()):.4f}" + "".join(stopped) + suspicious
     if isinstance(event, Warned):
         return f"warning: {event.message}"
     if isinstance(event, FinalTested):

@@ -38,6 +38,7 @@ from archive.records import GenStart, MetaResult, Node, Status
 from archive.run_state import RunState
 from archive.selection import NEEDS_ROWS, Candidate, Context, probabilities, select_parent
 from archive.store import META_TRANSCRIPT, Archive, ScoreRule, untrusted_dir
+from archive.tamper import flags as tamper_flags
 from optimizer.evaluation import (
     BudgetStop,
     Evaluator,
@@ -67,7 +68,7 @@ from optimizer.slots import Slots, horizon, run_generation
 from optimizer.trackers import Trackers
 from services.config import Baseline, Config
 from services.errors import UserError
-from services.fsutil import atomic_write_text
+from services.fsutil import atomic_write_text, read_below
 from services.sandbox import Mount, Sandbox, SandboxClosed, open_sandbox
 from services.workspace import Quota, RunRepo, discard
 
@@ -91,6 +92,9 @@ def chosen_parent(stdout: str, valid: set[str]) -> tuple[str | None, str | None]
     if not isinstance(chosen, str) or chosen not in valid:
         return None, f"chose {str(chosen)[:200]!r}, which is not a valid parent"
     return chosen, None
+
+
+TAMPER_READ_BYTES = 2 * 2**20  # of a patch.diff and of a meta transcript read for tamper flags
 
 
 class Loop:
@@ -246,7 +250,7 @@ class Loop:
             self.archive.log_meta_result(node_id, done)
             self.events.emit(MetaFinished(node_id, done))
         node = Node(node_id, parent, generation, commit=done.commit, patch=done.patch,
-                    seconds={"meta": done.seconds})
+                    seconds={"meta": done.seconds}, flags=self._tamper_flags(node_id, done.patch))
         evaluate_anyway = self.config.loop.meta_failure == "parent" and done.commit is not None
         if done.status != Status.OK and not evaluate_anyway:
             node.status, node.error = done.status, done.error
@@ -262,6 +266,19 @@ class Loop:
             else:
                 node = self._evaluate_new(node)
         return self._finished(node, started)
+
+    def _tamper_flags(self, node_id: str, patch: dict) -> list[str]:
+        """Why the node's change or its meta agent's commands reach for the scoring side (archive/tamper.py)."""
+        def text(root: Path, relative: str) -> str:
+            try:
+                return read_below(root, relative, TAMPER_READ_BYTES)[0].decode("utf-8", "replace")
+            except (OSError, ValueError):  # none, or not a regular file: nothing to read
+                return ""
+
+        hidden = list(dict.fromkeys(c for d in self.domains for c in d.hidden_columns))
+        transcript = text(self.sandbox_out(node_id, "meta"), META_TRANSCRIPT)
+        return tamper_flags(text(self.run_dir / "nodes", f"{node_id}/patch.diff"),
+                            [str(f) for f in patch.get("dropped") or []], hidden, transcript)
 
     def _duplicate_of(self, node: Node) -> str | None:
         """Why `node` is not worth evaluating under loop.novelty_threshold (its change nearly repeats an

@@ -211,7 +211,8 @@ def node_page(reader: RunReader, data: RunData, node: Node) -> str:
           *((" · ", h("a", {"href": url("runs", name, "compare", a=node.parent, b=node_id), "id": "vs-parent"},
                       "compare with its parent")) if node.parent else ())),
         h("dl", {"class": "facts"}, join(h("div", {}, h("dt", {}, k), h("dd", {}, v)) for k, v in facts)),
-        h("pre", {"class": "error"}, node.error) if node.error else "", pieces.bidi_warning(node)])
+        h("pre", {"class": "error"}, node.error) if node.error else "", pieces.suspicious_warning(node),
+        pieces.bidi_warning(node)])
     body = join([
         head,
         h("h2", {}, "Scores"), scores_table(node),

@@ -103,14 +103,26 @@ def _tooltip(data: RunData, node: Node) -> str:
     """What hovering a node of the tree says (its page says the rest)."""
     error = f"; {bidi_visible(node.error[:120])}" if node.error else ""
     warning = "; warning: bidi control characters in its change" if bidi_files(node) else ""
+    suspicious = f"; suspicious ({len(node.flags)} reasons)" if node.flags else ""
     return f"node {node.node_id} from {node.parent}: {node.status}, score {fmt_score(data.score(node)) or 'none'}, " \
-           f"{fmt_cost(sum(node.cost_usd.values()))}{error}{warning}"
+           f"{fmt_cost(sum(node.cost_usd.values()))}{error}{warning}{suspicious}"
 
 
 def bidi_files(node: Node) -> list[str]:
     """The files of the node's change whose added lines hold bidi controls (recorded at capture)."""
     files = node.patch.get("bidi") if isinstance(node.patch, dict) else None
     return [str(f) for f in files] if isinstance(files, list) else []
+
+
+def suspicious_warning(node: Node) -> Markup:
+    """Why the node is flagged suspicious (archive/tamper.py), on its page: it ran and was scored as
+    any other; the reasons say where to look in its change and transcript."""
+    if not node.flags:
+        return Markup("")
+    return h("div", {"class": "warning suspicious-warning"},
+             h("p", {}, "Suspicious: this node's change or its meta agent reached for the scoring side. "
+                        "It ran and was scored as any other; read its change and transcript below."),
+             h("ul", {}, join(h("li", {}, bidi_visible(reason)) for reason in node.flags)))
 
 
 def bidi_warning(node: Node) -> Markup:
@@ -238,8 +250,10 @@ def nodes_table(data: RunData, href: Callable[[str], str] | None = None, limit: 
         star = Markup(" &#9733;") if best and n.node_id == best.node_id else ""
         cells = join(h("td", {"class": "num"}, fmt_score(n.scores.get(d, {}).get(s)), score_note(n, d, s))
                      for d, s in splits)
-        flag = h("span", {"class": "bidi-flag", "title": "bidi control characters in its change"}, " bidi!") \
-            if bidi_files(n) else ""
+        flag = join([h("span", {"class": "bidi-flag", "title": "bidi control characters in its change"}, " bidi!")
+                     if bidi_files(n) else "",
+                     h("span", {"class": "suspicious-flag", "title": "; ".join(n.flags)}, " suspicious")
+                     if n.flags else ""])
         rows.append(h("tr", {"class": f"status-{n.status}"}, h("td", {}, name, star), h("td", {}, n.parent or ""),
                       h("td", {"class": "num"}, n.generation), h("td", {}, str(n.status), flag), cells,
                       h("td", {"class": "num"}, fmt_cost(sum(n.cost_usd.values()))),

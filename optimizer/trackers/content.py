@@ -62,7 +62,7 @@ def node_record(node: Node) -> dict:
     dropped = [str(name)[:200] for name in (patch.get("dropped") or [])]
     return {"node_id": node.node_id, "parent": node.parent, "generation": node.generation,
             "status": str(node.status), "error": cut(node.error, ERROR_CHARS),
-            "meta_error": cut(node.meta_error, ERROR_CHARS),
+            "meta_error": cut(node.meta_error, ERROR_CHARS), "flags": [cut(f, ERROR_CHARS) for f in node.flags],
             "scores": node.scores, "rows": node.samples, "intervals": node.intervals, "full_eval": node.full_eval,
             "screening": {d: [cut(line, ERROR_CHARS) for line in lines] for d, lines in node.screening.items()},
             "cost_usd": node.cost_usd, "tokens": node.tokens, "seconds": node.seconds,
