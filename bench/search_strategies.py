@@ -1,0 +1,359 @@
+"""Parent-selection strategies compared on the same budget, in a simulation (issue 30).
+
+No model and no sandbox: agents are vectors of latent per-row skills, and a run is the loop's
+search with archive/selection.py choosing the parents, archive/promotion.py screening the
+children and choosing the run's best node, as a real run calls them.
+
+The task. Three splits of `--rows` rows each (train, val, test, as imo_grading's 100/100/100).
+Row r has a kind k_r (one of 4: the sorts of question a change can be good or bad at) and a
+difficulty z_r ~ N(0, 1). An agent is an ability per kind a_k and an offset per row u_r; its
+chance of being right on row r is
+
+    p_r = 1 / (1 + exp(-(a_{k_r} + u_r - z_r)))     (0 on every row when the agent is broken)
+
+The initial agent has a_k = 0 and u = 0: about 0.5 on every split.
+
+A generation. The parent is chosen among the candidates built as archive.store's
+Archive.candidates builds them (below), with the loop's generator for a seeded run. The meta
+agent's outcome, drawn with the shares of `World`: no change, meta agent failed, task agent
+that does not load (each costs the meta call and no row), a child that answers nothing
+(broken: it scores 0 on the first stage and stops), or a change: every ability moves by
+N(-0.05, 0.15) (most edits are small and slightly more often harmful), one kind's by
+N(0, 0.5) more (a change aimed at one sort of question), every row's offset by N(0, 0.2)
+(answers that flip for no general reason). A child of a broken node is repaired half the
+time, else broken too.
+
+Evaluation, at the loop's default sizes and rule: the first 10 train rows, each right with
+chance p_r (one Bernoulli draw per row); promoted by `score_above` 0 (the paper's rule,
+loop.promotion's default), then the rest of train and all of val. Selection reads val: a
+fully evaluated node's val score and its per-row val scores (for pareto), a node that stopped
+at screening its 10-row train score x 10/100 (loop.staged_score train), the initial node its
+val score (loop.scale_initial off). The best node is archive.promotion's `highest` choice.
+
+Budget. Every variant gets the same generations and the same dollars: a meta call costs
+`--meta_usd`, a row `--row_usd` (imo_grading with o4-mini is about $0.01 a row); a generation
+starts only when its worst case (meta call and full evaluation) fits in what is left, so no run
+spends more than the budget, and a variant whose children are evaluated more often stops sooner.
+
+Outcome, per run: the true skill (mean p_r over the test rows: the expected test score, no
+sampling noise) of the node the run names best, and of the archive's truly best node (the
+oracle: what a perfect final choice would get). Over `--seeds` seeds, with 95% bootstrap
+intervals, and per seed the difference from the paper's strategy with a two-sided paired
+sign-flip test (archive.stats). Variants are paired: a seed is one task and one initial agent,
+and generation g draws the same mutation and evaluation noise in every variant (common random
+numbers), so the differences are the strategies', not the draws'.
+
+A variant is a row of VARIANTS: a name, the strategy and its settings; a feature that changes
+the generation itself (a merge, novelty screening) is a field of `Variant` read by `simulate`.
+
+    python bench/search_strategies.py --seeds 200 --generations 40
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import random
+import resource
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from archive.promotion import BestChoice, Promotion, choose_best, decide  # noqa: E402
+from archive.records import Status  # noqa: E402
+from archive.selection import NEEDS_ROWS, STRATEGIES, Candidate, Context, select_parent  # noqa: E402
+from archive.stats import interval, interval_text, paired_p  # noqa: E402
+
+PAPER = "score_child_prop"
+DOMAIN = "imo_grading"  # whose sizes and stage the simulation takes; the name its rows are keyed under
+
+
+@dataclass(frozen=True)
+class World:
+    """The simulated task, agents and prices (see the module's docstring)."""
+
+    rows: int = 100  # rows of each split: train, val, test
+    stage_rows: int = 10  # the first stage: the first rows of train (loop.stages' default)
+    stage_above: float = 0.0  # the stage's bar (score_above)
+    kinds: int = 4
+    difficulty_sd: float = 1.0
+    drift: tuple[float, float] = (-0.05, 0.15)  # every ability's move: mean, sd
+    focus_sd: float = 0.5  # one kind's extra move
+    row_sd: float = 0.2  # every row offset's move
+    no_change: float = 0.10  # shares of the meta agent's outcomes
+    meta_failed: float = 0.05
+    load_failed: float = 0.05
+    broken: float = 0.05
+    repaired: float = 0.5  # a broken node's child is repaired this often
+    row_usd: float = 0.01
+    meta_usd: float = 2.0
+
+    @property
+    def full_rows(self) -> int:
+        """Rows a promoted child costs in all: the stage's, the rest of train, val."""
+        return 2 * self.rows
+
+    def worst_generation_usd(self) -> float:
+        return self.meta_usd + self.full_rows * self.row_usd
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One row of the table: a strategy of archive/selection.py and its settings."""
+
+    name: str
+    strategy: str
+    ties: str = "latest"
+    islands: int = 4
+    migrate_every: int = 10
+
+    def context(self, generation: int) -> Context:
+        return Context(generation, self.ties, self.islands, self.migrate_every)
+
+
+# The paper's first: every other row is compared with it. random, latest and best are the baselines.
+VARIANTS = [Variant(PAPER, PAPER)] + [Variant(name, name) for name in STRATEGIES if name != PAPER]
+
+
+@dataclass
+class Task:
+    """One seed's rows: train, val and test one after the other."""
+
+    kind: np.ndarray
+    difficulty: np.ndarray
+
+    @classmethod
+    def draw(cls, world: World, seed: int) -> Task:
+        rng = np.random.default_rng([seed, 0xDA7A])
+        n = 3 * world.rows
+        return cls(rng.integers(world.kinds, size=n), rng.normal(0.0, world.difficulty_sd, size=n))
+
+
+@dataclass
+class Node:
+    node_id: str
+    generation: int
+    parent: str | None
+    ability: np.ndarray
+    offset: np.ndarray
+    broken: bool = False
+    status: Status = Status.OK
+    stage_score: float | None = None  # the first stage's train score
+    full: bool = False
+    val_rows: dict[str, float] = field(default_factory=dict)  # "domain/row id" -> 0 or 1, full evaluations only
+    true_skill: float = 0.0  # the expected score on test
+
+    @property
+    def valid_parent(self) -> bool:
+        return self.status == Status.OK
+
+    def selection_score(self, world: World) -> float | None:
+        """archive.store.selection_score with the loop's defaults."""
+        if self.full:
+            return sum(self.val_rows.values()) / len(self.val_rows)
+        if self.stage_score is None:
+            return None
+        return self.stage_score * world.stage_rows / world.rows
+
+
+def skills(node: Node, task: Task) -> np.ndarray:
+    """P(right) on every row of the three splits."""
+    if node.broken:
+        return np.zeros(len(task.kind))
+    return 1.0 / (1.0 + np.exp(-(node.ability[task.kind] + node.offset - task.difficulty)))
+
+
+class Draws:
+    """Generation g's random numbers in a seed, drawn in one fixed order whatever the outcome, so
+    every variant's generation g mutates and evaluates with the same numbers."""
+
+    def __init__(self, world: World, seed: int, generation: int) -> None:
+        rng = np.random.default_rng([seed, generation])
+        self.outcome = float(rng.random())
+        self.drift = float(rng.normal(*world.drift))
+        self.kind = int(rng.integers(world.kinds))
+        self.focus = float(rng.normal(0.0, world.focus_sd))
+        self.offset = rng.normal(0.0, world.row_sd, size=3 * world.rows)
+        self.repair = float(rng.random())
+        self.stage = rng.random(world.stage_rows)
+        self.val = rng.random(world.rows)
+
+
+def mutate(parent: Node, node_id: str, generation: int, world: World, draws: Draws) -> Node:
+    """The meta agent's child of `parent`: its outcome, and for a change the moved skills."""
+    child = Node(node_id, generation, parent.node_id, parent.ability, parent.offset, parent.broken)
+    cut = draws.outcome
+    for status, share in ((Status.NO_CHANGE, world.no_change), (Status.META_FAILED, world.meta_failed),
+                          (Status.LOAD_FAILED, world.load_failed)):
+        if cut < share:
+            child.status = status
+            return child
+        cut -= share
+    child.ability = parent.ability + draws.drift
+    child.ability[draws.kind] += draws.focus
+    child.offset = parent.offset + draws.offset
+    child.broken = cut < world.broken or (parent.broken and draws.repair >= world.repaired)
+    return child
+
+
+def evaluate(node: Node, task: Task, world: World, draws: Draws) -> int:
+    """Screen `node` on the first train rows, then evaluate it in full when promoted; the rows paid."""
+    p = skills(node, task)
+    node.true_skill = float(p[2 * world.rows:].mean())
+    stage = {f"t{i}": float(u < p[i]) for i, u in enumerate(draws.stage)}
+    node.stage_score = sum(stage.values()) / len(stage)
+    if not decide(Promotion(), world.stage_above, stage).promote:
+        return world.stage_rows
+    node.full = True
+    node.val_rows = {f"{DOMAIN}/v{i}": float(u < p[world.rows + i]) for i, u in enumerate(draws.val)}
+    return world.full_rows
+
+
+def candidates(nodes: list[Node], world: World, with_rows: bool) -> list[Candidate]:
+    """archive.store's Archive.candidates over one domain: valid parents with a score, children
+    counted over every generation started from them, order among all recorded nodes."""
+    children: dict[str | None, int] = {}
+    for n in nodes:
+        children[n.parent] = children.get(n.parent, 0) + 1
+    found = []
+    for order, node in enumerate(nodes):
+        score = node.selection_score(world)
+        if node.valid_parent and score is not None:
+            found.append(Candidate(node.node_id, score, children.get(node.node_id, 0), order, node.generation,
+                                   node.parent, node.val_rows if with_rows else {}))
+    return found
+
+
+@dataclass
+class Run:
+    """What one simulated run leaves: its archive in generation order and what it paid."""
+
+    nodes: list[Node]
+    spent: float = 0.0
+    generations: int = 0  # generations run before either limit
+
+    def best(self, world: World) -> Node:
+        """The node the run names best: archive.promotion's `highest` choice, the loop's default."""
+        valid = [n for n in self.nodes if n.valid_parent]
+        found = choose_best(valid, lambda n: n.selection_score(world), lambda n: n.val_rows, BestChoice())
+        assert found is not None, "the initial node is always a valid parent with a score"
+        return found
+
+
+def simulate(variant: Variant, world: World, seed: int, generations: int, budget_usd: float) -> Run:
+    """One seeded run of `variant`: the initial node, then generations until either limit."""
+    task = Task.draw(world, seed)
+    initial = Node("initial", 0, None, np.zeros(world.kinds), np.zeros(3 * world.rows))
+    found = Run([initial], evaluate(initial, task, world, Draws(world, seed, 0)) * world.row_usd)
+    by_id = {initial.node_id: initial}
+    for g in range(1, generations + 1):
+        if found.spent + world.worst_generation_usd() > budget_usd:
+            break
+        chosen = select_parent(candidates(found.nodes, world, variant.strategy in NEEDS_ROWS), variant.strategy,
+                               random.Random(f"{seed}/{g}"),  # the loop's generator for generation g of a seeded run
+                               variant.context(g))
+        draws = Draws(world, seed, g)
+        child = mutate(by_id[chosen.node_id], str(g), g, world, draws)
+        found.spent += world.meta_usd
+        if child.status == Status.OK:
+            found.spent += evaluate(child, task, world, draws) * world.row_usd
+        found.nodes.append(child)
+        by_id[child.node_id] = child
+        found.generations = g
+    return found
+
+
+@dataclass(frozen=True)
+class Outcome:
+    chosen: float  # true skill of the node the run names best
+    oracle: float  # true skill of the archive's truly best node
+    initial: float
+    spent: float
+    generations: int
+    screened: int  # children that ran the first stage
+    promoted: int  # children evaluated in full
+
+    @classmethod
+    def of(cls, run: Run, world: World) -> Outcome:
+        children = [n for n in run.nodes[1:] if n.stage_score is not None]
+        return cls(run.best(world).true_skill, max(n.true_skill for n in run.nodes if n.valid_parent),
+                   run.nodes[0].true_skill, run.spent, run.generations, len(children),
+                   sum(n.full for n in children))
+
+
+def compare(variants: list[Variant], world: World, seeds: int, generations: int,
+            budget_usd: float) -> dict[str, list[Outcome]]:
+    """Variant name -> its outcome on each seed 0 .. seeds-1."""
+    return {v.name: [Outcome.of(simulate(v, world, seed, generations, budget_usd), world) for seed in range(seeds)]
+            for v in variants}
+
+
+def _cell(values: list[float]) -> str:
+    found = interval(values)
+    return f"{found.mean:.3f} {interval_text(found.low, found.high)}"
+
+
+def table(results: dict[str, list[Outcome]]) -> list[str]:
+    """The table's lines: per variant, the chosen and oracle true skills with 95% intervals, the
+    paired difference from the paper's strategy and its p-value, and what the runs spent."""
+    paper = [o.chosen for o in results[PAPER]]
+    head = (f"{'variant':<18}{'chosen node: true skill':<26}{'vs ' + PAPER:<26}{'p':>7}  "
+            f"{'oracle best in archive':<26}{'$ spent':>8}{'gens':>6}{'screened':>9}{'full':>6}")
+    lines = [head, "-" * len(head)]
+    for name, outcomes in results.items():
+        chosen = [o.chosen for o in outcomes]
+        if name == PAPER:
+            versus, p = "-", "-"
+        else:
+            versus = _cell([a - b for a, b in zip(chosen, paper)])
+            value = paired_p(chosen, paper, "two-sided")
+            p = f"{value:.3f}" if value >= 0.001 else "<0.001"
+        n = len(outcomes)
+        lines.append(f"{name:<18}{_cell(chosen):<26}{versus:<26}{p:>7}  {_cell([o.oracle for o in outcomes]):<26}"
+                     f"{sum(o.spent for o in outcomes) / n:>8.1f}{sum(o.generations for o in outcomes) / n:>6.1f}"
+                     f"{sum(o.screened for o in outcomes) / n:>9.1f}{sum(o.promoted for o in outcomes) / n:>6.1f}")
+    return lines
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seeds", type=int, default=None, help="runs per variant (default 200; --quick 30)")
+    ap.add_argument("--generations", type=int, default=None, help="generations per run (default 40; --quick 20)")
+    ap.add_argument("--budget_usd", type=float, default=None,
+                    help="dollars per run (default: what the generations cost when three children in four are "
+                         "evaluated in full, about the average: $140 for 40 generations of 100-row splits)")
+    ap.add_argument("--rows", type=int, default=100, help="rows of each split (train, val, test)")
+    ap.add_argument("--quick", action="store_true", help="fewer seeds and generations, a smoke run of seconds")
+    args = ap.parse_args(argv)
+    seeds = args.seeds if args.seeds is not None else (30 if args.quick else 200)
+    generations = args.generations if args.generations is not None else (20 if args.quick else 40)
+    if seeds < 2 or generations < 1 or args.rows < 10:
+        ap.error("--seeds must be at least 2, --generations at least 1 and --rows at least 10")
+    world = World(rows=args.rows)
+    budget = args.budget_usd if args.budget_usd is not None else \
+        generations * (world.meta_usd + 0.75 * world.full_rows * world.row_usd)
+    if not (budget > 0 and math.isfinite(budget)):
+        ap.error("--budget_usd must be a positive number")
+    print(f"search strategies on the same budget: {seeds} seeds, {generations} generations, ${budget:.2f} a run "
+          f"(meta call ${world.meta_usd:g}, row ${world.row_usd:g}); {world.rows} rows a split, "
+          f"screening {world.stage_rows} rows above {world.stage_above:g}, selection on val, best by `highest`")
+    started = time.perf_counter()
+    results = compare(VARIANTS, world, seeds, generations, budget)
+    initial = [o.initial for o in results[PAPER]]
+    print(f"true skill (expected test score) of the initial agent: {_cell(initial)}\n")
+    print("\n".join(table(results)))
+    print(f"\nchosen: the node the run names best (highest val score); oracle: the archive's truly best node; "
+          f"vs {PAPER}: mean paired difference, p two-sided sign-flip test; gens, screened, full: means per run")
+    print(f"simulated in {time.perf_counter() - started:.1f} s")
+    print(f"peak RSS: this process {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.1f} MB")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
