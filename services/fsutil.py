@@ -5,14 +5,20 @@ A write never fails for what the text holds: a lone surrogate (a file name that 
 text an agent returned) is written as its backslash escape, which in JSON reads back as itself.
 """
 
+from __future__ import annotations
+
 import json
 import os
 import stat
 import tempfile
 from pathlib import Path
+from typing import IO, TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
-def atomic_write_bytes(path, data: bytes) -> None:
+def atomic_write_bytes(path: str | Path, data: bytes) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -28,15 +34,15 @@ def atomic_write_bytes(path, data: bytes) -> None:
         raise
 
 
-def atomic_write_text(path, text: str) -> None:
+def atomic_write_text(path: str | Path, text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8", "backslashreplace"))
 
 
-def atomic_write_json(path, obj) -> None:
+def atomic_write_json(path: str | Path, obj: object) -> None:
     atomic_write_text(path, json.dumps(obj, indent=2, ensure_ascii=False, default=str) + "\n")
 
 
-def atomic_write_csv(path, df, agent_text: bool = False) -> None:
+def atomic_write_csv(path: str | Path, df: pd.DataFrame, agent_text: bool = False) -> None:
     """`df` as a CSV file. With `agent_text`, every text cell that a spreadsheet would run as a
     formula is written as text (`services.render.csv_cell`), and rows end in CRLF (RFC 4180), so that
     a cell holding a lone CR is quoted rather than read back as two rows; `read_csv_text` reads it
@@ -49,7 +55,7 @@ def atomic_write_csv(path, df, agent_text: bool = False) -> None:
     atomic_write_text(path, df.map(csv_cell).to_csv(index=False, lineterminator="\r\n"))
 
 
-def read_csv_text(source):
+def read_csv_text(source: str | Path | IO[bytes]) -> pd.DataFrame:
     """A CSV written with `atomic_write_csv(..., agent_text=True)` (a path, or a binary file), every
     cell as the text it was written from (empty cells stay "")."""
     import pandas as pd
@@ -57,7 +63,7 @@ def read_csv_text(source):
     return csv_values(pd.read_csv(source, dtype=str, keep_default_na=False))
 
 
-def csv_values(df):
+def csv_values(df: pd.DataFrame) -> pd.DataFrame:
     """`df`, read from a CSV that `atomic_write_csv(..., agent_text=True)` wrote, with each cell's
     formula marking undone (`services.render.csv_value`)."""
     from services.render import csv_value
@@ -65,7 +71,7 @@ def csv_values(df):
     return df.map(csv_value)
 
 
-def read_regular(path, limit: int, follow_links: bool = False) -> bytes:
+def read_regular(path: str | Path, limit: int, follow_links: bool = False) -> bytes:
     """The bytes of `path` if it is a regular file of at most `limit` bytes; an OSError saying what it
     is otherwise (without the path: callers name it). Never blocks on a fifo; a link is followed only
     with `follow_links` (a user may link the config they name, never a run's records)."""
@@ -91,7 +97,7 @@ def _kind(mode: int) -> str:
     return "not a file"
 
 
-def read_bounded(path, limit: int = 64 * 2**20) -> bytes:
+def read_bounded(path: str | Path, limit: int = 64 * 2**20) -> bytes:
     """`read_regular` of a file the core wrote (a link is refused), its errors naming `path`."""
     try:
         return read_regular(path, limit)
@@ -101,7 +107,7 @@ def read_bounded(path, limit: int = 64 * 2**20) -> bytes:
         raise OSError(f"{path} is {e}") from None
 
 
-def read_below(root, relative: str, limit: int, tail: bool = False) -> tuple[bytes, bool]:
+def read_below(root: str | Path, relative: str, limit: int, tail: bool = False) -> tuple[bytes, bool]:
     """The first `limit` bytes of the regular file `relative` under the folder `root` (its last ones
     with `tail`), and whether there was more. No component of `relative` may be a link, and the
     file must be a regular one (a fifo would block): OSError otherwise. For files an agent could
@@ -133,7 +139,7 @@ def read_below(root, relative: str, limit: int, tail: bool = False) -> tuple[byt
 _HELD: dict[str, int] = {}  # folder -> the open lock file this process holds it by, until it exits
 
 
-def hold_folder(folder, what: str) -> None:
+def hold_folder(folder: str | Path, what: str) -> None:
     """Hold `folder` for this process, through an exclusive lock on `folder/.lock` that the kernel
     drops when the process ends (also on kill -9): a second process that would write the same
     run (a resumed loop, an --evaluate) gets a UserError naming the holder's pid. Holding twice
@@ -162,7 +168,7 @@ def hold_folder(folder, what: str) -> None:
     _HELD[str(path)] = fd
 
 
-def release_folder(folder) -> None:
+def release_folder(folder: str | Path) -> None:
     """Let go of a folder `hold_folder` held, for a process that lives on after its run (a Python
     session using the API), so another process may resume the run; a folder not held is a no-op."""
     fd = _HELD.pop(str(Path(folder) / ".lock"), None)

@@ -13,9 +13,13 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from inside.worker import utf8_text
 from services.fsutil import atomic_write_csv
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 JOURNAL = "predictions.jsonl"
 PREDICTIONS = "predictions.csv"
@@ -25,7 +29,7 @@ RESULT_COLUMNS = ["prediction", "error", "seconds", "prompt_tokens", "completion
 class Journal:
     """Append-only record of finished rows; the last record of an id wins."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path) -> None:
         self.path = path
         self.records: dict[str, dict] = {}
         if path.exists():
@@ -64,7 +68,8 @@ def _prediction_cells(rec: dict, cap: int) -> tuple[str | None, str | None]:
     return text, error
 
 
-def write_predictions(dataset, qid_col: str, journal: Journal, path: Path, max_prediction_bytes: int) -> None:
+def write_predictions(dataset: pd.DataFrame, qid_col: str, journal: Journal, path: Path,
+                      max_prediction_bytes: int) -> None:
     """The seed's predictions.csv: the data set's columns plus what each row produced."""
     df = dataset.copy()
     recs = [journal.records.get(str(q), {}) for q in df[qid_col]]

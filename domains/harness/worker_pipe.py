@@ -14,12 +14,12 @@ import math
 import queue
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING
 
 from inside.worker import USAGE_KEYS, utf8_text
 
 if TYPE_CHECKING:
-    from services.sandbox.base import Sandbox
+    from services.sandbox.base import Process, Sandbox
 
 MAX_ERROR_CHARS = 4000  # of a row's error as a worker reports it (predictions.csv shows its first line)
 
@@ -28,18 +28,18 @@ class ProtocolError(Exception):
     """A message the worker never writes: agent code, which runs in the worker, wrote it."""
 
 
-def _row_id(value) -> str:
+def _row_id(value: object) -> str:
     if type(value) not in (str, int):
         raise ProtocolError(f"a row id of type {type(value).__name__}")
     return str(value)
 
 
-def _amount(value) -> bool:
+def _amount(value: object) -> bool:
     """A non-negative finite number as JSON gives it (True is not one)."""
-    return type(value) in (int, float) and 0 <= value < math.inf
+    return (type(value) is int or type(value) is float) and 0 <= value < math.inf
 
 
-def _usage(value) -> dict:
+def _usage(value: object) -> dict:
     """The known counts of a usage report; none at all if one is not an amount."""
     if type(value) is not dict:
         return {}
@@ -47,7 +47,7 @@ def _usage(value) -> dict:
     return usage if all(map(_amount, usage.values())) else {}
 
 
-def _append(log, text: str):
+def _append(log: IO[str] | None, text: str) -> IO[str] | None:
     """Write to the log; None once that fails (a full disk), so the copy reads on and drops the rest."""
     if log is not None:
         try:
@@ -72,8 +72,8 @@ class WorkerProcess:
     retries.
     """
 
-    def __init__(self, proc, log_path: Path, log_cap: int, results: queue.Queue, max_prediction_bytes: int,
-                 sandbox: Sandbox | None = None):
+    def __init__(self, proc: Process, log_path: Path, log_cap: int, results: queue.Queue, max_prediction_bytes: int,
+                 sandbox: Sandbox | None = None) -> None:
         self.proc = proc
         self.sandbox = sandbox  # whose disk watch may have killed it (Sandbox.disk_capped)
         self.log_path = log_path
