@@ -130,7 +130,7 @@ class Task:
 
     @classmethod
     def draw(cls, world: World, seed: int) -> Task:
-        rng = np.random.default_rng([seed, 0xDA7A])
+        rng = np.random.default_rng([seed, 0xDA7A])  # a stream apart from the generations' [seed, g]
         n = 3 * world.rows
         return cls(rng.integers(world.kinds, size=n), rng.normal(0.0, world.difficulty_sd, size=n))
 
@@ -321,7 +321,7 @@ def table(results: dict[str, list[Outcome]]) -> list[str]:
     return lines
 
 
-def main(argv=None) -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", type=int, default=None, help="runs per variant (default 200; --quick 30)")
     ap.add_argument("--generations", type=int, default=None, help="generations per run (default 40; --quick 20)")
