@@ -111,7 +111,8 @@ def _run_tool(by_name: dict, name: str, tool_input: object) -> str:
         return f"Error: {type(e).__name__}: {e}"
 
 
-def _log_message(log: Callable[[str], None], message: dict) -> None:
+def log_message(log: Callable[[str], None], message: dict) -> None:
+    """`message` as its transcript entry: `## <role>`, its text, and each native tool call it makes."""
     text = message.get("content") or ""
     for call in message.get("tool_calls") or []:
         text += f"\n\nTool call: {call['function']['name']} {call['function']['arguments']}"
@@ -144,11 +145,11 @@ def chat_with_tools(
         messages = _with_instructions(messages, _protocol(tools, max_tool_calls))
         params["schema"] = _call_schema(tools)
     for message in messages:
-        _log_message(log, message)
+        log_message(log, message)
 
     def add(message: dict) -> None:
         messages.append(message)
-        _log_message(log, message)
+        log_message(log, message)
 
     usage, calls = Usage(), 0
     while True:

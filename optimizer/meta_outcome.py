@@ -17,6 +17,13 @@ from inside.run_meta import read_summary
 if TYPE_CHECKING:
     from services.gateway import Gateway
 
+META_LOG = "meta_stdout.log"  # in the node's records: what the meta agent's run printed
+
+
+def meta_log(stdout: str, stderr: str) -> str:
+    """The text of META_LOG: the run's stdout, then its stderr."""
+    return stdout + "\n--- stderr ---\n" + stderr
+
 
 def meta_failure(gateway: Gateway, key: str, stdout: str, changed: bool) -> str | None:
     """Why the meta agent whose calls went with session `key`, and whose run printed `stdout`,

@@ -18,7 +18,10 @@ if TYPE_CHECKING:
     import pandas as pd
 
 
-def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+def atomic_write_bytes(path: str | Path, data: bytes, sync: bool = True) -> None:
+    """`data` as the file `path`. `sync=False` skips the fsync: still atomic, not durable across a
+    crash of the machine; for files that are made again at will (the tests' synthetic runs write
+    thousands, and a sync each would cost them most of their time)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -27,32 +30,52 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
             os.fchmod(fd, 0o644)  # mkstemp's 0600 would hide the file from a sandbox's own user (docker)
             f.write(data)
             f.flush()
-            os.fsync(f.fileno())
+            if sync:
+                os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
 
 
-def atomic_write_text(path: str | Path, text: str) -> None:
-    atomic_write_bytes(path, text.encode("utf-8", "backslashreplace"))
+def atomic_write_text(path: str | Path, text: str, sync: bool = True) -> None:
+    atomic_write_bytes(path, text.encode("utf-8", "backslashreplace"), sync)
 
 
-def atomic_write_json(path: str | Path, obj: object) -> None:
-    atomic_write_text(path, json.dumps(obj, indent=2, ensure_ascii=False, default=str) + "\n")
+def atomic_write_json(path: str | Path, obj: object, sync: bool = True) -> None:
+    atomic_write_text(path, json.dumps(obj, indent=2, ensure_ascii=False, default=str) + "\n", sync)
 
 
-def atomic_write_csv(path: str | Path, df: pd.DataFrame, agent_text: bool = False) -> None:
+def atomic_write_csv(path: str | Path, df: pd.DataFrame, agent_text: bool = False, sync: bool = True) -> None:
     """`df` as a CSV file. With `agent_text`, every text cell that a spreadsheet would run as a
     formula is written as text (`services.render.csv_cell`), and rows end in CRLF (RFC 4180), so that
     a cell holding a lone CR is quoted rather than read back as two rows; `read_csv_text` reads it
     back exactly."""
     if not agent_text:
-        atomic_write_text(path, df.to_csv(index=False))
+        atomic_write_text(path, df.to_csv(index=False), sync)
         return
     from services.render import csv_cell
 
-    atomic_write_text(path, df.map(csv_cell).to_csv(index=False, lineterminator="\r\n"))
+    marked = df.copy()
+    for i, (_, column) in enumerate(df.items()):
+        if not _kept_by_csv_cell(column):
+            marked.isetitem(i, column.map(csv_cell))
+    atomic_write_text(path, marked.to_csv(index=False, lineterminator="\r\n"), sync)
+
+
+def _kept_by_csv_cell(column: pd.Series) -> bool:
+    """Whether mapping `csv_cell` over `column` gives it back as it is, cells and dtype, so that it
+    need not be mapped (which costs as much as writing it): integers, booleans and float64s, and
+    pandas' string columns with no cell to mark. Not object columns, whose dtype a map infers anew."""
+    import numpy as np
+    import pandas as pd
+
+    from services.render import csv_cell
+
+    dtype = column.dtype
+    if isinstance(dtype, np.dtype):
+        return dtype.kind in "biu" or dtype == np.float64
+    return isinstance(dtype, pd.StringDtype) and all(csv_cell(v) is v for v in column)
 
 
 def read_csv_text(source: str | Path | IO[bytes]) -> pd.DataFrame:

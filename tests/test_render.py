@@ -56,6 +56,18 @@ def test_a_csv_written_for_people_reads_back_as_written(tmp_path):
     assert list(back["seconds"]) == ["1.5", "-2.0", "", "3.0"]  # numbers are not agent text: as they were
 
 
+def test_a_csv_for_people_maps_only_what_a_map_would_change(tmp_path):
+    # The columns it leaves unmapped (for speed) must come out as mapping every cell writes them.
+    frame = pd.DataFrame({"text": pd.Series(["a", None, "=x"], dtype="str"),
+                          "plain": pd.Series(["a", None, "b"], dtype="str"), "mixed": [1, 2.5, None],
+                          "f32": pd.Series([1.1, 2.2, 3.3], dtype="float32"), "f64": [1.5, None, 1e-5],
+                          "ints": [1, 2, 3], "flags": [True, False, True], "none": [None] * 3,
+                          "nullable": pd.array([1, None, 3], dtype="Int64"), "kind": pd.Categorical(["=a", "b", "a"])})
+    atomic_write_csv(tmp_path / "p.csv", frame, agent_text=True)
+    assert (tmp_path / "p.csv").read_bytes().decode() == \
+        frame.map(render.csv_cell).to_csv(index=False, lineterminator="\r\n")
+
+
 def test_a_record_with_a_lone_surrogate_is_written_and_reads_back_the_same(tmp_path):
     atomic_write_json(tmp_path / "r.json", {"dropped": ["agent/\udcff"], "\udcfe": 1})
     assert json.loads((tmp_path / "r.json").read_text(encoding="utf-8")) == {"dropped": ["agent/\udcff"], "\udcfe": 1}

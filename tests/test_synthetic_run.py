@@ -1,6 +1,7 @@
 """The synthetic run folder (tests/support/synthetic_run.py) reads as a real one, through the project's own
-readers: the archive, the evaluation store, the scorer, the harness's CSV writer, the run's git
-repository and the ledger."""
+readers: the archive, the evaluation store, the scorer, the harness's journal, the predictions loader, the
+dashboard's transcript reader, the run's git repository and the ledger; and what it wrote is what the
+production writers make of what those readers read back."""
 
 from __future__ import annotations
 
@@ -13,15 +14,21 @@ from pathlib import Path
 
 import pytest
 
+from agent.base_agent import AgentSystem
+from agent.tool_loop import log_message
+from archive.dashboard import transcript
+from archive.dashboard.reader import RunReader
 from archive.eval_store import EvalStore
 from archive.records import Status
 from archive.store import META_TRANSCRIPT, Archive
 from domains.harness import JOURNAL, PREDICTIONS, Journal, write_predictions
+from domains.harness.split import fingerprint
 from domains.registry import get_domain
+from optimizer.meta_outcome import META_LOG
 from services.fsutil import read_csv_text
 from services.ledger import Ledger
 from services.workspace import RunRepo
-from support.synthetic_run import ATTACKS, BIG_TRANSCRIPT, DOMAIN, TASK_MODEL, make_run, shown_rows
+from support.synthetic_run import ATTACKS, BIG_TRANSCRIPT, DOMAIN, META_MODEL, TASK_MODEL, make_run, shown_rows
 
 NODES, IN_FLIGHT = 120, 3
 
@@ -112,13 +119,76 @@ def test_predictions_are_written_as_the_harness_and_the_loop_write_them(run, arc
         assert all(json.dumps(json.loads(line), default=str) == line for line in lines)
         rows = 100 if key == partial else node.samples[DOMAIN][split]
         write_predictions(shown_rows(split).head(rows), "Grading ID", journal, tmp_path / PREDICTIONS, 10**6)
-        assert (store.predictions(key)).read_text() == (tmp_path / PREDICTIONS).read_text()
+        assert (store.predictions(key)).read_bytes() == (tmp_path / PREDICTIONS).read_bytes()
+        loaded = read_csv_text(store.predictions(key))  # as the loop and the scorer load it
+        assert list(loaded["prediction"]) == [journal.records[q]["prediction"] or "" if q in journal.records else ""
+                                              for q in loaded["Grading ID"]]
     assert not store.report_path(partial).exists() and stopped.error.startswith("budget exhausted")
     domain = get_domain(DOMAIN)
     published = run_dir / "feedback" / node.node_id / DOMAIN
     train = read_csv_text(store.predictions(node.eval_keys[DOMAIN]["train"]))  # the loop reads it so
     assert (published / PREDICTIONS).read_text() == domain.feedback(train).to_csv(index=False)
     assert (published / "report.json").read_text() == store.report_path(node.eval_keys[DOMAIN]["train"]).read_text()
+
+
+def test_journals_are_what_the_harness_appends_and_a_resumed_run_keeps(run, archive, tmp_path):
+    run_dir, summary = run
+    store, domain = EvalStore(run_dir), get_domain(DOMAIN)
+    inputs = {split: {str(r[domain.question_id]): fingerprint(domain.format_inputs(r))
+                      for r in domain.load(split).to_dict("records")} for split in ("train", "val")}
+    started = {e["key"]: e for e in archive.events() if e["event"] == "split_start"}
+    stopped = next(n for n in archive.nodes.values() if n.status == Status.BUDGET_STOPPED)
+    keys = [*archive.nodes[summary["hostile"]["predictions"]].eval_keys[DOMAIN].values(),
+            *(k for k, e in started.items() if e["node_id"] in (stopped.node_id, summary["evaluating"]))]
+    for key in keys:
+        path = store.folder(key) / JOURNAL
+        kept = Journal(path)  # the harness's resume reader
+        again = Journal(tmp_path / key)
+        for record in kept.records.values():
+            again.append(record)
+        again.close()
+        assert again.path.read_bytes() == path.read_bytes()
+        # Each row was answered for the inputs it has: a resumed run redoes only the rows with an error.
+        assert {q: r["inputs_sha"] for q, r in kept.records.items()} == \
+            {q: inputs[started[key]["split"]][q] for q in kept.records}
+        assert kept.done_ids() == {q for q, r in kept.records.items() if not r["error"]} != set()
+
+
+def test_transcripts_are_the_tool_loops_markdown_as_the_dashboard_reads_it(run, archive, tmp_path):
+    run_dir, summary = run
+    reader, ledger = RunReader(run_dir), Ledger(run_dir / "ledger.sqlite")
+    failed = next(n for n in archive.ordered() if n.status == Status.META_FAILED and "exit code" in n.error)
+    changed = next(n for n in archive.ordered() if n.parent and n.status == Status.OK)
+    attacks = summary["hostile"]["transcript"]
+    ends = {changed.node_id: "usage", failed.node_id: "error", attacks: "usage", summary["evaluating"]: "usage",
+            **{node_id: "user" for node_id in summary["in_flight"][1:]}}  # a meta agent at work: a tool's result
+    try:
+        for node_id, last in ends.items():
+            text = reader.transcript(node_id)
+            assert not text.missing and not text.cut
+            reading = transcript.read(text.text)
+            assert [t.role for t in reading.turns[:2]] == ["system", "user"] and reading.turns[-1].role == last
+            agent = AgentSystem(META_MODEL, str(tmp_path / node_id))  # the meta agent's own transcript writer
+            for turn in reading.turns:
+                heading, _, body = turn.text.partition("\n\n")
+                log_message(agent.log, {"role": heading.removeprefix("## "), "content": body})
+            assert (tmp_path / node_id).read_text() == text.text
+            meta_calls = ledger.totals(run_id=run_dir.name, node=node_id, role="meta").calls
+            assert reading.replies == meta_calls + (node_id == attacks)
+            assert reading.calls.get("bash", 0) == sum(1 for t in reading.turns if t.role == "user") - 1
+    finally:
+        ledger.close()
+
+
+def test_the_logs_say_what_the_records_say(run, archive):
+    run_dir = run[0]
+    for node in archive.nodes.values():
+        folder = run_dir / "nodes" / node.node_id
+        if node.status == Status.META_FAILED and "exit code" in node.error:
+            # The loop's error names the last line the meta agent's run printed on its stderr.
+            assert node.error == f"meta agent exit code 1: {(folder / META_LOG).read_text().splitlines()[-1]}"
+        if node.status == Status.LOAD_FAILED:
+            assert node.error.endswith(": " + (folder / "worker.log").read_text().splitlines()[-1])
 
 
 def test_nodes_are_commits_of_the_run_repository(run, archive):

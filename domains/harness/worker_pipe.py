@@ -13,6 +13,7 @@ import json
 import math
 import queue
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
@@ -60,6 +61,37 @@ def _append(log: IO[str] | None, text: str) -> IO[str] | None:
     return log
 
 
+def copy_log(stream: IO[str], log_path: Path, cap: int, overflowed: Callable[[], None]) -> None:
+    """Append the text `stream` (a worker's stderr) to the log at `log_path`, at most `cap` characters
+    of it; past that, `overflowed()` is called once and a line says the worker was killed."""
+    # Reads the stream to its end whatever the log file does: a worker blocked on a full pipe
+    # would stall its rows until they time out.
+    # The file holds at most twice the cap, over all the workers that append to it (each
+    # restart after a crash is a new one): an agent that floods stderr and dies, again and
+    # again, cannot fill the disk under nodes/.
+    try:
+        log = open(log_path, "a", encoding="utf-8", errors="backslashreplace")
+        room = max(0, 2 * cap - log.tell())
+    except OSError:
+        log, room = None, 0
+    written, over = 0, False
+    try:
+        for chunk in iter(lambda: stream.read(65536), ""):
+            if written < min(room, cap):
+                log = _append(log, chunk[: min(room, cap) - written])
+            written += len(chunk)
+            if written > cap and not over:
+                over = True
+                overflowed()
+                log = _append(log, f"\n[harness] output cap of {cap} bytes exceeded: worker killed\n")
+    except (OSError, ValueError):
+        pass  # the pipe was closed under us
+    finally:
+        if log is not None:
+            with contextlib.suppress(OSError):
+                log.close()
+
+
 class WorkerProcess:
     """One worker speaking JSON lines inside a sandbox; reader threads feed `results` and the log.
 
@@ -86,7 +118,8 @@ class WorkerProcess:
         self._waiting: set[str] = set()  # rows sent and not started: only these may start
         self._running: set[str] = set()  # rows started and not answered: only these may be answered
         threading.Thread(target=self._read, daemon=True).start()
-        self._log_thread = threading.Thread(target=self._copy_log, args=(log_path,), daemon=True)
+        self._log_thread = threading.Thread(target=copy_log, args=(proc.stderr, log_path, log_cap, self._overflowed),
+                                            daemon=True)
         self._log_thread.start()
 
     def _read(self) -> None:
@@ -153,33 +186,9 @@ class WorkerProcess:
         return {"id": qid, "prediction": prediction, "error": error, "usage": _usage(msg.get("usage")),
                 "seconds": seconds}
 
-    def _copy_log(self, log_path: Path) -> None:
-        # Reads stderr to its end whatever the log file does: a worker blocked on a full pipe
-        # would stall its rows until they time out.
-        # The file holds at most twice the cap, over all the workers that append to it (each
-        # restart after a crash is a new one): an agent that floods stderr and dies, again and
-        # again, cannot fill the disk under nodes/.
-        try:
-            log = open(log_path, "a", encoding="utf-8", errors="backslashreplace")
-            room = max(0, 2 * self.log_cap - log.tell())
-        except OSError:
-            log, room = None, 0
-        written = 0
-        try:
-            for chunk in iter(lambda: self.proc.stderr.read(65536), ""):
-                if written < min(room, self.log_cap):
-                    log = _append(log, chunk[: min(room, self.log_cap) - written])
-                written += len(chunk)
-                if written > self.log_cap and not self.overflowed:
-                    self.overflowed = True
-                    log = _append(log, f"\n[harness] output cap of {self.log_cap} bytes exceeded: worker killed\n")
-                    self.proc.kill()
-        except (OSError, ValueError):
-            pass  # the pipe was closed under us
-        finally:
-            if log is not None:
-                with contextlib.suppress(OSError):
-                    log.close()
+    def _overflowed(self) -> None:
+        self.overflowed = True
+        self.proc.kill()
 
     def death_reason(self) -> str:
         if self.violation:

@@ -11,15 +11,12 @@ real store does), `feedback/`, `untrusted/<id>/meta/` transcripts, `archive.json
 project's record classes, reports with domains.metrics.grading_metrics on the real data set's
 ids and labels, calls with services.ledger.Ledger, the repository with services.workspace.
 
-What differs from a real run, on purpose: predictions.csv holds the data set's long text
-columns cut to `CSV_TEXT_CHARS` characters (the full texts would make 1,000 nodes weigh
-gigabytes); the task agent's per-row chat histories (untrusted/<id>/agent_evals/), the
-pictures and report.html are not written; bulk files (logs, transcripts, predictions, the
-journal) are written plainly rather than each synced (same bytes, much faster); and the commits
-of all nodes go in one `git fast-import`. The records are written by the project's own writers
-(services.fsutil.atomic_write_json for node.json, run.json and report.json, archive.store's
-event_line for archive.jsonl, domains.harness.split.run_record for an evaluation's run.json,
-Ledger.record for the calls), so their format cannot drift.
+What differs from a real run, on purpose: texts are cut short (predictions.csv holds the data set's
+long text columns cut to `CSV_TEXT_CHARS` characters, since the full texts would make 1,000 nodes
+weigh gigabytes, and a transcript's first two messages stand in briefly for the meta agent's
+prompts); no file is synced (each is made by the loop's own functions, the sync left out); and the
+task agent's per-row chat histories (untrusted/<id>/agent_evals/), the pictures and report.html are
+not written.
 
 With `hostile=True`, text an agent could have written carries the strings of `ATTACKS`
 (patch lines, file names, transcripts, predictions, logs, an error), and three transcripts
@@ -29,8 +26,6 @@ are a link to /etc/passwd, a fifo and a 5 MB file.
 from __future__ import annotations
 
 import bisect
-import csv
-import functools
 import hashlib
 import io
 import json
@@ -46,20 +41,23 @@ from pathlib import Path
 
 import pandas as pd
 
+from agent.base_agent import AgentSystem
+from agent.tool_loop import log_message
 from archive.eval_store import EvalStore
 from archive.records import GenStart, MetaResult, Node, RunRecord, Status
 from archive.stats import wilson
 from archive.store import META_TRANSCRIPT, event_line, mean_score, untrusted_dir
-from domains.harness import JOURNAL, PREDICTIONS
-from domains.harness.journal import RESULT_COLUMNS
+from domains.harness import JOURNAL, PREDICTIONS, Journal, write_predictions
 from domains.harness.split import SplitResult, fingerprint, run_record
+from domains.harness.worker_pipe import copy_log
 from domains.metrics import LABELS, grading_metrics, normalize_label
 from domains.registry import get_domain
 from domains.scoring import REPORT_SCHEMA
+from optimizer.feedback import publish_feedback, write_train_data
+from optimizer.meta_outcome import META_LOG, meta_log
 from services.config import PROJECT_ROOT, load_config
-from services.fsutil import atomic_write_json
+from services.fsutil import atomic_write_json, atomic_write_text
 from services.ledger import Call, Ledger, Totals
-from services.render import csv_cell
 from services.workspace import NOT_TASK_AGENT, RunRepo, read_workspace
 
 ATTACKS = {  # what hostile agent text tries; a page that escapes it shows it as text and runs none of it
@@ -163,8 +161,8 @@ def make_run(run_dir: Path, nodes: int = 1000, seed: int = 0, hostile: bool = Fa
     folder `run_dir`, and `in_flight` generations started after them: the first has its change
     committed and its staged evaluation under way, the others have their meta agent at work.
 
-    With `feedback`, it also writes `feedback/<id>/`, the train results the loop copies for later
-    meta agents (no page reads them; for 1,000 nodes they add 24 MB and 2,000 files).
+    With `feedback`, it also writes `feedback/<id>/`, what the loop publishes for later meta agents
+    (no page reads them; optimizer.feedback.publish_feedback writes them, synced, about four files a node).
 
     The run's last event is at `now` (default: the present). Its `run_start` names process `pid`
     on this machine (default: the caller's, so a run with generations in flight reads as live
@@ -233,31 +231,6 @@ def _iso(t: float) -> str:
     return datetime.fromtimestamp(t).isoformat(timespec="seconds")
 
 
-def _numbers(values: list) -> list[str]:
-    """A numeric column as pandas writes it to CSV: floats once a cell is missing or any is a float."""
-    if any(v is None or isinstance(v, float) for v in values):
-        return ["" if v is None else repr(float(v)) for v in values]
-    return [str(v) for v in values]
-
-
-@functools.cache
-def _json_value(value: str | None) -> str:
-    return "null" if value is None else json.dumps(value)
-
-
-@functools.cache
-def _csv_cell(value: str | None, marked: bool = False) -> str:
-    """One cell as csv.writer writes it in a row of several: `marked`, as predictions.csv holds it
-    (formulas neutralised, rows ending in CRLF: services.fsutil.atomic_write_csv with agent_text),
-    else as the feedback copy does."""
-    if value is None:
-        return ""
-    out = io.StringIO()
-    end = "\r\n" if marked else "\n"
-    csv.writer(out, lineterminator=end).writerow([csv_cell(value) if marked else value, ""])
-    return out.getvalue()[:-1 - len(end)]
-
-
 def _cost(model: str, prompt: int, completion: int) -> float:
     per_in, per_out = PRICES[model]
     return prompt * per_in + completion * per_out
@@ -282,8 +255,7 @@ class _Maker:
                              for s, df in data.items()}
         self.prompts = {s: [600 + len(json.dumps(self.domain.format_inputs(r))) // 4 for r in df.to_dict("records")]
                         for s, df in data.items()}
-        self.quoted = {s: [json.dumps(q) for q in ids] for s, ids in self.ids.items()}
-        self.csv_rows = {s: self._csv_rows(s) for s in data}
+        self.shown = {s: shown_rows(s) for s in data}
         self.repo = RunRepo.create(run_dir / "repo", PROJECT_ROOT)
         self.gens: list[_Gen] = []
         self.events: list[tuple[float, str, object]] = []  # (run seconds, event, fields or a gen to make them of)
@@ -292,30 +264,10 @@ class _Maker:
         self.reports: dict[str, dict] = {}
         self.journals: dict[str, list[_Row]] = {}  # the staged runs' rows, in their journal's order
         self.outcomes: dict[tuple[str, str], list[_Row]] = {}
-        self.feedback_csv: dict[str, str] = {}  # train key -> its predictions as feedback shows them
         self.spent: dict[str, dict[str, list]] = {}  # node -> role -> [dollars, tokens]
         self.run_name = run_dir.name  # the gateway's run_id
+        self.log_cap = int(self.config.sandbox.output_cap_mb * 2**20)  # of a worker.log, as the harness caps it
         self.start = self.end = 0.0
-
-    def _csv_rows(self, split: str) -> list[tuple[str, list[str]]]:
-        """The header and each row's data set cells of predictions.csv, as csv.writer (pandas' writer)
-        writes them, each row's ending in the comma before the results; then the same for feedback."""
-        shown = shown_rows(split)
-        columns = list(shown.columns)
-        hidden = {columns.index(c) for c in self.domain.hidden_columns if c != self.domain.label_column}
-        found = []
-        for drop, end in ((set(), "\r\n"), (hidden, "\n")):  # predictions.csv, then the feedback copy
-            out = io.StringIO()
-            csv.writer(out, lineterminator=end).writerow([c for j, c in enumerate(columns) if j not in drop]
-                                                         + RESULT_COLUMNS)
-            header, prefixes = out.getvalue(), []
-            for cells in shown.values.tolist():
-                out = io.StringIO()
-                csv.writer(out, lineterminator=end).writerow(
-                    [csv_cell(v) if end == "\r\n" else v for j, v in enumerate(cells) if j not in drop] + [""])
-                prefixes.append(out.getvalue()[:-len(end)])
-            found.append((header, prefixes))
-        return found
 
     # -- what happens -----------------------------------------------------------------------
     def plan(self, nodes: int, in_flight: int) -> None:
@@ -505,6 +457,8 @@ class _Maker:
         self._transcript(gen, turns, finished=not timeout)
 
     def _transcript(self, gen: _Gen, turns: list[tuple[int, int]], finished: bool) -> None:
+        """The transcript as the meta agent logs it: each message through agent/tool_loop.py's
+        log_message into AgentSystem.log, then how the conversation ended."""
         path = untrusted_dir(self.run_dir, gen.node_id, "meta") / META_TRANSCRIPT
         if gen.role == "symlink":
             path.symlink_to("/etc/passwd")
@@ -513,35 +467,40 @@ class _Maker:
             os.mkfifo(path)
             return
         left = self.config.loop.max_generation - gen.generation
-        parts = [("## system\n\nYou can use tools. To call one, end your reply with exactly one tool call in this "
-                  'form:\n<json>\n{"tool_name": "bash", "tool_input": {"command": "<command>"}}\n</json>\nMake at '
-                  f"most one tool call per reply. You can make at most {self.config.loop.meta_max_calls} tool calls."),
-                 ("## user\n\nYou improve an AI agent system by editing its code. The repository is at /workspace. "
-                  "Earlier generations' results on the train split are in /feedback (read-only).\n\n"
-                  f"Iterations left in this run: {left}.\n\n`python /opt/hyperagents/try_agent.py --rows 5` runs "
-                  "the current task agent on train rows and prints its score.")]
+        messages = [{"role": "system", "content": (
+                        "You can use tools. To call one, end your reply with exactly one tool call in this form:\n"
+                        '<json>\n{"tool_name": "bash", "tool_input": {"command": "<command>"}}\n</json>\nMake at '
+                        f"most one tool call per reply. You can make at most {self.config.loop.meta_max_calls} tool "
+                        "calls.")},
+                    {"role": "user", "content": (
+                        "You improve an AI agent system by editing its code. The repository is at /workspace. "
+                        "Earlier generations' results on the train split are in /feedback (read-only).\n\n"
+                        f"Iterations left in this run: {left}.\n\n`python /opt/hyperagents/try_agent.py --rows 5` "
+                        "runs the current task agent on train rows and prints its score.")}]
         failed = gen.status == Status.META_FAILED and "exit code" in (gen.error or "")
         for i in range(len(turns)):
             if finished and not failed and i == len(turns) - 1:
-                parts.append("## assistant\n\n" + self._closing(gen))
+                messages.append({"role": "assistant", "content": self._closing(gen)})
                 break
             command, result = self._tool(gen, i)
             call = json.dumps({"tool_name": "bash", "tool_input": {"command": command}})
-            parts += [f"## assistant\n\nNext I run `{command.splitlines()[0][:60]}`.\n<json>\n{call}\n</json>",
-                      f"## user\n\nTool result:\n{result}"]
+            messages += [{"role": "assistant",
+                          "content": f"Next I run `{command.splitlines()[0][:60]}`.\n<json>\n{call}\n</json>"},
+                         {"role": "user", "content": f"Tool result:\n{result}"}]
         if gen.role == "attacks":
-            parts.append("## assistant\n\n" + "\n\n".join(f"{name}: {text}" for name, text in ATTACKS.items()))
-        if failed:
-            parts.append("## error\n\nThe model call failed (HTTP 529), so the tool loop stops: "
-                         "APIError: overloaded")
-        elif finished:
-            parts.append(f"## usage\n\n{len(turns)} model calls, {sum(p for p, _ in turns)} prompt tokens, "
-                         f"{sum(c for _, c in turns)} completion tokens")
-        text = "".join(part.rstrip("\n") + "\n\n" for part in parts)
+            messages.append({"role": "assistant",
+                             "content": "\n\n".join(f"{name}: {text}" for name, text in ATTACKS.items())})
         if gen.role == "big_transcript":
-            filler = "## user\n\nTool result:\n" + "the same long output line, again and again\n" * 200 + "\n"
-            text += filler * (BIG_TRANSCRIPT // len(filler) + 1)
-        path.write_text(text, encoding="utf-8")
+            flood = "Tool result:\n" + "the same long output line, again and again\n" * 200
+            messages += [{"role": "user", "content": flood}] * (BIG_TRANSCRIPT // len(flood) + 1)
+        agent = AgentSystem(META_MODEL, str(path))
+        for message in messages:
+            log_message(agent.log, message)
+        if failed:
+            agent.log("## error\n\nThe model call failed (HTTP 529), so the tool loop stops: APIError: overloaded")
+        elif finished:
+            agent.log(f"## usage\n\n{len(turns)} model calls, {sum(p for p, _ in turns)} prompt tokens, "
+                      f"{sum(c for _, c in turns)} completion tokens")
 
     def _tool(self, gen: _Gen, i: int) -> tuple[str, str]:
         """The i-th tool call of a meta agent's conversation and what it returned."""
@@ -579,7 +538,7 @@ class _Maker:
                       f"ModuleNotFoundError: {gen.load_error}\n")
         if gen.role == "attacks":
             worker = f"warning from the agent: {ATTACKS['script']} {ATTACKS['img']}\n"
-        (folder / "worker.log").write_text(worker)
+        copy_log(io.StringIO(worker), folder / "worker.log", self.log_cap, lambda: None)  # no worker to kill
         if gen.parent is None or not gen.meta_end:
             return
         stdout = f"edited with {ATTACKS['svg']} {ATTACKS['anchor']}\n" if gen.role == "attacks" else ""
@@ -587,7 +546,7 @@ class _Maker:
         if gen.error and "exit code" in gen.error:
             stderr = "Traceback (most recent call last):\n  File \"/opt/hyperagents/run_meta.py\", line 80\n" + \
                 gen.error.split(": ", 1)[1] + "\n"
-        (folder / "meta_stdout.log").write_text(stdout + "\n--- stderr ---\n" + stderr)
+        atomic_write_text(folder / META_LOG, meta_log(stdout, stderr), sync=False)
 
     # -- evaluation -----------------------------------------------------------------------------
     def _evaluate(self, gen: _Gen, t: float) -> float:
@@ -623,8 +582,6 @@ class _Maker:
         node.intervals[DOMAIN] = {s: [round(b, 4) for b in wilson(round(v[0] * v[1]), v[1])]
                                   for s, v in splits.items() if v[0] is not None}
         node.seconds["eval"] = round(t - started, 3)
-        if self.feedback:
-            self._feedback(gen, splits["train"][2])
         return t
 
     def _split(self, gen: _Gen, split: str, rows: int, t: float, stop: int | None = None):
@@ -649,17 +606,20 @@ class _Maker:
         end = clock + busy / _WORKERS + self.rng.uniform(0.2, 1)
         folder = self.store.folder(key)
         folder.mkdir(parents=True)
-        (folder / JOURNAL).write_text("".join(self._line(split, row) for row in done), encoding="utf-8")
+        journal = Journal(folder / JOURNAL, sync=False)
+        try:
+            for row in done:
+                journal.append(self._record(split, row))
+        finally:
+            journal.close()
         if stop is None and rows == self.stage.rows:
             self.journals[key] = done
         if gen.flight:
             return None, key, end  # a live evaluation: its journal so far, nothing else yet
+        write_predictions(self.shown[split].head(rows), self.domain.question_id, journal, folder / PREDICTIONS,
+                          self.config.harness.max_prediction_bytes, sync=False)
         ran = {row.index: row for row in done}
         ran = [ran.get(i) for i in range(rows)]
-        texts = self._csv(split, ran, feedback=self.feedback and split == "train" and stop is None)
-        (folder / PREDICTIONS).write_text(texts[0], encoding="utf-8")
-        if len(texts) > 1:
-            self.feedback_csv[key] = texts[1]
         run = {"key": key, "split": split, "rows": rows, "start": t, "end": end,
                "done": sum(1 for r in ran if r and not r.error), "errors": sum(1 for r in ran if r and r.error),
                "not_run": ran.count(None)}
@@ -672,7 +632,7 @@ class _Maker:
         df = pd.DataFrame({"Grading ID": self.ids[split][:rows], "Reward": self.labels[split][:rows],
                            "prediction": [r.prediction for r in ran]}, dtype=object)
         report = self.reports[key] = {"schema_version": REPORT_SCHEMA, **grading_metrics(df)}
-        atomic_write_json(folder / "report.json", report)
+        atomic_write_json(self.store.report_path(key), report, sync=False)
         return report["overall_accuracy"], key, end
 
     def _outcome(self, gen: _Gen, split: str) -> list[_Row]:
@@ -708,35 +668,12 @@ class _Maker:
         self.outcomes[(gen.task_hash, split)] = rows
         return rows
 
-    def _line(self, split: str, row: _Row) -> str:
-        """The journal's line of a row (domains/harness/split.py): json.dumps of its record, made
-        from a template, which is many times faster for a run's 100,000 rows."""
-        return (f'{{"id": {self.quoted[split][row.index]}, "prediction": {_json_value(row.prediction)}, '
-                f'"error": {_json_value(row.error)}, "usage": {{"calls": 1, "prompt_tokens": {row.prompt_tokens}, '
-                f'"completion_tokens": {row.completion_tokens}, "cost_usd": {row.cost_usd!r}}}, '
-                f'"seconds": {row.seconds!r}, "inputs_sha": "{self.fingerprints[split][row.index]}"}}\n')
-
-    def _csv(self, split: str, ran: list[_Row | None], feedback: bool) -> list[str]:
-        """predictions.csv of these rows (None: a row not run) as write_predictions writes it, and with
-        `feedback` the feedback copy of it (the columns hidden from agents dropped, but the label)."""
-        numbers = [_numbers([getattr(r, name) if r else None for r in ran])
-                   for name in ("seconds", "prompt_tokens", "completion_tokens", "cost_usd")]
-        texts = []
-        for (header, prefixes), marked in zip(self.csv_rows[split][:1 + feedback], (True, False)):
-            results = []
-            for i, row in enumerate(ran):
-                error = ((row.error or "").split("\n")[0] or None) if row else None
-                cells = [_csv_cell(row.prediction if row else None, marked), _csv_cell(error, marked)]
-                results.append(",".join(cells + [column[i] for column in numbers]) + ("\r\n" if marked else "\n"))
-            texts.append(header + "".join(prefix + result for prefix, result in zip(prefixes, results)))
-        return texts
-
-    def _feedback(self, gen: _Gen, key: str) -> None:
-        """The node's train results where later meta agents read them (Loop._publish_feedback)."""
-        folder = self.run_dir / "feedback" / gen.node_id / DOMAIN
-        folder.mkdir(parents=True)
-        atomic_write_json(folder / "report.json", self.reports[key])
-        (folder / PREDICTIONS).write_text(self.feedback_csv[key], encoding="utf-8")
+    def _record(self, split: str, row: _Row) -> dict:
+        """A row's journal record as the harness keeps it (the worker's answer, the inputs' fingerprint)."""
+        usage = {"calls": 1, "prompt_tokens": row.prompt_tokens, "completion_tokens": row.completion_tokens,
+                 "cost_usd": row.cost_usd}
+        return {"id": self.ids[split][row.index], "prediction": row.prediction, "error": row.error, "usage": usage,
+                "seconds": row.seconds, "inputs_sha": self.fingerprints[split][row.index]}
 
     def _book(self, t: float, node: str, role: str, model: str, prompt: int, completion: int, latency: float,
               cost: float | None = None) -> None:
@@ -760,11 +697,13 @@ class _Maker:
         self._events(base, pid)
         for run in self.eval_runs:
             self._eval_run(run, base, cumulative)
+        if self.feedback:
+            for gen in self.gens:
+                if gen.node is not None:
+                    publish_feedback(self.run_dir, [self.domain], self.store, gen.node)
         record = RunRecord([DOMAIN], self.config.to_dict(), "bwrap", updated_at=_iso(base + self.start))
-        atomic_write_json(self.run_dir / "run.json", {**record.to_dict(), **self.run_labels})
-        (self.run_dir / "train_data").mkdir()
-        (self.run_dir / "train_data" / f"{DOMAIN}_train.jsonl").write_text(
-            "\n".join(self.domain.try_lines(self.domain.load("train"))) + "\n", encoding="utf-8")
+        atomic_write_json(self.run_dir / "run.json", {**record.to_dict(), **self.run_labels}, sync=False)
+        write_train_data(self.run_dir, [self.domain])
         return self._summary(cumulative)
 
     def _commit(self, base: float) -> None:
@@ -860,7 +799,7 @@ class _Maker:
     def _records(self, gen: _Gen, base: float) -> None:
         folder = self.run_dir / "nodes" / gen.node_id
         if gen.parent is not None and gen.meta_end:
-            (folder / "patch.diff").write_text(gen.patch, encoding="utf-8")
+            atomic_write_text(folder / "patch.diff", gen.patch, sync=False)
         if gen.node is None:
             return
         node = gen.node
@@ -868,7 +807,7 @@ class _Maker:
         node.created_at = _iso(base + gen.created)
         if gen.parent is not None:
             node.patch = self._patch(gen)
-        atomic_write_json(folder / "node.json", node.to_dict())
+        atomic_write_json(folder / "node.json", node.to_dict(), sync=False)
 
     @staticmethod
     def _patch(gen: _Gen) -> dict:
@@ -901,7 +840,8 @@ class _Maker:
                              run.get("stopped_by"), Totals(calls, prompt, completion, cost))
         asked = {"subset": run["split"], "proofs_dname": None, "num_samples": run["rows"]}
         atomic_write_json(folder / "run.json", run_record(result, "task_agent", asked, TASK_MODEL, "bwrap",
-                                                          _iso(base + run["start"]), _iso(base + run["end"])))
+                                                          _iso(base + run["start"]), _iso(base + run["end"])),
+                          sync=False)
 
     def _summary(self, cumulative) -> dict:
         recorded = [g for g in self.gens if g.node is not None]
