@@ -107,6 +107,7 @@ def meta_usd(model: str, gw: GatewayConfig, calls: int) -> tuple[float, float]:
 
 def estimate(domains: list[Domain], config: Config, rows_of: RowsOf) -> Estimate:
     evaluation = evaluation_usd(domains, config, rows_of)
-    meta, saved = meta_usd(config.resolve_model("meta"), config.gateway, config.loop.meta_max_calls)
+    # With a bandit over several meta models, each generation is priced at the dearest: an upper bound.
+    meta, saved = max(meta_usd(m, config.gateway, config.loop.meta_max_calls) for m in config.meta_models())
     final = 2 * evaluation_usd(domains, config, rows_of, test=True) if config.loop.final_test else 0.0
     return Estimate(evaluation, meta, evaluation, config.loop.max_generation, final, saved)

@@ -38,6 +38,7 @@ class GenerationStarted:
     generation: int
     meta_timeout_s: float
     meta_max_calls: int
+    meta_model: str = ""  # named on the console when a bandit chose it among several
 
 
 @dataclass(frozen=True)
@@ -144,8 +145,9 @@ class Events:
 def console_line(event: Event) -> str | None:
     """The line a person watching the run reads for `event` (None: nothing to say)."""
     if isinstance(event, GenerationStarted):
+        on = f" on {event.meta_model}" if event.meta_model else ""
         return (f"generation {event.generation}: node {event.node_id} from parent {event.parent}; the meta agent "
-                f"is at work (up to {event.meta_timeout_s:g} s and {event.meta_max_calls} model calls)")
+                f"is at work{on} (up to {event.meta_timeout_s:g} s and {event.meta_max_calls} model calls)")
     if isinstance(event, MetaFinished):
         patch = event.result.patch
         return (f"node {event.node_id}: {event.result.status}; changed {patch.get('files', 0)} files "

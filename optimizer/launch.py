@@ -307,7 +307,8 @@ def launch(request: RunRequest) -> Path:
         print_dry_run(run_dir, domains, config, initial_from, request.replicates, name, tags)
         return run_dir
     claim_run(run_dir, domains, request)
-    services = open_services(config, run_dir, [] if request.evaluate is not None else ["meta"], preflight=True)
+    services = open_services(config, run_dir, [] if request.evaluate is not None else config.meta_models(),
+                             preflight=True)
     services.require(*(model for d in domains for model in d.models_needed(config)))
     backend, why_backend = choose_backend_why(config.sandbox)
     resumed = (run_dir / "run.json").exists()

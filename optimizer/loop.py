@@ -29,15 +29,17 @@ import os
 import random
 import socket
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from archive.bandit import Arm, Pull, arms, choose
 from archive.novelty import nearest, node_change
 from archive.promotion import BestChoice, row_scores
 from archive.records import GenStart, MetaResult, Node, Status
 from archive.run_state import RunState
 from archive.selection import NEEDS_ROWS, Candidate, Context, probabilities, select_parent
-from archive.store import META_TRANSCRIPT, Archive, ScoreRule, untrusted_dir
+from archive.store import META_TRANSCRIPT, Archive, ScoreRule, mean_score, untrusted_dir
 from archive.tamper import flags as tamper_flags
 from optimizer.evaluation import (
     BudgetStop,
@@ -112,9 +114,10 @@ class Loop:
         self.quota = Quota(int(loop.workspace_file_mb * 2**20), int(loop.workspace_total_mb * 2**20))
         self.task_model = config.resolve_model("task")
         self.meta_model = config.resolve_model("meta")
+        self.meta_models = config.meta_models()  # the bandit's arms (one: no bandit)
         self.events = events or Events(console)
         self.evaluator = Evaluator(run_dir, config, gateway, backend, self.task_model, self.events)
-        gateway.allow_models(self.meta_model, self.task_model)
+        gateway.allow_models(*self.meta_models, self.task_model)
         self.full_sizes = {d.name: split_rows(d, d.selection_split, config.loop.eval_samples) for d in domains}
         self.score_rule = ScoreRule.of(config.loop, domains)
         self.rng = random.Random()  # parent selection without a seed (with one, see choose_parent)
@@ -233,9 +236,45 @@ class Loop:
         return chosen_parent(result.stdout, {c.node_id for c in candidates})
 
     # -- one generation -------------------------------------------------------------------
-    def generation(self, node_id: str, parent: str | None, generation: int) -> Node:
-        """One generation: the meta agent's change to `parent`, then its evaluation; the initial
+    def begin(self, generation: int, upto: int | None = None) -> GenStart:
+        """How `generation` starts: its parent and the model its meta agent runs on, chosen among
+        the nodes of generations up to `upto` (all when None)."""
+        return GenStart(str(generation), self.choose_parent(generation, upto), generation,
+                        self.choose_meta_model(generation, upto))
+
+    def choose_meta_model(self, generation: int, upto: int | None = None) -> str:
+        """The meta model of `generation`: the bandit's choice (loop.meta_bandit) when models.meta is a
+        list, rewarded by the nodes of generations up to `upto`; else models.meta."""
+        if len(self.meta_models) == 1:
+            return self.meta_model
+        rng = random.Random(f"{self.config.loop.seed}/{generation}/meta_model") \
+            if self.config.loop.seed is not None else self.rng
+        model = choose(self.meta_models, self.bandit_pulls(upto), self.config.loop.meta_bandit, rng)
+        self.archive.log("meta_model_chosen", generation=generation, model=model,
+                         arms=[asdict(a) for a in self.bandit_arms(upto)])
+        return model
+
+    def bandit_pulls(self, upto: int | None = None) -> list[Pull]:
+        """Each finished generation as the bandit counts it: its meta model, its child's gain in selection
+        score over its parent (0 when not scored), and what it cost."""
+        pulls = []
+        for node in self.archive.ordered():
+            parent = self.archive.nodes.get(node.parent or "")
+            if node.meta_model is None or parent is None or (upto is not None and node.generation > upto):
+                continue
+            gain = mean_score(node, self.domains, self.full_sizes, self.score_rule) \
+                - mean_score(parent, self.domains, self.full_sizes, self.score_rule) if node.valid_parent else 0.0
+            pulls.append(Pull(node.meta_model, gain, sum(node.cost_usd.values())))
+        return pulls
+
+    def bandit_arms(self, upto: int | None = None) -> list[Arm]:
+        return arms(self.meta_models, self.bandit_pulls(upto))
+
+    def generation(self, start: GenStart) -> Node:
+        """One generation: the meta agent's change to its parent, then its evaluation; the initial
         node (no parent) is only evaluated."""
+        node_id, parent, generation = start.node_id, start.parent, start.generation
+        meta_model = start.meta_model or self.meta_model
         started = time.monotonic()
         if parent is None:
             node = self._evaluate_new(Node(node_id, None, generation, commit=self.repo.node_commit(node_id)))
@@ -244,13 +283,14 @@ class Loop:
         done = self.archive.meta_result(node_id)
         if done is None:
             loop = self.config.loop
-            self.events.emit(GenerationStarted(node_id, parent, generation, loop.meta_timeout_s,
-                                               loop.meta_max_calls))
-            done = self.run_meta_agent(node_id, parent_commit, generation)
+            self.events.emit(GenerationStarted(node_id, parent, generation, loop.meta_timeout_s, loop.meta_max_calls,
+                                               meta_model if len(self.meta_models) > 1 else ""))
+            done = self.run_meta_agent(node_id, parent_commit, generation, meta_model)
             self.archive.log_meta_result(node_id, done)
             self.events.emit(MetaFinished(node_id, done))
         node = Node(node_id, parent, generation, commit=done.commit, patch=done.patch,
-                    seconds={"meta": done.seconds}, flags=self._tamper_flags(node_id, done.patch))
+                    seconds={"meta": done.seconds}, flags=self._tamper_flags(node_id, done.patch),
+                    meta_model=meta_model)
         evaluate_anyway = self.config.loop.meta_failure == "parent" and done.commit is not None
         if done.status != Status.OK and not evaluate_anyway:
             node.status, node.error = done.status, done.error
@@ -314,7 +354,7 @@ class Loop:
         return self.evaluator.node_sandbox(node_id, self.archive.node_dir(node_id),
                                            self.sandbox_out(node_id, "agent_evals"), self.entry_points())
 
-    def run_meta_agent(self, node_id: str, parent_commit: str, generation: int) -> MetaResult:
+    def run_meta_agent(self, node_id: str, parent_commit: str, generation: int, meta_model: str) -> MetaResult:
         records = self.archive.node_dir(node_id)
         workspace = self.repo.checkout(parent_commit, self.workspaces / node_id)
         mounts = self._meta_mounts(self.sandbox_out(node_id, "meta"))
@@ -327,8 +367,8 @@ class Loop:
         started = time.monotonic()
         try:
             with open_sandbox(self.config.sandbox, workspace, mounts, self.gateway.unix_socket, self.backend) as box:
-                argv = self._meta_argv(box, generation, frozen is not None)
-                env = self._agent_env(box, node_id)
+                argv = self._meta_argv(box, generation, frozen is not None, meta_model)
+                env = self._agent_env(box, node_id, meta_model)
                 result = box.run(argv, env, timeout=self.config.loop.meta_timeout_s)
         finally:
             if frozen:
@@ -354,9 +394,9 @@ class Loop:
             return MetaResult(Status.META_FAILED, capture.commit, patch, seconds, f"meta agent: {failed}")
         return MetaResult(Status.OK, capture.commit, patch, seconds)
 
-    def _meta_argv(self, box: Sandbox, generation: int, frozen: bool) -> list[str]:
+    def _meta_argv(self, box: Sandbox, generation: int, frozen: bool, meta_model: str) -> list[str]:
         argv = [box.python, box.trusted_script("run_meta.py"), "--repo", box.workdir, "--eval_path", FEEDBACK,
-                "--iterations_left", str(self.config.loop.max_generation - generation), "--model", self.meta_model,
+                "--iterations_left", str(self.config.loop.max_generation - generation), "--model", meta_model,
                 "--transcript", f"{NODE_OUT}/{META_TRANSCRIPT}",
                 "--max_tool_calls", str(self.config.loop.meta_max_calls)]
         if self.config.loop.try_command:
@@ -414,14 +454,14 @@ class Loop:
                 Mount(feedback, FEEDBACK),
                 Mount(out, NODE_OUT, writable=True)]
 
-    def _agent_env(self, box: Sandbox, node_id: str) -> dict:
+    def _agent_env(self, box: Sandbox, node_id: str, meta_model: str) -> dict:
         from domains.harness import worker_env
 
         # Each key calls its role's model only, while `box` is open (services/gateway/sessions.py).
-        meta_key = self.gateway.new_session(node_id, "meta", [self.meta_model], self.config.loop.meta_max_calls, box)
+        meta_key = self.gateway.new_session(node_id, "meta", [meta_model], self.config.loop.meta_max_calls, box)
         # The try command's calls are the task agent's, made for the meta agent: booked apart, capped.
         try_key = self.gateway.new_session(node_id, "try", [self.task_model], self.config.loop.try_max_calls, box)
-        env = worker_env(box, box.gateway_url or self.gateway.url, meta_key, (self.meta_model, self.task_model))
+        env = worker_env(box, box.gateway_url or self.gateway.url, meta_key, (meta_model, self.task_model))
         env.update(TRY_GATEWAY_KEY=try_key, TRY_MODEL=self.task_model, WORKSPACE=box.workdir,
                    PYTHONPATH=box.workdir)
         return env

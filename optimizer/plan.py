@@ -53,7 +53,10 @@ def plan_lines(run_dir: Path, domains: list[Domain], config: Config, backend: st
              f"meta agent of {source}, task agent {loop.initial_agent}" if initial_from else
              plan_text(loop.initial_agent))
     lines += [f"agent    {agent}",
-              f"models   task {config.resolve_model('task')}, meta {config.resolve_model('meta')}"
+              f"models   task {config.resolve_model('task')}, meta " + (
+                  f"{config.resolve_model('meta')}" if len(config.meta_models()) == 1 else
+                  f"one of {', '.join(config.meta_models())} each generation ({config.loop.meta_bandit} bandit, "
+                  "rewarded by score gained per dollar)")
               + (f"\n         chosen because {why_models}; override with --task_model/--meta_model"
                  if why_models else ""),
               f"sandbox  {backend}" + (f" ({why_backend})" if why_backend else ""),

@@ -42,7 +42,7 @@ LOST_TRIES = 3  # runs of a generation whose sandbox's machine is lost (a Ray wo
 
 class Generations(Protocol):
     """What Slots asks of the loop (tests/test_slots.py's StandIn is another): its archive, config
-    and events, a parent for a generation, and the generation itself."""
+    and events, how a generation begins (its parent, its meta model), and the generation itself."""
 
     @property
     def archive(self) -> Archive: ...
@@ -51,8 +51,8 @@ class Generations(Protocol):
     @property
     def events(self) -> Events: ...
 
-    def choose_parent(self, generation: int, upto: int | None) -> str: ...
-    def generation(self, node_id: str, parent: str | None, generation: int) -> Node: ...
+    def begin(self, generation: int, upto: int | None) -> GenStart: ...
+    def generation(self, start: GenStart) -> Node: ...
 
 
 def horizon(generation: int, parallel: int, replayable: bool) -> int | None:
@@ -106,7 +106,7 @@ class Slots:
         upto = horizon(generation, self.parallel, self.replayable)
         if upto is not None and any(s.generation <= upto for s in self.in_flight.values()):
             return None  # wait: what this generation chooses from is not all recorded yet
-        start = GenStart(str(generation), self.loop.choose_parent(generation, upto), generation)
+        start = self.loop.begin(generation, upto)
         self.archive.log_start(start)
         return start
 
@@ -162,7 +162,7 @@ def run_generation(loop: Generations, start: GenStart) -> Node:
     node_id, parent, generation = start.node_id, start.parent, start.generation
     for attempt in range(1, LOST_TRIES + 1):
         try:
-            return loop.generation(node_id, parent, generation)
+            return loop.generation(start)
         except SandboxLost as e:
             lost = e
             if attempt < LOST_TRIES:

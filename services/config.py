@@ -33,7 +33,7 @@ PRESETS_DIR = PROJECT_ROOT / "configs" / "presets"
 class ModelsConfig:
     # "auto": the first provider whose key is set, else the local model (services/providers.py)
     task: str = "auto"  # model of the task agent; role alias "task"
-    meta: str = "auto"  # model of the meta agent; role alias "meta"
+    meta: str | list[str] = "auto"  # model of the meta agent; role alias "meta" (the first); a list (or --meta_model a,b): a bandit (loop.meta_bandit) picks one per generation
     grader: str = "auto"  # model of the proof grader; role alias "grader"
     judge: str = "auto"  # model of LLM judges in answer domains; role alias "judge"
 
@@ -94,6 +94,7 @@ class LoopConfig:
     parent_selection: str = "score_child_prop"  # random | latest | best | score_prop | score_child_prop (the paper's) | pareto (GEPA's per-row front) | islands (score_child_prop within loop.islands sub-archives); see archive/selection.py
     islands: int = 4  # parent_selection islands: how many sub-archives (generation g draws from island g mod islands)
     migrate_every: int = 10  # parent_selection islands: every this many generations each island's best node joins the next island
+    meta_bandit: str = "ucb1"  # with models.meta a list: ucb1 | thompson, rewarded by the child's gain over its parent per dollar (archive/bandit.py)
     novelty_threshold: float | None = None  # a child whose change is at least this alike (0-1, difflib's ratio over the diff's changed lines) to an earlier node's is recorded duplicate and not evaluated (archive/novelty.py); null = off (the paper's)
     seed: int | None = None  # seeds parent selection, so a run can be replayed
     parallel: int = 1  # generations in flight at once (meta agent and evaluation each in its own sandbox)
@@ -148,8 +149,17 @@ class Config:
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
 
     def resolve_model(self, name: str) -> str:
-        """A role alias (task, meta, grader, judge) to its model string; anything else unchanged."""
-        return getattr(self.models, name) if name in ROLE_ALIASES else name
+        """A role alias (task, meta, grader, judge) to its model string (the first of a list of meta
+        models); anything else unchanged."""
+        if name not in ROLE_ALIASES:
+            return name
+        model = getattr(self.models, name)
+        return model[0] if isinstance(model, list) else model
+
+    def meta_models(self) -> list[str]:
+        """The models the meta agent's bandit chooses from: models.meta's list, or its one model."""
+        meta = self.models.meta
+        return list(meta) if isinstance(meta, list) else [self.resolve_model("meta")]
 
     def to_dict(self) -> dict:
         """Plain data (JSON and YAML can hold it) that `from_dict` turns back into an equal config."""
@@ -315,6 +325,10 @@ def _rules() -> dict:
         "loop.parent_selection": _one_of(*PARENT_SELECTIONS),
         "loop.islands": (lambda v: 1 <= v <= 64, "from 1 to 64"),
         "loop.migrate_every": _at_least(1),
+        "loop.meta_bandit": _one_of("ucb1", "thompson"),
+        "models.meta": (lambda v: bool(v.strip()) if isinstance(v, str) else 2 <= len(v) <= 8 and len(set(v)) == len(v)
+                        and all(m.strip() and m != "auto" for m in v),
+                        "a model, or a list of 2 to 8 distinct models (not auto)"),
         "loop.novelty_threshold": (lambda v: 0 < v <= 1, "a number above 0 and at most 1"),
         "loop.parallel": (lambda v: 1 <= v <= 64, "from 1 to 64"),
         "loop.stages": (_stages, "a list of [rows, above] or [rows, above, rule] (rows 1 or more and growing, "
@@ -348,6 +362,9 @@ def _rules() -> dict:
 def validate(config: Config) -> Config:
     """Check every field of every section against its annotation and `_rules()`; a UserError names
     the first bad one by its dotted key, with its value and what is expected."""
+    meta = config.models.meta
+    if isinstance(meta, str) and "," in meta:  # --meta_model a,b: no provider's model name has a comma
+        config.models.meta = [m.strip() for m in meta.split(",")]
     rules = _rules()
     for section in dataclasses.fields(config):
         part = getattr(config, section.name)

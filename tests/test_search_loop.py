@@ -106,3 +106,46 @@ def test_a_change_reaching_for_the_label_is_flagged_suspicious_and_still_scored(
     assert "Suspicious: this node" not in (run_dir / "report.html").read_text()  # the report lists, the page explains
     assert "suspicious" in (run_dir / "report.html").read_text()
     assert nodes(run_dir)["initial"]["flags"] == []
+
+
+def bandit_args(tmp_path, *extra):
+    tmp_path.mkdir(exist_ok=True)
+    return ["--domain", "imo_grading", "--output_dir", str(tmp_path / "out"), "--run_id", "run",
+            "--task_model", "openai/fake", "--meta_model", "openai/fake-meta,openai/fake-meta-2",
+            "--config", loop_config(tmp_path), "--max_generation", "4", "--seed", "5", *extra]
+
+
+def test_a_bandit_over_two_meta_models_tries_each_then_keeps_the_one_that_gained_and_resumes_its_counts(
+        tmp_path, fake_openai):
+    import sqlite3
+
+    fake_openai.set_responder(responder({1: [IMPROVE]}, []))
+    straight = tmp_path / "straight"
+    r = run_cli("run_optimization", *bandit_args(straight), env=cli_env(fake_openai), timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "meta one of openai/fake-meta, openai/fake-meta-2 each generation (ucb1 bandit" in r.stdout
+    run_dir = straight / "out" / "run"
+    made = {g: n["meta_model"] for g, n in nodes(run_dir).items()}
+    # Each untried model first; then model 1, whose child gained, over model 2, whose did not (UCB1 by hand:
+    # generation 3: 1 + sqrt(2 ln 2) against sqrt(2 ln 2); generation 4: 0.5 + sqrt(ln 3) against sqrt(2 ln 3)).
+    assert made == {"initial": None, "1": "openai/fake-meta", "2": "openai/fake-meta-2", "3": "openai/fake-meta",
+                    "4": "openai/fake-meta"}
+    starts = {e["node_id"]: e["meta_model"] for e in events(run_dir) if e["event"] == "gen_start"}
+    assert starts["2"] == "openai/fake-meta-2"
+    # The gateway let each generation's meta agent call its own model only.
+    db = sqlite3.connect(run_dir / "ledger.sqlite")
+    used = dict(db.execute("SELECT node, group_concat(DISTINCT model) FROM calls WHERE role = 'meta' GROUP BY node"))
+    assert used == {"1": "openai/fake-meta", "2": "openai/fake-meta-2", "3": "openai/fake-meta",
+                    "4": "openai/fake-meta"}
+    assert "generation 2: node 2 from parent" in r.stdout and "at work on openai/fake-meta-2" in r.stdout
+    report = (run_dir / "report.html").read_text()  # each model's generations, as the dashboard's run page shows
+    assert "<h2>Meta models</h2>" in report and "<td>openai/fake-meta-2</td><td class=\"num\">1</td>" in report
+
+    killed = tmp_path / "killed"
+    fake_openai.set_responder(responder({1: [IMPROVE]}, []))
+    start_and_kill_when(killed, fake_openai, bandit_args(killed),
+                        lambda d: any(e["event"] == "gen_start" and e.get("generation") == 3 for e in events(d)))
+    r = run_cli("run_optimization", "--resume_from", str(killed / "out" / "run"), env=cli_env(fake_openai),
+                timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert {g: n["meta_model"] for g, n in nodes(killed / "out" / "run").items()} == made

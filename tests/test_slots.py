@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from archive.records import Node, Status
+from archive.records import GenStart, Node, Status
 from archive.store import Archive
 from optimizer.events import Events
 from optimizer.slots import Slots
@@ -33,13 +33,14 @@ class StandIn:
         self.release = threading.Event()  # generations that hang wait for it
         self.release.set()
 
-    def choose_parent(self, generation: int, upto: int | None) -> str:
+    def begin(self, generation: int, upto: int | None) -> GenStart:
         recorded = sorted(n.generation for n in self.archive.ordered())
         self.chosen.append((generation, upto, recorded))
         visible = [n for n in self.archive.ordered() if upto is None or n.generation <= upto]
-        return max(visible, key=lambda n: n.generation).node_id
+        return GenStart(str(generation), max(visible, key=lambda n: n.generation).node_id, generation)
 
-    def generation(self, node_id: str, parent: str, generation: int) -> Node:
+    def generation(self, start: GenStart) -> Node:
+        node_id, parent, generation = start.node_id, start.parent, start.generation
         with self.lock:
             self.running.add(node_id)
             self.most_running = max(self.most_running, len(self.running))
@@ -119,11 +120,11 @@ def test_a_generation_whose_machine_is_lost_runs_again_and_is_reopened_on_resume
     tries = {}
 
     class Losing(StandIn):
-        def generation(self, node_id, parent, generation):
-            tries[generation] = tries.get(generation, 0) + 1
-            if generation == 3 or (generation == 2 and tries[2] == 1):
+        def generation(self, start):
+            tries[start.generation] = tries.get(start.generation, 0) + 1
+            if start.generation == 3 or (start.generation == 2 and tries[2] == 1):
                 raise SandboxLost("the Ray node running it was removed")
-            return super().generation(node_id, parent, generation)
+            return super().generation(start)
 
     warnings = []
     loop = Losing(tmp_path, 3, lambda g: 0.0)

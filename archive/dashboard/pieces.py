@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
+from archive.bandit import Pull, arms
 from archive.dashboard.markup import Markup, h, join
 from archive.dashboard.reader import RunData, RunReader
 from archive.dashboard.svg import TreeNode, line_chart, score_colour, score_range, tree_svg
@@ -214,6 +215,27 @@ def spend_table(rows: list[dict]) -> Markup:
              join(h("td", {"class": "num"}, shown(sum(r[key] for r in rows))) if summed else h("td", {})
                   for _, key, shown, summed in _SPEND))
     return h("table", {"class": "spend"}, head, body, foot)
+
+
+def meta_models_table(data: RunData) -> Markup:
+    """With a bandit over several meta models (models.meta a list): each model's generations, the
+    children that gained on their parent, its mean reward (score gained per dollar) and its cost,
+    as archive/bandit.py counts them from the records; nothing for a run with one meta model."""
+    models = list(dict.fromkeys(n.meta_model for n in data.nodes.values() if n.meta_model))
+    if len(models) < 2:
+        return Markup("")
+    pulls = []
+    for node in data.nodes.values():
+        parent = data.nodes.get(node.parent or "")
+        if node.meta_model and parent is not None:
+            gain = (data.score(node) or 0.0) - (data.score(parent) or 0.0) if node.valid_parent else 0.0
+            pulls.append(Pull(node.meta_model, gain, sum(node.cost_usd.values())))
+    head = h("tr", {}, join(h("th", {}, c) for c in ("meta model", "generations", "gained on parent",
+                                                        "mean gain per $", "cost")))
+    body = join(h("tr", {}, h("td", {}, a.model), h("td", {"class": "num"}, a.pulls),
+                  h("td", {"class": "num"}, a.improved), h("td", {"class": "num"}, f"{a.mean_reward:.4g}"),
+                  h("td", {"class": "num"}, fmt_cost(a.cost_usd))) for a in arms(models, pulls))
+    return join([h("h2", {}, "Meta models"), h("table", {"class": "meta-models"}, head, body)])
 
 
 def score_note(node: Node, domain: str, split: str) -> Markup:
