@@ -17,8 +17,8 @@ from enum import StrEnum
 from pathlib import Path
 
 from archive.stats import interval_text
-from services.config import conforms, describe, show
 from services.fsutil import read_bounded
+from services.plain_data import conforms, describe, show
 from services.render import BIDI_PATTERN
 from services.user_files import parse_json
 

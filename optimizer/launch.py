@@ -263,6 +263,14 @@ def request_config(request: RunRequest, saved: Config | None) -> Config:
     return apply_overrides(apply_settings(config, list(request.settings)), request.overrides, request.data)
 
 
+def check_optimizable(domains: list[Domain]) -> None:
+    """Each domain has a train split to optimize on and a scorer ready to score it; else a UserError."""
+    for d in domains:
+        if "train" not in d.splits:
+            raise UserError(f"domain {d.name} has no train split and cannot be optimized")
+        d.scorer.check_ready(d)
+
+
 def launch(request: RunRequest) -> Path:
     """Start, resume or evaluate the run `request` names; its folder (nothing is made for a dry run)."""
     from domains.base import use_data_files
@@ -299,10 +307,7 @@ def launch(request: RunRequest) -> Path:
                         f"project; --initial_agent {config.loop.initial_agent} is a whole agent folder")
     if isinstance(initial_agent, AgentFolder) and not initial_agent.bundled:
         config.loop.initial_agent = str(initial_agent.path)  # run.json names the folder, wherever it is read
-    for d in domains:
-        if "train" not in d.splits:
-            raise UserError(f"domain {d.name} has no train split and cannot be optimized")
-        d.scorer.check_ready(d)
+    check_optimizable(domains)
     if request.dry_run:
         print_dry_run(run_dir, domains, config, initial_from, request.replicates, name, tags)
         return run_dir

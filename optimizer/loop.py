@@ -24,23 +24,20 @@ change is not asked for again, evaluations continue from their journals.
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import socket
 import time
-from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from archive.bandit import Arm, Pull, arms, choose
 from archive.novelty import nearest, node_change
 from archive.promotion import BestChoice, row_scores
 from archive.records import GenStart, MetaResult, Node, Status
 from archive.run_state import RunState
-from archive.selection import NEEDS_ROWS, Candidate, Context, probabilities, select_parent
-from archive.store import META_TRANSCRIPT, Archive, ScoreRule, mean_score, untrusted_dir
+from archive.store import META_TRANSCRIPT, Archive, ScoreRule, untrusted_dir
 from archive.tamper import flags as tamper_flags
+from optimizer.beginning import choose_meta_model, choose_parent
 from optimizer.evaluation import (
     BudgetStop,
     Evaluator,
@@ -69,7 +66,6 @@ from optimizer.meta_outcome import META_LOG, meta_failure, meta_log
 from optimizer.slots import Slots, horizon, run_generation
 from optimizer.trackers import Trackers
 from services.config import Baseline, Config
-from services.errors import UserError
 from services.fsutil import atomic_write_text, read_below
 from services.sandbox import Mount, Sandbox, SandboxClosed, open_sandbox
 from services.workspace import Quota, RunRepo, discard
@@ -82,18 +78,6 @@ FEEDBACK = "/feedback"  # earlier generations' train results, read-only inside
 DATA = "/data"  # train rows with labels, read-only inside
 NODE_OUT = "/out/node"  # the node's sandbox output folder (transcript), writable inside
 FROZEN_META = "/opt/frozen_meta"  # baseline no_selfimprove: the initial agent code the meta agent runs from
-
-
-def chosen_parent(stdout: str, valid: set[str]) -> tuple[str | None, str | None]:
-    """The node id the agent's selector printed as its last line (untrusted output), or why there is none."""
-    lines = stdout.strip().splitlines()
-    try:
-        chosen = json.loads(lines[-1]) if lines else None
-    except (ValueError, RecursionError):
-        return None, f"printed no node id: {stdout[-200:]!r}"
-    if not isinstance(chosen, str) or chosen not in valid:
-        return None, f"chose {str(chosen)[:200]!r}, which is not a valid parent"
-    return chosen, None
 
 
 TAMPER_READ_BYTES = 2 * 2**20  # of a patch.diff and of a meta transcript read for tamper flags
@@ -182,93 +166,12 @@ class Loop:
             self.archive.log("split_start", node_id=event.node_id, domain=event.domain, split=event.split,
                              rows=event.rows, key=event.key)
 
-    def choose_parent(self, generation: int, upto: int | None = None) -> str:
-        """The parent of `generation`, among the nodes of generations up to `upto` (all when None).
-
-        With a seed, each generation draws from its own generator, seeded by the run's seed and its
-        number: a resumed run, or one with slots finishing in another order, draws the same."""
-        rng = random.Random(f"{self.config.loop.seed}/{generation}") if self.config.loop.seed is not None \
-            else self.rng
-        if self.config.loop.run_baseline == Baseline.NO_ARCHIVE:
-            visible = [n for n in self.archive.ordered() if upto is None or n.generation <= upto]
-            return max(visible, key=lambda n: (n.valid_parent, n.generation)).node_id
-        loop = self.config.loop
-        candidates = self.archive.candidates(self.domains, self.full_sizes, upto, self.score_rule,
-                                             failed_meta_bars_parent=loop.meta_failure == "parent",
-                                             with_rows=loop.parent_selection in NEEDS_ROWS)
-        if not candidates:
-            initial = self.archive.nodes["initial"]
-            raise UserError(f"no node can be a parent: the initial agent is {initial.status}"
-                            + (f" ({initial.error})" if initial.error else "") + f"; see {self.run_dir / 'nodes'}")
-        if self.config.loop.edit_select_parent:
-            chosen, problem = self.agent_selects_parent(candidates)
-            if chosen:
-                return chosen
-            self.archive.log("selection_fallback", reason=problem)
-            self.events.emit(Warned(f"select_next_parent.py failed ({problem}); using "
-                                    f"{self.config.loop.parent_selection}"))
-        context = Context(generation, loop.ties, loop.islands, loop.migrate_every)
-        chosen = select_parent(candidates, loop.parent_selection, rng, context).node_id
-        chances = probabilities(candidates, loop.parent_selection, context)
-        # What the choice was made from, for a reader who checks it (the scores are the selection
-        # scores, staged-only and initial nodes scaled as the run's ScoreRule says).
-        self.archive.log("parent_chosen", generation=generation, parent=chosen, strategy=loop.parent_selection,
-                         candidates={c.node_id: {"score": c.score, "children": c.children, "p": p}
-                                     for c, p in zip(candidates, chances)})
-        return chosen
-
-    def agent_selects_parent(self, candidates: list[Candidate]) -> tuple[str | None, str | None]:
-        """The latest valid node's own select_next_parent.py picks, run in the sandbox."""
-        latest = max((self.archive.nodes[c.node_id] for c in candidates), key=lambda n: n.generation)
-        rows = [{"node_id": c.node_id, "parent": self.archive.nodes[c.node_id].parent, "score": c.score,
-                 "generation": self.archive.nodes[c.node_id].generation, "children": c.children,
-                 "scores": self.archive.nodes[c.node_id].scores} for c in candidates]
-        assert latest.commit, "a recorded node has its commit"
-        workspace = self.repo.checkout(latest.commit, self.workspaces / "select")
-        try:
-            with open_sandbox(self.config.sandbox, workspace, [], None, self.backend) as box:
-                result = box.run([box.python, box.trusted_script("select_parent.py")], box.base_env(),
-                                 timeout=self.config.loop.selector_timeout_s, input=json.dumps(rows), cwd=box.workdir)
-        finally:
-            discard(workspace)
-        if not result.ok:
-            return None, f"{result.why()}: " + " | ".join(result.stderr.strip().splitlines()[-2:])[:300]
-        return chosen_parent(result.stdout, {c.node_id for c in candidates})
-
     # -- one generation -------------------------------------------------------------------
     def begin(self, generation: int, upto: int | None = None) -> GenStart:
         """How `generation` starts: its parent and the model its meta agent runs on, chosen among
-        the nodes of generations up to `upto` (all when None)."""
-        return GenStart(str(generation), self.choose_parent(generation, upto), generation,
-                        self.choose_meta_model(generation, upto))
-
-    def choose_meta_model(self, generation: int, upto: int | None = None) -> str:
-        """The meta model of `generation`: the bandit's choice (loop.meta_bandit) when models.meta is a
-        list, rewarded by the nodes of generations up to `upto`; else models.meta."""
-        if len(self.meta_models) == 1:
-            return self.meta_model
-        rng = random.Random(f"{self.config.loop.seed}/{generation}/meta_model") \
-            if self.config.loop.seed is not None else self.rng
-        model = choose(self.meta_models, self.bandit_pulls(upto), self.config.loop.meta_bandit, rng)
-        self.archive.log("meta_model_chosen", generation=generation, model=model,
-                         arms=[asdict(a) for a in self.bandit_arms(upto)])
-        return model
-
-    def bandit_pulls(self, upto: int | None = None) -> list[Pull]:
-        """Each finished generation as the bandit counts it: its meta model, its child's gain in selection
-        score over its parent (0 when not scored), and what it cost."""
-        pulls = []
-        for node in self.archive.ordered():
-            parent = self.archive.nodes.get(node.parent or "")
-            if node.meta_model is None or parent is None or (upto is not None and node.generation > upto):
-                continue
-            gain = mean_score(node, self.domains, self.full_sizes, self.score_rule) \
-                - mean_score(parent, self.domains, self.full_sizes, self.score_rule) if node.valid_parent else 0.0
-            pulls.append(Pull(node.meta_model, gain, sum(node.cost_usd.values())))
-        return pulls
-
-    def bandit_arms(self, upto: int | None = None) -> list[Arm]:
-        return arms(self.meta_models, self.bandit_pulls(upto))
+        the nodes of generations up to `upto` (all when None); optimizer/beginning.py."""
+        return GenStart(str(generation), choose_parent(self, generation, upto), generation,
+                        choose_meta_model(self, generation, upto))
 
     def generation(self, start: GenStart) -> Node:
         """One generation: the meta agent's change to its parent, then its evaluation; the initial

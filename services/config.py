@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import reprlib
-import types
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -19,6 +17,7 @@ from enum import StrEnum
 from pathlib import Path
 
 from services.errors import UserError
+from services.plain_data import conforms, describe, show
 from services.user_files import read_yaml
 
 if typing.TYPE_CHECKING:
@@ -209,48 +208,6 @@ def _merge(obj: _Section, data: object, where: str) -> _Section:
         else:
             setattr(obj, key, value)
     return obj
-
-
-def conforms(value: object, hint: object) -> bool:
-    """Whether a value read from YAML or JSON has the annotated type: int, float (ints too, never bools),
-    bool, str, X | None, dict / list with or without item types."""
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if origin in (typing.Union, types.UnionType):
-        return any(conforms(value, arg) for arg in args)
-    if hint is type(None):
-        return value is None
-    if hint in (bool, int, str):
-        return type(value) is hint  # type, not isinstance: True is an int to Python, not to a config
-    if hint is float:
-        return type(value) in (int, float)
-    if (origin or hint) is dict:
-        return isinstance(value, dict) and all(conforms(k, args[0]) and conforms(v, args[1])
-                                               for k, v in value.items() if args)
-    if (origin or hint) is list:
-        return isinstance(value, list) and all(conforms(v, args[0]) for v in value if args)
-    kind = origin or hint
-    if not isinstance(kind, type):  # what isinstance itself would say of it
-        raise TypeError(f"conforms cannot check a value against {hint!r}")
-    return isinstance(value, kind)
-
-
-def describe(hint: object) -> str:
-    """An annotation in words, for error messages."""
-    if typing.get_origin(hint) in (typing.Union, types.UnionType):
-        return " or ".join(describe(arg) for arg in typing.get_args(hint))
-    words = {type(None): "null", bool: "true or false", int: "an integer", float: "a number", str: "a string",
-             dict: "a mapping", list: "a list"}
-    return words.get(hint) or f"of the form {hint}"
-
-
-_SHORT = reprlib.Repr()
-_SHORT.maxlevel, _SHORT.maxstring, _SHORT.maxother = 3, 60, 60
-
-
-def show(value: object) -> str:
-    """A value as the one line of an error message: its repr, cut short."""
-    text = _SHORT.repr(value)  # reprlib: a value of a billion items is cut before it is made
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _at_least(low: float) -> tuple[Callable[[float], bool], str]:

@@ -261,7 +261,7 @@ def test_the_meta_agent_improves_itself_unless_frozen_and_the_final_test_scores_
 @pytest.mark.parametrize("printed", ["[" * 100_000 + "]" * 100_000, '["1"]', '{"node_id": "1"}', "1", "",
                                      "not json", '"no-such-node"', "\x00" * 10])
 def test_what_the_agents_selector_prints_is_read_as_untrusted_data(printed):
-    from optimizer.loop import chosen_parent
+    from optimizer.beginning import chosen_parent
 
     chosen, problem = chosen_parent("log line\n" + printed, {"1", "initial"})
     assert chosen is None and problem and len(problem) < 400

@@ -1,0 +1,143 @@
+"""How a generation begins: its parent, and the model its meta agent runs on.
+
+The parent: the run's strategy over the archive (archive/selection.py), the latest node under the
+no_archive baseline, or the workspace's own select_next_parent.py run in a sandbox when the run
+lets the agent edit selection (its answer read as untrusted data, the strategy used when it fails).
+The meta model: models.meta, or with several a bandit over them (archive/bandit.py) rewarded by
+the run's records. With a seed, each draw comes from a generator seeded by the run's seed and the
+generation's number, so a resumed run, or one whose slots finish in another order, draws the same.
+Each choice is logged to archive.jsonl with what it was made from, for a reader who checks it.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import asdict
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+from archive.bandit import Pull, arms, choose
+from archive.records import Node
+from archive.selection import NEEDS_ROWS, Candidate, Context, probabilities, select_parent
+from archive.store import Archive, ScoreRule, mean_score
+from optimizer.events import Events, Warned
+from services.config import Baseline, Config
+from services.errors import UserError
+from services.sandbox import open_sandbox
+from services.workspace import RunRepo, discard
+
+if TYPE_CHECKING:
+    from domains.base import Domain
+
+
+class Begins(Protocol):
+    """What choosing a generation's start reads of the loop."""
+
+    run_dir: Path
+    config: Config
+    domains: list[Domain]
+    archive: Archive
+    repo: RunRepo
+    workspaces: Path
+    backend: str
+    events: Events
+    rng: random.Random  # the draws of a run without a seed
+    full_sizes: dict[str, int]
+    score_rule: ScoreRule
+    meta_model: str
+    meta_models: list[str]
+
+
+def _rng(loop: Begins, generation: int, what: str = "") -> random.Random:
+    seed = loop.config.loop.seed
+    return random.Random(f"{seed}/{generation}{what}") if seed is not None else loop.rng
+
+
+def choose_parent(loop: Begins, generation: int, upto: int | None = None) -> str:
+    """The parent of `generation`, among the nodes of generations up to `upto` (all when None)."""
+    settings = loop.config.loop
+    if settings.run_baseline == Baseline.NO_ARCHIVE:
+        visible = [n for n in loop.archive.ordered() if upto is None or n.generation <= upto]
+        return max(visible, key=lambda n: (n.valid_parent, n.generation)).node_id
+    candidates = loop.archive.candidates(loop.domains, loop.full_sizes, upto, loop.score_rule,
+                                         failed_meta_bars_parent=settings.meta_failure == "parent",
+                                         with_rows=settings.parent_selection in NEEDS_ROWS)
+    if not candidates:
+        initial = loop.archive.nodes["initial"]
+        raise UserError(f"no node can be a parent: the initial agent is {initial.status}"
+                        + (f" ({initial.error})" if initial.error else "") + f"; see {loop.run_dir / 'nodes'}")
+    if settings.edit_select_parent:
+        chosen, problem = agent_selects_parent(loop, candidates)
+        if chosen:
+            return chosen
+        loop.archive.log("selection_fallback", reason=problem)
+        loop.events.emit(Warned(f"select_next_parent.py failed ({problem}); using {settings.parent_selection}"))
+    context = Context(generation, settings.ties, settings.islands, settings.migrate_every)
+    chosen = select_parent(candidates, settings.parent_selection, _rng(loop, generation), context).node_id
+    chances = probabilities(candidates, settings.parent_selection, context)
+    # The scores are the selection scores, staged-only and initial nodes scaled as the run's ScoreRule says.
+    loop.archive.log("parent_chosen", generation=generation, parent=chosen, strategy=settings.parent_selection,
+                     candidates={c.node_id: {"score": c.score, "children": c.children, "p": p}
+                                 for c, p in zip(candidates, chances)})
+    return chosen
+
+
+def agent_selects_parent(loop: Begins, candidates: list[Candidate]) -> tuple[str | None, str | None]:
+    """The latest valid node's own select_next_parent.py picks, run in the sandbox."""
+    nodes = loop.archive.nodes
+    latest = max((nodes[c.node_id] for c in candidates), key=lambda n: n.generation)
+    rows = [{"node_id": c.node_id, "parent": nodes[c.node_id].parent, "score": c.score,
+             "generation": nodes[c.node_id].generation, "children": c.children,
+             "scores": nodes[c.node_id].scores} for c in candidates]
+    assert latest.commit, "a recorded node has its commit"
+    workspace = loop.repo.checkout(latest.commit, loop.workspaces / "select")
+    try:
+        with open_sandbox(loop.config.sandbox, workspace, [], None, loop.backend) as box:
+            result = box.run([box.python, box.trusted_script("select_parent.py")], box.base_env(),
+                             timeout=loop.config.loop.selector_timeout_s, input=json.dumps(rows), cwd=box.workdir)
+    finally:
+        discard(workspace)
+    if not result.ok:
+        return None, f"{result.why()}: " + " | ".join(result.stderr.strip().splitlines()[-2:])[:300]
+    return chosen_parent(result.stdout, {c.node_id for c in candidates})
+
+
+def chosen_parent(stdout: str, valid: set[str]) -> tuple[str | None, str | None]:
+    """The node id the agent's selector printed as its last line (untrusted output), or why there is none."""
+    lines = stdout.strip().splitlines()
+    try:
+        chosen = json.loads(lines[-1]) if lines else None
+    except (ValueError, RecursionError):
+        return None, f"printed no node id: {stdout[-200:]!r}"
+    if not isinstance(chosen, str) or chosen not in valid:
+        return None, f"chose {str(chosen)[:200]!r}, which is not a valid parent"
+    return chosen, None
+
+
+def choose_meta_model(loop: Begins, generation: int, upto: int | None = None) -> str:
+    """The meta model of `generation`: the bandit's choice (loop.meta_bandit) when models.meta is a
+    list, rewarded by the nodes of generations up to `upto`; else models.meta."""
+    if len(loop.meta_models) == 1:
+        return loop.meta_model
+    pulls = bandit_pulls(loop, upto)
+    model = choose(loop.meta_models, pulls, loop.config.loop.meta_bandit, _rng(loop, generation, "/meta_model"))
+    loop.archive.log("meta_model_chosen", generation=generation, model=model,
+                     arms=[asdict(a) for a in arms(loop.meta_models, pulls)])
+    return model
+
+
+def bandit_pulls(loop: Begins, upto: int | None = None) -> list[Pull]:
+    """Each finished generation as the bandit counts it: its meta model, its child's gain in selection
+    score over its parent (0 when not scored), and what it cost."""
+    def score(node: Node) -> float:
+        return mean_score(node, loop.domains, loop.full_sizes, loop.score_rule)
+
+    pulls = []
+    for node in loop.archive.ordered():
+        parent = loop.archive.nodes.get(node.parent or "")
+        if node.meta_model is None or parent is None or (upto is not None and node.generation > upto):
+            continue
+        gain = score(node) - score(parent) if node.valid_parent else 0.0
+        pulls.append(Pull(node.meta_model, gain, sum(node.cost_usd.values())))
+    return pulls
