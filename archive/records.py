@@ -30,9 +30,9 @@ if typing.TYPE_CHECKING:
 
         SCHEMA: typing.ClassVar[int]
 
-NODE_SCHEMA = 4  # node.json; 2 adds intervals and screening, 3 meta_error, 4 the duplicate status, flags, meta_model
+NODE_SCHEMA = 4  # node.json; 2 adds intervals, screening; 3 meta_error; 4 status duplicate, flags, meta_model, parents
 META_SCHEMA = 1  # the meta agent's result, in archive.jsonl's meta_done event
-START_SCHEMA = 2  # a generation's start, archive.jsonl's gen_start event; 2 adds meta_model
+START_SCHEMA = 2  # a generation's start, archive.jsonl's gen_start event; 2 adds meta_model and other_parent
 RUN_SCHEMA = 3  # run.json; 2 adds initial_from, 3 name and tags
 RUN_JSON = "run.json"  # a run folder's record of how it was started
 MAX_RUN_JSON = 2**20  # bytes of run.json read at most
@@ -105,6 +105,7 @@ class GenStart:
     parent: str | None
     generation: int
     meta_model: str | None = None  # the model its meta agent runs on (None: models.meta, as before version 2)
+    other_parent: str | None = None  # a merge's second parent (loop.merge_every)
 
     def to_dict(self) -> dict:
         return {"schema_version": self.SCHEMA, **asdict(self)}
@@ -200,6 +201,7 @@ class Node:
     meta_error: str | None = None  # its meta agent failed; its change was evaluated anyway (meta_failure parent)
     flags: list[str] = field(default_factory=list)  # why it is suspicious (archive/tamper.py): shown, never acted on
     meta_model: str | None = None  # the model its meta agent ran on (None: the initial node, or a run before version 4)
+    parents: list[str] = field(default_factory=list)  # a merge's two parents, `parent` first; empty for any other node
     created_at: str = field(default_factory=lambda: datetime.now().isoformat(timespec="seconds"))
 
     def to_dict(self) -> dict:

@@ -118,6 +118,41 @@ def _island_weights(candidates: list[Candidate], context: Context) -> list[float
     return [w if member else 0.0 for w, member in zip(weights, members)]
 
 
+def lineage(node_id: str, parent_of: Mapping[str, str | None]) -> set[str]:
+    """`node_id` and its ancestors."""
+    found: set[str] = set()
+    current: str | None = node_id
+    while current is not None and current not in found:
+        found.add(current)
+        current = parent_of.get(current)
+    return found
+
+
+def merge_partner(candidates: list[Candidate], first: str, parent_of: Mapping[str, str | None],
+                  ties: str = "latest") -> Candidate | None:
+    """The second parent of a merge with `first`: a candidate of another lineage (neither its
+    ancestor nor its descendant) such that each is better on rows the other is not, the one
+    better than `first` on the most rows (then the higher score); None when no candidate
+    complements it, or the candidates carry no rows."""
+    chosen = next((c for c in candidates if c.node_id == first), None)
+    if chosen is None or not chosen.rows:
+        return None
+    mine = lineage(first, parent_of)
+    found = []
+    for c in candidates:
+        if c.node_id in mine or first in lineage(c.node_id, parent_of):
+            continue
+        shared = chosen.rows.keys() & c.rows.keys()
+        better = sum(c.rows[r] > chosen.rows[r] for r in shared)
+        worse = sum(c.rows[r] < chosen.rows[r] for r in shared)
+        if better and worse:
+            found.append((better, c))
+    if not found:
+        return None
+    newest_first = -1 if ties == "earliest" else 1
+    return max(found, key=lambda t: (t[0], t[1].score, newest_first * t[1].order))[1]
+
+
 # The probability each candidate has of being chosen, by strategy name (services.config.PARENT_SELECTIONS;
 # tests/test_layers.py checks both agree). Weights need not sum to 1; the deterministic ones put all on one.
 WEIGHTS: dict[str, Callable[[list[Candidate], Context], list[float]]] = {

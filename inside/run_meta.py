@@ -1,7 +1,8 @@
 """Run the workspace's meta agent once, inside the sandbox.
 
     python run_meta.py --repo /workspace --eval_path /feedback --iterations_left 3 \
-        --model M --transcript /out/meta_chat_history.md [--try_command "..."]
+        --model M --transcript /out/meta_chat_history.md [--try_command "..."] \
+        [--other_parent /other_parent --other_node N]
 
 It imports `MetaAgent` from the workspace (the agent may have rewritten it), or from
 `--agent_root` when the meta agent is frozen, and nothing from the trusted core. Exit 0
@@ -22,7 +23,8 @@ import traceback
 
 def accepted(method, **extras) -> dict:
     """The `extras` that `method` takes: the reference's interface is forward(repo_path, eval_path,
-    iterations_left); this project's meta agents also take the try command and their tool-call cap."""
+    iterations_left); this project's meta agents also take the try command, their tool-call cap and, in a
+    merge, the second parent (a meta agent that takes no other_parent makes an ordinary change)."""
     try:
         params = inspect.signature(method).parameters
     except (TypeError, ValueError):
@@ -87,6 +89,8 @@ def main() -> int:
     ap.add_argument("--transcript", required=True)
     ap.add_argument("--try_command", default=None)
     ap.add_argument("--max_tool_calls", type=int, default=40)
+    ap.add_argument("--other_parent", default=None, help="a merge: the second parent's code, read-only")
+    ap.add_argument("--other_node", default=None, help="a merge: the second parent's node id")
     ap.add_argument("--agent_root", default=None,
                     help="where the meta agent's own code is, if not in --repo (a frozen copy, for a baseline)")
     args = ap.parse_args()
@@ -103,7 +107,8 @@ def main() -> int:
         agent = MetaAgent(model=args.model, chat_history_file=args.transcript)
         messages = agent.forward(repo_path=args.repo, eval_path=args.eval_path, iterations_left=args.iterations_left,
                                  **accepted(agent.forward, try_command=args.try_command,
-                                            max_tool_calls=args.max_tool_calls))
+                                            max_tool_calls=args.max_tool_calls, other_parent=args.other_parent,
+                                            other_node=args.other_node))
     except BaseException:
         traceback.print_exc()
         return 4

@@ -12,7 +12,8 @@ from agent.tool_loop import chat_with_tools
 from agent.tools import bash, editor
 
 
-def instruction(repo_path: str, eval_path: str, iterations_left: int | None, try_command: str | None) -> str:
+def instruction(repo_path: str, eval_path: str, iterations_left: int | None, try_command: str | None,
+                other_parent: str | None = None, other_node: str | None = None) -> str:
     parts = [f"""You improve an AI agent system by editing its code. The repository is at {repo_path}:
 - task_agent/: the task agent. `TaskAgent(model, chat_history_file).forward(inputs)` answers one task \
 (`inputs["domain"]` names the domain) and returns (prediction, message history); its predictions are scored.
@@ -30,6 +31,11 @@ evaluation): a folder per generation (node) and domain, each with report.json (m
 predictions.csv (one row per question, the agent's prediction next to the label). \
 `find {eval_path} -name report.json` lists them; study the rows whose prediction misses the label to \
 find what to fix. The bash shell starts in {repo_path}."""]
+    if other_parent:
+        parts.append(f"""This is a merge. A second version of the agent, from another line of the search, is at \
+{other_parent} (read-only; node {other_node}, its train results under {eval_path}/{other_node}). Each of the two \
+versions gets right some questions the other gets wrong. Compare their code and their results, then bring what \
+makes the other version succeed into the code at {repo_path} without losing what this one already does well.""")
     if iterations_left is not None:
         parts.append(f"Iterations left in this run: {iterations_left}.")
     if try_command:
@@ -48,8 +54,10 @@ class MetaAgent(AgentSystem):
         iterations_left: int | None = None,
         try_command: str | None = None,
         max_tool_calls: int = 40,
+        other_parent: str | None = None,
+        other_node: str | None = None,
     ) -> list[dict]:
-        prompt = instruction(repo_path, eval_path, iterations_left, try_command)
+        prompt = instruction(repo_path, eval_path, iterations_left, try_command, other_parent, other_node)
         bash.reset(cwd=repo_path)
         editor.reset()
         try:

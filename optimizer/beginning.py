@@ -1,4 +1,4 @@
-"""How a generation begins: its parent, and the model its meta agent runs on.
+"""How a generation begins: its parent (and a merge's second parent), and the model its meta agent runs on.
 
 The parent: the run's strategy over the archive (archive/selection.py), the latest node under the
 no_archive baseline, or the workspace's own select_next_parent.py run in a sandbox when the run
@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from archive.bandit import Pull, arms, choose
 from archive.records import Node
-from archive.selection import NEEDS_ROWS, Candidate, Context, probabilities, select_parent
+from archive.selection import NEEDS_ROWS, Candidate, Context, merge_partner, probabilities, select_parent
 from archive.store import Archive, ScoreRule, mean_score
 from optimizer.events import Events, Warned
 from services.config import Baseline, Config
@@ -113,6 +113,23 @@ def chosen_parent(stdout: str, valid: set[str]) -> tuple[str | None, str | None]
     if not isinstance(chosen, str) or chosen not in valid:
         return None, f"chose {str(chosen)[:200]!r}, which is not a valid parent"
     return chosen, None
+
+
+def choose_partner(loop: Begins, generation: int, upto: int | None, parent: str) -> str | None:
+    """A merge generation's second parent (every loop.merge_every generations): a node of another
+    lineage than `parent`, each better on rows the other is not (archive.selection.merge_partner);
+    None when it is no merge generation or no node complements `parent`."""
+    every = loop.config.loop.merge_every
+    if not every or generation % every:
+        return None
+    candidates = loop.archive.candidates(loop.domains, loop.full_sizes, upto, loop.score_rule,
+                                         failed_meta_bars_parent=loop.config.loop.meta_failure == "parent",
+                                         with_rows=True)
+    parent_of = {n.node_id: n.parent for n in loop.archive.ordered()}
+    partner = merge_partner(candidates, parent, parent_of, loop.config.loop.ties)
+    loop.archive.log("merge_partner", generation=generation, parent=parent,
+                     partner=partner.node_id if partner else None)
+    return partner.node_id if partner else None
 
 
 def choose_meta_model(loop: Begins, generation: int, upto: int | None = None) -> str:

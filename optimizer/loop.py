@@ -37,7 +37,7 @@ from archive.records import GenStart, MetaResult, Node, Status
 from archive.run_state import RunState
 from archive.store import META_TRANSCRIPT, Archive, ScoreRule, untrusted_dir
 from archive.tamper import flags as tamper_flags
-from optimizer.beginning import choose_meta_model, choose_parent
+from optimizer.beginning import choose_meta_model, choose_parent, choose_partner
 from optimizer.evaluation import (
     BudgetStop,
     Evaluator,
@@ -62,6 +62,7 @@ from optimizer.events import (
     console,
 )
 from optimizer.feedback import publish_feedback, write_train_data
+from optimizer.heldout import HeldOut
 from optimizer.meta_outcome import META_LOG, meta_failure, meta_log
 from optimizer.slots import Slots, horizon, run_generation
 from optimizer.trackers import Trackers
@@ -78,6 +79,7 @@ FEEDBACK = "/feedback"  # earlier generations' train results, read-only inside
 DATA = "/data"  # train rows with labels, read-only inside
 NODE_OUT = "/out/node"  # the node's sandbox output folder (transcript), writable inside
 FROZEN_META = "/opt/frozen_meta"  # baseline no_selfimprove: the initial agent code the meta agent runs from
+OTHER_PARENT = "/other_parent"  # a merge's second parent's code, read-only inside
 
 
 TAMPER_READ_BYTES = 2 * 2**20  # of a patch.diff and of a meta transcript read for tamper flags
@@ -106,6 +108,8 @@ class Loop:
         self.score_rule = ScoreRule.of(config.loop, domains)
         self.rng = random.Random()  # parent selection without a seed (with one, see choose_parent)
         self._changes: dict[str, list[str]] = {}  # node id -> its patch's changed lines (novelty screening)
+        if config.models.heldout_grader:  # the best nodes' proofs graded again, before the pictures draw them
+            self.events.subscribe(HeldOut(self))
         self.pictures = Pictures(self.archive, domains, self.full_sizes, run_dir, self.events,
                                  BestChoice.of(config.loop), self.score_rule, config.loop.pictures_every_s)
         self.events.subscribe(self.pictures, on_wait=self.pictures.catch_up)
@@ -170,8 +174,9 @@ class Loop:
     def begin(self, generation: int, upto: int | None = None) -> GenStart:
         """How `generation` starts: its parent and the model its meta agent runs on, chosen among
         the nodes of generations up to `upto` (all when None); optimizer/beginning.py."""
-        return GenStart(str(generation), choose_parent(self, generation, upto), generation,
-                        choose_meta_model(self, generation, upto))
+        parent = choose_parent(self, generation, upto)
+        return GenStart(str(generation), parent, generation, choose_meta_model(self, generation, upto),
+                        choose_partner(self, generation, upto, parent))
 
     def generation(self, start: GenStart) -> Node:
         """One generation: the meta agent's change to its parent, then its evaluation; the initial
@@ -188,12 +193,12 @@ class Loop:
             loop = self.config.loop
             self.events.emit(GenerationStarted(node_id, parent, generation, loop.meta_timeout_s, loop.meta_max_calls,
                                                meta_model if len(self.meta_models) > 1 else ""))
-            done = self.run_meta_agent(node_id, parent_commit, generation, meta_model)
+            done = self.run_meta_agent(node_id, parent_commit, generation, meta_model, start.other_parent)
             self.archive.log_meta_result(node_id, done)
             self.events.emit(MetaFinished(node_id, done))
         node = Node(node_id, parent, generation, commit=done.commit, patch=done.patch,
                     seconds={"meta": done.seconds}, flags=self._tamper_flags(node_id, done.patch),
-                    meta_model=meta_model)
+                    meta_model=meta_model, parents=[parent, start.other_parent] if start.other_parent else [])
         evaluate_anyway = self.config.loop.meta_failure == "parent" and done.commit is not None
         if done.status != Status.OK and not evaluate_anyway:
             node.status, node.error = done.status, done.error
@@ -257,25 +262,31 @@ class Loop:
         return self.evaluator.node_sandbox(node_id, self.archive.node_dir(node_id),
                                            self.sandbox_out(node_id, "agent_evals"), self.entry_points())
 
-    def run_meta_agent(self, node_id: str, parent_commit: str, generation: int, meta_model: str) -> MetaResult:
+    def run_meta_agent(self, node_id: str, parent_commit: str, generation: int, meta_model: str,
+                       other: str | None = None) -> MetaResult:
         records = self.archive.node_dir(node_id)
         workspace = self.repo.checkout(parent_commit, self.workspaces / node_id)
         mounts = self._meta_mounts(self.sandbox_out(node_id, "meta"))
-        frozen = None
+        extra = []  # read-only checkouts beside the workspace, removed after the run
         if self.config.loop.run_baseline == Baseline.NO_SELFIMPROVE:
             # The meta agent (its code and the shared agent/ it imports) stays the initial one;
             # it still edits the whole workspace.
-            frozen = self.repo.checkout(self.repo.node_commit("initial"), self.workspaces / f"{node_id}-frozen_meta")
-            mounts.append(Mount(frozen, FROZEN_META))
+            extra.append(Mount(self.repo.checkout(self.repo.node_commit("initial"),
+                                                  self.workspaces / f"{node_id}-frozen_meta"), FROZEN_META))
+        if other is not None:  # a merge: the second parent's code, to read
+            extra.append(Mount(self.repo.checkout(self.repo.node_commit(other), self.workspaces / f"{node_id}-other"),
+                               OTHER_PARENT))
         started = time.monotonic()
         try:
-            with open_sandbox(self.config.sandbox, workspace, mounts, self.gateway.unix_socket, self.backend) as box:
-                argv = self._meta_argv(box, generation, frozen is not None, meta_model)
+            with open_sandbox(self.config.sandbox, workspace, mounts + extra, self.gateway.unix_socket,
+                              self.backend) as box:
+                argv = self._meta_argv(box, generation, any(m.target == FROZEN_META for m in extra), meta_model)
+                argv += ["--other_parent", OTHER_PARENT, "--other_node", other] if other is not None else []
                 env = self._agent_env(box, node_id, meta_model)
                 result = box.run(argv, env, timeout=self.config.loop.meta_timeout_s)
         finally:
-            if frozen:
-                discard(frozen)
+            for mount in extra:
+                discard(mount.source)
         atomic_write_text(records / META_LOG, meta_log(result.stdout, result.stderr))
         seconds = round(time.monotonic() - started, 3)
         try:

@@ -35,6 +35,7 @@ class ModelsConfig:
     meta: str | list[str] = "auto"  # model of the meta agent; role alias "meta" (the first); a list (or --meta_model a,b): a bandit (loop.meta_bandit) picks one per generation
     grader: str = "auto"  # model of the proof grader; role alias "grader"
     judge: str = "auto"  # model of LLM judges in answer domains; role alias "judge"
+    heldout_grader: str | None = None  # a second, independent grader model for imo_proof (any domain graded by a grader model): the best nodes' proofs graded again, never optimized against, to report the gap per generation (loop.best_choice heldout reads it); role alias "heldout_grader"; null = off
 
 
 @dataclass
@@ -93,6 +94,7 @@ class LoopConfig:
     parent_selection: str = "score_child_prop"  # random | latest | best | score_prop | score_child_prop (the paper's) | pareto (GEPA's per-row front) | islands (score_child_prop within loop.islands sub-archives); see archive/selection.py
     islands: int = 4  # parent_selection islands: how many sub-archives (generation g draws from island g mod islands)
     migrate_every: int = 10  # parent_selection islands: every this many generations each island's best node joins the next island
+    merge_every: int = 0  # every this many generations, a merge: its meta agent gets a second parent of another lineage that is better on rows the first is not, and is asked to combine them; 0 = never (the paper's)
     meta_bandit: str = "ucb1"  # with models.meta a list: ucb1 | thompson, rewarded by the child's gain over its parent per dollar (archive/bandit.py)
     novelty_threshold: float | None = None  # a child whose change is at least this alike (0-1, difflib's ratio over the diff's changed lines) to an earlier node's is recorded duplicate and not evaluated (archive/novelty.py); null = off (the paper's)
     seed: int | None = None  # seeds parent selection, so a run can be replayed
@@ -105,7 +107,7 @@ class LoopConfig:
     promotion_level: float = 0.05  # not_worse_than_parent: a child is rejected when the test's p-value is below this
     promotion_test: str = "exact"  # not_worse_than_parent's test: exact (sign test; sign-flip permutation for partial credit) | bootstrap (paired)
     pictures_every_s: float = 10.0  # plots and report.html are redrawn when a node comes back, at most this often (and at the end of the run)
-    best_choice: str = "highest"  # which node is the run's best (report, --final_test, transfer, sica's peer): highest (the paper's: the highest selection score; `ties` breaks equal ones) | paired (nodes in generation order; a node replaces the best so far only when a one-sided paired test on the selection split's shared rows finds it better at best_level)
+    best_choice: str = "highest"  # which node is the run's best (report, --final_test, transfer, sica's peer): highest (the paper's: the highest selection score; `ties` breaks equal ones) | paired (nodes in generation order; a node replaces the best so far only when a one-sided paired test on the selection split's shared rows finds it better at best_level) | heldout (nodes in generation order; a node replaces the best so far only when it scores higher and its grade by models.heldout_grader is not below the best's, so the held-out grade never falls along the bests)
     best_level: float = 0.05  # best_choice paired: a node replaces the best so far when the test's p-value is below this (the test is promotion_test)
     final_test: bool = False  # once the last generation is recorded, evaluate the test split once, for the node chosen on val and the initial node (the loop never reads test scores)
     edit_select_parent: bool = False  # the workspace's select_next_parent.py chooses parents
@@ -148,11 +150,13 @@ class Config:
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
 
     def resolve_model(self, name: str) -> str:
-        """A role alias (task, meta, grader, judge) to its model string (the first of a list of meta
-        models); anything else unchanged."""
+        """A role alias (task, meta, grader, judge, heldout_grader) to its model string (the first of a
+        list of meta models); anything else unchanged. UserError for a role left unset (heldout_grader)."""
         if name not in ROLE_ALIASES:
             return name
         model = getattr(self.models, name)
+        if model is None:
+            raise UserError(f"models.{name} is not set")
         return model[0] if isinstance(model, list) else model
 
     def meta_models(self) -> list[str]:
@@ -187,7 +191,7 @@ BASELINES = tuple(Baseline)
 PARENT_SELECTIONS = ("random", "latest", "best", "score_prop", "score_child_prop", "pareto", "islands")  # each in archive/selection.py
 PROMOTION_RULES = ("score_above", "not_worse_than_parent", "sica")  # each in archive/promotion.py
 PROMOTION_TESTS = ("exact", "bootstrap")
-BEST_CHOICES = ("highest", "paired")  # each in archive/promotion.py
+BEST_CHOICES = ("highest", "paired", "heldout")  # each in archive/promotion.py
 ROLE_ALIASES = tuple(f.name for f in dataclasses.fields(ModelsConfig))
 
 
@@ -283,9 +287,11 @@ def _rules() -> dict:
         "loop.islands": (lambda v: 1 <= v <= 64, "from 1 to 64"),
         "loop.migrate_every": _at_least(1),
         "loop.meta_bandit": _one_of("ucb1", "thompson"),
+        "loop.merge_every": _at_least(0),
         "models.meta": (lambda v: bool(v.strip()) if isinstance(v, str) else 2 <= len(v) <= 8 and len(set(v)) == len(v)
                         and all(m.strip() and m != "auto" for m in v),
                         "a model, or a list of 2 to 8 distinct models (not auto)"),
+        "models.heldout_grader": (lambda v: bool(v.strip()) and v != "auto", "a model (not auto)"),
         "loop.novelty_threshold": (lambda v: 0 < v <= 1, "a number above 0 and at most 1"),
         "loop.parallel": (lambda v: 1 <= v <= 64, "from 1 to 64"),
         "loop.stages": (_stages, "a list of [rows, above] or [rows, above, rule] (rows 1 or more and growing, "

@@ -206,6 +206,8 @@ def node_page(reader: RunReader, data: RunData, node: Node) -> str:
         h("h1", {}, f"Node {node_id}"),
         h("p", {"class": "kin"},
           "parent: ", h("a", {"href": link(node.parent)}, node.parent) if node.parent else "none",
+          *((" merged with ", h("a", {"href": link(node.parents[1])}, node.parents[1])) if len(node.parents) > 1
+            else ()),
           "; children: ", join((h("a", {"href": link(c.node_id)}, c.node_id) for c in children), ", ") if children
           else "none",
           *((" · ", h("a", {"href": url("runs", name, "compare", a=node.parent, b=node_id), "id": "vs-parent"},

@@ -71,13 +71,13 @@ def tree(data: RunData, href: Callable[[str], str] | None = None, static: bool =
     """The archive tree of the run, with the generations in flight as dashed leaves. `static` (report.html, a
     page with no script): drawn to fit its frame, and its legend says nothing of panning or zooming."""
     best = data.best()
-    nodes = [TreeNode(n.node_id, n.parent, n.generation, str(n.status), data.score(n), _tooltip(data, n))
-             for n in data.nodes.values()]
+    nodes = [TreeNode(n.node_id, n.parent, n.generation, str(n.status), data.score(n), _tooltip(data, n),
+                      n.parents[1] if len(n.parents) > 1 else None) for n in data.nodes.values()]
     if data.live:
         nodes += [TreeNode(f.node_id, f.parent, f.generation, "in_flight", None,
                            f"node {f.node_id} (parent {f.parent}): in flight, {f.phase}") for f in data.in_flight]
     legend = h("p", {"class": "tree-legend"}, colour_key(score_range(n.score for n in nodes)), "; a ring: not ok; "
-               "thick lines: the best node's lineage; dashed: in flight.",
+               "thick lines: the best node's lineage; dashed: in flight; dotted: a merge's second parent.",
                "" if static else " Drag to pan, wheel to zoom.")
     drawing = tree_svg(nodes, data.lineage(best.node_id) if best else [], href, fit=static)
     return h("section", {"class": "tree-box"}, legend,

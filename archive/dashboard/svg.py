@@ -71,6 +71,7 @@ class TreeNode:
     status: str  # a node status, or "in_flight"
     score: float | None
     label: str  # the tooltip's text
+    other_parent: str | None = None  # a merge's second parent, drawn as a dotted edge (the layout follows `parent`)
 
 
 def layout(nodes: list[TreeNode]) -> dict[str, tuple[float, float]]:
@@ -129,6 +130,9 @@ def tree_svg(nodes: list[TreeNode], best_line: list[str], href: Callable[[str], 
             edges.append(h("path", {"d": f"M{px:g},{py:g}C{px:g},{mid:g} {x:g},{mid:g} {x:g},{y:g}",
                                     "class": "edge best" if n.node_id in on_best and n.parent in on_best
                                     else "edge"}))
+        if n.other_parent in where:
+            ox, oy = places[n.other_parent]
+            edges.append(h("path", {"d": f"M{ox:g},{oy:g}L{x:g},{y:g}", "class": "edge merge"}))
         shape = [h("title", {}, n.label),
                  h("circle", {"cx": f"{x:g}{unit}", "cy": f"{y:g}{unit}", "r": f"{radius + 3 * (n.node_id == best):g}",
                               "fill": score_colour(n.score, scale), "class": f"node-dot status-{n.status}"}),
