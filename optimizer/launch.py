@@ -312,8 +312,8 @@ def launch(request: RunRequest) -> Path:
         print_dry_run(run_dir, domains, config, initial_from, request.replicates, name, tags)
         return run_dir
     claim_run(run_dir, domains, request)
-    services = open_services(config, run_dir, [] if request.evaluate is not None else config.meta_models(),
-                             preflight=True)
+    services = open_services(config, run_dir, preflight=True)  # fills the `auto` models, so they resolve below
+    services.require(*([] if request.evaluate is not None else config.meta_models()))
     services.require(*(model for d in domains for model in d.models_needed(config)))
     backend, why_backend = choose_backend_why(config.sandbox)
     resumed = (run_dir / "run.json").exists()
