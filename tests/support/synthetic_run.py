@@ -408,9 +408,10 @@ class _Maker:
         self._node_files(first)
         end = self._split(first, "train", self.stage.rows, first.meta_end + self.rng.uniform(2, 10),
                           stop=self.rng.randint(2, self.stage.rows - 2))[2]
-        now = end + self.rng.uniform(1, 5)
+        now = max(end + self.rng.uniform(1, 5), first.start + 60)
         for gen in flights[1:]:
-            gen.start = self.rng.uniform(first.start, now - 5)
+            # Early enough for its first model call (at most 43 s in: see _meta), so its transcript has begun.
+            gen.start = self.rng.uniform(first.start, now - 45)
             self._started(gen)
             self._meta(gen, gen.start, until=now)
             self._node_files(gen)
