@@ -164,6 +164,13 @@ class BestChoice:
     `paired` walks the nodes in generation order and lets a node replace the best so far only
     when it scores higher and a one-sided paired test on the rows both were evaluated on finds
     it better at `level`. Two nodes without shared rows compare by score alone.
+
+    `heldout` guards against a task agent that learns its grader (models.heldout_grader,
+    archive/heldout.py): in generation order, a node replaces the best so far only when it scores
+    higher and its held-out grade is known and not below the best's (a best whose held-out grading
+    failed is passed by score alone). Along the chain of bests the held-out grade never falls, so
+    small falls cannot add up; the price is that a true gain the held-out grader's noise hides waits
+    for a node that shows it.
     """
 
     rule: str = "highest"
@@ -213,21 +220,40 @@ _Node = TypeVar("_Node", bound=Ranked)
 
 
 def choose_best(nodes: Iterable[_Node], score: Callable[[_Node], float | None], rows: Callable[[_Node], RowScores],
-                choice: BestChoice) -> _Node | None:
+                choice: BestChoice, heldout: Callable[[_Node], float | None] | None = None) -> _Node | None:
     """The best of `nodes` (each with .node_id and .generation) under `choice`, or None.
 
     `score(node)`: its selection score, None when it has none (left out); `rows(node)`: its
-    per-row scores on the selection split, asked only by the paired rule."""
+    per-row scores on the selection split, asked only by the paired rule; `heldout(node)`: its
+    held-out grade (None: not graded), asked by the heldout rule of the best so far and of each node
+    that scores higher, and only of those (the loop grades what it asks)."""
     scored = [(s, n) for n in nodes if (s := score(n)) is not None]
-    return BEST_RULES[choice.rule](scored, rows, choice) if scored else None
+    return BEST_RULES[choice.rule](scored, rows, choice, heldout or (lambda n: None)) if scored else None
 
 
-def _highest(scored: list[tuple[float, _Node]], rows: Callable[[_Node], RowScores], choice: BestChoice) -> _Node:
+GradeOf = Callable[[_Node], "float | None"]  # a node's held-out grade (None: none)
+
+
+def _highest(scored: list[tuple[float, _Node]], rows: Callable[[_Node], RowScores], choice: BestChoice,
+             heldout: GradeOf) -> _Node:
     newest_first = -1 if choice.ties == "earliest" else 1
     return max(scored, key=lambda t: (t[0], newest_first * t[1].generation))[1]
 
 
-def _paired(scored: list[tuple[float, _Node]], rows: Callable[[_Node], RowScores], choice: BestChoice) -> _Node:
+def _heldout(scored: list[tuple[float, _Node]], rows: Callable[[_Node], RowScores], choice: BestChoice,
+             heldout: GradeOf) -> _Node:
+    scored.sort(key=lambda t: (t[1].generation, t[1].node_id))
+    best_score, best = scored[0]
+    for s, node in scored[1:]:
+        if s > best_score:
+            mine, theirs = heldout(node), heldout(best)
+            if mine is not None and (theirs is None or mine >= theirs):
+                best_score, best = s, node
+    return best
+
+
+def _paired(scored: list[tuple[float, _Node]], rows: Callable[[_Node], RowScores], choice: BestChoice,
+            heldout: GradeOf) -> _Node:
     scored.sort(key=lambda t: (t[1].generation, t[1].node_id))
     best_score, best = scored[0]
     best_rows = rows(best)
@@ -241,4 +267,4 @@ def _paired(scored: list[tuple[float, _Node]], rows: Callable[[_Node], RowScores
 
 # How a best node is chosen among the scored (score, node) pairs, by the names the config accepts
 # (services.config.BEST_CHOICES; tests/test_layers.py checks both agree).
-BEST_RULES: dict[str, Callable] = {"highest": _highest, "paired": _paired}
+BEST_RULES: dict[str, Callable] = {"highest": _highest, "paired": _paired, "heldout": _heldout}

@@ -13,12 +13,13 @@ import json
 import os
 import threading
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from archive.heldout import read_heldout
 from archive.promotion import BestChoice, RowScores, choose_best, row_scores
 from archive.records import GenStart, MetaResult, Node, Status
 from archive.selection import Candidate
@@ -154,7 +155,16 @@ def observed_best(nodes: list[Node], sizes: dict[str, tuple[str, int]], run_dir:
     if choice.rule == "paired":
         splits = {d: (split, get_domain(d).score_key) for d, (split, _) in sizes.items()}
     return choose_best([n for n in nodes if n.valid_parent], lambda n: observed_score(n, sizes, rule),
-                       lambda n: selection_rows(n, splits, store), choice)
+                       lambda n: selection_rows(n, splits, store), choice, heldout_grades(run_dir, choice))
+
+
+def heldout_grades(run_dir: Path, choice: BestChoice) -> Callable[[Node], float | None] | None:
+    """A node's held-out grade (archive/heldout.py) as the `heldout` best choice reads it; None for another
+    choice. A record that cannot be read is a UserError."""
+    if choice.rule != "heldout":
+        return None
+    record = read_heldout(run_dir)
+    return (lambda n: record.node_grade(n.node_id)) if record else (lambda n: None)
 
 
 def event_line(event: str, time: str, **fields: object) -> bytes:
@@ -311,14 +321,17 @@ class Archive:
         return 1 + max(recorded + [s.generation for s in self.started().values()], default=0)
 
     def best(self, domains: list, full_sizes: dict[str, int], choice: BestChoice = BestChoice(),
-             upto: int | None = None, rule: ScoreRule = ScoreRule()) -> Node | None:
+             upto: int | None = None, rule: ScoreRule = ScoreRule(),
+             heldout: Callable[[Node], float | None] | None = None) -> Node | None:
         """The run's best valid node under `choice` (archive.promotion.BestChoice; by default the
         highest selection score, the latest among equals), among the nodes of generations up to
-        `upto` (all when None)."""
+        `upto` (all when None). The `heldout` choice reads each node's held-out grade with `heldout`,
+        by default from the run's heldout.json."""
         from archive.eval_store import EvalStore
 
         store, splits = EvalStore(self.run_dir), {d.name: (d.selection_split, d.score_key) for d in domains}
         with self._lock:
             nodes = [n for n in self.nodes.values() if n.valid_parent and (upto is None or n.generation <= upto)]
         return choose_best(nodes, lambda n: mean_score(n, domains, full_sizes, rule),
-                           lambda n: selection_rows(n, splits, store), choice)
+                           lambda n: selection_rows(n, splits, store), choice,
+                           heldout or heldout_grades(self.run_dir, choice))

@@ -156,5 +156,7 @@ class Graded:
     def plan_line(self, domain: Domain, config: Config) -> str:
         found = importlib.util.find_spec(self.grader_agent.split(".")[0])
         where = found.origin if found else "not installed"
+        heldout = config.models.heldout_grader
         return (f"grader   {domain.name}: {self.grader_agent} ({where}), "
-                f"model {config.resolve_model(self.grading.model_role)}")
+                f"model {config.resolve_model(self.grading.model_role)}"
+                + (f"; the best nodes' proofs graded again by held-out model {heldout}" if heldout else ""))

@@ -104,6 +104,14 @@ class RunEnded:
 
 
 @dataclass(frozen=True)
+class HeldOutGraded:
+    """The held-out grader graded a node's proofs again (optimizer/heldout.py): its line, the two grades and the gap."""
+
+    node_id: str
+    line: str
+
+
+@dataclass(frozen=True)
 class FinalTested:
     """A line of the final test's result (optimizer/final_test.py)."""
 
@@ -111,7 +119,7 @@ class FinalTested:
 
 
 Event = (GenerationStarted | MetaFinished | SplitStarted | SplitDone | CostBooked | NodeFinished | Warned | FinalTested
-         | RunStarted | RunEnded)
+         | HeldOutGraded | RunStarted | RunEnded)
 Subscriber = Callable[[Event], None]
 
 
@@ -165,7 +173,7 @@ def console_line(event: Event) -> str | None:
                f"cost ${sum(node.cost_usd.values()):.4f}" + "".join(stopped) + suspicious
     if isinstance(event, Warned):
         return f"warning: {event.message}"
-    if isinstance(event, FinalTested):
+    if isinstance(event, (FinalTested, HeldOutGraded)):
         return event.line
     return None
 

@@ -277,6 +277,7 @@ def launch(request: RunRequest) -> Path:
     from domains.registry import keep_specs, run_domains, use_domain_specs
     from optimizer.estimate import estimate
     from optimizer.evaluation import split_rows
+    from optimizer.heldout import check_heldout, heldout_models
     from optimizer.initial_agents import AgentFolder, get_initial_agent
     from optimizer.loop import Loop
     from optimizer.trackers import require as require_trackers
@@ -314,7 +315,8 @@ def launch(request: RunRequest) -> Path:
     claim_run(run_dir, domains, request)
     services = open_services(config, run_dir, preflight=True)  # fills the `auto` models, so they resolve below
     services.require(*([] if request.evaluate is not None else config.meta_models()))
-    services.require(*(model for d in domains for model in d.models_needed(config)))
+    check_heldout(domains, config)  # once `auto` models are chosen: the held-out grader is not the grader
+    services.require(*(model for d in domains for model in d.models_needed(config)), *heldout_models(domains, config))
     backend, why_backend = choose_backend_why(config.sandbox)
     resumed = (run_dir / "run.json").exists()
     costs = estimate(domains, config, lambda d, split: split_rows(d, split, config.loop.eval_samples))

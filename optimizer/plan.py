@@ -93,8 +93,8 @@ def summary_lines(loop: Loop, name: str = "", tags: Sequence[str] = ()) -> list[
              + (caching_text(spent) if spent.cached_tokens or spent.cache_write_tokens else "")]
     best = loop.best()
     if best:
-        how = "" if loop.config.loop.best_choice == "highest" else (
-            f", chosen by paired tests at level {loop.config.loop.best_level:g}")
+        how = {"paired": f", chosen by paired tests at level {loop.config.loop.best_level:g}",
+               "heldout": ", its held-out grade not below an earlier best's"}.get(loop.config.loop.best_choice, "")
         lines.append(f"best node {best.node_id} (generation {best.generation}{how}): {best.scores_text()}")
     lines.append(f"report: {loop.run_dir / 'report.html'}")
     return lines

@@ -25,13 +25,14 @@ GRADINGS = "gradings"  # the grading run's folder, beside the predictions it gra
 
 def grade_run(grading: Domain, grader_agent: str, predictions: Path, config: Config, gateway: Gateway, *, backend: str,
               model: str | None = None, node: str | None = None, show_progress: bool = True,
-              transcripts: Path | None = None) -> SplitResult:
+              transcripts: Path | None = None, role: str | None = None) -> SplitResult:
     """Run `grader_agent`, the agent of domain `grading`, over the predictions.csv at `predictions`,
     into `gradings/` beside it, resuming what is there.
 
-    `model` defaults to the grading domain's role; `node` books the calls to a node of a loop's
-    run, else to "eval". `transcripts` is where the grader, hostile agent code too, may write
-    (default `gradings/agent_evals`; the loop passes a folder under `untrusted/`).
+    `model` defaults to the grading domain's role, and so does `role`, the ledger's role of the calls
+    (a held-out grader's are booked apart); `node` books them to a node of a loop's run, else to "eval".
+    `transcripts` is where the grader, hostile agent code too, may write (default `gradings/agent_evals`;
+    the loop passes a folder under `untrusted/`).
     """
     folder = predictions.parent
     out = folder / GRADINGS
@@ -39,6 +40,6 @@ def grade_run(grading: Domain, grader_agent: str, predictions: Path, config: Con
     label = " ".join(x for x in (f"node {node}" if node else None, grading.name) if x)
     with run_folder(out), open_agent_worker(config, grader_agent, config.resolve_model(model or grading.model_role),
                                             gateway, out, backend=backend, node=node or "eval",
-                                            role=grading.model_role, transcripts=transcripts) as worker:
+                                            role=role or grading.model_role, transcripts=transcripts) as worker:
         return run_split(grading, rows, worker, out, label=label, show_progress=show_progress,
                          asked={"subset": "", "proofs_dname": str(folder), "num_samples": -1})

@@ -1,0 +1,229 @@
+"""The held-out grader at work (models.heldout_grader): the proofs the run's best nodes already wrote
+are graded again by a model the run never optimizes against, so a task agent that learns its grader
+rather than the task shows as a gap between the two grades, generation by generation.
+
+Each time a node is recorded, every generation from its own on is noted with the best node among
+the nodes up to it (the run's `loop.best_choice`) and that node's two grades (archive/heldout.py,
+`heldout.json`). A best node without a held-out grade is graded first: its proofs of the split its
+selection score is made of (its predictions, no new task-agent call), by the domain's grader agent on
+the held-out model, booked to the node under the ledger's role `heldout_grader`, kept in
+`heldout/<key>/` by the hash of the proofs and the model, so nothing is paid for twice. Under
+`loop.best_choice heldout` the rule asks for the held-out grade of each node that would replace the
+best so far, and those are graded too.
+
+It is a subscriber of the loop's events, on the controller's thread: at RunStarted (a resumed run
+grades what a kill left undone) and at NodeFinished, before the pictures are drawn. Generations in
+flight on other slots wait at their next event while it grades, which happens when the best changes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+from archive.heldout import (
+    ROLE,
+    GenerationGap,
+    Grade,
+    HeldOutRecord,
+    HeldOutStore,
+    gap_interval,
+    read_heldout,
+    write_heldout,
+)
+from archive.promotion import BestChoice, row_scores
+from archive.records import Node
+from archive.store import Archive, ScoreRule, untrusted_dir
+from domains.base import Domain
+from domains.harness import PREDICTIONS, grade_run
+from domains.scoring import Graded
+from optimizer.evaluation import BudgetStop, Evaluator, NodeTools
+from optimizer.events import Event, Events, HeldOutGraded, NodeFinished, RunStarted, Warned
+from services.config import Config
+from services.errors import UserError
+from services.fsutil import atomic_write_bytes, read_bounded
+from services.sandbox import SandboxClosed
+
+if TYPE_CHECKING:
+    from services.gateway import Gateway
+
+MAX_PROOFS = 2**28  # a predictions.csv read to be graded again: 60 proofs within the harness's 1 MB each
+
+
+def graded_domains(domains: list[Domain]) -> dict[str, Graded]:
+    """The domains scored by a grader model (imo_proof), with their scorer: what a held-out grader regrades."""
+    return {d.name: d.scorer for d in domains if isinstance(d.scorer, Graded)}
+
+
+def check_heldout(domains: list[Domain], config: Config) -> None:
+    """A UserError when the config asks for what the run's domains cannot give."""
+    model = config.models.heldout_grader
+    if config.loop.best_choice == "heldout" and (model is None or not graded_domains(domains)):
+        raise UserError("loop.best_choice heldout needs models.heldout_grader and a domain graded by a grader "
+                        "model (imo_proof)")
+    if model is not None and model == config.models.grader:
+        raise UserError(f"models.heldout_grader is models.grader's own model ({model}): a held-out grader is "
+                        "another model")
+
+
+def heldout_models(domains: list[Domain], config: Config) -> list[str]:
+    """The held-out grader's model when the run will call it, for the preflight."""
+    model = config.models.heldout_grader
+    return [model] if model is not None and graded_domains(domains) else []
+
+
+class Graders(Protocol):
+    """What the held-out grader reads of the loop (optimizer/loop.py's Loop)."""
+
+    run_dir: Path
+    config: Config
+    domains: list[Domain]
+    gateway: Gateway
+    backend: str
+    archive: Archive
+    events: Events
+    evaluator: Evaluator
+    full_sizes: dict[str, int]
+    score_rule: ScoreRule
+
+
+class HeldOut:
+    def __init__(self, loop: Graders) -> None:
+        self.loop = loop
+        self.model = loop.config.resolve_model(ROLE)
+        self.grader = loop.config.resolve_model("grader")
+        self.graded = graded_domains(loop.domains)
+        self.store = HeldOutStore(loop.run_dir)
+        self.choice = BestChoice.of(loop.config.loop)
+        loop.gateway.allow_models(self.model)
+        found = read_heldout(loop.run_dir)
+        self.renote = found is not None and found.model != self.model  # notes made with another model
+        self.record = found or HeldOutRecord(self.model, list(self.graded))
+        self.record.model, self.record.domains = self.model, list(self.graded)
+
+    def __call__(self, event: Event) -> None:
+        if not self.graded:
+            return
+        if isinstance(event, RunStarted):
+            noted = {g.generation for g in self.record.generations}
+            missing = {n.generation for n in self.loop.archive.ordered()} - (set() if self.renote else noted)
+            if missing:
+                self.catch_up(min(missing))
+        elif isinstance(event, NodeFinished):
+            self.catch_up(event.node.generation)
+
+    def catch_up(self, since: int) -> None:
+        """Note each recorded generation from `since` on, grading first the nodes its best needs."""
+        try:
+            for generation in sorted({n.generation for n in self.loop.archive.ordered() if n.generation >= since}):
+                best = self._grade_needed(generation)
+                if best is not None:
+                    self.record.note(GenerationGap(generation, best.node_id, self.record.optimized_grade(best.node_id),
+                                                   self.record.node_grade(best.node_id)))
+        except BudgetStop as e:
+            self.loop.events.emit(Warned(f"held-out grading stopped: {e}"))
+        finally:
+            write_heldout(self.loop.run_dir, self.record)
+
+    def _grade_needed(self, upto: int) -> Node | None:
+        """The best node of the generations up to `upto`, once it and every node the best choice asked
+        the held-out grade of are graded (the earliest first: a grade can change what is asked next)."""
+        loop = self.loop
+        asked: list[Node] = []
+
+        def grade_of(node: Node) -> float | None:
+            asked.append(node)
+            return self.record.node_grade(node.node_id)
+
+        while True:
+            asked.clear()
+            best = loop.archive.best(loop.domains, loop.full_sizes, self.choice, upto, loop.score_rule, grade_of)
+            pending = [n for n in [*asked, best] if n is not None and not self.record.graded(n.node_id)]
+            if not pending:
+                return best
+            node = min(pending, key=lambda n: (n.generation, n.node_id))
+            for domain in loop.domains:
+                if domain.name in self.graded and self.record.grade(node.node_id, domain.name) is None:
+                    grade = self._grade(node, domain, self.graded[domain.name])
+                    self.record.add(grade)
+                    write_heldout(loop.run_dir, self.record)
+                    # In the event log too, which is what a watcher of the run (the dashboard) re-reads on.
+                    loop.archive.log("heldout_graded", node_id=node.node_id, domain=domain.name, key=grade.key,
+                                     optimized=grade.optimized, heldout=grade.heldout)
+
+    def _grade(self, node: Node, domain: Domain, scorer: Graded) -> Grade:
+        """The node's proofs of `domain` graded again, or why they could not be; told on the console."""
+        loop = self.loop
+        split = self._scored_split(node, domain)
+        key = node.eval_key(domain.name, split)
+        base = Grade(node.node_id, node.generation, domain.name, self.grader, self.model, split, eval_key=key)
+        try:
+            report = loop.evaluator.store.report(key) if key else None
+            if key is None or report is None:
+                raise UserError(f"no evaluation of its {split} proofs to grade")
+            mine = row_scores(report, domain.score_key) or {}
+            graded, address, cost = self._graded_report(node, scorer, key)
+            grade = replace(base, rows=len(mine), optimized=_share(report.get(domain.score_key)),
+                            heldout=_share(graded.get(domain.score_key)), key=address, cost_usd=round(cost, 6),
+                            gap_interval=gap_interval(mine, row_scores(graded, domain.score_key) or {}))
+        except (BudgetStop, SandboxClosed):
+            raise
+        except UserError as e:
+            if loop.gateway.budget_left_message():
+                raise BudgetStop(str(e)) from None
+            grade = replace(base, error=str(e)[:300])
+        except Exception as e:  # a provider's outage stops the run (ProviderDown); else the grading failed
+            loop.gateway.confirm_outage()
+            grade = replace(base, error=f"{type(e).__name__}: {e}"[:300])
+        loop.events.emit(HeldOutGraded(node.node_id, grade_line(grade)))
+        return grade
+
+    def _scored_split(self, node: Node, domain: Domain) -> str:
+        """The split whose evaluation the node's selection score is made of (archive.store.selection_score)."""
+        rule = self.loop.score_rule
+        full = node.full_eval.get(domain.name) or (rule.scale_initial and node.node_id == "initial")
+        return domain.selection_split if full or rule.staged_split == "selection" else "train"
+
+    def _graded_report(self, node: Node, scorer: Graded, key: str) -> tuple[dict, str, float]:
+        """The held-out grader's report on the proofs of evaluation `key`, graded now or found graded, with
+        its folder's key under heldout/ and what grading them cost now."""
+        loop = self.loop
+        proofs = read_bounded(loop.evaluator.store.predictions(key), MAX_PROOFS)
+        address = self.store.address(proofs, scorer.grading.name, scorer.grader_agent, self.model)
+        report = self.store.report(address)
+        cost = 0.0
+        if report is None:
+            graded = self.store.folder(address) / PREDICTIONS
+            if not graded.exists():
+                atomic_write_bytes(graded, proofs)
+            ledger, run_id = loop.gateway.ledger, loop.gateway.run_id
+            before = ledger.totals(run_id=run_id, node=node.node_id, role=ROLE).cost_usd
+            grading = scorer.grading
+            # A scorer types its grading domain by the little it reads; the one it grades with is a registered domain.
+            assert isinstance(grading, Domain)
+            result = loop.evaluator.kept(node.node_id, grade_run(
+                grading, scorer.grader_agent, graded, loop.config, loop.gateway, backend=loop.backend,
+                model=self.model, node=node.node_id, transcripts=untrusted_dir(loop.run_dir, node.node_id, ROLE),
+                role=ROLE))
+            report = grading.scorer.score(grading, result.folder / PREDICTIONS, NodeTools(loop.evaluator, node.node_id))
+            self.store.save_report(address, report)
+            cost = ledger.totals(run_id=run_id, node=node.node_id, role=ROLE).cost_usd - before
+        return report, address, cost
+
+
+def _share(value: object) -> float:
+    """A report's score, checked: the report was made from an agent's output."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0.0 <= value <= 1.0:
+        raise UserError(f"the report's score is not a share between 0 and 1: {str(value)[:40]}")
+    return float(value)
+
+
+def grade_line(grade: Grade) -> str:
+    """The console's line for a grading: both grades of the node's proofs and the gap, or why there is none."""
+    where = f"held-out grader: node {grade.node_id} (generation {grade.generation}) {grade.domain}"
+    if grade.optimized is None or grade.heldout is None:
+        return f"{where}: not graded again ({grade.error})"
+    band = f" [{grade.gap_interval[0]:+.3f}, {grade.gap_interval[1]:+.3f}]" if grade.gap_interval else ""
+    return (f"{where} {grade.split}, {grade.rows} proofs: {grade.grader} {grade.optimized:.3f}, held-out "
+            f"{grade.model} {grade.heldout:.3f}, gap {grade.gap:+.3f}{band}; cost ${grade.cost_usd:.4f}")
