@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from optimizer.heldout import graded_domains, heldout_models
 from services.gateway.caching import takes_marks
 from services.gateway.pricing import pricing_of
 
@@ -43,23 +44,25 @@ class Estimate:
     generations: int
     final_test_usd: float = 0.0  # the test split, once, for the chosen node and the initial one (loop.final_test)
     caching_saves_usd: float = 0.0  # what prompt caching saves on one meta agent run (already taken off meta_usd)
+    heldout_usd: float = 0.0  # held-out grading of a new best's proofs: the initial node's, at most each child's
 
     @property
     def generation_usd(self) -> float:
-        return self.meta_usd + self.evaluation_usd
+        return self.meta_usd + self.evaluation_usd + self.heldout_usd
 
     @property
     def run_usd(self) -> float:
-        return self.initial_usd + self.generations * self.generation_usd + self.final_test_usd
+        return self.initial_usd + self.heldout_usd + self.generations * self.generation_usd + self.final_test_usd
 
     def line(self) -> str:
         final = f", final test ~${self.final_test_usd:.2f}" if self.final_test_usd else ""
+        heldout = f", held-out grading ~${self.heldout_usd:.2f} when the best changes" if self.heldout_usd else ""
         saved = (f"\n         prompt caching of the meta agent's history saves ~${self.caching_saves_usd:.2f} a "
                  f"generation (~${self.generations * self.caching_saves_usd:.2f} a run)"
                  if self.caching_saves_usd >= 0.005 else "")
         return (f"estimate ~${self.run_usd:.2f} for the run: initial evaluation ~${self.initial_usd:.2f}, "
                 f"each generation up to ~${self.generation_usd:.2f} (meta agent ~${self.meta_usd:.2f}, "
-                f"evaluation ~${self.evaluation_usd:.2f}){final}{saved}")
+                f"evaluation ~${self.evaluation_usd:.2f}{heldout}){final}{saved}")
 
 
 def call_usd(model: str, prices: dict, prompt_tokens: float, completion_tokens: float) -> float:
@@ -76,16 +79,34 @@ def evaluation_usd(domains: list[Domain], config: Config, rows_of: RowsOf, test:
     """
     total = 0.0
     for d in domains:
-        df = d.load("train")
-        row_tokens = INSTRUCTION_TOKENS + sum(df[c].astype(str).str.len().mean() for c in d.inputs.values()) \
-            / CHARS_PER_TOKEN
+        row_tokens = _row_tokens(d)
         splits = ["test"] if test else d.full_splits()
         rows = sum(rows_of(d, s) for s in splits if s in d.splits)  # staged rows are reused
         total += rows * call_usd(config.resolve_model("task"), config.gateway.prices, row_tokens, COMPLETION_TOKENS)
-        for model in d.scorer.models(config):  # a grader or judge reads the problem, reference, guidelines, answer
-            total += rows * call_usd(model, config.gateway.prices, 3 * row_tokens + COMPLETION_TOKENS,
-                                     COMPLETION_TOKENS)
+        for model in d.scorer.models(config):
+            total += rows * _graded_usd(model, config, row_tokens)
     return total
+
+
+def _row_tokens(domain: Domain) -> float:
+    """A row's prompt to the task agent: its instructions and the row's inputs (train rows' mean)."""
+    df = domain.load("train")
+    return INSTRUCTION_TOKENS + sum(df[c].astype(str).str.len().mean() for c in domain.inputs.values()) \
+        / CHARS_PER_TOKEN
+
+
+def _graded_usd(model: str, config: Config, row_tokens: float) -> float:
+    """One row graded or judged by `model`: it reads the problem, reference, guidelines and the answer."""
+    return call_usd(model, config.gateway.prices, 3 * row_tokens + COMPLETION_TOKENS, COMPLETION_TOKENS)
+
+
+def heldout_usd(domains: list[Domain], config: Config, rows_of: RowsOf) -> float:
+    """One node's proofs graded again by models.heldout_grader (optimizer/heldout.py): the selection split's
+    rows of each domain graded by a grader model; 0 when there is none."""
+    models = heldout_models(domains, config)
+    graded = graded_domains(domains)
+    return sum(rows_of(d, d.selection_split) * _graded_usd(model, config, _row_tokens(d))
+               for model in models for d in domains if d.name in graded)
 
 
 def meta_usd(model: str, gw: GatewayConfig, calls: int) -> tuple[float, float]:
@@ -110,4 +131,5 @@ def estimate(domains: list[Domain], config: Config, rows_of: RowsOf) -> Estimate
     # With a bandit over several meta models, each generation is priced at the dearest: an upper bound.
     meta, saved = max(meta_usd(m, config.gateway, config.loop.meta_max_calls) for m in config.meta_models())
     final = 2 * evaluation_usd(domains, config, rows_of, test=True) if config.loop.final_test else 0.0
-    return Estimate(evaluation, meta, evaluation, config.loop.max_generation, final, saved)
+    return Estimate(evaluation, meta, evaluation, config.loop.max_generation, final, saved,
+                    heldout_usd(domains, config, rows_of))
