@@ -3,6 +3,9 @@
 - `progress_<domain>_<split>.png`: per generation, the archive's average score, the best
   score so far, and the scores along the lineage of the final best node. Only nodes with
   the full evaluation count: a 10-row staged score is not comparable.
+- `heldout_gap.png` (with models.heldout_grader): per generation, the best node's grade by the grader
+  the run optimizes against and by the held-out grader, on the same proofs, and every graded node's
+  two grades as dots (archive/heldout.py).
 - `archive_tree.png`: the tree as report.html draws it (archive.dashboard.svg.layout: depth
   down, a parent over its children), coloured by selection score (grey: never scored), the
   best node's lineage drawn thick and the best node starred. The figure grows with the tree
@@ -18,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from archive.dashboard.svg import LABEL_ALL, TreeNode, layout, nice_ticks
+from archive.heldout import HeldOutRecord, read_heldout
 from archive.records import Node
 from archive.store import Archive, mean_score
 
@@ -83,8 +87,37 @@ def write_plots(archive: Archive, domains: list[Domain], full_sizes: dict[str, i
             fig.savefig(path, dpi=100, bbox_inches="tight")
             plt.close(fig)
             written.append(path)
+    record = read_heldout(archive.run_dir)
+    if record is not None and record.generations:
+        written.append(_heldout(record, last, out_dir / "heldout_gap.png"))
     written.append(_tree(archive, domains, full_sizes, best_id, out_dir / "archive_tree.png"))
     return written
+
+
+def _heldout(record: HeldOutRecord, last: int, path: Path) -> Path:
+    import matplotlib.pyplot as plt  # already loaded, on the backend write_plots chose
+
+    grades = [g for g in record.grades if g.model == record.model]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    graders = ", ".join(dict.fromkeys(g.grader for g in grades))
+    for which, label, colour in (("optimized", f"optimized grader ({graders})", "#1565c0"),
+                                 ("heldout", f"held-out grader ({record.model})", "#c62828")):
+        steps = [(e.generation, v) for e in record.generations if (v := getattr(e, which)) is not None]
+        if steps:
+            gens, values = zip(*steps)
+            ax.step(gens, values, where="post", color=colour, label=label)
+        dots = [(g.generation, v) for g in grades if (v := getattr(g, which)) is not None]
+        if dots:
+            ax.scatter(*zip(*dots), color=colour, s=14, alpha=0.6)
+    ax.set(xlabel="generation", ylabel="grade of the same proofs",
+           title="the best node's proofs by two graders, per generation (dots: every node graded)")
+    _ticks(ax.set_xticks, ax.set_xlim, nice_ticks(0, last, 8, integer=True))
+    _ticks(ax.set_yticks, ax.set_ylim, nice_ticks(0.0, 1.0, 6))
+    ax.grid(alpha=0.3)
+    ax.legend(loc="best", fontsize=8)
+    fig.savefig(path, dpi=100, bbox_inches="tight")
+    plt.close(fig)
+    return path
 
 
 def _ticks(set_ticks: Callable[[list[float]], object], set_limits: Callable[[float, float], object],

@@ -1,7 +1,8 @@
 """`report.html`: one self-contained page per run (no script, no file beside it), to keep or mail.
 
 It is made from the dashboard's own pieces (archive/dashboard/pieces.py): the summary, the
-tree, the progress and cost charts, spend by role and model, the top nodes and the plan."""
+tree, the progress charts (and the held-out grader's gap, archive/heldout.py), the cost chart, spend by
+role and model, the top nodes and the plan."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ def write_report(run_dir: Path, out: Path) -> Path:
         h("p", {"class": "note"}, f"Written at {datetime.now():%Y-%m-%d %H:%M:%S} while the run was running; "
                                   "python -m archive.dashboard shows it as it is now.") if data.live else "",
         h("h2", {}, "Archive"), pieces.tree(data, static=True),
-        h("h2", {}, "Progress"), pieces.progress(data),
+        h("h2", {}, "Progress"), pieces.progress(data), pieces.heldout(data),
         h("h2", {}, "Cost"), pieces.cost_chart(reader), pieces.spend_table(spend), pieces.meta_models_table(data),
         h("h2", {}, f"Top {TOP} nodes"),
         h("p", {}, "Scores are each domain's score key, with its 95% interval and the rows scored (n), as the "

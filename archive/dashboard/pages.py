@@ -81,7 +81,7 @@ def run_page(reader: RunReader, data: RunData) -> str:
         in_flight(data),
         h("h2", {}, "Archive"), pieces.tree(data, lambda n: url("runs", name, "nodes", n)),
         compare_form(data, *default_pair(data)),
-        h("h2", {}, "Progress"), pieces.progress(data),
+        h("h2", {}, "Progress"), pieces.progress(data), pieces.heldout(data),
         h("h2", {}, "Cost"), pieces.cost_chart(reader), pieces.spend_table(spend), pieces.meta_models_table(data),
         h("h2", {}, "Nodes"), nodes_list(data, TOP_NODES),
         h("h2", {}, "Plan"), pieces.plan(data)])

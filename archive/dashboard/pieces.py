@@ -10,8 +10,10 @@ from archive.bandit import Pull, arms
 from archive.dashboard.markup import Markup, h, join
 from archive.dashboard.reader import RunData, RunReader
 from archive.dashboard.svg import TreeNode, line_chart, score_colour, score_range, tree_svg
+from archive.heldout import GenerationGap, Grade, read_heldout
 from archive.records import Node
 from archive.stats import interval_text
+from services.errors import UserError
 from services.render import bidi_visible
 
 
@@ -162,6 +164,75 @@ def progress(data: RunData) -> Markup:
         charts.append(h("div", {"class": "chart-box"}, h("h3", {}, domain),
                         line_chart(lines, "generation", "score", dots=dots)))
     return h("section", {"class": "charts"}, join(charts))
+
+
+def heldout(data: RunData) -> Markup:
+    """With models.heldout_grader (archive/heldout.py): per generation, the best node's grade by the grader
+    the run optimizes against and by the held-out grader, on the same proofs (a dot per node graded), then
+    each graded node's two grades and their gap; nothing for a run without one."""
+    try:
+        record = read_heldout(data.path)
+    except UserError as e:
+        return join([h("h2", {}, "Judge robustness"), h("ul", {"class": "problems"}, h("li", {}, str(e)))])
+    if record is None or not record.grades:
+        return Markup("")
+    grades = [g for g in record.grades if g.model == record.model]
+    graders = ", ".join(dict.fromkeys(g.grader for g in grades))
+    names = (f"optimized grader ({graders})", f"held-out grader ({record.model})")
+    lines: dict[str, list[tuple[float, float]]] = {name: [] for name in names}
+    for entry in record.generations:
+        for name, value in zip(names, (entry.optimized, entry.heldout)):
+            if value is None:
+                continue
+            line = lines[name]
+            if line and line[-1][1] != value:
+                line.append((entry.generation, line[-1][1]))
+            line.append((entry.generation, value))
+    dots: dict[str, list[tuple[float, float]]] = {
+        names[0]: [(g.generation, g.optimized) for g in grades if g.optimized is not None],
+        names[1]: [(g.generation, g.heldout) for g in grades if g.heldout is not None]}
+    last = record.generations[-1] if record.generations else None
+    gap = (f" At generation {last.generation} the best node, {last.best}, has a gap of {last.gap:+.3f} (the "
+           "optimized grader's grade minus the held-out one's)." if last and last.gap is not None else "")
+    note = h("p", {}, "The proofs the best node of each generation wrote, graded again by a model the run never "
+                      "optimizes against: a gap that widens is a task agent learning its grader rather than the "
+                      "task. Lines: the best node's two grades; dots: every node graded." + gap)
+    return join([h("h2", {}, "Judge robustness"), note,
+                 h("div", {"class": "chart-box"}, line_chart(lines, "generation", "grade", dots=dots,
+                                                             y_range=(0.0, 1.0))),
+                 heldout_table(grades, record.generations)])
+
+
+def heldout_table(grades: list[Grade], generations: list[GenerationGap]) -> Markup:
+    """Each graded node's two grades of the same proofs, their gap with its 95% interval, the cost, and the
+    generations it was the best of."""
+    best_at: dict[str, list[int]] = {}
+    for entry in generations:
+        best_at.setdefault(entry.best, []).append(entry.generation)
+    head = h("tr", {}, join(h("th", {}, c) for c in ("node", "gen", "domain", "proofs", "optimized grader",
+                                                        "held-out grader", "gap", "95% interval", "cost",
+                                                        "best at generations")))
+    rows = join(h("tr", {}, h("td", {}, g.node_id), h("td", {"class": "num"}, g.generation), h("td", {}, g.domain),
+                  h("td", {"class": "num"}, g.rows), h("td", {"class": "num"}, fmt_score(g.optimized)),
+                  h("td", {"class": "num"}, fmt_score(g.heldout) if g.error is None else h("span", {"title": g.error},
+                                                                                         "failed")),
+                  h("td", {"class": "num"}, "" if g.gap is None else f"{g.gap:+.3f}"),
+                  h("td", {"class": "num"}, interval_text(*g.gap_interval) if g.gap_interval else ""),
+                  h("td", {"class": "num"}, fmt_cost(g.cost_usd)),
+                  h("td", {}, spans(best_at.get(g.node_id, []))))
+                for g in sorted(grades, key=lambda g: (g.generation, g.node_id, g.domain)))
+    return h("table", {"class": "heldout"}, head, rows)
+
+
+def spans(numbers: list[int]) -> str:
+    """Sorted numbers as runs: `1-3, 5`."""
+    runs: list[list[int]] = []
+    for n in numbers:
+        if runs and n == runs[-1][1] + 1:
+            runs[-1][1] = n
+        else:
+            runs.append([n, n])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
 
 
 def cost_chart(reader: RunReader) -> Markup:
