@@ -93,10 +93,10 @@ def events(run_dir: Path) -> list[dict]:
     return out
 
 
-def start_and_kill_when(tmp_path, fake, args: list[str], ready, timeout=180) -> None:
-    """Start run_optimization, SIGKILL it as soon as `ready(run_dir)` holds."""
+def start_and_kill_when(tmp_path, fake, args: list[str], ready, timeout=180, env=None) -> None:
+    """Start run_optimization (in `env`, default cli_env(fake)), SIGKILL it as soon as `ready(run_dir)` holds."""
     run_dir = tmp_path / "out" / "run"
-    proc = subprocess.Popen([sys.executable, "-m", "run_optimization", *args], cwd=REPO_ROOT, env=cli_env(fake),
+    proc = subprocess.Popen([sys.executable, "-m", "run_optimization", *args], cwd=REPO_ROOT, env=env or cli_env(fake),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + timeout
     try:
