@@ -23,6 +23,31 @@ N(0, 0.5) more (a change aimed at one sort of question), every row's offset by N
 (answers that flip for no general reason). A child of a broken node is repaired half the
 time, else broken too.
 
+Repeats. A meta agent shown the same code and feedback again often has the same idea again. So
+a share `repeat` (15%) of the changes re-make an earlier change the meta agent could have seen:
+one of the parent's earlier children that made a change (the same code, the same feedback), or
+one of the changes already in the parent's code (its own and its ancestors'), drawn uniformly.
+A sibling's change gives that sibling again; a change already made gives the parent again; each
+with its row offsets moved by N(0, 0.02) (the same edit, a few answers that differ). A parent
+with no such change (the initial node before its first child) gets an ordinary change. With
+novelty screening (Variant.novelty, loop.novelty_threshold) every repeat is caught (its diff's
+lines match; the simulation assumes no miss and no false alarm): it is recorded `duplicate`, is
+no parent and costs its meta call and no row. Without it, a repeat is screened and evaluated
+like any child: an agent the archive already holds, paid for again, with a fresh noisy score.
+
+Merges. In a merge generation (Variant.merge_every, loop.merge_every: every Nth) the parent is
+chosen as usual, then archive.selection's `merge_partner` picks the second parent from the
+candidates with their per-row val scores and the lineages of first parents, as the loop does; no
+partner, an ordinary generation. The meta agent's outcome is drawn as above (a merge can fail
+or break the agent too, and is never a repeat). A change combines the two: per kind, the parent
+with more right answers on that kind's val rows (what a meta agent reading both parents' results
+can see: noisy) gives `merge_weight` (0.75) of the ability and of those rows' offsets, the other
+the rest (half each on a tie); then every ability loses `merge_loss` (0.1: two programs joined
+into one interfere, and what made each good is partly lost), and the usual move of a change is
+added. So a merge of two parents good on different kinds can beat both, and a merge of two
+alike parents is a change 0.1 worse than an ordinary one: no free improvement. The child
+records both parents; lineage follows the first, as in the loop.
+
 Evaluation, at the loop's default sizes and rule: the first 10 train rows, each right with
 chance p_r (one Bernoulli draw per row); promoted by `score_above` 0 (the paper's rule,
 loop.promotion's default), then the rest of train and all of val. Selection reads val: a
@@ -44,7 +69,9 @@ and generation g draws the same mutation and evaluation noise in every variant (
 numbers), so the differences are the strategies', not the draws'.
 
 A variant is a row of VARIANTS: a name, the strategy and its settings; a feature that changes
-the generation itself (a merge, novelty screening) is a field of `Variant` read by `simulate`.
+the generation itself (merges, novelty screening) is a field of `Variant` read by `simulate`.
+The repeats and merges' model is the same in every variant: a variant without novelty pays for
+its repeats, one without merges never merges.
 
     python bench/search_strategies.py --seeds 200 --generations 40
 """
@@ -67,11 +94,20 @@ sys.path.insert(0, str(ROOT))
 
 from archive.promotion import BestChoice, Promotion, choose_best, decide  # noqa: E402
 from archive.records import Status  # noqa: E402
-from archive.selection import NEEDS_ROWS, STRATEGIES, Candidate, Context, select_parent  # noqa: E402
+from archive.selection import (  # noqa: E402
+    NEEDS_ROWS,
+    STRATEGIES,
+    Candidate,
+    Context,
+    lineage,
+    merge_partner,
+    select_parent,
+)
 from archive.stats import interval, interval_text, paired_p  # noqa: E402
 
 PAPER = "score_child_prop"
 DOMAIN = "imo_grading"  # whose sizes and stage the simulation takes; the name its rows are keyed under
+MERGE_EVERY = 5  # loop.merge_every of the variants that merge
 
 
 @dataclass(frozen=True)
@@ -91,6 +127,10 @@ class World:
     load_failed: float = 0.05
     broken: float = 0.05
     repaired: float = 0.5  # a broken node's child is repaired this often
+    repeat: float = 0.15  # share of changes that re-make an earlier change (module docstring: Repeats)
+    repeat_sd: float = 0.02  # a repeat's move of every row offset
+    merge_weight: float = 0.75  # a merge keeps this much of the parent better on a kind's val rows
+    merge_loss: float = 0.1  # every ability's loss when two programs are combined into one
     row_usd: float = 0.01
     meta_usd: float = 2.0
 
@@ -112,13 +152,20 @@ class Variant:
     ties: str = "latest"
     islands: int = 4
     migrate_every: int = 10
+    merge_every: int = 0  # loop.merge_every: 0, no merges
+    novelty: bool = False  # loop.novelty_threshold set: repeats are caught, recorded duplicate, not evaluated
 
     def context(self, generation: int) -> Context:
         return Context(generation, self.ties, self.islands, self.migrate_every)
 
 
-# The paper's first: every other row is compared with it. random, latest and best are the baselines.
-VARIANTS = [Variant(PAPER, PAPER)] + [Variant(name, name) for name in STRATEGIES if name != PAPER]
+# The paper's first: every other row is compared with it. random, latest and best are the baselines. Merges and
+# novelty screening on the paper's rule and on pareto, alone and together.
+VARIANTS = [Variant(PAPER, PAPER)] + [Variant(name, name) for name in STRATEGIES if name != PAPER] + [
+    Variant(strategy + suffix, strategy, merge_every=merge_every, novelty=novelty)
+    for strategy in (PAPER, "pareto")
+    for suffix, merge_every, novelty in (("+merge", MERGE_EVERY, False), ("+novelty", 0, True),
+                                         ("+merge+novelty", MERGE_EVERY, True))]
 
 
 @dataclass
@@ -148,6 +195,8 @@ class Node:
     full: bool = False
     val_rows: dict[str, float] = field(default_factory=dict)  # "domain/row id" -> 0 or 1, full evaluations only
     true_skill: float = 0.0  # the expected score on test
+    other_parent: str | None = None  # a merge's second parent
+    repeats: str | None = None  # the node whose change this one re-makes
 
     @property
     def valid_parent(self) -> bool:
@@ -183,11 +232,42 @@ class Draws:
         self.repair = float(rng.random())
         self.stage = rng.random(world.stage_rows)
         self.val = rng.random(world.rows)
+        self.repeat = float(rng.random())  # drawn last, so the draws above are those of a world without repeats
+        self.source = float(rng.random())
+        self.jitter = rng.normal(0.0, world.repeat_sd, size=3 * world.rows)
 
 
-def mutate(parent: Node, node_id: str, generation: int, world: World, draws: Draws) -> Node:
-    """The meta agent's child of `parent`: its outcome, and for a change the moved skills."""
-    child = Node(node_id, generation, parent.node_id, parent.ability, parent.offset, parent.broken)
+def repeated(parent: Node, nodes: list[Node], draws: Draws) -> Node | None:
+    """The earlier change a repeat re-makes: one of `parent`'s children that made a change, or
+    one already in its code (its own, its ancestors'); None when there is none."""
+    made = [n for n in nodes if n.parent is not None and n.status in (Status.OK, Status.DUPLICATE)]
+    ancestors = lineage(parent.node_id, {n.node_id: n.parent for n in nodes})
+    sources = [n for n in made if n.parent == parent.node_id or n.node_id in ancestors]
+    return sources[int(draws.source * len(sources))] if sources else None
+
+
+def merged(first: Node, partner: Node, task: Task, world: World) -> tuple[np.ndarray, np.ndarray]:
+    """A merge's abilities and row offsets before the move of a change: per kind, `merge_weight`
+    of the parent with more right answers on that kind's val rows (half each on a tie)."""
+    val_kind = task.kind[world.rows:2 * world.rows]
+    weight = np.full(world.kinds, 0.5)
+    for k in range(world.kinds):
+        rows = [f"{DOMAIN}/v{i}" for i in np.flatnonzero(val_kind == k)]
+        lead = sum(first.val_rows[r] for r in rows) - sum(partner.val_rows[r] for r in rows)
+        weight[k] = 0.5 if lead == 0 else world.merge_weight if lead > 0 else 1.0 - world.merge_weight
+    per_row = weight[task.kind]
+    return (weight * first.ability + (1.0 - weight) * partner.ability,
+            per_row * first.offset + (1.0 - per_row) * partner.offset)
+
+
+def mutate(parent: Node, node_id: str, generation: int, world: World, draws: Draws,
+           repeat_of: Node | None = None, merge: tuple[Node, Task] | None = None) -> Node:
+    """The meta agent's child of `parent`: its outcome, and for a change the moved skills. A repeat
+    of `repeat_of` (drawn with the share `world.repeat`) is that node again or, when its change is
+    already in `parent`'s code, `parent` again; `merge` (the second parent and the task) combines
+    the two parents before the move. Never both."""
+    child = Node(node_id, generation, parent.node_id, parent.ability, parent.offset, parent.broken,
+                 other_parent=merge[0].node_id if merge else None)
     cut = draws.outcome
     for status, share in ((Status.NO_CHANGE, world.no_change), (Status.META_FAILED, world.meta_failed),
                           (Status.LOAD_FAILED, world.load_failed)):
@@ -195,9 +275,15 @@ def mutate(parent: Node, node_id: str, generation: int, world: World, draws: Dra
             child.status = status
             return child
         cut -= share
-    child.ability = parent.ability + draws.drift
+    if merge is None and repeat_of is not None and draws.repeat < world.repeat:
+        again = repeat_of if repeat_of.parent == parent.node_id else parent
+        child.ability, child.offset, child.broken = again.ability, again.offset + draws.jitter, again.broken
+        child.repeats = repeat_of.node_id
+        return child
+    ability, offset = (parent.ability, parent.offset) if merge is None else merged(parent, *merge, world)
+    child.ability = ability + draws.drift - (world.merge_loss if merge else 0.0)
     child.ability[draws.kind] += draws.focus
-    child.offset = parent.offset + draws.offset
+    child.offset = offset + draws.offset
     child.broken = cut < world.broken or (parent.broken and draws.repair >= world.repaired)
     return child
 
@@ -255,12 +341,19 @@ def simulate(variant: Variant, world: World, seed: int, generations: int, budget
     for g in range(1, generations + 1):
         if found.spent + world.worst_generation_usd() > budget_usd:
             break
-        chosen = select_parent(candidates(found.nodes, world, variant.strategy in NEEDS_ROWS), variant.strategy,
+        merging = bool(variant.merge_every) and g % variant.merge_every == 0
+        pool = candidates(found.nodes, world, merging or variant.strategy in NEEDS_ROWS)
+        chosen = select_parent(pool, variant.strategy,
                                random.Random(f"{seed}/{g}"),  # the loop's generator for generation g of a seeded run
                                variant.context(g))
-        draws = Draws(world, seed, g)
-        child = mutate(by_id[chosen.node_id], str(g), g, world, draws)
+        partner = merge_partner(pool, chosen.node_id, {n.node_id: n.parent for n in found.nodes},
+                                variant.ties) if merging else None
+        draws, parent = Draws(world, seed, g), by_id[chosen.node_id]
+        child = mutate(parent, str(g), g, world, draws, repeated(parent, found.nodes, draws),
+                       (by_id[partner.node_id], task) if partner else None)
         found.spent += world.meta_usd
+        if child.repeats is not None and variant.novelty:
+            child.status = Status.DUPLICATE  # caught before evaluation: the meta call is paid, no row
         if child.status == Status.OK:
             found.spent += evaluate(child, task, world, draws) * world.row_usd
         found.nodes.append(child)
@@ -278,13 +371,16 @@ class Outcome:
     generations: int
     screened: int  # children that ran the first stage
     promoted: int  # children evaluated in full
+    merges: int  # children of two parents
+    repeats: int  # children that re-made an earlier change, evaluated or caught
 
     @classmethod
     def of(cls, run: Run, world: World) -> Outcome:
         children = [n for n in run.nodes[1:] if n.stage_score is not None]
         return cls(run.best(world).true_skill, max(n.true_skill for n in run.nodes if n.valid_parent),
                    run.nodes[0].true_skill, run.spent, run.generations, len(children),
-                   sum(n.full for n in children))
+                   sum(n.full for n in children), sum(n.other_parent is not None for n in run.nodes),
+                   sum(n.repeats is not None for n in run.nodes))
 
 
 def compare(variants: list[Variant], world: World, seeds: int, generations: int,
@@ -303,8 +399,10 @@ def table(results: dict[str, list[Outcome]]) -> list[str]:
     """The table's lines: per variant, the chosen and oracle true skills with 95% intervals, the
     paired difference from the paper's strategy and its p-value, and what the runs spent."""
     paper = [o.chosen for o in results[PAPER]]
-    head = (f"{'variant':<18}{'chosen node: true skill':<26}{'vs ' + PAPER:<26}{'p':>7}  "
-            f"{'oracle best in archive':<26}{'$ spent':>8}{'gens':>6}{'screened':>9}{'full':>6}")
+    wide = max(len(name) for name in results) + 2
+    head = (f"{'variant':<{wide}}{'chosen node: true skill':<26}{'vs ' + PAPER:<26}{'p':>7}  "
+            f"{'oracle best in archive':<26}{'$ spent':>8}{'gens':>6}{'screened':>9}{'full':>6}{'merges':>7}"
+            f"{'repeats':>8}")
     lines = [head, "-" * len(head)]
     for name, outcomes in results.items():
         chosen = [o.chosen for o in outcomes]
@@ -315,9 +413,11 @@ def table(results: dict[str, list[Outcome]]) -> list[str]:
             value = paired_p(chosen, paper, "two-sided")
             p = f"{value:.3f}" if value >= 0.001 else "<0.001"
         n = len(outcomes)
-        lines.append(f"{name:<18}{_cell(chosen):<26}{versus:<26}{p:>7}  {_cell([o.oracle for o in outcomes]):<26}"
+        lines.append(f"{name:<{wide}}{_cell(chosen):<26}{versus:<26}{p:>7}  "
+                     f"{_cell([o.oracle for o in outcomes]):<26}"
                      f"{sum(o.spent for o in outcomes) / n:>8.1f}{sum(o.generations for o in outcomes) / n:>6.1f}"
-                     f"{sum(o.screened for o in outcomes) / n:>9.1f}{sum(o.promoted for o in outcomes) / n:>6.1f}")
+                     f"{sum(o.screened for o in outcomes) / n:>9.1f}{sum(o.promoted for o in outcomes) / n:>6.1f}"
+                     f"{sum(o.merges for o in outcomes) / n:>7.1f}{sum(o.repeats for o in outcomes) / n:>8.1f}")
     return lines
 
 
@@ -349,7 +449,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"true skill (expected test score) of the initial agent: {_cell(initial)}\n")
     print("\n".join(table(results)))
     print(f"\nchosen: the node the run names best (highest val score); oracle: the archive's truly best node; "
-          f"vs {PAPER}: mean paired difference, p two-sided sign-flip test; gens, screened, full: means per run")
+          f"vs {PAPER}: mean paired difference, p two-sided sign-flip test; gens, screened, full, merges (children of "
+          f"two parents), repeats (children re-making an earlier change): means per run")
     print(f"simulated in {time.perf_counter() - started:.1f} s")
     print(f"peak RSS: this process {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.1f} MB")
     return 0
