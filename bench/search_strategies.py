@@ -66,7 +66,8 @@ oracle: what a perfect final choice would get). Over `--seeds` seeds, with 95% b
 intervals, and per seed the difference from the paper's strategy with a two-sided paired
 sign-flip test (archive.stats). Variants are paired: a seed is one task and one initial agent,
 and generation g draws the same mutation and evaluation noise in every variant (common random
-numbers), so the differences are the strategies', not the draws'.
+numbers), so the differences are the strategies', not the draws'. Each variant with merges or
+novelty is also compared, the same way, with its strategy alone: what the feature adds.
 
 A variant is a row of VARIANTS: a name, the strategy and its settings; a feature that changes
 the generation itself (merges, novelty screening) is a field of `Variant` read by `simulate`.
@@ -103,7 +104,7 @@ from archive.selection import (  # noqa: E402
     merge_partner,
     select_parent,
 )
-from archive.stats import interval, interval_text, paired_p  # noqa: E402
+from archive.stats import bootstrap_mean, interval, interval_text, paired_p  # noqa: E402
 
 PAPER = "score_child_prop"
 DOMAIN = "imo_grading"  # whose sizes and stage the simulation takes; the name its rows are keyed under
@@ -395,6 +396,16 @@ def _cell(values: list[float]) -> str:
     return f"{found.mean:.3f} {interval_text(found.low, found.high)}"
 
 
+def _versus(values: list[float], reference: list[float]) -> tuple[str, str]:
+    """The mean paired difference with its bootstrap interval (never Wilson's: differences that happen
+    to be all 0 or 1 are no accuracy rows), and the two-sided p-value."""
+    value = paired_p(values, reference, "two-sided")
+    differences = [a - b for a, b in zip(values, reference)]
+    low, high = bootstrap_mean(differences)
+    return (f"{sum(differences) / len(differences):.3f} {interval_text(low, high)}",
+            f"{value:.3f}" if value >= 0.001 else "<0.001")
+
+
 def table(results: dict[str, list[Outcome]]) -> list[str]:
     """The table's lines: per variant, the chosen and oracle true skills with 95% intervals, the
     paired difference from the paper's strategy and its p-value, and what the runs spent."""
@@ -406,18 +417,26 @@ def table(results: dict[str, list[Outcome]]) -> list[str]:
     lines = [head, "-" * len(head)]
     for name, outcomes in results.items():
         chosen = [o.chosen for o in outcomes]
-        if name == PAPER:
-            versus, p = "-", "-"
-        else:
-            versus = _cell([a - b for a, b in zip(chosen, paper)])
-            value = paired_p(chosen, paper, "two-sided")
-            p = f"{value:.3f}" if value >= 0.001 else "<0.001"
+        versus, p = ("-", "-") if name == PAPER else _versus(chosen, paper)
         n = len(outcomes)
         lines.append(f"{name:<{wide}}{_cell(chosen):<26}{versus:<26}{p:>7}  "
                      f"{_cell([o.oracle for o in outcomes]):<26}"
                      f"{sum(o.spent for o in outcomes) / n:>8.1f}{sum(o.generations for o in outcomes) / n:>6.1f}"
                      f"{sum(o.screened for o in outcomes) / n:>9.1f}{sum(o.promoted for o in outcomes) / n:>6.1f}"
                      f"{sum(o.merges for o in outcomes) / n:>7.1f}{sum(o.repeats for o in outcomes) / n:>8.1f}")
+    return lines
+
+
+def features(results: dict[str, list[Outcome]], variants: list[Variant]) -> list[str]:
+    """Each variant with merges or novelty screening against the same strategy without them: what
+    the feature itself adds, as a paired difference of the chosen node's true skill."""
+    plain = {v.strategy: v.name for v in variants if not v.merge_every and not v.novelty}
+    lines = []
+    for v in variants:
+        base = plain.get(v.strategy)
+        if (v.merge_every or v.novelty) and base is not None:
+            versus, p = _versus([o.chosen for o in results[v.name]], [o.chosen for o in results[base]])
+            lines.append(f"{v.name} vs {base}: {versus}, p {p}")
     return lines
 
 
@@ -451,6 +470,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nchosen: the node the run names best (highest val score); oracle: the archive's truly best node; "
           f"vs {PAPER}: mean paired difference, p two-sided sign-flip test; gens, screened, full, merges (children of "
           f"two parents), repeats (children re-making an earlier change): means per run")
+    print("\nwhat merges and novelty screening add to the same strategy (chosen node, paired):")
+    print("\n".join(features(results, VARIANTS)))
     print(f"simulated in {time.perf_counter() - started:.1f} s")
     print(f"peak RSS: this process {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.1f} MB")
     return 0

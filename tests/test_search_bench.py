@@ -22,6 +22,9 @@ def test_the_same_seeds_give_the_same_table():
     assert first == again
     assert bench.table(first) == bench.table(again)
     assert [name for name in first] == [v.name for v in bench.VARIANTS] and bench.VARIANTS[0].name == bench.PAPER
+    compared = [line.split(":")[0] for line in bench.features(first, bench.VARIANTS)]
+    assert compared == [f"{strategy}{suffix} vs {strategy}" for strategy in (bench.PAPER, "pareto")
+                        for suffix in ("+merge", "+novelty", "+merge+novelty")]
 
 
 def test_no_variant_spends_more_than_the_budget_and_a_tight_one_ends_runs_early():
