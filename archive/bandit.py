@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+
+from archive.records import Node
 
 RULES = ("ucb1", "thompson")
 MIN_COST_USD = 1e-6  # a free generation (a local model) still counts as a small cost, not a division by 0
@@ -46,6 +48,20 @@ class Arm:
     improved: int  # children that scored above their parent
     mean_reward: float  # gain per dollar
     cost_usd: float  # all its generations together
+
+
+def pulls_of(nodes: Mapping[str, Node], score: Callable[[Node], float | None], upto: int | None = None) -> list[Pull]:
+    """Each finished generation of a run (`nodes` by id) as the bandit counts it: its meta model, its
+    child's gain in `score` over its parent (0 when the child is not a valid node), what it cost; only
+    generations up to `upto` (all when None)."""
+    pulls = []
+    for node in nodes.values():
+        parent = nodes.get(node.parent or "")
+        if node.meta_model is None or parent is None or (upto is not None and node.generation > upto):
+            continue
+        gain = (score(node) or 0.0) - (score(parent) or 0.0) if node.valid_parent else 0.0
+        pulls.append(Pull(node.meta_model, gain, sum(node.cost_usd.values())))
+    return pulls
 
 
 def arms(models: Sequence[str], pulls: Sequence[Pull]) -> list[Arm]:

@@ -17,8 +17,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from archive.bandit import Pull, arms, choose
-from archive.records import Node
+from archive.bandit import Pull, arms, choose, pulls_of
 from archive.selection import NEEDS_ROWS, Candidate, Context, merge_partner, probabilities, select_parent
 from archive.store import Archive, ScoreRule, mean_score
 from optimizer.events import Events, Warned
@@ -145,16 +144,6 @@ def choose_meta_model(loop: Begins, generation: int, upto: int | None = None) ->
 
 
 def bandit_pulls(loop: Begins, upto: int | None = None) -> list[Pull]:
-    """Each finished generation as the bandit counts it: its meta model, its child's gain in selection
-    score over its parent (0 when not scored), and what it cost."""
-    def score(node: Node) -> float:
-        return mean_score(node, loop.domains, loop.full_sizes, loop.score_rule)
-
-    pulls = []
-    for node in loop.archive.ordered():
-        parent = loop.archive.nodes.get(node.parent or "")
-        if node.meta_model is None or parent is None or (upto is not None and node.generation > upto):
-            continue
-        gain = score(node) - score(parent) if node.valid_parent else 0.0
-        pulls.append(Pull(node.meta_model, gain, sum(node.cost_usd.values())))
-    return pulls
+    """The run's finished generations as the bandit counts them, scored as the loop selects."""
+    nodes = {n.node_id: n for n in loop.archive.ordered()}  # a copy: slots record nodes meanwhile
+    return pulls_of(nodes, lambda n: mean_score(n, loop.domains, loop.full_sizes, loop.score_rule), upto)

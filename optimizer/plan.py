@@ -30,12 +30,28 @@ def promotion_text(domain: Domain, stage: Stage, loop: LoopConfig) -> str:
     return f"{above} and its mean reaches the best node's 95% lower bound (sica)"
 
 
+def meta_model_record(run_dir: Path, config: Config, domains: list[str]) -> str:
+    """What the meta model bandit has seen so far in a resumed run: each model's generations, children
+    that gained on their parent, mean gain per dollar and cost, scored as the run's readers score."""
+    from archive.bandit import arms, pulls_of
+    from archive.store import Archive, observed_rule, observed_score, observed_sizes
+
+    nodes = {n.node_id: n for n in Archive(run_dir).ordered()}
+    sizes = observed_sizes(domains, list(nodes.values()))
+    rule = observed_rule(config.to_dict()["loop"], domains)
+    found = arms(config.meta_models(), pulls_of(nodes, lambda n: observed_score(n, sizes, rule)))
+    return "; ".join(f"{a.model} {a.pulls} generations ({a.improved} gained, {a.mean_reward:.3g} per $, "
+                     f"${a.cost_usd:.2f})" for a in found)
+
+
 def plan_lines(run_dir: Path, domains: list[Domain], config: Config, backend: str, resumed: bool,
                why_models: str | None = None, why_backend: str | None = None,
                initial_from: dict | None = None, name: str = "", tags: Sequence[str] = ()) -> list[str]:
     from optimizer.evaluation import split_rows
 
     lines = [f"run      {run_dir} ({f'resumed; it was {state_text(*read_state(run_dir))}' if resumed else 'new'})"]
+    if resumed and len(config.meta_models()) > 1:
+        lines.append(f"bandit   {meta_model_record(run_dir, config, [d.name for d in domains])}")
     if label := label_text(name, tags):
         lines.append(f"name     {label}")
     for d in domains:

@@ -149,3 +149,6 @@ def test_a_bandit_over_two_meta_models_tries_each_then_keeps_the_one_that_gained
                 timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     assert {g: n["meta_model"] for g, n in nodes(killed / "out" / "run").items()} == made
+    # The resumed run's plan says what the bandit had seen: generations 1 and 2, one per model.
+    plan = next(line for line in r.stdout.splitlines() if line.startswith("bandit   "))
+    assert "openai/fake-meta 1 generations (1 gained" in plan and "openai/fake-meta-2 1 generations (0 gained" in plan

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
-from archive.bandit import Pull, arms
+from archive.bandit import arms, pulls_of
 from archive.dashboard.markup import Markup, h, join
 from archive.dashboard.reader import RunData, RunReader
 from archive.dashboard.svg import TreeNode, line_chart, score_colour, score_range, tree_svg
@@ -295,12 +295,7 @@ def meta_models_table(data: RunData) -> Markup:
     models = list(dict.fromkeys(n.meta_model for n in data.nodes.values() if n.meta_model))
     if len(models) < 2:
         return Markup("")
-    pulls = []
-    for node in data.nodes.values():
-        parent = data.nodes.get(node.parent or "")
-        if node.meta_model and parent is not None:
-            gain = (data.score(node) or 0.0) - (data.score(parent) or 0.0) if node.valid_parent else 0.0
-            pulls.append(Pull(node.meta_model, gain, sum(node.cost_usd.values())))
+    pulls = pulls_of(data.nodes, data.score)
     head = h("tr", {}, join(h("th", {}, c) for c in ("meta model", "generations", "gained on parent",
                                                         "mean gain per $", "cost")))
     body = join(h("tr", {}, h("td", {}, a.model), h("td", {"class": "num"}, a.pulls),
