@@ -224,3 +224,14 @@ def test_the_page_piece_draws_both_grades_and_escapes_what_an_error_says(tmp_pat
     assert 'data-series="held-out grader (openai/heldout)"' in page and "Judge robustness" in page
     assert "<script>" not in page and "&lt;script&gt;" in page
     assert spans([0, 1, 2, 5, 7, 8]) == "0-2, 5, 7-8"
+
+
+def test_the_console_line_says_both_grades_and_the_gap_or_why_there_is_none():
+    from optimizer.heldout import grade_line
+
+    assert grade_line(grade("1", 1, 0.6, 0.4, gap_interval=[0.1, 0.3], cost_usd=0.0123)) == (
+        "held-out grader: node 1 (generation 1) imo_proof train, 3 proofs: openai/grader 0.600, held-out "
+        "openai/heldout 0.400, gap +0.200 [+0.100, +0.300]; cost $0.0123")
+    assert grade_line(grade("2", 2, None, None, error="no evaluation of its train proofs to grade")) == (
+        "held-out grader: node 2 (generation 2) imo_proof: not graded again (no evaluation of its train proofs "
+        "to grade)")

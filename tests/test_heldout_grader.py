@@ -128,6 +128,8 @@ def test_the_gap_per_generation_the_heldout_best_choice_and_a_resume_that_pays_n
     assert {m for (m,) in db.execute("SELECT DISTINCT model FROM calls WHERE role = 'heldout_grader'")} == \
         {"openai/fake-heldout"}
     assert dict(db.execute("SELECT node, COUNT(*) FROM calls WHERE role = 'grader' GROUP BY node")) == calls
+    preflighted = {m for (m,) in db.execute("SELECT model FROM calls WHERE role = 'preflight'")}
+    assert "openai/fake-heldout" in preflighted
 
     report = (run_dir / "report.html").read_text()
     assert "Judge robustness" in report and 'data-series="held-out grader (openai/fake-heldout)"' in report
