@@ -448,20 +448,27 @@ def main(argv: list[str] | None = None) -> int:
                     help="dollars per run (default: what the generations cost when three children in four are "
                          "evaluated in full, about the average: $140 for 40 generations of 100-row splits)")
     ap.add_argument("--rows", type=int, default=100, help="rows of each split (train, val, test)")
+    ap.add_argument("--repeat", type=float, default=World.repeat,
+                    help=f"share of changes that re-make an earlier one (default {World.repeat:g})")
+    ap.add_argument("--merge_loss", type=float, default=World.merge_loss,
+                    help=f"every ability's loss in a merge (default {World.merge_loss:g})")
     ap.add_argument("--quick", action="store_true", help="fewer seeds and generations, a smoke run of seconds")
     args = ap.parse_args(argv)
     seeds = args.seeds if args.seeds is not None else (30 if args.quick else 200)
     generations = args.generations if args.generations is not None else (20 if args.quick else 40)
     if seeds < 2 or generations < 1 or args.rows < 10:
         ap.error("--seeds must be at least 2, --generations at least 1 and --rows at least 10")
-    world = World(rows=args.rows)
+    if not 0.0 <= args.repeat <= 1.0 or not math.isfinite(args.merge_loss):
+        ap.error("--repeat must be a share from 0 to 1 and --merge_loss a number")
+    world = World(rows=args.rows, repeat=args.repeat, merge_loss=args.merge_loss)
     budget = args.budget_usd if args.budget_usd is not None else \
         generations * (world.meta_usd + 0.75 * world.full_rows * world.row_usd)
     if not (budget > 0 and math.isfinite(budget)):
         ap.error("--budget_usd must be a positive number")
     print(f"search strategies on the same budget: {seeds} seeds, {generations} generations, ${budget:.2f} a run "
           f"(meta call ${world.meta_usd:g}, row ${world.row_usd:g}); {world.rows} rows a split, "
-          f"screening {world.stage_rows} rows above {world.stage_above:g}, selection on val, best by `highest`")
+          f"screening {world.stage_rows} rows above {world.stage_above:g}, selection on val, best by `highest`; "
+          f"{world.repeat:.0%} of changes repeat one, a merge loses {world.merge_loss:g}")
     started = time.perf_counter()
     results = compare(VARIANTS, world, seeds, generations, budget)
     initial = [o.initial for o in results[PAPER]]
