@@ -90,7 +90,8 @@ def write_plots(archive: Archive, domains: list[Domain], full_sizes: dict[str, i
     record = read_heldout(archive.run_dir)
     if record is not None and record.generations:
         written.append(_heldout(record, last, out_dir / "heldout_gap.png"))
-    written.append(_tree(archive, domains, full_sizes, best_id, out_dir / "archive_tree.png"))
+    if archive.nodes:  # a run stopped before its initial node was recorded has no tree yet
+        written.append(_tree(archive, domains, full_sizes, best_id, out_dir / "archive_tree.png"))
     return written
 
 

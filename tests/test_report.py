@@ -167,3 +167,12 @@ def test_the_tree_picture_stays_a_page_in_size(tmp_path):
     width, height = int.from_bytes(tree[16:20]), int.from_bytes(tree[20:24])  # the PNG's IHDR
     assert width <= TREE_MAX_INCHES[0] * 100 and height <= TREE_MAX_INCHES[1] * 100  # was 3,245 px wide
     assert width > 600 and height > 300
+
+
+def test_a_run_stopped_before_its_initial_node_draws_no_picture_and_raises_nothing(tmp_path):
+    from archive.plots import write_plots
+    from archive.store import Archive
+    from domains.registry import get_domain
+
+    assert write_plots(Archive(tmp_path), [get_domain("imo_grading")], {"imo_grading": 100}, None,
+                       tmp_path / "plots") == []
