@@ -15,6 +15,7 @@ import pytest
 
 from services.config import PROJECT_ROOT
 from support.cli import FAST_CONFIG, cli_env, run_cli
+from support.proofgrader_runs import baseline_proofgrader
 from support.scripted_loop import start_and_kill_when, tool_call
 
 pytestmark = pytest.mark.e2e  # whole processes: the loop, sandboxes, the proofgrader
@@ -56,15 +57,8 @@ def share(model: str, style: str) -> float:
 
 @pytest.fixture(scope="module")
 def proofgrader_dir(tmp_path_factory):
-    import subprocess
-    import sys
-
-    root = tmp_path_factory.mktemp("pg")
-    r = subprocess.run([sys.executable, "-m", "setup_proofgrader_repo", "--proofautograder", "--model",
-                        "openai/fake", "--dst", str(root / "proofgrader_repo")], capture_output=True, text=True,
-                       timeout=300, cwd=PROJECT_ROOT)
-    assert r.returncode == 0, r.stderr
-    return root / "proofgrader_repo"
+    """A proofgrader built from the ProofAutoGrader baseline; importable through PYTHONPATH."""
+    return baseline_proofgrader(tmp_path_factory.mktemp("pg"))
 
 
 def run_args(tmp_path) -> list[str]:

@@ -8,14 +8,13 @@ number of the report can be computed by hand.
 import importlib.util
 import json
 import sqlite3
-import subprocess
-import sys
 
 import pandas as pd
 import pytest
 
 from services.config import PROJECT_ROOT
 from support.cli import FAST_CONFIG, cli_env, run_cli, run_loop
+from support.proofgrader_runs import baseline_proofgrader
 
 pytestmark = pytest.mark.e2e  # every test here runs a whole process (the loop, a sandbox, a browser)
 
@@ -40,12 +39,7 @@ def respond(request: dict) -> str:
 @pytest.fixture(scope="module")
 def proofgrader_dir(tmp_path_factory):
     """A proofgrader built from the ProofAutoGrader baseline; importable through PYTHONPATH."""
-    root = tmp_path_factory.mktemp("pg")
-    r = subprocess.run([sys.executable, "-m", "setup_proofgrader_repo", "--proofautograder", "--model",
-                        "openai/fake", "--dst", str(root / "proofgrader_repo")], capture_output=True, text=True,
-                       timeout=300, cwd=PROJECT_ROOT)
-    assert r.returncode == 0, r.stderr
-    return root / "proofgrader_repo"
+    return baseline_proofgrader(tmp_path_factory.mktemp("pg"))
 
 
 @pytest.fixture

@@ -9,6 +9,16 @@ from pathlib import Path
 from support.cli import REPO_ROOT
 
 
+def baseline_proofgrader(root: Path) -> Path:
+    """A proofgrader package built from the ProofAutoGrader baseline on the fake provider's model, under
+    `root`; importable with it on PYTHONPATH."""
+    r = subprocess.run([sys.executable, "-m", "setup_proofgrader_repo", "--proofautograder", "--model",
+                        "openai/fake", "--dst", str(root / "proofgrader_repo")], capture_output=True, text=True,
+                       timeout=300, cwd=REPO_ROOT)
+    assert r.returncode == 0, r.stderr
+    return root / "proofgrader_repo"
+
+
 def setup_repo(*args, cwd: Path):
     """`python -m setup_proofgrader_repo ARGS` in `cwd`; the CompletedProcess."""
     return subprocess.run([sys.executable, "-m", "setup_proofgrader_repo", *args], cwd=cwd, capture_output=True,
