@@ -43,7 +43,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m run_optimization", description=(__doc__ or "").split("\n\n")[0])
     ap.add_argument("--domain", nargs="+", default=None, help="one or more domains (imo_grading, imo_proof, ...)")
     ap.add_argument("--domain_spec", action="append", type=os.path.abspath, default=None, metavar="FILE",
-                    help="a domain of your own, written as a YAML spec (README, Your own task); repeatable")
+                    help="a domain of your own, written as a YAML spec (README, Your own task); repeatable. With "
+                         "--resume_from: the spec the run was started with, checked against what the run kept "
+                         "(needed when its scorer is a function of your own: a run folder never names one)")
     ap.add_argument("--config", default=None, help="YAML config overriding configs/default.yaml")
     ap.add_argument("--preset", default=None, help="a config of configs/presets/ applied before --config, "
                     "e.g. quick: 2 small generations")

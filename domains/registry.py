@@ -9,7 +9,10 @@ A plugin is a package with an entry point in the group `hyperagents_imo.domains`
 
 A spec domain is known to this process once read: from `--domain_spec` (`use_domain_specs`),
 or from a run's folder that kept it (`use_run_domains`, for a resumed run and for every reader
-of finished runs).
+of finished runs). A run's folder may come from anyone, so what it kept never names code to run: a
+domain scored by the user's own function scores only when the user names its spec file again
+(checked to be the one the run kept), or when it is an installed plugin's; read from the folder
+alone it shows its stored scores.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from pathlib import Path
 from domains import answer_domains
 from domains.base import Domain
 from domains.imo import domains as imo_domains
-from domains.spec import DomainSpec, read_spec, record_spec, run_specs
+from domains.spec import DomainSpec, differs, read_spec, record_spec, run_specs
 from services.errors import UserError
 
 ENTRY_POINTS = "hyperagents_imo.domains"
@@ -33,6 +36,8 @@ def _checked(domain: Domain) -> Domain:
     leaked = set(domain.inputs.values()) & set(domain.hidden_columns)
     if leaked:
         raise ValueError(f"domain {domain.name} would send hidden columns {sorted(leaked)} to the agent")
+    if domain.question_id in domain.hidden_columns:
+        raise ValueError(f"domain {domain.name}: its row id {domain.question_id!r} is a hidden column")
     return domain
 
 
@@ -97,8 +102,16 @@ def register(spec: DomainSpec, replace: bool = False) -> Domain:
 
 
 def use_run_domains(run_dir: Path) -> list[str]:
-    """Make known the spec domains a run kept in its folder; their names."""
-    return [register(spec, replace=True).name for spec in run_specs(run_dir)]
+    """Make known the spec domains a run kept in its folder; their names. A domain the user's own spec
+    file defined here, the same as the run kept it, stays: it alone may call a scorer of the user's."""
+    names = []
+    for spec in run_specs(run_dir):
+        with _lock:
+            given = _specs.get(spec.name)
+        if not (given and given[0].scorer_file and differs(spec, given[0]) is None):
+            register(spec, replace=True)
+        names.append(spec.name)
+    return names
 
 
 def run_domain_problems(run_dir: Path) -> list[str]:
@@ -125,10 +138,22 @@ def keep_specs(run_dir: Path, domains: list[Domain]) -> None:
         record_spec(run_dir, spec)
 
 
-def use_domain_specs(paths: list[str] | None, resumed: bool = False) -> list[str]:
-    """The names of the domains of `--domain_spec` files, each read, checked and made known. A
-    resumed run keeps the domains it started with."""
-    if paths and resumed:
-        raise UserError("--domain_spec names the domains of a new run; a resumed run keeps its own "
-                        "(their specs are kept in its folder, domain_specs/)")
-    return [register(read_spec(path)).name for path in paths or ()]
+def use_domain_specs(paths: list[str] | None, run_dir: str | Path | None = None) -> list[str]:
+    """The names of the domains of `--domain_spec` files, each read, checked and made known. With
+    `run_dir` (a resumed run, or a reader that scores one), each must define a domain of that run as
+    the run kept it: the same keys, data of the same digests (wherever it lies now), a scorer file of
+    the same digest."""
+    specs = [read_spec(path) for path in paths or ()]
+    if run_dir is not None and specs:
+        folder = Path(run_dir).resolve()
+        if not folder.is_dir():
+            raise UserError(f"{run_dir}: no such folder")
+        kept = {spec.name: spec for spec in run_specs(folder)}
+        for spec in specs:
+            if spec.name not in kept:
+                raise UserError(f"--domain_spec {spec.source}: the run {folder} kept no domain {spec.name} "
+                                f"(its spec domains: {', '.join(kept) or 'none'})")
+            if (what := differs(kept[spec.name], spec)) is not None:
+                raise UserError(f"--domain_spec {spec.source}: {what} differs from the domain {spec.name} "
+                                f"the run {folder} was started with; pass the spec it was started with")
+    return [register(spec, replace=run_dir is not None).name for spec in specs]

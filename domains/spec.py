@@ -11,10 +11,15 @@ and becomes a `Domain` like the bundled ones, without editing the package.
     score_key: accuracy
 
 The spec is read as bounded data (services/user_files.py) and checked against its data before a
-run starts: every problem is one line naming the key. A run keeps what it needs in its folder
-(`domain_specs/<name>.json`: the spec, each data file's absolute path and sha256), so resuming it,
-analyzing it or showing it on the dashboard needs neither the YAML nor its folder; a resumed run
-refuses data that changed since.
+run starts: every problem is one line naming the key. Row ids are shown where agents never are
+(the harness sends rows to a sandbox under tokens of its own), yet an id is none of the columns an
+agent must not see and equals none of their values on its row, so that no copy of it can tell one.
+A run keeps what it needs in its folder (`domain_specs/<name>.json`: the spec, each data file's
+absolute path and sha256, the sha256 of a user scorer's file), so resuming it, analyzing it or
+showing it on the dashboard needs neither the YAML nor its folder; a resumed run refuses data that
+changed since. A record is a stranger's input (a run folder may come from anyone): it never names
+code to run. A user's scorer function is called only when the user names the spec file again
+(`--domain_spec`), and that spec must be the one the record kept (`differs`).
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from typing import TYPE_CHECKING
 
 from domains.base import Domain
 from domains.data import TABLE_FORMATS, load_table, sha256_file
-from domains.spec_scoring import BUILT_IN, SpecScorer, user_function
+from domains.spec_scoring import BUILT_IN, SpecScorer, file_sha256, scorer_file, user_function
 from services.errors import UserError
 from services.fsutil import atomic_write_json, read_bounded
 from services.user_files import parse_json, read_yaml
@@ -34,12 +39,13 @@ from services.user_files import parse_json, read_yaml
 if TYPE_CHECKING:
     import pandas as pd
 
-SPEC_SCHEMA = 1  # domain_specs/<name>.json
+SPEC_SCHEMA = 2  # domain_specs/<name>.json; 2 added scorer_sha256
+READ_SCHEMAS = (1, 2)
 SPLITS = ("train", "val", "test")
 KEYS = ("name", "data", "id", "inputs", "label", "hidden", "scorer", "score_key", "rubric")
 NAME = re.compile(r"[a-z][a-z0-9_]{0,47}")  # a folder and file name, a key of node records, a word on pages
 SCORE_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,47}")
-USER_FUNCTION = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
+USER_FUNCTION = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*:[A-Za-z_]\w*")
 REPORT_KEYS = ("total", "total_correct", "no_answer", "judge_unreadable", "row_scores", "schema_version",
                "question_ids_passed", "question_ids_failed")  # what the report holds beside the score
 SPECS_DIR = "domain_specs"
@@ -61,18 +67,25 @@ class DomainSpec:
     rubric: str = ""
     sha256: dict[str, str] = field(default_factory=dict)  # split -> digest of its file when the spec was read
     source: str = ""  # the YAML it was read from, for messages
+    scorer_sha256: str = ""  # module:function: digest of its file when the spec was read ("" in older records)
+    # module:function: its file, set only when the user's own spec file was read here (never kept
+    # in a record, which never names code to run)
+    scorer_file: str = ""
 
     def to_dict(self) -> dict:
-        return {"schema_version": SPEC_SCHEMA, **asdict(self), "hidden": list(self.hidden)}
+        kept = {k: v for k, v in asdict(self).items() if k != "scorer_file"}
+        return {"schema_version": SPEC_SCHEMA, **kept, "hidden": list(self.hidden)}
 
     def domain(self) -> Domain:
         base = Path(self.source).parent if self.source else None
+        module = Path(self.scorer_file) if self.scorer_file else None
         return Domain(
             name=self.name, question_id=self.id, inputs=dict(self.inputs), label_column=self.label,
             hidden_columns=tuple(dict.fromkeys((*self.hidden, *([self.label] if self.label else [])))),
             subsets={f"_{s}": Path(p).name for s, p in self.data.items()}, splits={s: f"_{s}" for s in self.data},
             score_key=self.score_key, data_dir=base, default_subset="train", loader=self.load,
-            scorer=SpecScorer(self.scorer, self.score_key, self.label, tuple(self.inputs.items()), self.rubric, base),
+            scorer=SpecScorer(self.scorer, self.score_key, self.label, tuple(self.inputs.items()), self.rubric,
+                              module, self.scorer_sha256),
             try_match="math" if self.scorer == "math_verify" else "label",
             score_note=f"the mean of the rows' scores by {self.scorer}, as the spec {self.source or self.name} says")
 
@@ -101,7 +114,9 @@ def read_spec(path: str | Path) -> DomainSpec:
     spec = replace(spec, source=str(path), sha256={s: sha256_file(p) for s, p in spec.data.items()})
     check_data(spec, where)
     if spec.scorer not in BUILT_IN:
-        user_function(spec.scorer, path.parent)
+        module = scorer_file(spec.scorer, path.parent)
+        spec = replace(spec, scorer_file=str(module), scorer_sha256=file_sha256(module, spec.scorer))
+        user_function(spec.scorer, module, spec.scorer_sha256)
     return spec
 
 
@@ -134,13 +149,22 @@ def checked(raw: dict, where: str, base: Path, files: bool = True) -> DomainSpec
                       scorer=scorer, score_key=score_key, rubric=rubric)
 
 
+def _secret(spec: DomainSpec) -> dict[str, str]:
+    """Each column an agent must not see -> what it is to the spec."""
+    return {**{c: "hidden" for c in spec.hidden}, **({spec.label: "label"} if spec.label else {})}
+
+
 def check_data(spec: DomainSpec, where: str) -> None:
-    """Every split's file has the spec's columns and unique ids, and no input column is one an
-    agent must not see."""
-    secret = [c for c in (*spec.hidden, *([spec.label] if spec.label else [])) if c in spec.inputs.values()]
-    if secret:
-        key = "label" if secret[0] == spec.label else "hidden"
-        raise UserError(f"{where}: key 'inputs': column {secret[0]!r} is the {key} column, never shown to an agent")
+    """Every split's file has the spec's columns and unique ids, no input column is one an agent must
+    not see, and no id is such a column or tells one's value on its row."""
+    secret = _secret(spec)
+    shown = [c for c in secret if c in spec.inputs.values()]
+    if shown:
+        raise UserError(f"{where}: key 'inputs': column {shown[0]!r} is the {secret[shown[0]]} column, "
+                        "never shown to an agent")
+    if spec.id in secret or spec.id in spec.inputs.values():
+        what = f"the {secret[spec.id]}" if spec.id in secret else "an input"
+        raise UserError(f"{where}: key 'id': column {spec.id!r} is {what} column; the id must be a column of its own")
     for path in spec.data.values():
         df = load_table(path)
         for key, columns in (("id", [spec.id]), ("inputs", list(spec.inputs.values())),
@@ -152,6 +176,18 @@ def check_data(spec: DomainSpec, where: str) -> None:
         twice = df[spec.id][df[spec.id].duplicated()]
         if len(twice):
             raise UserError(f"{where}: key 'id': {list(twice)[0]!r} names two rows of {path}; ids must be unique")
+        _check_ids_tell_nothing(df, spec.id, secret, where, path)
+
+
+def _check_ids_tell_nothing(df: pd.DataFrame, id_column: str, secret: dict[str, str], where: str, path: str) -> None:
+    """No row's id is, as the exact scorer compares text, its own label or hidden value."""
+    ids = df[id_column].astype(str).str.strip().str.casefold()
+    for column, what in secret.items():
+        same = ids == df[column].astype(str).str.strip().str.casefold()
+        if same.any():
+            row = df[id_column][same].iloc[0]
+            raise UserError(f"{where}: key 'id': row {row!r} of {path} has its id as its {what} column "
+                            f"{column!r}; ids must tell nothing an agent must not see")
 
 
 def _text(raw: dict, key: str, where: str) -> str:
@@ -209,12 +245,29 @@ def run_specs(run_dir: Path) -> list[DomainSpec]:
             raw = parse_json(read_bounded(path, MAX_RECORD))
         except (OSError, ValueError) as e:
             raise UserError(f"{path}: not a domain spec record ({str(e)[:200]})") from None
-        if not isinstance(raw, dict) or raw.pop("schema_version", None) != SPEC_SCHEMA:
+        if not isinstance(raw, dict) or raw.pop("schema_version", None) not in READ_SCHEMAS:
             raise UserError(f"{path}: not a domain spec record of schema {SPEC_SCHEMA}")
         where = f"domain spec record {path}"
         spec = checked({k: raw[k] for k in KEYS if raw.get(k) not in (None, "")}, where, Path("/"), files=False)
-        digests = raw.get("sha256")
+        digests, scorer_digest = raw.get("sha256"), raw.get("scorer_sha256", "")
         if spec.name != path.stem or not isinstance(digests, dict) or set(digests) != set(spec.data):
             raise UserError(f"{where}: its name or its data's digests do not match its file")
-        found.append(replace(spec, sha256=dict(digests), source=str(raw.get("source", ""))))
+        if not all(isinstance(d, str) for d in (*digests.values(), scorer_digest)):
+            raise UserError(f"{where}: a digest that is not text")
+        found.append(replace(spec, sha256=dict(digests), source=str(raw.get("source", "")),
+                             scorer_sha256=scorer_digest))
     return found
+
+
+def differs(kept: DomainSpec, given: DomainSpec) -> str | None:
+    """What of `given` (the user's spec file) is not as a run `kept` it, or None when it is the same
+    domain: its keys, its data's digests (the files may have moved) and its scorer file's digest."""
+    for key in ("name", "id", "inputs", "label", "hidden", "scorer", "score_key", "rubric"):
+        if getattr(kept, key) != getattr(given, key):
+            return f"key {key!r}"
+    changed = sorted(s for s in {*kept.sha256, *given.sha256} if kept.sha256.get(s) != given.sha256.get(s))
+    if changed:
+        return f"the data of split {changed[0]} (sha256)"
+    if kept.scorer_sha256 and kept.scorer_sha256 != given.scorer_sha256:
+        return f"the file of scorer {given.scorer} (sha256)"
+    return None

@@ -8,8 +8,15 @@
   run replays it) reads the spec's rubric, the row's inputs, its label and the prediction, and says
   PASS or FAIL;
 - `module:function`: the user's own function, `function(prediction: str, row: dict) -> bool | float`
-  with `row` every column of the data (the label too). It is trusted code: it is imported and run
-  on the host, in the process that scores, like the spec itself, never in a sandbox.
+  with `row` every column of the data (the label too). It is trusted code, run on the host in the
+  process that scores, never in a sandbox; so it is taken only from the user's own spec file:
+  `module` is the file `module.py` beside the spec (`a.b`: `a/b.py`), within the spec's folder (no
+  link followed out of it), loaded under a private module name without touching `sys.path`, so no
+  file beside it (a `litellm.py`, a `json.py`) can stand in for a module the host imports later;
+  the scorer imports installed modules only. A run's record of the spec keeps the function's name
+  and its file's sha256, never where to import it from: a domain read from a record alone scores
+  with the built-in rules and shows its stored scores, and asks for `--domain_spec FILE` to call
+  the user's function.
 
 Whatever the rule, the report has the mean under the spec's `score_key` and every row's score in
 `row_scores`, which the intervals, the promotion tests and the dashboard read.
@@ -17,7 +24,8 @@ Whatever the rule, the report has the mean under the spec's `score_key` and ever
 
 from __future__ import annotations
 
-import importlib
+import hashlib
+import importlib.util
 import math
 import re
 import sys
@@ -30,6 +38,7 @@ from typing import TYPE_CHECKING
 from domains.scoring import ScoringTools, read_predictions, scored
 from inside.answers import check_output
 from services.errors import UserError
+from services.fsutil import read_regular
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -61,22 +70,67 @@ Reason briefly, then end with one line: VERDICT: PASS or VERDICT: FAIL
 """
 
 
-def user_function(ref: str, base: Path | None) -> Callable:
-    """The function a spec names as `module:function`, imported with the spec's folder `base` first
-    on the import path (the user's module usually lies beside the spec); UserError when it does not
-    import or is not a function."""
-    module, _, name = ref.partition(":")
-    if base is not None and str(base) not in sys.path:
-        sys.path.insert(0, str(base))
+MAX_SCORER_BYTES = 2**20  # a scorer module is a few functions
+_loaded: dict[tuple[str, str, str], Callable] = {}  # (file, sha256, function) -> the function, loaded once
+
+
+def scorer_file(ref: str, base: Path) -> Path:
+    """The file of the module a spec's `module:function` names: `module.py` (`a.b`: `a/b.py`) in the
+    spec's folder `base`, resolved; UserError when it is missing or a link leads out of that folder."""
+    module = ref.partition(":")[0]
+    parts = module.split(".")
+    if not all(p.isidentifier() for p in parts):
+        raise UserError(f"scorer {ref}: {module!r} is not a module name beside the spec")
+    folder = base.resolve()
+    path = folder.joinpath(*parts[:-1], f"{parts[-1]}.py")
+    found = path.resolve()
+    if not found.is_relative_to(folder):
+        raise UserError(f"scorer {ref}: {path} leads out of the spec's folder {folder} (a link); "
+                        "keep the scorer's file beside the spec")
+    if not found.is_file():
+        raise UserError(f"scorer {ref}: cannot import {module} (no file {path} beside the spec)")
+    return found
+
+
+def file_sha256(path: Path, ref: str) -> str:
+    return hashlib.sha256(_source(path, ref)).hexdigest()
+
+
+def _source(path: Path, ref: str) -> bytes:
     try:
-        found = importlib.import_module(module)
+        return read_regular(path, MAX_SCORER_BYTES)
+    except (OSError, ValueError) as e:
+        raise UserError(f"scorer {ref}: cannot read {path} ({getattr(e, 'strerror', None) or e})") from None
+
+
+def user_function(ref: str, path: Path, sha256: str) -> Callable:
+    """The function `ref` (`module:function`) of the file at `path`, which must still have the digest
+    `sha256` it had when the spec was read. It is loaded from those bytes under a private module name
+    and put on no import path, so nothing beside it is imported in its name or in another's."""
+    name = ref.partition(":")[2]
+    key = (str(path), sha256, name)
+    if key in _loaded:
+        return _loaded[key]
+    data = _source(path, ref)
+    if hashlib.sha256(data).hexdigest() != sha256:
+        raise UserError(f"scorer {ref}: {path} changed since its spec was read; restore it, or start a new run")
+    spec = importlib.util.spec_from_file_location(f"_hyperagents_scorer_{sha256[:12]}", path)
+    if spec is None:
+        raise UserError(f"scorer {ref}: {path} cannot be loaded as a module")
+    module = importlib.util.module_from_spec(spec)
+    # Under its private name only: what the module defines (a dataclass) may look itself up there.
+    sys.modules[spec.name] = module
+    try:
+        exec(compile(data, str(path), "exec"), module.__dict__)  # the user's own scorer, named in their spec
     except Exception as e:  # the user's module may raise anything at import
+        sys.modules.pop(spec.name, None)
         why = (str(e).strip().splitlines() or [""])[0]
-        detail = f"{type(e).__name__}{': ' + why if why else ''}"
-        raise UserError(f"scorer {ref}: cannot import {module} ({detail})") from None
-    function = getattr(found, name, None)
+        detail = f"{type(e).__name__}{': ' + why[:200] if why else ''}"
+        raise UserError(f"scorer {ref}: cannot import {ref.partition(':')[0]} ({detail})") from None
+    function = getattr(module, name, None)
     if not callable(function):
-        raise UserError(f"scorer {ref}: {module} has no function {name!r}")
+        raise UserError(f"scorer {ref}: {ref.partition(':')[0]} has no function {name!r}")
+    _loaded[key] = function
     return function
 
 
@@ -118,7 +172,10 @@ class SpecScorer:
     label: str | None  # the label column (None: a judge or the user's function scores without one)
     inputs: tuple[tuple[str, str], ...] = ()  # (key, column) of what the agent saw, for the judge's prompt
     rubric: str = ""  # llm_judge: what a passing answer is
-    base: Path | None = None  # module:function: the spec's folder, put first on the import path
+    # module:function: its file and digest, from the user's own spec file; None when only a run's
+    # record named it, which never says what to import
+    module: Path | None = None
+    module_sha256: str = ""
 
     def score(self, domain: Domain, predictions: Path, tools: ScoringTools | None = None) -> dict:
         df = read_predictions(domain, predictions)
@@ -146,7 +203,7 @@ class SpecScorer:
             return [float(bool(o) and check_output(o, str(r[self.label]))) for o, r in zip(outputs, rows)], {}
         if self.rule == "llm_judge":
             return self._judged(outputs, rows, tools, name)
-        function = user_function(self.rule, self.base)
+        function = self._function(name)
         values = [row_value(called(function, self.rule, o, r, i), self.rule, i) for o, r, i in zip(outputs, rows, ids)]
         return values, {}
 
@@ -175,7 +232,13 @@ class SpecScorer:
 
     def check_ready(self, domain: Domain) -> None:
         if self.rule not in BUILT_IN:
-            user_function(self.rule, self.base)
+            self._function(domain.name)
+
+    def _function(self, name: str) -> Callable:
+        if self.module is None:
+            raise UserError(f"domain {name} is scored by {self.rule}, a function of your own, which a run's "
+                            f"record never names for import: pass its spec again with --domain_spec FILE")
+        return user_function(self.rule, self.module, self.module_sha256)
 
     def plan_line(self, domain: Domain, config: Config) -> str:
         how = {"exact": "the label, as text (case and surrounding spaces ignored)",

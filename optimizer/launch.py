@@ -285,7 +285,7 @@ def launch(request: RunRequest) -> Path:
     from services.startup import open_services
     from services.workspace import RunRepo
 
-    specs = use_domain_specs([os.path.abspath(p) for p in request.domain_specs], bool(request.resume_from))
+    specs = use_domain_specs([os.path.abspath(p) for p in request.domain_specs], request.resume_from)
     transfer = transfer_of(request, lambda ds, cfg: {d.name: split_rows(d, d.selection_split, cfg.loop.eval_samples)
                                                      for d in ds})
     initial_from, record, saved = transfer.to_dict() if transfer else None, None, None
