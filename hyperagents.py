@@ -202,15 +202,19 @@ def evaluate(agent: str | Path, domain: str | None = None, split: str = "val", *
     evaluations.json (`domain` defaults to the run's first). Otherwise it is a task agent's file or
     module (as --agent_path), run by the harness into a folder of its own under `output_dir` on the
     first `num_samples` rows (-1: all), then scored as `python -m domains.report` scores it. `options`
-    are the harness's other flags (num_workers, sandbox, data, domain_spec: a YAML spec for `domain`)."""
+    are the harness's other flags (num_workers, sandbox, data, domain_spec: a YAML spec for `domain`).
+    A run's domain scored by a function of your own needs `domain_spec` too, the spec the run was
+    started with: a run's folder never names code to run."""
     node = (Path(run_dir), str(agent)) if run_dir is not None else _node_of(str(agent))
+    spec = options.pop("domain_spec", None)
+    if spec is not None and not isinstance(spec, (str, os.PathLike)):
+        raise UserError(f"evaluate: domain_spec is a YAML file's path, got {type(spec).__name__}")
     if node is not None:
-        return _evaluate_node(*node, domain, split, settings, budget_usd)
-    if (spec := options.pop("domain_spec", None)) is not None:
+        return _evaluate_node(*node, domain, split, settings, budget_usd,
+                              () if spec is None else (os.path.abspath(spec),))
+    if spec is not None:
         from domains.registry import use_domain_specs
 
-        if not isinstance(spec, (str, os.PathLike)):
-            raise UserError(f"evaluate: domain_spec is a YAML file's path, got {type(spec).__name__}")
         domain = domain or use_domain_specs([os.path.abspath(spec)])[0]  # made known either way
     if domain is None:
         raise UserError("evaluate: name the domain of the task agent (or its domain_spec)")
@@ -219,14 +223,15 @@ def evaluate(agent: str | Path, domain: str | None = None, split: str = "val", *
 
 
 def _evaluate_node(run_dir: Path, node_id: str, domain: str | None, split: str,
-                   settings: Mapping[str, object] | Sequence[str] | None, budget_usd: float | None) -> EvalResult:
+                   settings: Mapping[str, object] | Sequence[str] | None, budget_usd: float | None,
+                   specs: tuple[str, ...]) -> EvalResult:
     record = read_run_record(run_dir.resolve())
     domain = domain or record.domains[0]
     if domain not in record.domains:
         raise UserError(f"evaluate: run {run_dir} has no domain {domain} (it has {', '.join(record.domains)})")
     try:
-        launch(RunRequest(resume_from=run_dir, settings=_settings(settings), overrides={"budget_usd": budget_usd},
-                          evaluate=(node_id,), split=split))
+        launch(RunRequest(resume_from=run_dir, domain_specs=specs, settings=_settings(settings),
+                          overrides={"budget_usd": budget_usd}, evaluate=(node_id,), split=split))
     finally:
         release_folder(run_dir.resolve())
     found = cast(Evaluations, read_evaluations(run_dir / EVALUATIONS)).get(node_id, domain, split)  # just written

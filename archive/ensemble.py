@@ -23,7 +23,9 @@ only for rows not already answered. Rules:
 
 The ensemble's predictions.csv, report.json (the domain's own scorer) and members.json go to
 RUN/ensembles/<split>-<rule>-top<K>/; the table printed shows its score beside each member's on
-the same rows. Predictions are agent output: read bounded, never through a link, never run.
+the same rows. Predictions are agent output: read bounded, never through a link, never run. A
+domain scored by a function of your own scores only with its spec named again (`--domain_spec
+FILE`, checked against the run's record of it): a run's folder never names code to run.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import os
+import secrets
 import subprocess
 import sys
 import tempfile
@@ -118,9 +122,10 @@ def ranked(run_dir: Path, archive: Archive, nodes: list[Node]) -> list[tuple[flo
 
 
 def evaluate_missing(run_dir: Path, domain: Domain, split: str, top: int,
-                     out: Callable[[str], None] = show) -> None:
+                     out: Callable[[str], None] = show, specs: tuple[str, ...] = ()) -> None:
     """--rows all: the `top` best nodes of the archive, each evaluated on all of `split` (those not
-    yet evaluated on it by the run's own command, which pays only for rows not answered before)."""
+    yet evaluated on it by the run's own command, which pays only for rows not answered before).
+    `specs`: the --domain_spec files to hand it (a run's folder never names a scorer of the user's)."""
     archive = Archive(run_dir)
     best = [n.node_id for score, n in ranked(run_dir, archive, list(archive.nodes.values()))
             if score is not None][:top]
@@ -129,7 +134,7 @@ def evaluate_missing(run_dir: Path, domain: Domain, split: str, top: int,
     if not missing:
         return
     command = [sys.executable, "-m", "run_optimization", "--resume_from", str(run_dir), "--evaluate",
-               ",".join(missing), "--split", split]
+               ",".join(missing), "--split", split, *(arg for spec in specs for arg in ("--domain_spec", spec))]
     out(f"evaluating node{'s' if len(missing) > 1 else ''} {', '.join(missing)} on {domain.name}/{split} first: "
         f"{' '.join(command[1:])}")
     if subprocess.run(command, stdin=subprocess.DEVNULL, cwd=PROJECT_ROOT).returncode != 0:
@@ -221,8 +226,10 @@ def agent_combine(run_dir: Path, record: RunRecord, node: Node, members: list[Me
 
     if node.commit is None:
         raise UserError(f"node {node.node_id} has no code of its own in the run's repository")
+    # Rows go in under tokens: an id is the data's, and may say what the split hides.
+    token = {q: secrets.token_hex(6) for q in ids}
     given = {"members": [{"node_id": m.node.node_id, "score": m.score} for m in members],
-             "rows": [{"id": q, "answers": {m.node.node_id: m.answers[q] for m in members}} for q in ids]}
+             "rows": [{"id": token[q], "answers": {m.node.node_id: m.answers[q] for m in members}} for q in ids]}
     config = Config.from_dict(record.config)
     with tempfile.TemporaryDirectory() as scratch:
         workspace = RunRepo(run_dir / "repo").checkout(node.commit, Path(scratch) / "workspace")
@@ -244,10 +251,11 @@ def agent_combine(run_dir: Path, record: RunRecord, node: Node, members: list[Me
         raise UserError(f"node {node.node_id}'s ensemble.py printed no mapping of row ids to predictions: "
                         f"{result.stdout[-200:]!r}")
     cap = config.harness.max_prediction_bytes
-    kept = [q for q in ids if isinstance(chosen.get(q), str) and len(chosen[q].encode("utf-8", "surrogatepass")) <= cap]
-    predictions = [chosen[q] if q in kept else members[0].answers[q] for q in ids]
-    return predictions, (f"node {node.node_id}'s ensemble.py chose {len(kept)} of {len(ids)} rows"
-                         + (" (the others: the best member's answer)" if len(kept) < len(ids) else ""))
+    answer = {q: a for q in ids if isinstance(a := chosen.get(token[q]), str)
+              and len(a.encode("utf-8", "surrogatepass")) <= cap}
+    predictions = [answer.get(q, members[0].answers[q]) for q in ids]
+    return predictions, (f"node {node.node_id}'s ensemble.py chose {len(answer)} of {len(ids)} rows"
+                         + (" (the others: the best member's answer)" if len(answer) < len(ids) else ""))
 
 
 def _score(domain: Domain, rows: pd.DataFrame, predictions: list[str], path: Path) -> dict:
@@ -257,13 +265,14 @@ def _score(domain: Domain, rows: pd.DataFrame, predictions: list[str], path: Pat
     return domain.scorer.score(domain, path)
 
 
-def build(run_dir: Path, domain: Domain, split: str, rule: str, top: int,
-          out: Callable[[str], None] = show, agent: str | None = None, rows_of: str = "shared") -> dict:
+def build(run_dir: Path, domain: Domain, split: str, rule: str, top: int, out: Callable[[str], None] = show,
+          agent: str | None = None, rows_of: str = "shared", specs: tuple[str, ...] = ()) -> dict:
     """Build, score and save the ensemble; returns members.json's content. With rule `agent`, the
     ensemble.py of node `agent` (default: the best member) combines the answers; with `rows_of`
-    "all", the members missing an evaluation of the whole split get one first."""
+    "all", the members missing an evaluation of the whole split get one first (`specs`: the
+    --domain_spec files it is handed)."""
     if rows_of == "all":
-        evaluate_missing(run_dir, domain, split, top, out)
+        evaluate_missing(run_dir, domain, split, top, out, specs)
     members = choose_members(run_dir, domain, split, top, out)
     data = domain.load(split)
     shared = set.intersection(*(set(m.answers) for m in members))
@@ -337,16 +346,21 @@ def build_parser() -> argparse.ArgumentParser:
                     help="shared: the rows every member answered (stored predictions, no model call); all: the "
                          "K best nodes of the archive, each evaluated on the whole split first where it was not "
                          "(only rows not answered before are paid)")
+    ap.add_argument("--domain_spec", action="append", type=os.path.abspath, default=[], metavar="FILE",
+                    help="the YAML spec the run's domain was defined by, checked against what the run kept: "
+                         "needed to score a domain whose scorer is a function of your own (a run folder never "
+                         "names code to run)")
     return ap
 
 
 def main(argv: list[str] | None = None) -> None:
-    from domains.registry import get_domain
+    from domains.registry import get_domain, use_domain_specs
 
     args = build_parser().parse_args(argv)
     run_dir = Path(args.run).resolve()
     if args.top < 1:
         raise UserError(f"--top {args.top}: expected 1 or more members")
+    use_domain_specs(args.domain_spec, run_dir)  # before the run's own record, which then keeps them
     record = read_run_record(run_dir)
     name = args.domain or record.domains[0]
     if name not in record.domains:
@@ -360,7 +374,8 @@ def main(argv: list[str] | None = None) -> None:
         raise UserError(f"{name}: its predictions are proofs, which cannot be voted on")
     if args.agent is not None and args.rule != "agent":
         raise UserError("--agent NODE goes with --rule agent")
-    for line in lines(build(run_dir, domain, args.split, args.rule, args.top, agent=args.agent, rows_of=args.rows)):
+    for line in lines(build(run_dir, domain, args.split, args.rule, args.top, agent=args.agent, rows_of=args.rows,
+                            specs=tuple(args.domain_spec))):
         show(line)
 
 

@@ -185,7 +185,7 @@ def _check_ids_tell_nothing(df: pd.DataFrame, id_column: str, secret: dict[str, 
     for column, what in secret.items():
         same = ids == df[column].astype(str).str.strip().str.casefold()
         if same.any():
-            row = df[id_column][same].iloc[0]
+            row = list(df.loc[same, id_column])[0]
             raise UserError(f"{where}: key 'id': row {row!r} of {path} has its id as its {what} column "
                             f"{column!r}; ids must tell nothing an agent must not see")
 
