@@ -34,6 +34,7 @@ from services.config import (
 from services.errors import ProviderDown, Terminated, UserError, advise
 from services.flags import apply_settings, parse_data_flags
 from services.fsutil import atomic_write_json, hold_folder
+from services.render import console
 
 if TYPE_CHECKING:
     from domains.base import Domain
@@ -343,11 +344,12 @@ def launch(request: RunRequest) -> Path:
         if request.evaluate is not None:
             from optimizer.final_test import run_evaluations
 
-            print("\n".join(run_evaluations(loop, list(request.evaluate), cast(str, request.split))))
+            print("\n".join(map(console, run_evaluations(loop, list(request.evaluate), cast(str, request.split)))))
         else:
             loop.run()
             print("\n".join(summary_lines(loop, name, tags)))
         stopped = gateway.budget_left_message()
         if stopped:
-            print(f"stopped: {stopped}; to continue with more: {resume_command(run_dir, request)} --budget_usd USD")
+            print(console(f"stopped: {stopped}; to continue with more: {resume_command(run_dir, request)} "
+                          "--budget_usd USD"))
     return run_dir
