@@ -6,12 +6,16 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from services.config import Config, apply_mapping
 from services.errors import UserError
-from services.user_files import yaml_value
+from services.user_files import MAX_VALUE_CHARS, yaml_value
+
+MAX_DIGITS = 100  # no setting needs a number this long; past 4,300 digits Python will not even read one
+LONG_NUMBER = re.compile(rf"[0-9_]{{{MAX_DIGITS + 1}}}")
 
 
 def apply_settings(config: Config, settings: Iterable[str | tuple[str, object]] | None, flag: str = "--set") -> Config:
@@ -24,6 +28,10 @@ def apply_settings(config: Config, settings: Iterable[str | tuple[str, object]] 
             if not sep:
                 raise UserError(f"{flag} {item[:60]}: expected SECTION.KEY=VALUE, "
                                 "e.g. --set loop.promotion=not_worse_than_parent")
+            # Before YAML makes an int of it (Python's int() has a digit limit); a longer text is refused as such.
+            if len(text) <= MAX_VALUE_CHARS and LONG_NUMBER.search(text):
+                raise UserError(f"{flag} {key.strip()[:60]}: a number of more than {MAX_DIGITS} digits; no "
+                                "setting takes one")
             try:
                 value = yaml_value(text)
             except ValueError as e:
@@ -34,7 +42,7 @@ def apply_settings(config: Config, settings: Iterable[str | tuple[str, object]] 
         section, _, name = key.partition(".")
         if not section or not name or "." in name:
             raise UserError(f"{flag} {key[:60]}: expected SECTION.KEY, e.g. loop.promotion")
-        apply_mapping(config, {section: {name: value}}, f"{flag} {key}")
+        apply_mapping(config, {section: {name: value}}, f"{flag} {key[:60]}")
     return config
 
 
@@ -52,6 +60,8 @@ def parse_data_flags(values: list[str] | None) -> dict[str, str]:
 def int_flag(low: int, also: int | None = None) -> Callable[[str], int]:
     """An argparse `type=`: an integer of at least `low`, or `also` (e.g. -1 = all); else usage and exit 2."""
     def parse(text: str) -> int:
+        if len(text) > MAX_DIGITS:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {len(text)} characters")
         try:
             value = int(text)
         except ValueError:
@@ -66,11 +76,13 @@ def int_flag(low: int, also: int | None = None) -> Callable[[str], int]:
 def number_flag(low: float) -> Callable[[str], float]:
     """An argparse `type=`: a finite number of at least `low`; else usage and exit 2."""
     def parse(text: str) -> float:
+        if len(text) > MAX_DIGITS:
+            raise argparse.ArgumentTypeError(f"expected a number, got {len(text)} characters")
         try:
             value = float(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
         if not math.isfinite(value) or value < low:
-            raise argparse.ArgumentTypeError(f"must be a number, {low:g} or more, got {text}")
+            raise argparse.ArgumentTypeError(f"must be a number, {low:g} or more, got {text!r}")
         return value
     return parse

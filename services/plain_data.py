@@ -43,7 +43,19 @@ def describe(hint: object) -> str:
     return words.get(hint) or f"of the form {hint}"
 
 
-_SHORT = reprlib.Repr()
+_LONG_INT_BITS = 200  # an integer past this (about 60 digits) is shown by its size
+
+
+class _Short(reprlib.Repr):
+    def repr_int(self, x: int, level: int) -> str:
+        """An integer too long to show is named by its number of digits: past 4,300 of them Python
+        refuses to write one in decimal (a ValueError), and nobody reads 60."""
+        if x.bit_length() > _LONG_INT_BITS:
+            return f"<an integer of about {int(x.bit_length() * 0.30103) + 1} digits>"
+        return super().repr_int(x, level)
+
+
+_SHORT = _Short()
 _SHORT.maxlevel, _SHORT.maxstring, _SHORT.maxother = 3, 60, 60
 
 

@@ -7,10 +7,12 @@ and that no run folder was left behind.
 import dataclasses
 import json
 import os
+import typing
 
 import pytest
 
-from services.config import Config, _rules, load_config, validate
+from services.config import Config, _rules, apply_mapping, load_config, validate
+from services.errors import UserError
 from support.cli import FAST_CONFIG, cli_env, run_cli, run_loop
 
 BAD_CONFIGS = {
@@ -65,6 +67,44 @@ def test_ints_for_floats_and_yaml_defaults_pass_and_saved_configs_round_trip(tmp
     fields = {f"{s.name}.{f.name}" for s in dataclasses.fields(Config)
               for f in dataclasses.fields(getattr(Config(), s.name))}
     assert set(_rules()) <= fields
+
+
+def test_every_field_but_a_bool_has_a_range_or_a_shape():
+    hints = {f"{s.name}.{f.name}": typing.get_type_hints(type(getattr(Config(), s.name)))[f.name]
+             for s in dataclasses.fields(Config) for f in dataclasses.fields(getattr(Config(), s.name))}
+    assert sorted(key for key, hint in hints.items() if hint is not bool and key not in _rules()) == []
+
+
+@pytest.mark.parametrize("key, value", [
+    ("loop.seed", 10**5000), ("loop.seed", -1), ("gateway.budget_usd", 10**400), ("sandbox.cpus", 10**400),
+    ("loop.stages", [[10, 10**400]]), ("gateway.prices", {"openai/x": [1, 10**400]}),
+    ("sandbox.docker_image", "a b"), ("sandbox.docker_image", "a\nb"), ("sandbox.docker_image", "Ubuntu:22.04"),
+    ("sandbox.docker_image", "x" * 300), ("sandbox.docker_host", "ftp://engine"), ("sandbox.ray_address", "a b:1"),
+    ("tracking.mlflow_uri", "javascript:alert(1)"), ("tracking.mlflow_uri", "/no/scheme"),
+    ("models.task", "a b"), ("models.grader", "openai/x\x1b]0;t\x07"), ("loop.initial_agent", "dir\u202e"),
+    ("harness.data_files", {"amo_bench": "a\x00b"}), ("gateway.host", "127.0.0.1; rm"),
+    ("tracking.experiment", "x" * 300), ("loop.pictures_every_s", 10**9),
+], ids=lambda v: v if isinstance(v, str) and len(v) < 40 else type(v).__name__)
+def test_out_of_range_and_misshapen_values_are_one_line(key, value):
+    section, name = key.split(".")
+    with pytest.raises(UserError) as e:
+        apply_mapping(Config(), {section: {name: value}}, "test")
+    text = str(e.value)
+    assert text.startswith(f"test: {key} must be") and "\n" not in text and len(text) < 400 and text.isprintable()
+
+
+@pytest.mark.parametrize("key, value", [
+    ("sandbox.docker_image", "hyperagents-sandbox:latest"), ("sandbox.docker_image", "localhost:5000/a/b_c:v1.2"),
+    ("sandbox.docker_image", "ghcr.io/org/img@sha256:" + "ab" * 32), ("sandbox.docker_image", "[::1]:5000/img"),
+    ("sandbox.docker_host", "unix:///var/run/docker.sock"), ("sandbox.docker_host", "tcp://10.0.0.2:2376"),
+    ("sandbox.ray_address", "auto"), ("sandbox.ray_address", "ray://127.0.0.1:10001"),
+    ("sandbox.ray_address", "10.0.0.1:6379"), ("tracking.mlflow_uri", "http://127.0.0.1:5000"),
+    ("tracking.mlflow_uri", "sqlite:///tmp/mlflow.db"), ("tracking.mlflow_uri", "file:///tmp/mlruns"),
+    ("loop.seed", 2**63 - 1), ("gateway.host", "::1"), ("models.task", "bedrock/arn:aws:x/y"),
+])
+def test_values_of_the_right_shape_pass(key, value):
+    section, name = key.split(".")
+    assert getattr(getattr(apply_mapping(Config(), {section: {name: value}}, "test"), section), name) == value
 
 
 @pytest.mark.e2e
