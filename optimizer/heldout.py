@@ -43,6 +43,8 @@ from optimizer.events import Event, Events, HeldOutGraded, NodeFinished, RunStar
 from services.config import Config
 from services.errors import UserError
 from services.fsutil import atomic_write_bytes, read_bounded
+from services.local_model import is_local
+from services.providers import provider_of
 from services.sandbox import SandboxClosed
 
 if TYPE_CHECKING:
@@ -57,14 +59,31 @@ def graded_domains(domains: list[Domain]) -> dict[str, Graded]:
 
 
 def check_heldout(domains: list[Domain], config: Config) -> None:
-    """A UserError when the config asks for what the run's domains cannot give."""
+    """A UserError when the config asks for what the run's domains cannot give, or for a held-out grader
+    that is a model the run grades with: compared as the provider's model each name resolves to (a role
+    alias such as `grader`, `auto` once chosen, a name without its provider), since the same model under
+    another name would agree with itself and show a gap of 0 by construction."""
     model = config.models.heldout_grader
     if config.loop.best_choice == "heldout" and (model is None or not graded_domains(domains)):
         raise UserError("loop.best_choice heldout needs models.heldout_grader and a domain graded by a grader "
                         "model (imo_proof)")
-    if model is not None and model == config.models.grader:
-        raise UserError(f"models.heldout_grader is models.grader's own model ({model}): a held-out grader is "
-                        "another model")
+    if model is None:
+        return
+    heldout = provider_model(config.resolve_model("heldout_grader"))
+    graders = {config.resolve_model("grader")}.union(*(s.models(config) for s in graded_domains(domains).values()))
+    for grader in sorted(graders):
+        if provider_model(grader) == heldout:
+            raise UserError(f"models.heldout_grader ({model}) is models.grader's own model ({heldout}, which the "
+                            f"run grades with as {grader}): a held-out grader is another model")
+
+
+def provider_model(model: str) -> str:
+    """`model` as provider/name, the provider litellm sends it to (o4-mini and openai/o4-mini are one
+    model); UserError when litellm does not know it."""
+    if is_local(model):
+        return model
+    provider = provider_of(model)
+    return f"{provider}/{model.removeprefix(provider + '/')}"
 
 
 def heldout_models(domains: list[Domain], config: Config) -> list[str]:
