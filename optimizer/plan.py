@@ -47,6 +47,9 @@ def meta_model_record(run_dir: Path, config: Config, domains: list[str]) -> str:
 def plan_lines(run_dir: Path, domains: list[Domain], config: Config, backend: str, resumed: bool,
                why_models: str | None = None, why_backend: str | None = None,
                initial_from: dict | None = None, name: str = "", tags: Sequence[str] = ()) -> list[str]:
+    """The plan, a line each, every line through `console`: what it quotes (the run folder's name, a
+    resumed run's config from its run.json, a spec's domain and file names, --set values) may come
+    from someone else's folder."""
     from optimizer.evaluation import split_rows
 
     lines = [f"run      {run_dir} ({f'resumed; it was {state_text(*read_state(run_dir))}' if resumed else 'new'})"]
@@ -72,9 +75,9 @@ def plan_lines(run_dir: Path, domains: list[Domain], config: Config, backend: st
               f"models   task {config.resolve_model('task')}, meta " + (
                   f"{config.resolve_model('meta')}" if len(config.meta_models()) == 1 else
                   f"one of {', '.join(config.meta_models())} each generation ({config.loop.meta_bandit} bandit, "
-                  "rewarded by score gained per dollar)")
-              + (f"\n         chosen because {why_models}; override with --task_model/--meta_model"
-                 if why_models else ""),
+                  "rewarded by score gained per dollar)"),
+              *([f"         chosen because {why_models}; override with --task_model/--meta_model"]
+                if why_models else []),
               f"sandbox  {backend}" + (f" ({why_backend})" if why_backend else ""),
               "budget   " + (f"${config.gateway.budget_usd:g}" if config.gateway.budget_usd is not None else "none"),
               f"loop     {loop.max_generation} generations, parent selection {loop.parent_selection}"
@@ -82,7 +85,7 @@ def plan_lines(run_dir: Path, domains: list[Domain], config: Config, backend: st
               + (f", {loop.parallel} in flight" + ("" if loop.replayable else " (not replayable)")
                  if loop.parallel > 1 else "")
               + (f", baseline {loop.run_baseline}" if loop.run_baseline else "")]
-    return lines
+    return [console(line) for line in lines]  # a resumed run's config, a spec's names: a folder's text
 
 
 def label_text(name: str, tags: Sequence[str]) -> str:
@@ -113,7 +116,7 @@ def summary_lines(loop: Loop, name: str = "", tags: Sequence[str] = ()) -> list[
                "heldout": ", its held-out grade not below an earlier best's"}.get(loop.config.loop.best_choice, "")
         lines.append(f"best node {best.node_id} (generation {best.generation}{how}): {best.scores_text()}")
     lines.append(f"report: {loop.run_dir / 'report.html'}")
-    return lines
+    return [console(line) for line in lines]
 
 
 def print_dry_run(run_dir: Path, domains: list[Domain], config: Config, initial_from: dict | None,
@@ -132,4 +135,4 @@ def print_dry_run(run_dir: Path, domains: list[Domain], config: Config, initial_
         seed = config.loop.seed or 0
         lines.append(f"group    {replicates} replicates, seeds {seed} to {seed + replicates - 1}, each run as above: "
                      f"~${replicates * costs.run_usd:.2f} in all")
-    print("\n".join(lines + ["dry run: nothing started"]))
+    print("\n".join([console(line) for line in lines] + ["dry run: nothing started"]))

@@ -14,7 +14,14 @@ from services.render import console
 
 
 class UserError(Exception):
-    """A problem with the user's input or environment, not a bug: printed as one line, exit 2."""
+    """A problem with the user's input or environment, not a bug: printed as one line, exit 2.
+
+    Its text often quotes what it found (a folder's record, an agent's error, a file name), so `str()`
+    is that text through `services.render.console`: wherever it is shown (the command line's last
+    line, a traceback from the Python API, a log), no escape sequence or newline in it acts."""
+
+    def __str__(self) -> str:
+        return console(super().__str__())
 
 
 class Terminated(BaseException):
@@ -38,6 +45,7 @@ class ProviderDown(BaseException):
     nothing in flight is recorded as the agent's doing, and a resume redoes it."""
 
     def __init__(self, reason: str, folder: Path | None = None) -> None:
+        reason = console(reason)  # a provider's or a server's words: shown as a UserError's are
         super().__init__(reason)
         self.reason = reason
         self.folder = folder  # the run folder to resume (the gateway's ledger is there), or None
@@ -56,8 +64,8 @@ _ADVICE = "hint: "  # how `advise` marks its note among an exception's notes
 def advise(error: BaseException, advice: str) -> None:
     """Keep on `error` (a stop: Ctrl-C, SIGTERM, a provider's outage) what the user can do next, such as
     the exact command that continues the run; the line `exit_on_user_error` ends with says it, and a
-    traceback (a caller of the Python API) shows it as a note."""
-    error.add_note(_ADVICE + advice)
+    traceback (a caller of the Python API) shows it as a note, as it is: so it is made visible here."""
+    error.add_note(_ADVICE + console(advice))
 
 
 def advice_of(error: BaseException) -> str | None:
@@ -105,7 +113,7 @@ def exit_on_user_error(main: Callable[[], _T]) -> _T:
     try:
         return main()
     except UserError as e:
-        print(f"error: {console(e)}", file=sys.stderr)
+        print(f"error: {e}", file=sys.stderr)  # str() of a UserError is made visible already
         raise SystemExit(2) from None
     except ProviderDown as e:
         print(f"stopped: {console(e.line())}", file=sys.stderr)

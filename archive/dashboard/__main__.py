@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from services.errors import Terminated, UserError, exit_on_user_error
+from services.render import console
 
 if TYPE_CHECKING:
     from archive.dashboard.server import Server
@@ -64,8 +65,9 @@ def main(argv: list[str] | None = None) -> None:
         raise UserError(f"cannot listen on {args.host}:{args.port}: {e.strerror or e}") from None
     try:  # from here on, Ctrl-C (or SIGTERM) is the way to stop it: nothing to save, nothing to say
         if args.host not in ("127.0.0.1", "localhost", "::1"):
-            print(f"warning: listening on {args.host}: whoever reaches it can read these runs", file=sys.stderr)
-        print(f"dashboard: {url_of(server)} (Ctrl-C stops it)", flush=True)
+            print(console(f"warning: listening on {args.host}: whoever reaches it can read these runs"),
+                  file=sys.stderr)
+        print(console(f"dashboard: {url_of(server)} (Ctrl-C stops it)"), flush=True)
         if args.exit_with is not None:
             stop_when_gone(server, args.exit_with)
         server.serve_forever(poll_interval=0.25)

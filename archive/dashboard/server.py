@@ -25,6 +25,7 @@ from archive.dashboard.reader import RunData, RunReader
 from archive.experiments import read_group
 from archive.records import NODE_ID, Node
 from services.errors import UserError
+from services.render import console
 
 ASSETS = {"dashboard.js": "text/javascript; charset=utf-8", "dashboard.css": "text/css; charset=utf-8"}
 HEADERS = {
@@ -181,7 +182,8 @@ def handler_for(dashboard: Dashboard, allowed_hosts: set[str],
             try:
                 status, kind, body = dashboard.respond(self.path)
             except Exception as e:  # a bug of ours, or a run folder changing under the read: one line, no dump
-                print(f"dashboard: {self.path[:200]}: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+                # The path is the requester's text and the error may quote a run's: both shown visibly.
+                print(console(f"dashboard: {self.path[:200]}: {type(e).__name__}: {e}"), file=sys.stderr, flush=True)
                 status, kind, body = 500, "text/plain; charset=utf-8", b"the dashboard failed to read this page\n"
             self._send(status, kind, body, send_body)
 
@@ -195,8 +197,8 @@ def handler_for(dashboard: Dashboard, allowed_hosts: set[str],
                 self.wfile.write(body)
 
         def log_message(self, format: str, *args: object) -> None:
-            if log is not None:
-                log(format % args)
+            if log is not None:  # the request line is the requester's text: one visible line
+                log(console(format % args))
 
     return Handler
 
@@ -205,6 +207,13 @@ class Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
     dashboard: Dashboard  # what it serves, set once made
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        """A connection that failed outside a page (a client gone mid-reply): one visible line, not
+        socketserver's traceback."""
+        error = sys.exc_info()[1]
+        print(console(f"dashboard: a request from {client_address} failed: {type(error).__name__}: {error}"),
+              file=sys.stderr, flush=True)
 
 
 def serve(root: Path, host: str = "127.0.0.1", port: int = 0, log: Callable[[str], None] | None = None) -> Server:
