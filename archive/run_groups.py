@@ -1,8 +1,9 @@
 """Runs and groups of runs as `python -m archive.analyze` reads them: read only, records checked.
 
 A group is what one argument names: a run folder (run.json), a folder of replicates
-(group.json) or a folder whose subfolders are runs. A run's scores are the loop's selection
-scores (archive.store.observed_score), so nothing here reads test except the final test.
+(group.json) or a folder whose subfolders are runs, each read as a stranger's (archive/run_folder.py).
+A run's scores are the loop's selection scores (archive.store.observed_score), so nothing here
+reads test except the final test.
 """
 
 from __future__ import annotations
@@ -14,29 +15,12 @@ from pathlib import Path
 from archive.eval_store import EvalStore
 from archive.experiments import FINAL_TEST, RUN_NAME, read_final_test, read_group
 from archive.promotion import row_scores
-from archive.records import RUN_JSON, Node, RunRecord
+from archive.records import Node, RunRecord
+from archive.run_folder import ledger_of, read_run_record
 from archive.store import Archive, ScoreRule, observed_best, observed_rule, observed_score, observed_sizes
 from services.errors import UserError
-from services.ledger import LedgerReader
 
-
-def read_run_record(run_dir: Path, where: str | None = None) -> RunRecord:
-    """run.json as the core wrote it, the spec domains kept beside it made known (domains/spec.py); a
-    UserError starting with `where` (the run folder as the user named it) otherwise. Every command
-    that opens a run reads its record here."""
-    from domains.registry import use_run_domains
-
-    where, saved = where or str(run_dir), Path(run_dir) / RUN_JSON
-    try:
-        record = RunRecord.read(run_dir)
-    except FileNotFoundError:
-        raise UserError(f"{where}: not a run folder (no {RUN_JSON})") from None
-    except OSError as e:
-        raise UserError(f"{where}: cannot read {saved}: {e.strerror or e}") from None
-    except ValueError as e:
-        raise UserError(f"{where}: not a run folder ({saved}: {str(e)[:300]})") from None
-    use_run_domains(run_dir)
-    return record
+__all__ = ["Group", "Run", "load_groups", "read_run_record"]
 
 
 @dataclass
@@ -124,7 +108,7 @@ class Run:
     def spend(self) -> dict[str, tuple[float, int]]:
         """Dollars and tokens per role: the ledger's, or the nodes' records where it has none."""
         spend: dict[str, tuple[float, int]] = {}
-        for row in LedgerReader(self.path / "ledger.sqlite").spend():
+        for row in ledger_of(self.path).spend():
             usd, tokens = spend.get(row["role"], (0.0, 0))
             spend[row["role"]] = (usd + row["cost_usd"], tokens + row["prompt_tokens"] + row["completion_tokens"])
         if not spend:

@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, cast
 from urllib.parse import quote
 
-from archive.records import RUN_JSON, RunRecord, check_labels
-from archive.run_groups import read_run_record
+from archive.records import RunRecord, check_labels
+from archive.run_folder import accepting_flags, ledger_of, read_run_record, resumed_config, saved_config
 from optimizer.plan import plan_lines, print_dry_run, summary_lines
 from services.config import (
     PROJECT_ROOT,
@@ -105,25 +105,24 @@ def check_writable(path: Path, flag: str) -> None:
         raise UserError(f"{flag}: {existing} is not writable")
 
 
-def open_run(resume_from: str | Path, where: str | None = None,
+def open_run(resume_from: str | Path, command: Config, where: str | None = None,
              writable: bool = True) -> tuple[Path, RunRecord, Config]:
     """The folder, record and config of a run to resume (or to start from), each checked before
-    anything starts."""
+    anything starts. The folder is someone's data (archive/run_folder.py): where code runs and data
+    goes is `command`'s (the defaults, --preset, --config, --set and flags), or the folder's where that
+    asks for nothing more; otherwise a UserError naming the flag that accepts what it asks for."""
     from archive.store import Archive
 
     run_dir, where = Path(resume_from).resolve(), where or f"--resume_from {resume_from}"
-    saved = run_dir / RUN_JSON
     if not run_dir.is_dir():
         raise UserError(f"{where}: no such folder")
     if (run_dir / "predictions.jsonl").exists() or (run_dir / "predictions.csv").exists():
         raise UserError(f"{where} is an evaluation folder of domains.harness, not a run of run_optimization "
                         f"(continue it with python -m domains.harness --resume_from {resume_from})")
     record = read_run_record(run_dir, where)
-    try:
-        config = Config.from_dict(record.config)
-    except UserError as e:
-        raise UserError(f"{saved}: {e}") from None
+    config = resumed_config(saved_config(record, Path(resume_from)), command, Path(resume_from))
     Archive(run_dir)  # reads every node record: a garbled one stops the resume before the gateway starts
+    ledger_of(run_dir).tables()  # a ledger of another shape stops it too, before anything opens it to write
     if writable:
         check_writable(run_dir, where)
     return run_dir, record, config
@@ -151,7 +150,7 @@ def initial_code(initial_agent: InitialAgent | AgentFolder, transfer: Transfer |
     return prepare
 
 
-def transfer_of(request: RunRequest,
+def transfer_of(request: RunRequest, command: Config,
                 full_sizes: Callable[[list[Domain], Config], dict[str, int]]) -> Transfer | None:
     """The node a new run starts from (--initial_from, --transfer), checked; None without --initial_from."""
     from archive.promotion import BestChoice
@@ -169,7 +168,8 @@ def transfer_of(request: RunRequest,
     if keep == "all" and request.overrides.get("initial_agent") is not None:
         raise UserError("--initial_agent has no effect with --transfer all (the node's task agent is kept)")
     folder, node_id = split_spec(request.initial_from)
-    run_dir, record, config = open_run(folder, where=f"--initial_from {request.initial_from}", writable=False)
+    run_dir, record, config = open_run(folder, command, where=f"--initial_from {request.initial_from}",
+                                       writable=False)
     use_data_files(config.harness.data_files)
     domains = run_domains(record.domains, run_dir)
     return pick_transfer(run_dir, node_id, domains, full_sizes(domains, config), keep,
@@ -224,11 +224,13 @@ def python_command() -> str:
         return sys.executable
 
 
-def resume_command(run_dir: Path, request: RunRequest) -> str:
+def resume_command(run_dir: Path, request: RunRequest, config: Config | None = None) -> str:
     """The command, shell-quoted, that continues the run in `run_dir` as `request` ran it: run.json keeps
     the config with every flag applied, so only what it does not keep is given again (--evaluate and
-    its split, the dashboard's port)."""
-    argv = [python_command(), "-m", "run_optimization", "--resume_from", str(run_dir)]
+    its split, the dashboard's port), and the flags that accept what a resume takes from the command
+    line alone (its own --sandbox none, trackers, addresses: archive/run_folder.py)."""
+    argv = [python_command(), "-m", "run_optimization", "--resume_from", str(run_dir),
+            *(accepting_flags(config) if config is not None else [])]
     if request.evaluate is not None:
         argv += ["--evaluate", ",".join(request.evaluate), "--split", str(request.split)]
     if request.dashboard is not None:
@@ -237,7 +239,7 @@ def resume_command(run_dir: Path, request: RunRequest) -> str:
 
 
 @contextmanager
-def resumable(run_dir: Path, request: RunRequest) -> Iterator[None]:
+def resumable(run_dir: Path, request: RunRequest, config: Config | None = None) -> Iterator[None]:
     """A stop within (Ctrl-C, SIGTERM, a provider's outage) carries what to do next: the exact command
     that resumes once run.json exists, else that nothing is kept to resume."""
     try:
@@ -246,21 +248,24 @@ def resumable(run_dir: Path, request: RunRequest) -> Iterator[None]:
         down = isinstance(e, ProviderDown)  # its line says already that nothing of the failed rows was kept
         if (run_dir / "run.json").exists():
             saved = "" if down else "progress so far is saved; "
-            advise(e, f"{saved}to continue: {resume_command(run_dir, request)}")
+            advise(e, f"{saved}to continue: {resume_command(run_dir, request, config)}")
         elif not down:
             advise(e, "the run had not started, so there is nothing to resume: run the same command again")
         raise
 
 
-def request_config(request: RunRequest, saved: Config | None) -> Config:
-    """The run's config: the resumed run's own, or the defaults, the preset and `request.config`; then
-    the settings, then the options."""
-    if saved is not None:
-        config = saved
-    elif isinstance(request.config, dict):
+def command_config(request: RunRequest) -> Config:
+    """What the command gives: the defaults, the preset and `request.config`, then the settings, then the
+    options. A new run's config; a resumed run takes from it what its folder may not decide."""
+    if isinstance(request.config, dict):
         config = apply_mapping(load_config(None, request.preset), request.config, "config")
     else:
         config = load_config(request.config, request.preset)
+    return with_flags(config, request)
+
+
+def with_flags(config: Config, request: RunRequest) -> Config:
+    """`config` with the request's settings, then its options, over it."""
     return apply_overrides(apply_settings(config, list(request.settings)), request.overrides, request.data)
 
 
@@ -270,6 +275,18 @@ def check_optimizable(domains: list[Domain]) -> None:
         if "train" not in d.splits:
             raise UserError(f"domain {d.name} has no train split and cannot be optimized")
         d.scorer.check_ready(d)
+
+
+def run_of(request: RunRequest, command: Config, specs: list[str]) -> tuple[Path, RunRecord | None, list[str],
+                                                                          Config]:
+    """The run's folder, its record when it resumes, its domains and its config."""
+    if request.resume_from:
+        run_dir, record, resumed = open_run(request.resume_from, command)
+        return run_dir, record, record.domains, with_flags(resumed, request)
+    domain_names = list(dict.fromkeys([n for arg in request.domains for n in arg.split(",") if n] + specs))
+    if not domain_names:
+        raise UserError("pass --domain (e.g. --domain imo_grading) or --domain_spec FILE, or --resume_from RUN_DIR")
+    return new_run_dir(request), None, domain_names, command
 
 
 def launch(request: RunRequest) -> Path:
@@ -287,23 +304,18 @@ def launch(request: RunRequest) -> Path:
     from services.workspace import RunRepo
 
     specs = use_domain_specs([os.path.abspath(p) for p in request.domain_specs], request.resume_from)
-    transfer = transfer_of(request, lambda ds, cfg: {d.name: split_rows(d, d.selection_split, cfg.loop.eval_samples)
-                                                     for d in ds})
-    initial_from, record, saved = transfer.to_dict() if transfer else None, None, None
-    if request.resume_from:
-        run_dir, record, saved = open_run(request.resume_from)
-        domain_names, initial_from = record.domains, record.initial_from
-    else:
-        domain_names = list(dict.fromkeys([n for arg in request.domains for n in arg.split(",") if n] + specs))
-        if not domain_names:
-            raise UserError("pass --domain (e.g. --domain imo_grading) or --domain_spec FILE, or --resume_from RUN_DIR")
-        run_dir = new_run_dir(request)
-    config = request_config(request, saved)
+    config = command_config(request)
+    transfer = transfer_of(request, config, lambda ds, cfg: {d.name: split_rows(d, d.selection_split,
+                                                                                 cfg.loop.eval_samples) for d in ds})
+    run_dir, record, domain_names, config = run_of(request, config, specs)
+    initial_from = record.initial_from if record else transfer.to_dict() if transfer else None
     require_trackers(config.tracking.backends)  # a tracker's missing extra, before anything starts
     name, tags = labels(request, record)
     use_data_files(config.harness.data_files)
     domains = run_domains(domain_names, run_dir)  # a resumed run's spec domains are kept in its folder
-    initial_agent = get_initial_agent(config.loop.initial_agent, [d.task or d.name for d in domains])
+    # A resumed run's initial node is in its repository: the path its folder names is never read here.
+    initial_agent = None if record else get_initial_agent(config.loop.initial_agent,
+                                                          [d.task or d.name for d in domains])
     if transfer is not None and transfer.keep == "meta" and isinstance(initial_agent, AgentFolder):
         raise UserError(f"--transfer meta takes the meta agent of {request.initial_from} and a task agent of this "
                         f"project; --initial_agent {config.loop.initial_agent} is a whole agent folder")
@@ -330,11 +342,12 @@ def launch(request: RunRequest) -> Path:
               f"evaluation and one generation (~${first:.2f}): the run will likely stop before its first child "
               "is scored; raise --budget_usd or lower --eval_samples", flush=True)
 
-    with resumable(run_dir, request), services:  # a new run folder is removed again if the preflight fails
+    with resumable(run_dir, request, config), services:  # a new run folder is removed again if the preflight fails
         hold_folder(run_dir, "run")  # a new run's folder exists from here on
         gateway = cast("Gateway", services.gateway)  # open from here on
         if not resumed:
-            RunRepo.create(run_dir / "repo", PROJECT_ROOT, initial_code(initial_agent, transfer))
+            RunRepo.create(run_dir / "repo", PROJECT_ROOT, initial_code(cast("InitialAgent | AgentFolder",
+                                                                             initial_agent), transfer))
         atomic_write_json(run_dir / "run.json", RunRecord(domain_names, config.to_dict(), backend, initial_from,
                                                           name, tags).to_dict())
         keep_specs(run_dir, domains)
@@ -350,6 +363,6 @@ def launch(request: RunRequest) -> Path:
             print("\n".join(summary_lines(loop, name, tags)))
         stopped = gateway.budget_left_message()
         if stopped:
-            print(console(f"stopped: {stopped}; to continue with more: {resume_command(run_dir, request)} "
+            print(console(f"stopped: {stopped}; to continue with more: {resume_command(run_dir, request, config)} "
                           "--budget_usd USD"))
     return run_dir

@@ -17,11 +17,16 @@ when a run opens them again (`_migrate`); `LedgerReader` reads them as 0 where t
 
 from __future__ import annotations
 
+import os
 import sqlite3
+import stat
 import threading
 import time
 from dataclasses import dataclass, fields
 from pathlib import Path
+
+from services.errors import UserError
+from services.plain_data import show
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS calls (
@@ -120,6 +125,7 @@ class Ledger:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        check_ledger(self.path)  # a resumed run's ledger may come from someone else's folder
         self._lock = threading.Lock()
         self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
@@ -200,9 +206,78 @@ class Ledger:
             self._db.close()
 
 
+class NotALedger(UserError):
+    """A ledger.sqlite this project did not write (a view, a trigger, a table of another shape), or one
+    that cannot be read within READ_SECONDS: one line naming the file."""
+
+
+READ_SECONDS = 3.0  # one query of a reader; a ledger this project wrote answers in well under that
+MAX_ROWS = 10_000  # rows one query of a reader returns (per role and model, per reason, per time bucket)
+MAX_SCHEMA = 64  # entries of sqlite_master a ledger may have (it has 3 tables and 2 keys' indexes)
+MAX_TEXT = 500  # characters of a role, model or message a reader returns
+# Each table a ledger holds, with the columns of its first shape (required) and those added since.
+_TABLES = {"calls": ({"id", "ts", "run_id", "node", "role", "model", "prompt_tokens", "completion_tokens", "cost_usd",
+                     "latency_s", "cache_hit", "attempts", "error"}, set(_ADDED_COLUMNS)),
+           "refusals": ({"run_id", "node", "role", "reason", "count", "message", "first_ts", "last_ts"}, set()),
+           "cache": ({"key", "response", "cost_usd"}, set())}
+
+
+def _sibling_files(path: Path) -> list[Path]:
+    return [path, *(Path(f"{path}{suffix}") for suffix in ("-wal", "-shm", "-journal"))]
+
+
+def _check_files(path: Path) -> bool:
+    """Whether the ledger exists; NotALedger when it or a file SQLite would open beside it is a link,
+    a fifo or a device (a read would follow it, block or never end)."""
+    for file in _sibling_files(path):
+        try:
+            info = os.lstat(file)
+        except FileNotFoundError:
+            if file == path:
+                return False
+            continue
+        if not stat.S_ISREG(info.st_mode):
+            raise NotALedger(f"{path}: not a ledger this project wrote: {file.name} is not a regular file")
+    return True
+
+
+def _tables(db: sqlite3.Connection, path: Path) -> dict[str, set[str]]:
+    """The ledger's tables and their columns, after checking that it holds only tables and columns this
+    project makes: no view (whose query could run for ever), trigger, virtual table or generated column."""
+    entries = db.execute("SELECT type, name, tbl_name, substr(sql, 1, 40) FROM sqlite_master LIMIT ?",
+                         (MAX_SCHEMA + 1,)).fetchall()
+    if len(entries) > MAX_SCHEMA:
+        raise NotALedger(f"{path}: not a ledger this project wrote: more than {MAX_SCHEMA} schema entries")
+    tables: dict[str, set[str]] = {}
+    for kind, name, table, sql in entries:
+        if kind == "index" and str(name).startswith("sqlite_autoindex_") and table in _TABLES:
+            continue
+        if kind != "table" or name not in _TABLES or not str(sql).upper().startswith("CREATE TABLE"):
+            raise NotALedger(f"{path}: not a ledger this project wrote: it holds the {kind} {show(name)}")
+        tables[name] = set()
+    for name in tables:
+        required, added = _TABLES[name]
+        columns = {c: hidden for c, hidden in db.execute("SELECT name, hidden FROM pragma_table_xinfo(?)", (name,))}
+        unknown = sorted(set(columns) - required - added) or sorted(c for c, hidden in columns.items() if hidden)
+        if unknown:
+            raise NotALedger(f"{path}: not a ledger this project wrote: table {name} has the column "
+                             f"{show(unknown[0])}")
+        if required - set(columns):
+            raise NotALedger(f"{path}: not a ledger this project wrote: table {name} lacks the column "
+                             f"{sorted(required - set(columns))[0]}")
+        tables[name] = set(columns)
+    return tables
+
+
+def check_ledger(path: Path) -> None:
+    """NotALedger unless the ledger at `path` (if any) is one this project wrote: before a run writes to it."""
+    LedgerReader(path).tables()
+
+
 class LedgerReader:
-    """A run's ledger read by someone else (the dashboard), as it is being written: never a write,
-    never a lock that holds the run up, never a file made in the run's folder.
+    """A run's ledger read by someone else (the dashboard, an analysis, a run handed over), as it may be
+    being written: never a write, never a lock that holds the run up, never a file made in the run's
+    folder; only tables of the shape this project writes; each query within READ_SECONDS and MAX_ROWS.
 
     While the run writes, its WAL files exist and SQLite's read-only mode shares them; when they
     do not, opening read-only would make them, so the file is read as immutable instead."""
@@ -210,28 +285,52 @@ class LedgerReader:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
 
-    def _connect(self) -> sqlite3.Connection | None:
-        if not self.path.is_file():
-            return None
+    def _query(self, sql: str | None = None, args: tuple = (),
+               table: str = "calls") -> tuple[dict[str, set[str]], list[tuple]]:
+        """The ledger's tables with their columns, checked, and at most MAX_ROWS rows of `sql` (none when the
+        ledger or `table` is not there, or the run holds it mid-checkpoint); NotALedger otherwise."""
+        if not _check_files(self.path):
+            return {}, []
         live = Path(f"{self.path}-wal").exists()
         uri = f"{self.path.resolve().as_uri()}?{'mode=ro' if live else 'immutable=1'}"
-        db = sqlite3.connect(uri, uri=True, timeout=2.0)
-        db.execute("PRAGMA query_only=1")
-        return db
-
-    def _rows(self, sql: str, args: tuple = ()) -> list[tuple]:
+        deadline = time.monotonic() + READ_SECONDS
         try:
-            db = self._connect()
-        except sqlite3.Error:
-            return []
-        if db is None:
-            return []
+            db = sqlite3.connect(uri, uri=True, timeout=2.0)
+        except sqlite3.Error as e:
+            raise NotALedger(f"{self.path}: not a ledger this project wrote: {e}") from None
         try:
-            return db.execute(sql, args).fetchall()
-        except sqlite3.Error:  # a ledger caught mid-checkpoint, or not one: shown as empty, read again later
-            return []
+            db.text_factory = lambda data: data.decode("utf-8", "replace")
+            db.set_progress_handler(lambda: time.monotonic() > deadline, 1000)  # True ends the query
+            db.execute("PRAGMA query_only=1")
+            db.execute("PRAGMA trusted_schema=0")
+            tables = _tables(db, self.path)
+            rows = db.execute(sql, args).fetchmany(MAX_ROWS + 1) if sql and table in tables else []
+        except sqlite3.OperationalError as e:
+            if "locked" in str(e) or "busy" in str(e):  # a run's checkpoint: shown as empty, read again later
+                return {}, []
+            why = f"not read within {READ_SECONDS:g} s" if "interrupt" in str(e) else str(e)
+            raise NotALedger(f"{self.path}: not a ledger this project wrote: {why}") from None
+        except sqlite3.Error as e:
+            raise NotALedger(f"{self.path}: not a ledger this project wrote: {e}") from None
         finally:
             db.close()
+        if len(rows) > MAX_ROWS:
+            raise NotALedger(f"{self.path}: not a ledger this project wrote: over {MAX_ROWS} rows of {table}")
+        return tables, rows
+
+    def tables(self) -> set[str]:
+        """The ledger's tables, checked (none when there is no ledger yet); NotALedger otherwise."""
+        return set(self._query()[0])
+
+    def _rows(self, sql: str, args: tuple = (), kinds: str = "", table: str = "calls") -> list[tuple]:
+        """`_query`'s rows, each value of the kind `kinds` names by position (s: text, n: a number)."""
+        rows = self._query(sql, args, table)[1]
+        for row in rows:
+            for value, kind in zip(row, kinds):
+                number = isinstance(value, (int, float)) and not isinstance(value, bool)
+                if kind == "s" and not isinstance(value, str) or kind == "n" and not number:
+                    raise NotALedger(f"{self.path}: not a ledger this project wrote: {show(value)} in table {table}")
+        return rows
 
     def spend(self, node: str | None = None) -> list[dict]:
         """Calls, tokens and dollars per (role, model), of one node or of the whole run, with the prompt
@@ -239,12 +338,12 @@ class LedgerReader:
         those columns: a reader never migrates)."""
         where, args = ("WHERE node = ? AND (error IS NULL OR error NOT GLOB ?)", (node, f"{REFUSED}*")) \
             if node is not None else ("WHERE error IS NULL OR error NOT GLOB ?", (f"{REFUSED}*",))
-        have = {row[0] for row in self._rows("SELECT name FROM pragma_table_info('calls')")}
+        have = self._query()[0].get("calls", set())
         added = ", ".join(f"COALESCE(SUM({c}),0)" if c in have else "0" for c in _ADDED_COLUMNS)
-        rows = self._rows("SELECT role, model, COUNT(*), COALESCE(SUM(prompt_tokens),0), "
-                          "COALESCE(SUM(completion_tokens),0), COALESCE(SUM(cost_usd),0), COALESCE(SUM(cache_hit),0),"
-                          f" COALESCE(SUM(error IS NOT NULL),0), {added} FROM calls {where} GROUP BY role, model "
-                          "ORDER BY MIN(id)", args)
+        rows = self._rows(f"SELECT substr(role, 1, {MAX_TEXT}), substr(model, 1, {MAX_TEXT}), COUNT(*), "
+                          "COALESCE(SUM(prompt_tokens),0), COALESCE(SUM(completion_tokens),0), "
+                          "COALESCE(SUM(cost_usd),0), COALESCE(SUM(cache_hit),0), COALESCE(SUM(error IS NOT NULL),0), "
+                          f"{added} FROM calls {where} GROUP BY role, model ORDER BY MIN(id)", args, "ss" + "n" * 9)
         keys = ("role", "model", "calls", "prompt_tokens", "completion_tokens", "cost_usd", "cache_hits", "errors",
                 *_ADDED_COLUMNS)
         return [dict(zip(keys, r)) for r in rows]
@@ -253,10 +352,12 @@ class LedgerReader:
         """Refused requests per (role, reason), of one node or of the whole run: count and last message
         (those of a ledger older than the refusals table are counted by reason from their rows)."""
         where, args = ("AND node = ?", (node,)) if node is not None else ("", ())
-        rows = self._rows(f"SELECT role, reason, SUM(count), MAX(message) FROM refusals WHERE 1 {where} "
-                          "GROUP BY role, reason ORDER BY MIN(first_ts)", args)
-        rows += self._rows("SELECT role, SUBSTR(error, 10, 3), COUNT(*), MAX(error) FROM calls WHERE error GLOB ? "
-                           f"{where} GROUP BY 1, 2 ORDER BY MIN(id)", (f"{REFUSED}*", *args))
+        rows = self._rows(f"SELECT substr(role, 1, {MAX_TEXT}), substr(reason, 1, {MAX_TEXT}), SUM(count), "
+                          f"substr(MAX(message), 1, {MAX_TEXT}) FROM refusals WHERE 1 {where} "
+                          "GROUP BY role, reason ORDER BY MIN(first_ts)", args, "ssns", "refusals")
+        rows += self._rows(f"SELECT substr(role, 1, {MAX_TEXT}), SUBSTR(error, 10, 3), COUNT(*), "
+                           f"substr(MAX(error), 1, {MAX_TEXT}) FROM calls WHERE error GLOB ? {where} GROUP BY 1, 2 "
+                           "ORDER BY MIN(id)", (f"{REFUSED}*", *args), "ssns")
         return [dict(zip(("role", "reason", "count", "message"), r)) for r in rows]
 
     def spend_over_time(self, points: int = 120,
@@ -270,13 +371,16 @@ class LedgerReader:
                           "LIMIT 1)")
         if not span or span[0][0] is None:
             return [], {}
+        if not all(isinstance(t, (int, float)) and not isinstance(t, bool) for t in span[0]):
+            raise NotALedger(f"{self.path}: not a ledger this project wrote: a call's time is {show(span[0][0])}")
         start, end = min(span[0]), max(span[0])
         step = max((end - start) / max(points - 1, 1), 1e-9)
-        rows = self._rows(f"SELECT CAST((ts - ?) / ? AS INTEGER), role, model, SUM({summed}) FROM calls "
-                          "GROUP BY 1, 2, 3", (start, step))
+        rows = self._rows(f"SELECT CAST((ts - ?) / ? AS INTEGER), substr(role, 1, {MAX_TEXT}), "
+                          f"substr(model, 1, {MAX_TEXT}), COALESCE(SUM({summed}),0) FROM calls GROUP BY 1, 2, 3",
+                          (start, step), "nssn")
         series: dict[str, list[float]] = {}
         for bucket, role, model, amount in rows:
-            series.setdefault(f"{role} · {model}", [0.0] * points)[min(int(bucket), points - 1)] += amount or 0.0
+            series.setdefault(f"{role} · {model}", [0.0] * points)[min(max(int(bucket), 0), points - 1)] += amount
         for values in series.values():
             for i in range(1, points):
                 values[i] += values[i - 1]
