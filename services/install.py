@@ -16,6 +16,7 @@ import os
 import queue
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -152,23 +153,25 @@ def main(install: str = INSTALL) -> int:
               "(make one first: python3 -m venv .venv && . .venv/bin/activate)", flush=True)
     commands = steps(install)
     started = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="hyperagents-install-") as tmp:
-        for number, args in enumerate(commands, 1):
-            print(console(f"[{number}/{len(commands)}] pip {shlex.join(args)}"), flush=True)
-            log = Path(tmp) / f"step-{number}.log"
-            try:
-                code = run_step([sys.executable, "-m", "pip", *args], log, say)
-            except KeyboardInterrupt:
-                print(f"interrupted in step {number}; run python -m services.install again to finish", file=sys.stderr)
-                return 130
-            if code != 0:
-                kept = Path(tempfile.gettempdir()) / f"hyperagents-install-step-{number}.log"
-                kept.write_bytes(log.read_bytes())
-                print(f"error: step {number} failed (pip exited with {code}); its last lines (all of them in {kept}):",
-                      file=sys.stderr)
-                for line in tail(log):
-                    print(console(f"  {line}"), file=sys.stderr)
-                return code
+    # pip's logs go to a folder only this user can enter (mkdtemp: 0700, a fresh name), kept when a step
+    # fails: a fixed name in the shared temp folder could be a link another user planted to a file of ours.
+    logs = Path(tempfile.mkdtemp(prefix="hyperagents-install-"))
+    for number, args in enumerate(commands, 1):
+        print(console(f"[{number}/{len(commands)}] pip {shlex.join(args)}"), flush=True)
+        log = logs / f"step-{number}.log"
+        try:
+            code = run_step([sys.executable, "-m", "pip", *args], log, say)
+        except KeyboardInterrupt:
+            shutil.rmtree(logs, ignore_errors=True)
+            print(f"interrupted in step {number}; run python -m services.install again to finish", file=sys.stderr)
+            return 130
+        if code != 0:
+            print(console(f"error: step {number} failed (pip exited with {code}); its last lines (all of them in "
+                          f"{log}):"), file=sys.stderr)
+            for line in tail(log):
+                print(console(f"  {line}"), file=sys.stderr)
+            return code
+    shutil.rmtree(logs, ignore_errors=True)
     print(f"set-up done in {clock(time.monotonic() - started)} (min:s)", flush=True)
     return 0
 

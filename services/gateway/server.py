@@ -21,6 +21,7 @@ import os
 import shutil
 import socket
 import socketserver
+import stat
 import sys
 import tempfile
 import threading
@@ -70,9 +71,9 @@ def remove_dead_socket_dirs() -> None:
     ours, and no one answers on their socket."""
     for folder in Path(tempfile.gettempdir()).glob(f"{SOCKET_DIR_PREFIX}*"):
         try:
-            info = folder.stat()
-            # Not someone else's, and not one a gateway is creating right now.
-            if info.st_uid != os.getuid() or time.time() - info.st_mtime < 60:
+            info = folder.lstat()  # the shared temp folder: a name there may be another user's link
+            # A folder of ours, not someone else's or a link, and not one a gateway is creating right now.
+            if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or time.time() - info.st_mtime < 60:
                 continue
             probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             try:
