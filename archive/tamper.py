@@ -4,74 +4,218 @@ not censor: the node runs and is scored like any other; the console, report.html
 dashboard show why it was flagged, for a person to read the change.
 
 What is looked at, all written by the core from what the agent did (read bounded, never run):
-- the files its change touches (patch.diff's headers) and the protected paths it tried to change
-  (dropped from the commit, patch["dropped"]): scoring code (domains/, graders, metrics, the try
-  command, the loop's records) and label-like data files (names with label, answer, gold, truth,
-  solution, reward or grading, as CSV, JSON(L), TSV or parquet);
+- the files its change touches (patch.diff's file headers) and the protected paths it tried to
+  change (dropped from the commit, patch["dropped"]): scoring code (domains/, graders, metrics,
+  the try command, the loop's records) and label-like data files (names with label, answer, gold,
+  truth, solution, reward or grading, as CSV, JSON(L), TSV or parquet);
 - the lines it adds: a domain's hidden column named as a string (the agent never sees those
   columns, so naming one is reaching for the label);
 - its meta agent's transcript, the assistant's turns only (the prompts name paths themselves):
   the same paths in the commands it ran, but the try command, which it is told to run.
+Added lines and commands are read after `archive.text_pass.plain` undid escapes, chr(), joined
+literals and shell variables, so `"\\x52eward"` or `D=dom; cat ${D}ains/metrics.py` is flagged as
+its plain spelling is. A hint for a reader, not a detector: text built at run time is not read.
+
+Every pass is linear in the text and bounded (archive/text_pass.py): input caps here, a count of
+matches and a deadline per node. A pass that reaches one stops, and the node carries a reason
+that starts with NOT_SCREENED, first in its list, so a screen cannot be stalled nor quietly dodged.
 """
 
 from __future__ import annotations
 
+import codecs
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from pathlib import Path
 
+from archive.text_pass import Budget, TooLarge, joined, plain, unquoted
+from services.fsutil import read_below
 from services.render import console
 
-_PATH = r"[\w./-]*"
-SCORING = re.compile(
-    rf"(?<![\w.-]){_PATH}(?:domains/{_PATH}|proofgrader{_PATH}|(?<![\w])metrics?\.py|scoring\.py|try_agent\.py|"
-    rf"evals/{_PATH}|ledger\.sqlite|run\.json|archive\.jsonl)", re.I)
-LABEL_FILE = re.compile(r"[\w./-]*(?:label|answer|gold|truth|solution|reward|grading)[\w.-]*"
-                        r"\.(?:csv|jsonl?|tsv|parquet)\b", re.I)
 ALLOWED_TO_RUN = "try_agent"  # the try command: the meta agent is told to run it, only changing it is reaching
-_DIFF_FILE = re.compile(r"^(?:\+\+\+ b/|--- a/)(.+)$", re.M)
-_TURN = re.compile(r"^## (\w+)[ \t]*$", re.M)
+READ_BYTES = 2 * 2**20  # of a patch.diff and of a meta transcript read for tamper flags
 MAX_FLAGS = 8  # reasons kept for one node
 MAX_SHOWN = 80  # characters of an agent-written name in a reason
+MAX_FILES = 10_000  # files of a change read from patch.diff (the workspace quota allows 5,000)
+MAX_LINES = 200_000  # lines of patch.diff read for the lines it adds
+MAX_TURNS = 10_000  # headed sections of a meta transcript (a meta agent makes 2 a call)
+MAX_TOKEN = 4096  # characters of a path-like word looked at on each side of a scoring word (PATH_MAX)
+MAX_PATHS = 3  # scoring paths named in a transcript, kept as reasons
+NOT_SCREENED = "not screened: too large"
+
+_SCORING_WORDS = ("domains/", "proofgrader", "evals/", "scoring.py", "try_agent.py", "ledger.sqlite", "run.json",
+                  "archive.jsonl")
+# Matched on lowered text. A label-like data file: one of the words, then at most 64 characters of
+# the same name, then one of the extensions; looked for back from each extension.
+_METRICS = re.compile(r"(?<!\w)metrics?\.py")
+_DATA_FILE = re.compile(r"\.(?:csv|jsonl?|tsv|parquet)(?!\w)")
+_LABEL_WORD = re.compile(r"label|answer|gold|truth|solution|reward|grading")
+_LABEL_GAP = 64 + len("solution")
+# Where a scoring path may be: any of the words above or a data file's extension.
+_HIT = re.compile(r"domains/|proofgrader|evals/|scoring\.py|try_agent\.py|ledger\.sqlite|run\.json|"
+                  r"archive\.jsonl|metrics?\.py|\.csv|\.jsonl?|\.tsv|\.parquet")
+_PATH_RUN = re.compile(rf"[\w./-]{{0,{MAX_TOKEN}}}")
+
+
+def read_text(root: Path, relative: str, what: str, unread: list[str]) -> str:
+    """The first READ_BYTES of an agent-written file below `root` as text ("" when there is none or it
+    is not a regular file); when there was more, `what` is added to `unread` (see `flags`)."""
+    try:
+        data, cut = read_below(root, relative, READ_BYTES)
+    except (OSError, ValueError):
+        return ""
+    if cut:
+        unread.append(f"{what} is over {READ_BYTES // 2**20} MiB: its start was read")
+    return data.decode("utf-8", "replace")
 
 
 def _shown(text: str) -> str:
     return console(text, MAX_SHOWN)
 
 
-def changed_files(patch: str) -> list[str]:
-    """The files a diff touches, from its headers, in order, once each (/dev/null left out)."""
-    return list(dict.fromkeys(f for f in _DIFF_FILE.findall(patch) if f != "/dev/null"))
+def lowered(text: str) -> str:
+    """`text` in lower case, one character for one (positions stay those of `text`)."""
+    return text.replace("\u0130", "I").lower()  # U+0130 is the one character whose lower case is two
 
 
-def _scoring_path(path: str) -> str | None:
-    found = SCORING.search(path) or LABEL_FILE.search(path)
-    return found.group(0) if found else None
+def scoring_path(path: str, budget: Budget | None = None) -> bool:
+    """Whether `path` names scoring code, the loop's records or a label-like data file."""
+    low = lowered(path)
+    if any(w in low for w in _SCORING_WORDS) or _METRICS.search(low):
+        return True
+    budget = budget or Budget.starting_now()
+    for extension in _DATA_FILE.finditer(low):
+        budget.step("data file names")
+        name_start = max(low.rfind("/", 0, extension.start()) + 1, extension.start() - _LABEL_GAP)
+        if _LABEL_WORD.search(low, name_start, extension.start()):
+            return True
+    return False
 
 
-def file_flags(files: Iterable[str], dropped: Iterable[str]) -> list[str]:
-    flags = [f"its change touches {_shown(f)}, on the scoring side" for f in files if _scoring_path(f)]
-    flags += [f"it tried to change the protected path {_shown(str(f))}" for f in dropped]
+def changed_files(patch: str, budget: Budget | None = None) -> list[str]:
+    """The files a diff touches, from its file headers, in order, once each (/dev/null left out).
+    Only the header of each file's section is read: a line of content cannot pose as a header."""
+    budget = budget or Budget.starting_now()
+    sections = ("\n" + patch).split("\ndiff --git ", MAX_FILES + 1)
+    if len(sections) > MAX_FILES + 1:
+        raise TooLarge(f"its change touches over {MAX_FILES:,} files")
+    found: dict[str, None] = {}
+    for section in sections[1:]:
+        budget.check()
+        end = section.find("\n@@")
+        names = [_header_name(line) for line in section[:end if end >= 0 else len(section)].split("\n")[1:]]
+        names = [n for n in names if n is not None] or [_git_line_name(section.partition("\n")[0])]
+        found.update((n, None) for n in names if n and n != "/dev/null")
+    return list(found)
+
+
+def _header_name(line: str) -> str | None:
+    for plain_prefix, quoted_prefix in (("--- a/", '--- "a/'), ("+++ b/", '+++ "b/')):
+        if line.startswith(plain_prefix):
+            return line[len(plain_prefix):]
+        if line.startswith(quoted_prefix) and line.endswith('"'):  # git's C quoting of unusual names
+            try:
+                return codecs.escape_decode(line[len(quoted_prefix):-1])[0].decode("utf-8", "replace")
+            except ValueError:
+                return line[len(quoted_prefix):-1]
+    return "/dev/null" if line in ("--- /dev/null", "+++ /dev/null") else None
+
+
+def _git_line_name(line: str) -> str:
+    """P of `a/P b/P`, the first line of a section with no ---/+++ (a binary file, a mode change)."""
+    half = (len(line) - 5) // 2
+    name = line[2:2 + half]
+    return name if line.startswith("a/") and line[2 + half:] == f" b/{name}" else ""
+
+
+def file_flags(files: Iterable[str], dropped: Iterable[str], budget: Budget | None = None) -> list[str]:
+    budget = budget or Budget.starting_now()
+    flags = [f"its change touches {_shown(f)}, on the scoring side" for f in files if scoring_path(f, budget)]
+    flags += [f"it tried to change the protected path {_shown(str(f))}" for f, _ in zip(dropped, range(MAX_FLAGS))]
     return flags
 
 
-def hidden_column_flags(patch: str, hidden: Sequence[str]) -> list[str]:
-    """Added lines naming a hidden column as a string literal."""
-    added = "\n".join(line[1:] for line in patch.splitlines() if line.startswith("+") and not line.startswith("+++"))
+def added_lines(patch: str) -> str:
+    """The text of the lines a diff adds, at most MAX_LINES lines of it read."""
+    lines = patch.split("\n", MAX_LINES)
+    if len(lines) > MAX_LINES:
+        raise TooLarge(f"its change is over {MAX_LINES:,} lines")
+    return "\n".join(line[1:] for line in lines if line[:1] == "+" and not line.startswith("+++"))
+
+
+def hidden_column_flags(patch: str, hidden: Sequence[str], budget: Budget | None = None) -> list[str]:
+    """Added lines naming a hidden column as a string literal, however the literal is spelled."""
+    text = plain(added_lines(patch), budget or Budget.starting_now())
+    spellings = (text, joined(text))
     return [f"its change names the hidden column {column!r}" for column in hidden
-            if re.search(rf"""['"]{re.escape(column)}['"]""", added)]
+            if any(f"{q}{column}{e}" in s for s in spellings for q in "'\"" for e in "'\"")]
 
 
-def transcript_flags(transcript: str) -> list[str]:
+def assistant_turns(transcript: str) -> list[str]:
+    """The assistant's turns of a meta transcript (markdown `## <role>` sections)."""
+    sections = ("\n" + transcript).split("\n## ", MAX_TURNS + 1)
+    if len(sections) > MAX_TURNS + 1:
+        raise TooLarge(f"its meta agent's transcript has over {MAX_TURNS:,} sections")
+    turns: list[list[str]] = []
+    speaking = False
+    for section in sections[1:]:
+        heading, _, body = section.partition("\n")
+        role = heading.rstrip(" \t")
+        if role.replace("_", "a").isalnum():  # a heading: `## <word>` alone on its line
+            speaking = role == "assistant"
+            if speaking:
+                turns.append([body])
+        elif speaking:
+            turns[-1].append("## " + section)
+    return ["\n".join(parts) for parts in turns]
+
+
+def path_words(text: str, budget: Budget) -> Iterator[str]:
+    """The path-like words of `text` (runs of word characters, `.`, `/`, `-`) that hold a scoring
+    word or a data file's extension, in order; a long word is looked at MAX_TOKEN around each."""
+    low = lowered(text)
+    backwards = low[::-1]  # where a word starts, matched forwards from the hit in the reversed text
+    pos = 0
+    while found := _HIT.search(low, pos):
+        budget.step("path-like words")
+        before = _PATH_RUN.match(backwards, len(low) - found.start())
+        start = max(found.start() - (before.end() - before.start()) if before else found.start(), pos)
+        after = _PATH_RUN.match(low, found.end())
+        end = after.end() if after else found.end()
+        yield text[start:end]
+        pos = end
+
+
+def transcript_flags(transcript: str, budget: Budget | None = None) -> list[str]:
     """Scoring-side paths in the assistant's turns of a meta agent's transcript."""
-    parts = _TURN.split(transcript)
-    said = " ".join(text for role, text in zip(parts[1::2], parts[2::2]) if role == "assistant")
-    seen = dict.fromkeys(m.group(0) for pattern in (SCORING, LABEL_FILE) for m in pattern.finditer(said)
-                         if ALLOWED_TO_RUN not in m.group(0))
-    return [f"its meta agent's commands name {_shown(path)}, on the scoring side" for path in list(seen)[:3]]
+    budget = budget or Budget.starting_now()
+    seen: dict[str, None] = {}
+    for turn in assistant_turns(transcript):
+        for word in path_words(unquoted(joined(plain(turn, budget))), budget):
+            if ALLOWED_TO_RUN not in word and scoring_path(word, budget):
+                seen[word] = None
+                if len(seen) >= MAX_PATHS:
+                    break
+        if len(seen) >= MAX_PATHS:
+            break
+    return [f"its meta agent's commands name {_shown(path)}, on the scoring side" for path in seen]
 
 
-def flags(patch: str, dropped: Iterable[str], hidden: Sequence[str], transcript: str) -> list[str]:
-    """Every reason to flag a node, at most MAX_FLAGS, each one line an agent's text cannot break."""
-    found = (file_flags(changed_files(patch), dropped) + hidden_column_flags(patch, hidden)
-             + transcript_flags(transcript))
-    return list(dict.fromkeys(found))[:MAX_FLAGS]
+def flags(patch: str, dropped: Iterable[str], hidden: Sequence[str], transcript: str,
+          unread: Sequence[str] = (), budget: Budget | None = None) -> list[str]:
+    """Every reason to flag a node, at most MAX_FLAGS, each one line an agent's text cannot break.
+    `unread`: what was too large to read whole (e.g. "its meta agent's transcript is over 2 MiB");
+    it and every pass that stopped at a cap or the deadline come first, as NOT_SCREENED reasons."""
+    budget = budget or Budget.starting_now()
+    not_screened = [f"{NOT_SCREENED} ({why})" for why in unread]
+    found: list[str] = []
+    passes: list[Callable[[Budget], list[str]]] = [
+        lambda b: file_flags(changed_files(patch, b), dropped, b),
+        lambda b: hidden_column_flags(patch, hidden, b),
+        lambda b: transcript_flags(transcript, b)]
+    for one in passes:
+        try:
+            found += one(budget.fresh())
+        except TooLarge as e:
+            not_screened.append(f"{NOT_SCREENED} ({e.why})")
+    return list(dict.fromkeys(not_screened + found))[:MAX_FLAGS]

@@ -31,12 +31,14 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from archive.novelty import nearest, node_change
+from archive.novelty import Change, nearest, node_change
 from archive.promotion import BestChoice, row_scores
 from archive.records import GenStart, MetaResult, Node, Status
 from archive.run_state import RunState
 from archive.store import META_TRANSCRIPT, Archive, ScoreRule, untrusted_dir
+from archive.tamper import NOT_SCREENED, read_text
 from archive.tamper import flags as tamper_flags
+from archive.text_pass import TooLarge
 from optimizer.beginning import choose_meta_model, choose_parent, choose_partner
 from optimizer.evaluation import (
     BudgetStop,
@@ -67,7 +69,7 @@ from optimizer.meta_outcome import META_LOG, meta_failure, meta_log
 from optimizer.slots import Slots, horizon, run_generation
 from optimizer.trackers import Trackers
 from services.config import Baseline, Config
-from services.fsutil import atomic_write_text, read_below
+from services.fsutil import atomic_write_text
 from services.sandbox import Mount, Sandbox, SandboxClosed, open_sandbox
 from services.workspace import Quota, RunRepo, discard
 
@@ -80,9 +82,6 @@ DATA = "/data"  # train rows with labels, read-only inside
 NODE_OUT = "/out/node"  # the node's sandbox output folder (transcript), writable inside
 FROZEN_META = "/opt/frozen_meta"  # baseline no_selfimprove: the initial agent code the meta agent runs from
 OTHER_PARENT = "/other_parent"  # a merge's second parent's code, read-only inside
-
-
-TAMPER_READ_BYTES = 2 * 2**20  # of a patch.diff and of a meta transcript read for tamper flags
 
 
 class Loop:
@@ -107,7 +106,7 @@ class Loop:
         self.full_sizes = {d.name: split_rows(d, d.selection_split, config.loop.eval_samples) for d in domains}
         self.score_rule = ScoreRule.of(config.loop, domains)
         self.rng = random.Random()  # parent selection without a seed (with one, see choose_parent)
-        self._changes: dict[str, list[str]] = {}  # node id -> its patch's changed lines (novelty screening)
+        self._changes: dict[str, Change] = {}  # node id -> its patch's changed lines, as compared (novelty screening)
         if config.models.heldout_grader:  # the best nodes' proofs graded again, before the pictures draw them
             self.events.subscribe(HeldOut(self))
         self.pictures = Pictures(self.archive, domains, self.full_sizes, run_dir, self.events,
@@ -217,21 +216,16 @@ class Loop:
 
     def _tamper_flags(self, node_id: str, patch: dict) -> list[str]:
         """Why the node's change or its meta agent's commands reach for the scoring side (archive/tamper.py)."""
-        def text(root: Path, relative: str) -> str:
-            try:
-                return read_below(root, relative, TAMPER_READ_BYTES)[0].decode("utf-8", "replace")
-            except (OSError, ValueError):  # none, or not a regular file: nothing to read
-                return ""
-
+        unread: list[str] = []  # what was too large to read whole: the node says it was not screened
         hidden = list(dict.fromkeys(c for d in self.domains for c in d.hidden_columns))
-        transcript = text(self.sandbox_out(node_id, "meta"), META_TRANSCRIPT)
-        return tamper_flags(text(self.run_dir / "nodes", f"{node_id}/patch.diff"),
-                            [str(f) for f in patch.get("dropped") or []], hidden, transcript)
+        transcript = read_text(self.sandbox_out(node_id, "meta"), META_TRANSCRIPT, "its meta transcript", unread)
+        return tamper_flags(read_text(self.run_dir / "nodes", f"{node_id}/patch.diff", "its change", unread),
+                            [str(f) for f in patch.get("dropped") or []], hidden, transcript, unread)
 
     def _duplicate_of(self, node: Node) -> str | None:
         """Why `node` is not worth evaluating under loop.novelty_threshold (its change nearly repeats an
         earlier node's), or None. It is compared with the nodes its generation could choose a parent
-        from, so a replayed run screens the same."""
+        from, so a replayed run screens the same; a comparison past its deadline is a flag instead."""
         threshold = self.config.loop.novelty_threshold
         if threshold is None:
             return None
@@ -241,8 +235,12 @@ class Loop:
                    if n.node_id != node.node_id and (upto is None or n.generation <= upto)]
         for node_id in earlier:
             if node_id not in self._changes:
-                self._changes[node_id] = node_change(nodes_dir, node_id)
-        found = nearest(node_change(nodes_dir, node.node_id), ((n, self._changes[n]) for n in earlier), threshold)
+                self._changes[node_id] = Change.of(node_change(nodes_dir, node_id))
+        try:
+            found = nearest(node_change(nodes_dir, node.node_id), ((n, self._changes[n]) for n in earlier), threshold)
+        except TooLarge as e:
+            node.flags.insert(0, f"{NOT_SCREENED} ({e.why})")
+            return None
         if found is None:
             return None
         return (f"its change is {found[1]:.2f} alike to node {found[0]}'s (loop.novelty_threshold "
