@@ -27,7 +27,7 @@ from typing import cast
 from archive.experiments import EVALUATIONS, Evaluations, read_evaluations
 from archive.promotion import row_scores
 from archive.records import DomainEval, Node
-from archive.run_groups import read_run_record
+from archive.run_folder import ledger_of, read_run_record
 from archive.run_state import read_state
 from archive.stats import interval
 from archive.store import Archive, observed_best, observed_sizes
@@ -35,7 +35,6 @@ from optimizer.launch import RunRequest, launch
 from optimizer.transfer import split_spec
 from services.errors import ProviderDown, UserError
 from services.fsutil import release_folder
-from services.ledger import LedgerReader
 
 __all__ = ["EvalResult", "NodeView", "ProviderDown", "RunView", "Score", "Spend", "UserError", "evaluate",
            "load_run", "run"]
@@ -114,7 +113,7 @@ def _node_view(node: Node) -> NodeView:
 
 def _run_spend(run_dir: Path, nodes: list[Node]) -> dict[str, Spend]:
     spend: dict[str, Spend] = {}
-    for row in LedgerReader(run_dir / "ledger.sqlite").spend():
+    for row in ledger_of(run_dir).spend():
         old = spend.get(row["role"], Spend(0.0, 0))
         spend[row["role"]] = Spend(old.cost_usd + row["cost_usd"],
                                    old.tokens + row["prompt_tokens"] + row["completion_tokens"])

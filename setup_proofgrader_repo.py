@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 
 from archive import grader_choice
 from archive.grader_choice import GRADING_DOMAIN
-from services.config import PROJECT_ROOT, Config, load_config
+from services.config import PROJECT_ROOT, load_config
 from services.errors import UserError, exit_on_user_error
 from services.fsutil import read_bounded
 from services.local_model import is_local
@@ -115,7 +115,7 @@ def namespace_imports(source: str) -> str:
 # -- where the grader comes from ------------------------------------------------------------
 def read_run_record(run_dir: Path) -> RunRecord:
     """run.json of the run folder `run_dir`, checked; a one-line UserError when it is not one the loop wrote."""
-    from archive.run_groups import read_run_record as read_record
+    from archive.run_folder import read_run_record as read_record
 
     where = f"--generate_dir {run_dir}"
     if not (run_dir / "repo").is_dir():
@@ -124,6 +124,7 @@ def read_run_record(run_dir: Path) -> RunRecord:
 
 
 def from_run(run_dir: Path, scratch: Path, choice: str = "paper") -> Grader:
+    from archive.run_folder import data_config
     from services.workspace import RunRepo
 
     record = read_run_record(run_dir)
@@ -142,7 +143,7 @@ def from_run(run_dir: Path, scratch: Path, choice: str = "paper") -> Grader:
                  f"chosen: node {best.node_id}, by {grader_choice.describe(choice)} (--choose {choice})"]:
         print(console(line))
     RunRepo(run_dir / "repo").export(best.commit, scratch)
-    config = Config.from_dict(record.config)
+    config = data_config(record, run_dir)
     model = config.resolve_model("task")
     keep = ("overall_accuracy", "normalized_mean_absolute_error")
     scores = {split: {k: report[k] for k in keep if k in report} for split, report in best.scores.items()}

@@ -36,11 +36,11 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from archive.run_folder import ledger_of
 from archive.run_groups import Group, Run, load_groups
 from archive.stats import Estimate, bootstrap_band, bootstrap_mean, paired_p, permutation_p
 from services.errors import UserError, exit_on_user_error
 from services.fsutil import atomic_write_bytes, atomic_write_text
-from services.ledger import LedgerReader
 from services.render import console, csv_cell
 
 DEFAULT_K = "10,50"
@@ -50,7 +50,7 @@ def _caching(run: Run) -> dict[str, tuple[int, float]]:
     """Per role, the prompt tokens a run's providers read from their caches and the dollars that saved (none for
     a run without a ledger, or whose ledger predates them)."""
     caching: dict[str, tuple[int, float]] = {}
-    for row in LedgerReader(run.path / "ledger.sqlite").spend():
+    for row in ledger_of(run.path).spend():
         tokens, usd = caching.get(row["role"], (0, 0.0))
         caching[row["role"]] = (tokens + row["cached_tokens"], usd + row["cache_saved_usd"])
     return caching

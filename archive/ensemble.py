@@ -49,7 +49,7 @@ from archive.eval_store import EvalStore
 from archive.experiments import EVALUATIONS, FINAL_TEST, read_evaluations, read_final_test
 from archive.promotion import row_scores
 from archive.records import Node, RunRecord
-from archive.run_groups import read_run_record
+from archive.run_folder import data_config, read_run_record
 from archive.stats import interval, paired_p
 from archive.store import Archive, observed_rule, observed_score, observed_sizes
 from services.config import PROJECT_ROOT
@@ -220,7 +220,6 @@ def agent_combine(run_dir: Path, record: RunRecord, node: Node, members: list[Me
     """`node`'s own ensemble.py (agent code) combines the members' answers, in a sandbox with no
     network and no label; what it prints is read as untrusted data. The predictions, and a line
     on what was kept."""
-    from services.config import Config
     from services.sandbox import open_sandbox
     from services.workspace import RunRepo
 
@@ -230,13 +229,12 @@ def agent_combine(run_dir: Path, record: RunRecord, node: Node, members: list[Me
     token = {q: secrets.token_hex(6) for q in ids}
     given = {"members": [{"node_id": m.node.node_id, "score": m.score} for m in members],
              "rows": [{"id": token[q], "answers": {m.node.node_id: m.answers[q] for m in members}} for q in ids]}
-    config = Config.from_dict(record.config)
+    config = data_config(record, run_dir)  # its sandbox as the defaults allow: never the folder's none or address
     with tempfile.TemporaryDirectory() as scratch:
         workspace = RunRepo(run_dir / "repo").checkout(node.commit, Path(scratch) / "workspace")
         if not (workspace / "ensemble.py").is_file():
             raise UserError(f"node {node.node_id} has no ensemble.py (runs started before it existed)")
-        with open_sandbox(config.sandbox, workspace, [], None, None if record.sandbox == "ray" else
-                          record.sandbox or None) as box:
+        with open_sandbox(config.sandbox, workspace, [], None) as box:
             result = box.run([box.python, box.trusted_script("ensemble_run.py")], box.base_env(),
                              timeout=config.loop.selector_timeout_s, input=json.dumps(given), cwd=box.workdir)
     if not result.ok:

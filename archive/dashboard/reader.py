@@ -23,11 +23,12 @@ from archive.dashboard.flight import MAX_TAIL, InFlight, in_flight_of
 from archive.eval_store import JOURNAL, PREDICTIONS, REPORT
 from archive.promotion import row_scores
 from archive.records import EVAL_KEY, NODE_ID, Node, RunRecord
+from archive.run_folder import ledger_of
 from archive.run_state import Phase, RunState, json_objects, read_events, run_state, state_text
 from archive.store import META_TRANSCRIPT, UNTRUSTED, observed_best, observed_rule, observed_score, observed_sizes
 from services.errors import UserError
 from services.fsutil import read_below, read_bounded
-from services.ledger import LedgerReader
+from services.ledger import NotALedger
 from services.render import csv_value
 from services.user_files import parse_json
 
@@ -87,9 +88,7 @@ class RunData:
 
     @property
     def domains(self) -> list[str]:
-        if self.record is not None:
-            return list(self.record.domains)
-        return sorted({d for n in self.nodes.values() for d in n.scores})
+        return list(self.record.domains) if self.record else sorted({d for n in self.nodes.values() for d in n.scores})
 
     @cached_property
     def _sizes(self) -> dict[str, tuple[str, int]]:
@@ -122,14 +121,13 @@ class RunData:
         chain, seen = [], set()
         while node_id is not None and node_id in self.nodes and node_id not in seen:
             chain.append(node_id)
-            seen.add(node_id)
+            seen.add(node_id)  # a loop of parents (a forged record) ends here
             node_id = self.nodes[node_id].parent
         return chain
 
     def interval(self, node: Node) -> tuple[float, float] | None:
-        """A 95% interval of `node`'s score, when each domain has one on the split the run selects on
-        and was evaluated in full: with several domains, the mean of their bounds (wider than the
-        mean's own interval, never narrower)."""
+        """A 95% interval of `node`'s score, when each domain has one on the split the run selects on and was
+        evaluated in full: with several domains, the mean of their bounds (never narrower than the mean's)."""
         bands = []
         for domain, (split, _) in self._sizes.items():
             found = node.evaluation(domain, split)
@@ -141,8 +139,7 @@ class RunData:
         return sum(b[0] for b in bands) / len(bands), sum(b[1] for b in bands) / len(bands)
 
     def best_so_far(self) -> list[tuple[int, Node]]:
-        """Per generation 0..the last recorded, the node with the best score up to it (generations
-        before the first scored node are left out)."""
+        """Per generation 0..the last recorded, the node with the best score up to it (from the first scored)."""
         by_generation: dict[int, list[tuple[float, Node]]] = {}
         for node in self.nodes.values():
             if node.valid_parent and (score := self.score(node)) is not None:
@@ -169,7 +166,7 @@ class RunReader:
     def __init__(self, path: Path, name: str | None = None) -> None:
         self.path = Path(path)
         self.name = name or self.path.name  # how the dashboard names it ("group/seed-1" for a replicate)
-        self.ledger = LedgerReader(self.path / "ledger.sqlite")
+        self.ledger = ledger_of(self.path)
         self._lock = threading.Lock()
         self._seen: tuple | None = None
         self._data: RunData | None = None
@@ -180,9 +177,8 @@ class RunReader:
         self._ledger_cache: dict[tuple, Any] = {}  # what -> its query's result (each what has its own type)
 
     def version(self) -> str:
-        """Changes whenever something a page shows may have changed (for the live pages): records
-        and rows done before the dash, the ledger after it (calls come often: pages follow them
-        at a slower pace)."""
+        """Changes whenever something a page shows may have changed (for the live pages): records and rows
+        done before the dash, the ledger after it (calls come often: pages follow them at a slower pace)."""
         data = self.read()
         rows = [self._seen, *(self._stat(f"evals/{s['key']}/{JOURNAL}") for f in data.in_flight for s in f.splits),
                 *(self._stat(self._transcript_path(f.node_id)) for f in data.in_flight if f.phase == Phase.META)]
@@ -244,6 +240,10 @@ class RunReader:
             except (OSError, ValueError) as e:
                 problems.append(f"nodes/{entry.name}/node.json: not a node record ({str(e)[:300]})")
         self._nodes = kept
+        try:
+            self.ledger.tables()
+        except NotALedger as e:
+            problems.append(self._problem(e))
         events = read_events(self.path / "archive.jsonl")
         state, why = run_state(events)
         return RunData(self.name, self.path, record, nodes, in_flight_of(events, nodes), events, problems,
@@ -264,12 +264,13 @@ class RunReader:
 
     # -- the ledger, read again only when it changed -----------------------------------------
     def spend(self, node: str | None = None) -> list[dict]:
-        return self._ledger(("spend", node), lambda: self.ledger.spend(node))
+        return self._ledger(("spend", node), lambda: self.ledger.spend(node), [])
 
     def spend_over_time(self, measure: str = "dollars") -> tuple[list[float], dict[str, list[float]]]:
-        return self._ledger(("over_time", measure), lambda: self.ledger.spend_over_time(measure=measure))
+        return self._ledger(("over_time", measure), lambda: self.ledger.spend_over_time(measure=measure), ([], {}))
 
-    def _ledger(self, what: tuple, query: Callable[[], T]) -> T:
+    def _ledger(self, what: tuple, query: Callable[[], T], empty: T) -> T:
+        """A query's result until the ledger changes; `empty` for one this project did not write (a problem)."""
         marks = [self._stat("ledger.sqlite"), self._stat("ledger.sqlite-wal")]
         with self._lock:
             if self._ledger_marks != marks:
@@ -277,8 +278,16 @@ class RunReader:
             if what not in self._ledger_cache:
                 if len(self._ledger_cache) > 256:  # node pages of a big run: keep the latest
                     self._ledger_cache.clear()
-                self._ledger_cache[what] = query()
+                try:
+                    self._ledger_cache[what] = query()
+                except NotALedger as e:  # shown in place: the run's page lists it among its problems
+                    self._ledger_cache[what] = empty
+                    if self._data is not None and (problem := self._problem(e)) not in self._data.problems:
+                        self._data.problems.append(problem)
             return self._ledger_cache[what]
+
+    def _problem(self, e: NotALedger) -> str:
+        return "ledger.sqlite" + str(e).removeprefix(str(self.ledger.path))
 
     # -- what a node page shows -----------------------------------------------------------
     def patch(self, node_id: str) -> Text:
@@ -289,32 +298,26 @@ class RunReader:
 
     def transcript_tail(self, node_id: str) -> Text:
         """The last MAX_TAIL bytes of the transcript a meta agent is writing, from a line's start."""
-        try:
-            data, cut = read_below(self.path, self._transcript_path(node_id), MAX_TAIL, tail=True)
-        except FileNotFoundError:
-            return Text(missing="none written yet")
-        except OSError as e:
-            return Text(missing=f"not shown: {e.strerror or e}")
-        if cut and b"\n" in data:
-            data = data[data.index(b"\n") + 1:]
-        return Text(data.decode("utf-8", errors="replace"), cut)
+        text = self._text(self._transcript_path(node_id), MAX_TAIL, tail=True, none="none written yet")
+        if text.cut and "\n" in text.text:
+            text.text = text.text[text.text.index("\n") + 1:]
+        return text
 
     @staticmethod
     def _transcript_path(node_id: str) -> str:
         return f"{UNTRUSTED}/{node_id}/meta/{META_TRANSCRIPT}"
 
-    def _text(self, relative: str) -> Text:
+    def _text(self, relative: str, limit: int = MAX_TEXT, tail: bool = False, none: str = "none was written") -> Text:
         try:
-            data, cut = read_below(self.path, relative, MAX_TEXT)
+            data, cut = read_below(self.path, relative, limit, tail)
         except FileNotFoundError:
-            return Text(missing="none was written")
+            return Text(missing=none)
         except OSError as e:
             return Text(missing=f"not shown: {e.strerror or e}")
         return Text(data.decode("utf-8", errors="replace"), cut)
 
     def split_rows(self, key: str) -> tuple[list[dict], set[str] | None]:
-        """An evaluation's rows (id, prediction, error) and the ids the report marks failed (None
-        when it has no report yet), cached by the journal's size."""
+        """An evaluation's rows (id, prediction, error), the ids its report marks failed (None without one)."""
         if not EVAL_KEY.fullmatch(key):
             return [], None
         try:
@@ -349,9 +352,8 @@ class RunReader:
         return row_scores(report, score_key) if report is not None else None
 
     def labels(self, key: str, id_column: str, label_column: str) -> dict[str, str]:
-        """Row id -> the gold label, from the evaluation's predictions.csv (it holds the data set's
-        columns): for the person reading the dashboard only; nothing here reaches an agent. Cached
-        until the file changes."""
+        """Row id -> the gold label, from the evaluation's predictions.csv (it holds the data set's columns):
+        for the person reading the dashboard only; nothing here reaches an agent. Cached until it changes."""
         if not EVAL_KEY.fullmatch(key):
             return {}
         mark = self._stat(f"evals/{key}/{PREDICTIONS}")
@@ -375,8 +377,7 @@ class RunReader:
 
 
 def known_domain(name: str) -> Domain | None:
-    """The domain `name` as this version defines it, or None (a run of a domain it does not know is
-    still shown, without what only the domain can tell: labels' column, the report's score key)."""
+    """The domain `name` as this version defines it, or None (its run is shown without labels or score key)."""
     from domains.registry import get_domain
 
     try:
