@@ -107,18 +107,45 @@ def _needs_quote(text: str) -> bool:
     return bool(rest) and rest[0] in _FORMULA_START
 
 
+_BIDI_SHOWN = {ord(ch): f"<U+{ord(ch):04X}>" for ch in BIDI}
+MAX_BIDI_LINES = 100_000  # lines with a bidi control looked at one by one; past them, by file
+
+
 def bidi_visible(text: str) -> str:
     """`text` with each bidi control written as `<U+202E>` (a page marks them: archive.dashboard.markup)."""
-    return BIDI_PATTERN.sub(lambda found: f"<U+{ord(found.group()):04X}>", text)
+    return text.translate(_BIDI_SHOWN) if BIDI_PATTERN.search(text) else text
 
 
 def bidi_files(patch: str) -> list[str]:
-    """The files of a unified diff whose added lines hold a bidi control (the Trojan Source pattern)."""
+    """The files of a unified diff whose added lines hold a bidi control (the Trojan Source pattern).
+    Only the lines holding one are visited, in one pass; past MAX_BIDI_LINES of them, a file is named
+    when any of its lines holds one."""
+    patch = "\n" + patch  # every line, the first too, starts after a newline
     found: dict[str, None] = {}
-    current = "?"
-    for line in patch.splitlines():
-        if line.startswith("+++ "):
-            current = line[6:] if line.startswith("+++ b/") else line[4:]
-        elif line.startswith("+") and BIDI_PATTERN.search(line):
+    current, pos, header = "?", 1, patch.find("\n+++ ")
+    for _ in range(MAX_BIDI_LINES):
+        hit = BIDI_PATTERN.search(patch, pos)
+        if hit is None:
+            return list(found)
+        while header != -1 and header < hit.start():  # the files passed on the way: the last is the hit's
+            current = _new_name(patch[header + 1:patch.find("\n", header + 1) % (len(patch) + 1)])
+            header = patch.find("\n+++ ", header + 1)
+        line = patch.rfind("\n", pos - 1, hit.start()) + 1
+        if patch.startswith("+", line) and not patch.startswith("+++ ", line):
             found[current] = None
-    return list(found)
+        pos = patch.find("\n", hit.start()) + 1
+        if pos == 0:
+            return list(found)
+    return list(found) + [f for f in _files_holding_bidi(patch, pos, current) if f not in found]
+
+
+def _new_name(header: str) -> str:
+    """The file of a `+++ ` line."""
+    return header[6:] if header.startswith("+++ b/") else header[4:]
+
+
+def _files_holding_bidi(patch: str, pos: int, current: str) -> list[str]:
+    """The file at `pos` and those after it with a bidi control on any line: a flood of them read coarsely."""
+    sections = patch[pos:].split("\n+++ ")
+    names = [current] + [_new_name("+++ " + s.partition("\n")[0]) for s in sections[1:]]
+    return [name for name, s in zip(names, sections) if BIDI_PATTERN.search(s)]
