@@ -135,4 +135,4 @@ def print_dry_run(run_dir: Path, domains: list[Domain], config: Config, initial_
         seed = config.loop.seed or 0
         lines.append(f"group    {replicates} replicates, seeds {seed} to {seed + replicates - 1}, each run as above: "
                      f"~${replicates * costs.run_usd:.2f} in all")
-    print("\n".join([console(line) for line in lines] + ["dry run: nothing started"]))
+    print("\n".join(lines + ["dry run: nothing started"]))
