@@ -17,12 +17,15 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from archive.records import Node, RunRecord
+from archive.records import Node
+from archive.run_folder import read_run_record
 from optimizer.events import Event, Events, NodeFinished, RunEnded, RunStarted, Warned
 from optimizer.trackers.content import best_metrics, cut, node_metrics, node_record
 from services.config import Config, TrackingConfig
@@ -34,6 +37,8 @@ if TYPE_CHECKING:
     from archive.store import Archive
 
 STATE_LIMIT = 16 * 2**20  # RUN/tracking/<backend>.json: a run id and a line per node
+MAX_ENTRIES = 200_000  # files and folders of RUN/tracking looked at for links before a tracker writes there
+RUN_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")  # a tracker's run id as MLflow and W&B make them
 
 
 @dataclass(frozen=True)
@@ -116,10 +121,12 @@ class Trackers:
     def _start(self, name: str) -> None:
         folder = self.run_dir / "tracking"
         try:
+            if planted := planted_entry(folder):
+                raise OSError(f"{planted} is a link or a special file (a tracker's library would write through it)")
             folder.mkdir(exist_ok=True)
             backend = _Open(BACKENDS[name].load()(self.run_dir, self.settings), folder / f"{name}.json")
             backend.kept, backend.logged, backend.best = self._read(backend.state_path)
-            backend.kept = backend.tracker.start(backend.kept, RunRecord.read(self.run_dir).to_dict())
+            backend.kept = backend.tracker.start(backend.kept, read_run_record(self.run_dir).to_dict())
             backend.save()
         except Exception as e:
             self.events.emit(Warned(f"tracker {name} not started: {type(e).__name__}: {cut(str(e), 300)}"))
@@ -136,7 +143,9 @@ class Trackers:
             if not isinstance(state, dict):
                 raise TypeError("not an object")
             kept, logged, best = state["kept"], state["logged"], state["best"]
-            if isinstance(kept, dict) and isinstance(logged, dict) and (best is None or isinstance(best, str)):
+            if isinstance(kept, dict) and isinstance(logged, dict) and (best is None or isinstance(best, str)) \
+                    and all(isinstance(v, (str, bool)) and len(str(v)) <= 4096 for v in kept.values()) \
+                    and RUN_ID.fullmatch(str(kept.get("run_id", "-"))):
                 return kept, logged, best
         except (OSError, ValueError, KeyError, TypeError):
             pass
@@ -188,3 +197,19 @@ class Trackers:
             self.open.remove(backend)
             self.events.emit(Warned(f"tracker {name}: {what} failed ({type(e).__name__}: {cut(str(e), 300)}); it "
                                     "logs nothing more in this process, and a resume catches it up"))
+
+
+def planted_entry(folder: Path) -> Path | None:
+    """The first link, fifo, socket or device at or below `folder` (or `folder` itself past MAX_ENTRIES):
+    a tracker's library writes into its store by path, so one that came with a run folder would lead
+    those writes to a file of the host."""
+    if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
+        return folder
+    seen = 0
+    for root, folders, files in os.walk(folder):  # links to folders are listed, never entered
+        for name in folders + files:
+            seen += 1
+            path = Path(root) / name
+            if seen > MAX_ENTRIES or path.is_symlink() or not (path.is_dir() or path.is_file()):
+                return path if seen <= MAX_ENTRIES else folder
+    return None
