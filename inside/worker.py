@@ -3,7 +3,7 @@
 It runs where agent code may run (a sandbox from the sandbox layer on), so it imports
 nothing from the trusted core: the standard library only. Protocol, one JSON object a line:
 
-  harness -> worker   {"id": ..., "inputs": {...}}
+  harness -> worker   {"id": ..., "inputs": {...}}   (id: the harness's token for the row, not the data's id)
   worker -> harness   {"ready": true} once loaded, or {"fatal": "..."} and exit
                       {"started": id} when a thread takes a row up (rows may queue here)
                       {"id", "prediction", "error", "usage", "seconds"} per row
@@ -183,7 +183,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--model", required=True)
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--root", default=".", help="folder put first on sys.path (the agent's workspace)")
-    ap.add_argument("--transcripts", default=None, help="folder for chat_history_<id>.md files")
+    ap.add_argument("--transcripts", default=None, help="folder for chat_history_<token>.md files")
     ap.add_argument("--also_import", action="append", default=[], metavar="MODULE:NAME",
                     help="another entry point of the workspace that must import (the loop's load check)")
     ap.add_argument("--max_prediction_bytes", type=int, default=1_000_000,

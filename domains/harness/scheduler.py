@@ -13,15 +13,21 @@ tries the gateway probes the provider (ProviderDown when that fails too). Rows r
 in one worker and share its session, so a failure during a row counts for every row in flight
 then: a row answered while none failed is the agent's. Once the gateway's breaker trips, the run
 stops at once with ProviderDown: no row in flight is finished, a resume redoes them.
+
+A row travels to the worker under a token (`Row.token`: random, new in each harness run), never
+under its id: ids are the data's, chosen by whoever wrote it, and the agent runs in the worker's
+process, where it can read whatever the worker is sent (and the worker names the row's transcript
+after it). Answers come back under the token and are finished under the row's id.
 """
 
 from __future__ import annotations
 
 import queue
+import secrets
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from services.errors import raise_if_stop_was_dropped
@@ -38,10 +44,15 @@ PREFETCH_ROWS = 2
 POLL_S = 0.2  # longest wait for a worker message before timeouts and the budget are looked at again
 
 
+def row_token() -> str:
+    return secrets.token_hex(6)
+
+
 @dataclass
 class Row:
-    qid: str
+    qid: str  # the row's id in the data: never sent to the worker
     inputs: dict
+    token: str = field(default_factory=row_token)  # what the worker knows the row by
     attempts: int = 0
     started: float | None = None  # when a worker thread took it up; None while queued there
     failures_at_send: int = 0  # its session's provider failures when it was last sent
@@ -60,7 +71,7 @@ class Scheduler:
         self.finish = finish
         self.budget_left = budget_left
         self.todo: deque[Row] = deque()
-        self.inflight: dict[str, Row] = {}
+        self.inflight: dict[str, Row] = {}  # by token
 
     def run(self, rows: list[Row]) -> str | None:
         """Run every row; returns why the run stopped early (the budget), or None."""
@@ -95,18 +106,18 @@ class Scheduler:
             row = self.todo.popleft()
             row.started = None
             row.failures_at_send = self._provider_failures()
-            self.inflight[row.qid] = row
-            self._proc.send(row.qid, row.inputs)
+            self.inflight[row.token] = row
+            self._proc.send(row.token, row.inputs)
 
     def _provider_failures(self) -> int:
         return self.agent.gateway.provider_failures(self.agent.key)
 
     def _finish(self, row: Row, rec: dict) -> None:
         """Finish `row` with `rec`, unless its session's calls failed at the provider meanwhile."""
-        self.inflight.pop(row.qid, None)
+        self.inflight.pop(row.token, None)
         if self._provider_failures() > row.failures_at_send and self._try_again(row):
             return
-        self.finish(rec)
+        self.finish({**rec, "id": row.qid, "token": row.token})
 
     def _try_again(self, row: Row) -> bool:
         """Whether `row`, which met a provider failure, goes back to the queue (True) or its answer
@@ -124,7 +135,7 @@ class Scheduler:
 
     def _take(self, msg: dict) -> None:
         """Apply one worker message: a row taken up (its clock and attempts start) or finished."""
-        if msg.get("started") in self.inflight:  # ids are strs: the worker's reader checked every message
+        if msg.get("started") in self.inflight:  # tokens are strs: the worker's reader checked every message
             row = self.inflight[msg["started"]]
             row.started = time.monotonic()
             row.attempts += 1

@@ -1,8 +1,10 @@
 """One harness run: a domain's rows through one agent worker, into one folder.
 
-The harness is trusted: it sends each row's *inputs* (never its labels) to the worker,
-which runs the agent in its sandbox, and writes what comes back. A folder that holds a
-journal is resumed: its finished rows are skipped and paid nothing for.
+The harness is trusted: it sends each row's *inputs* (never its labels, nor its id: a token
+stands for it, scheduler.py) to the worker, which runs the agent in its sandbox, and writes what
+comes back under the row's id. A folder that holds a journal is resumed: its finished rows are
+skipped and paid nothing for. The journal keeps each row's token too, which names its transcript
+in the sandbox's folder (`chat_history_<token>.md`): a transcript is found by the row's id there.
 """
 
 from __future__ import annotations
