@@ -26,6 +26,7 @@ from optimizer.launch import (
     RunRequest,
     apply_overrides,
     check_writable,
+    command_config,
     launch,
     python_command,
     start_dashboard,  # noqa: F401  (where tests and older callers find it)
@@ -149,6 +150,7 @@ def run_replicates(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
         group = read_group(group_dir)
         if group is None:
             raise UserError(f"--resume_from {args.resume_from}: no group.json there (not a folder of replicates)")
+        check_group_argv(parser, args, group_dir, group["argv"])
     else:
         if not (args.domain or args.domain_spec):
             raise UserError("pass --domain (e.g. --domain imo_grading) or --domain_spec FILE, "
@@ -173,6 +175,21 @@ def run_replicates(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
     print(f"analyze: python -m archive.analyze {group_dir}", flush=True)
     if failed:
         raise UserError(f"{failed} of {len(group['runs'])} replicates did not finish (see above)")
+
+
+def check_group_argv(parser: argparse.ArgumentParser, args: argparse.Namespace, group_dir: Path,
+                     argv: list[str]) -> None:
+    """The replicates a group has not started yet run with the command line its group.json keeps: someone's
+    data, so it may ask for nothing of where code runs or data goes that this command does not give
+    (archive/run_folder.py), else a UserError naming the flags that accept it."""
+    from archive.experiments import GROUP
+    from archive.run_folder import resumed_config
+
+    try:
+        theirs = parser.parse_args([str(a) for a in argv])
+    except SystemExit:
+        raise UserError(f"{group_dir / GROUP}: its command line is not one run_optimization takes") from None
+    resumed_config(command_config(request_of(theirs)), command_config(request_of(args)), group_dir / GROUP)
 
 
 def request_of(args: argparse.Namespace) -> RunRequest:

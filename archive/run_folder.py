@@ -140,15 +140,15 @@ def saved_config(record: RunRecord, run_dir: Path) -> Config:
 def data_config(record: RunRecord, run_dir: Path) -> Config:
     """run.json's config with every guarded field at the defaults: what a reader that only shows, scores
     or combines a run's results may take from it."""
-    return resumed_config(saved_config(record, run_dir), load_config(), run_dir, refuse=False)
+    return resumed_config(saved_config(record, run_dir), load_config(), Path(run_dir) / RUN_JSON, refuse=False)
 
 
-def resumed_config(saved: Config, command: Config, run_dir: Path, refuse: bool = True) -> Config:
-    """`saved` (run.json's config) with each guarded field from `command` (the defaults, --preset,
-    --config, --set and flags of this command): the command's value where it differs from the defaults
-    (the user chose it), else the folder's where that asks for nothing more than the command gives, else
-    a UserError in one line naming the flags that accept what the folder asks for (or, without
-    `refuse`, the command's value)."""
+def resumed_config(saved: Config, command: Config, source: Path, refuse: bool = True) -> Config:
+    """`saved` (the config of `source`, a folder's run.json or group.json) with each guarded field from
+    `command` (the defaults, --preset, --config, --set and flags of this command): the command's value
+    where it differs from the defaults (the user chose it), else the folder's where that asks for nothing
+    more than the command gives, else a UserError in one line naming the flags that accept what the
+    folder asks for (or, without `refuse`, the command's value)."""
     defaults, asked = load_config(), []
     config = dataclasses.replace(saved, **{f.name: dataclasses.replace(getattr(saved, f.name))
                                             for f in dataclasses.fields(saved)})
@@ -162,7 +162,7 @@ def resumed_config(saved: Config, command: Config, run_dir: Path, refuse: bool =
     if asked and refuse:
         wants = "; ".join(f"{GUARDED[k].accept(v)} ({GUARDED[k].does})" for k, v in asked)
         flags = " ".join(GUARDED[k].accept(v) for k, v in asked)
-        raise UserError(f"{Path(run_dir) / RUN_JSON} asks for {wants}; pass {flags} to accept "
+        raise UserError(f"{source} asks for {wants}; pass {flags} to accept "
                         f"{'it' if len(asked) == 1 else 'them'}")
     return config
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, cast
 from urllib.parse import quote
 
-from archive.records import RunRecord, check_labels
+from archive.records import RUN_JSON, RunRecord, check_labels
 from archive.run_folder import accepting_flags, ledger_of, read_run_record, resumed_config, saved_config
 from optimizer.plan import plan_lines, print_dry_run, summary_lines
 from services.config import (
@@ -120,7 +120,7 @@ def open_run(resume_from: str | Path, command: Config, where: str | None = None,
         raise UserError(f"{where} is an evaluation folder of domains.harness, not a run of run_optimization "
                         f"(continue it with python -m domains.harness --resume_from {resume_from})")
     record = read_run_record(run_dir, where)
-    config = resumed_config(saved_config(record, Path(resume_from)), command, Path(resume_from))
+    config = resumed_config(saved_config(record, Path(resume_from)), command, Path(resume_from) / RUN_JSON)
     Archive(run_dir)  # reads every node record: a garbled one stops the resume before the gateway starts
     ledger_of(run_dir).tables()  # a ledger of another shape stops it too, before anything opens it to write
     if writable:
