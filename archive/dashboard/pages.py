@@ -18,6 +18,7 @@ from archive.run_state import Phase
 from archive.stats import interval_text
 
 MAX_ROWS_SHOWN = 500  # predictions listed on a node page, wrong ones first
+MAX_DIFF_LINES = 20_000  # lines of a diff coloured one by one (500,000 took 2.5 s); the rest is shown plain
 TOP_NODES = 50  # nodes in the run page's table (all of them: /runs/<run>/nodes)
 
 
@@ -256,13 +257,14 @@ def patch_facts(node: Node) -> Markup:
 def diff_block(text: Text, what: str) -> Markup:
     if text.missing:
         return h("p", {"class": "empty"}, f"No {what}: {text.missing}.")
-    lines = []
-    for line in text.text.splitlines():
+    lines, parts = [], text.text.split("\n", MAX_DIFF_LINES)
+    for line in "\n".join(parts[:MAX_DIFF_LINES]).splitlines():
         kind = ("file" if line.startswith(("diff --git", "+++ ", "--- ", "index ", "new file", "deleted file"))
                 else "hunk" if line.startswith("@@") else "add" if line.startswith("+")
                 else "del" if line.startswith("-") else "ctx")
         lines.append(h("span", {"class": kind}, line) + Markup("\n"))
-    return h("pre", {"class": "diff", "id": what}, join(lines)) + cut_note(text)
+    rest = parts[MAX_DIFF_LINES] if len(parts) > MAX_DIFF_LINES else ""
+    return h("pre", {"class": "diff", "id": what}, join(lines), rest) + cut_note(text)
 
 
 def text_block(text: Text, what: str) -> Markup:
