@@ -98,6 +98,7 @@ NAMED_LIKE_A_PLACE = {
     "gateway.port": "a port of the gateway's own host (gateway.host decides which host)",
     "loop.initial_agent": "read only when a run starts: a resumed run's initial node is in its repository, and "
                           "--initial_from takes the new run's own",
+    "loop.try_command": "whether the meta agent may run the task agent on train rows, in its own sandbox",
 }
 
 

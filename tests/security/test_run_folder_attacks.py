@@ -1,0 +1,302 @@
+"""A run folder someone hands over (archive/run_folder.py): its run.json may not decide where code runs or
+data goes, and its ledger.sqlite is read as a stranger's file. Each attack goes through the real command
+lines and API (a resume, archive.analyze, hyperagents.load_run, the dashboard's run page) and must end in
+one line, in seconds, with nothing run, contacted or written."""
+
+import dataclasses
+import html
+import http.server
+import json
+import os
+import re
+import sqlite3
+import threading
+import time
+
+import pytest
+from attack_kit import Tripwire
+
+from archive.records import RunRecord
+from archive.run_folder import DATA, GUARDED, NAMED_LIKE_A_PLACE, accepting_flags, resumed_config
+from services.config import Config, load_config
+from services.errors import UserError
+from services.fsutil import atomic_write_json
+from support.cli import cli_env, run_cli
+from support.small_runs import write_run
+
+SECONDS = 20  # a refusal takes an interpreter's start; a hang would take for ever
+
+
+def handed_run(tmp_path, config: dict, backend: str = "bwrap"):
+    """A run folder of three scored nodes whose run.json holds `config`, as someone might hand it over."""
+    run = write_run(tmp_path / "handed", 0, [0.5, 0.6, 0.7])
+    atomic_write_json(run / "run.json", RunRecord(["imo_grading"], config, backend).to_dict())
+    return run
+
+
+def listing(folder) -> dict:
+    return {str(p.relative_to(folder)): p.lstat().st_mtime_ns for p in folder.rglob("*")}
+
+
+def refused(r, *expected: str, seconds: float | None = None) -> str:
+    assert r.returncode == 2, (r.returncode, r.stdout[-2000:], r.stderr[-2000:])
+    assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr[-2000:]
+    for text in expected:
+        assert text in r.stderr, r.stderr
+    assert seconds is None or seconds < SECONDS, seconds
+    return r.stderr
+
+
+def timed_cli(*args, env=None):
+    started = time.monotonic()
+    r = run_cli(*args, env=env or {**os.environ}, timeout=120)
+    return r, time.monotonic() - started
+
+
+# -- what a folder may decide --------------------------------------------------------------------------
+WORDS = {"address", "uri", "url", "path", "paths", "host", "port", "backend", "backends", "executor", "image",
+         "files", "entity", "endpoint", "key", "token", "dir", "socket", "command", "module", "scorer", "server",
+         "agent", "mode"}
+
+
+def test_every_config_field_is_either_the_folders_or_the_commands():
+    keys = {f"{s.name}.{f.name}" for s in dataclasses.fields(Config)
+            for f in dataclasses.fields(getattr(Config(), s.name))}
+    assert set(GUARDED) | DATA == keys, sorted(keys ^ (set(GUARDED) | DATA))
+    assert not set(GUARDED) & DATA
+    looks_like_a_place = {k for k in keys if WORDS & set(k.split(".")[1].split("_"))
+                          or k.endswith(("api_base", "base_url"))}
+    assert looks_like_a_place - set(GUARDED) <= set(NAMED_LIKE_A_PLACE), looks_like_a_place - set(GUARDED)
+    assert set(NAMED_LIKE_A_PLACE) <= DATA
+
+
+def test_a_folder_keeps_what_the_command_allows_and_the_user_decides_the_rest(tmp_path):
+    defaults = load_config()
+    saved = Config.from_dict({"sandbox": {"backend": "bwrap"}, "loop": {"max_generation": 7}})
+    kept = resumed_config(saved, defaults, tmp_path / "run.json")
+    assert kept.sandbox.backend == "bwrap" and kept.loop.max_generation == 7  # a resumed run goes on as it ran
+    chosen = Config.from_dict({"sandbox": {"backend": "docker"}})
+    assert resumed_config(saved, chosen, tmp_path / "run.json").sandbox.backend == "docker"  # the user's own
+    weak = Config.from_dict({"sandbox": {"backend": "none"}, "tracking": {"backends": ["tensorboard"]}})
+    with pytest.raises(UserError) as e:
+        resumed_config(weak, defaults, tmp_path / "run.json")
+    assert str(e.value).endswith("pass --sandbox none --track tensorboard to accept them")
+    assert accepting_flags(weak) == ["--sandbox", "none", "--track", "tensorboard"]
+
+
+# -- run.json ------------------------------------------------------------------------------------------
+@pytest.mark.e2e
+@pytest.mark.attack("a handed run folder whose run.json asks for sandbox.backend none (its agent code on the host), "
+                    "resumed and evaluated without --sandbox none")
+def test_a_run_json_that_asks_for_no_sandbox_is_refused(tmp_path):
+    run = handed_run(tmp_path, {"sandbox": {"backend": "none"}}, backend="none")
+    before = listing(run)
+    for extra in ([], ["--evaluate", "initial", "--split", "val"], ["--sandbox", "auto"]):
+        r, seconds = timed_cli("run_optimization", "--resume_from", str(run), *extra)
+        refused(r, f"{run}/run.json asks for --sandbox none (agent code on this host, outside any sandbox); pass "
+                   "--sandbox none to accept it", seconds=seconds)
+    r, _ = timed_cli("run_optimization", "--initial_from", str(run), "--domain", "imo_grading", "--output_dir",
+                     str(tmp_path / "out"), "--dry_run")
+    refused(r, "--sandbox none")
+    assert listing(run) == before and not (tmp_path / "out").exists()  # nothing ran, not even the lock
+    r, _ = timed_cli("run_optimization", "--resume_from", str(run), "--sandbox", "none", "--dry_run")
+    assert r.returncode == 0 and "sandbox  none" in r.stdout, r.stderr[-2000:]
+
+
+@pytest.mark.e2e
+@pytest.mark.attack("a handed run folder whose run.json runs agent code on a Ray cluster it names (sandbox.executor "
+                    "ray, a ray_address of its own)")
+def test_a_run_json_that_names_a_ray_cluster_is_refused(tmp_path):
+    wire = Tripwire()
+    try:
+        run = handed_run(tmp_path, {"sandbox": {"executor": "ray", "ray_address": f"127.0.0.1:{wire.port}"}})
+        r, seconds = timed_cli("run_optimization", "--resume_from", str(run))
+        refused(r, f"pass --executor ray --ray_address 127.0.0.1:{wire.port} to accept them", seconds=seconds)
+        r, seconds = timed_cli("run_optimization", "--resume_from", str(run), "--executor", "ray")
+        refused(r, f"pass --ray_address 127.0.0.1:{wire.port} to accept it", seconds=seconds)
+        assert wire.connections == 0
+    finally:
+        wire.close()
+
+
+class Recorder(http.server.BaseHTTPRequestHandler):
+    """A tracking server that answers nothing useful and remembers every request and its headers."""
+
+    seen: list = []
+
+    def _any(self) -> None:
+        Recorder.seen.append((self.command, self.path, dict(self.headers)))
+        self.send_response(500)
+        self.end_headers()
+
+    do_GET = do_POST = do_PATCH = do_PUT = _any
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+@pytest.mark.e2e
+@pytest.mark.attack("a handed run folder whose run.json and tracking state send the run (config, records, patches) to "
+                    "an MLflow server it names, with the user's MLFLOW_TRACKING_TOKEN")
+def test_a_tracker_uri_of_the_folder_is_never_contacted(tmp_path, fake_openai):
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Recorder)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    uri = f"http://127.0.0.1:{server.server_address[1]}"
+    env = cli_env(fake_openai, MLFLOW_TRACKING_TOKEN="user-secret-token-0123", MLFLOW_HTTP_REQUEST_MAX_RETRIES="0")
+    try:
+        run = handed_run(tmp_path, {"tracking": {"backends": ["mlflow"], "mlflow_uri": uri}})
+        for extra in ([], ["--track", "mlflow"], ["--dry_run"]):
+            r, seconds = timed_cli("run_optimization", "--resume_from", str(run), *extra, env=env)
+            refused(r, f"--set tracking.mlflow_uri={uri} (uploads to the MLflow server it names", seconds=seconds)
+        # A real run that tracked to a local store, handed over with a state file naming the server:
+        # resumed with --track mlflow, it logs to its own store and never to the kept address.
+        config = tmp_path / "c.yaml"
+        config.write_text("sandbox:\n  backend: bwrap\nloop:\n  eval_samples: 3\n  skip_staged_eval: true\n")
+        r = run_cli("run_optimization", "--domain", "imo_grading", "--output_dir", str(tmp_path / "out"), "--run_id",
+                    "run", "--task_model", "openai/fake", "--meta_model", "openai/fake-meta", "--config", str(config),
+                    "--max_generation", "0", "--track", "mlflow", env=env, timeout=600)
+        assert r.returncode == 0, r.stderr[-3000:]
+        mine = tmp_path / "out" / "run"
+        state = json.loads((mine / "tracking" / "mlflow.json").read_text())
+        state["kept"]["uri"] = uri
+        (mine / "tracking" / "mlflow.json").write_text(json.dumps(state))
+        r = run_cli("run_optimization", "--resume_from", str(mine), "--track", "mlflow", "--max_generation", "0",
+                    env=env, timeout=600)
+        assert r.returncode == 0 and "warning" not in r.stdout, r.stdout[-3000:] + r.stderr[-3000:]
+        assert Recorder.seen == [], Recorder.seen
+        assert json.loads((mine / "run.json").read_text())["config"]["tracking"]["mlflow_uri"] is None
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.e2e
+@pytest.mark.attack("a handed run folder whose run.json points the models at an endpoint of its own (models.api_base) "
+                    "or opens the gateway, which holds the provider keys, beyond loopback (gateway.host)")
+def test_a_run_json_that_names_an_endpoint_is_refused(tmp_path, fake_openai):
+    wire = Tripwire()
+    try:
+        run = handed_run(tmp_path, {"models": {"task": "openai/fake", "api_base": f"http://127.0.0.1:{wire.port}"}})
+        r, seconds = timed_cli("run_optimization", "--resume_from", str(run), env=cli_env(fake_openai))
+        refused(r, "unknown config key models.api_base", seconds=seconds)
+        open_gateway = handed_run(tmp_path / "g", {"gateway": {"host": "0.0.0.0"}})
+        r, seconds = timed_cli("run_optimization", "--resume_from", str(open_gateway), env=cli_env(fake_openai))
+        refused(r, "pass --set gateway.host=0.0.0.0 to accept it", seconds=seconds)
+        assert wire.connections == 0
+    finally:
+        wire.close()
+
+
+@pytest.mark.e2e
+@pytest.mark.attack("a handed group of replicates whose group.json keeps a command line with --sandbox none and a "
+                    "tracker URI for the replicates it has not started")
+def test_a_group_json_that_asks_for_no_sandbox_is_refused(tmp_path):
+    group = tmp_path / "group"
+    group.mkdir()
+    atomic_write_json(group / "group.json", {"schema_version": 1, "runs": ["seed-0"], "seeds": [0], "argv": [
+        "--domain", "imo_grading", "--sandbox", "none", "--track", "mlflow", "--set",
+        "tracking.mlflow_uri=http://127.0.0.1:9"]})
+    r, seconds = timed_cli("run_optimization", "--resume_from", str(group))
+    refused(r, f"{group}/group.json asks for --sandbox none", "--set tracking.mlflow_uri=http://127.0.0.1:9",
+            seconds=seconds)
+    assert not (group / "seed-0").exists()
+
+
+# -- ledger.sqlite -------------------------------------------------------------------------------------
+CALLS = ("id INTEGER PRIMARY KEY, ts REAL, run_id TEXT, node TEXT, role TEXT, model TEXT, prompt_tokens INTEGER, "
+         "completion_tokens INTEGER, cost_usd REAL, latency_s REAL, cache_hit INTEGER, attempts INTEGER, error TEXT")
+
+
+def sqlite_ledger(path, *statements: str) -> None:
+    db = sqlite3.connect(path)
+    db.executescript(";\n".join(statements))
+    db.commit()
+    db.close()
+
+
+def readers_answer_in_one_line(tmp_path, run, expected: str) -> None:
+    """load_run, archive.analyze and a resume each refuse in one line; the dashboard's run page shows it."""
+    from archive.dashboard.server import serve
+    from hyperagents import load_run
+    from support.dashboard import get
+
+    started = time.monotonic()
+    with pytest.raises(UserError) as e:
+        load_run(run)
+    assert time.monotonic() - started < SECONDS and "\n" not in str(e.value)
+    assert str(e.value).startswith(f"{run / 'ledger.sqlite'}: not a ledger this project wrote: {expected}")
+    for args in (("archive.analyze", str(run), "--out", str(tmp_path / "analysis")),
+                 ("run_optimization", "--resume_from", str(run)), ("run_optimization", "--resume_from", str(run),
+                                                                   "--dry_run")):
+        r, seconds = timed_cli(*args)
+        refused(r, "ledger.sqlite: not a ledger this project wrote: " + expected, seconds=seconds)
+    srv = serve(run.parent, "127.0.0.1", 0)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        started = time.monotonic()
+        status, _, body = get(srv.server_address[1], f"/runs/{run.name}")
+        assert status == 200 and time.monotonic() - started < SECONDS
+        assert re.search(r"ledger\.sqlite: not a ledger this project wrote: " + re.escape(expected),
+                         html.unescape(body)), body[-3000:]
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+@pytest.mark.e2e
+@pytest.mark.attack("a ledger.sqlite whose calls table is a view over an endless recursive query (load_run, the "
+                    "dashboard's run page, archive.analyze and a resume would hang)")
+def test_a_ledger_view_over_an_endless_query(tmp_path):
+    run = handed_run(tmp_path, {})
+    sqlite_ledger(run / "ledger.sqlite", "CREATE VIEW calls AS WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 "
+                  "FROM n) SELECT i AS id, 0 AS ts, '' AS run_id, '' AS node, 'task' AS role, 'm' AS model, 1 AS "
+                  "prompt_tokens, 1 AS completion_tokens, 1.0 AS cost_usd, 0 AS latency_s, 0 AS cache_hit, 1 AS "
+                  "attempts, NULL AS error FROM n")
+    readers_answer_in_one_line(tmp_path, run, "it holds the view 'calls'")
+
+
+@pytest.mark.e2e
+@pytest.mark.attack("a ledger.sqlite with a trigger that a resumed run's first booked call would fire")
+def test_a_ledger_with_a_trigger(tmp_path):
+    run = handed_run(tmp_path, {})
+    sqlite_ledger(run / "ledger.sqlite", f"CREATE TABLE calls ({CALLS})", "CREATE TRIGGER slow AFTER INSERT ON calls "
+                  "BEGIN SELECT count(*) FROM calls a, calls b, calls c; END")
+    readers_answer_in_one_line(tmp_path, run, "it holds the trigger 'slow'")
+
+
+@pytest.mark.e2e
+@pytest.mark.attack("a ledger.sqlite with tables of another shape: an unknown column, a generated column that "
+                    "allocates a gigabyte per row, an unknown table")
+def test_a_ledger_of_unknown_shape(tmp_path):
+    run = handed_run(tmp_path, {})
+    sqlite_ledger(run / "ledger.sqlite", f"CREATE TABLE calls ({CALLS}, big BLOB AS (zeroblob(1000000000)))")
+    readers_answer_in_one_line(tmp_path, run, "table calls has the column 'big'")
+    other = handed_run(tmp_path / "b", {})
+    sqlite_ledger(other / "ledger.sqlite", f"CREATE TABLE calls ({CALLS})", "CREATE TABLE secrets (x)")
+    readers_answer_in_one_line(tmp_path / "b", other, "it holds the table 'secrets'")
+
+
+@pytest.mark.e2e
+@pytest.mark.attack("a ledger.sqlite that is a 2 GB sparse file, and one that is a fifo")
+def test_a_sparse_or_fifo_ledger(tmp_path):
+    run = handed_run(tmp_path, {})
+    with open(run / "ledger.sqlite", "wb") as f:
+        f.truncate(2 * 2**30)
+    readers_answer_in_one_line(tmp_path, run, "file is not a database")
+    fifo = handed_run(tmp_path / "f", {})
+    os.mkfifo(fifo / "ledger.sqlite")
+    readers_answer_in_one_line(tmp_path / "f", fifo, "ledger.sqlite is not a regular file")
+
+
+@pytest.mark.e2e
+@pytest.mark.attack("a ledger.sqlite that is a link to another SQLite file of the user (a resume would add the "
+                    "ledger's tables to it)")
+def test_a_linked_ledger_is_never_written(tmp_path):
+    victim = tmp_path / "places.sqlite"
+    sqlite_ledger(victim, "CREATE TABLE places (url TEXT)")
+    before = victim.read_bytes()
+    run = handed_run(tmp_path, {})
+    os.symlink(victim, run / "ledger.sqlite")
+    r, seconds = timed_cli("run_optimization", "--resume_from", str(run))
+    refused(r, "ledger.sqlite: not a ledger this project wrote: ledger.sqlite is not a regular file", seconds=seconds)
+    assert victim.read_bytes() == before
