@@ -161,7 +161,8 @@ def run(domain: str | Sequence[str] | None = None, config: str | Path | Mapping 
     mapping shaped like one; `settings` sets single fields ({"loop.promotion": "sica"}, as --set), after
     `preset` and `config`; `overrides` are the command line's options by name (max_generation=2,
     eval_samples=20, task_model=..., budget_usd=..., track=[...]), applied last. `resume_from` continues
-    a run (its config is its own; settings and overrides still apply over it). The run's lock is let
+    a run (its config is its own, settings and overrides applied over it, except where code runs and data
+    goes, which come from this call or the defaults: archive/run_folder.py). The run's lock is let
     go when the call returns, so another process may resume it."""
     if isinstance(domain, str):
         domain = [domain]
