@@ -215,7 +215,9 @@ def flags(patch: str, dropped: Iterable[str], hidden: Sequence[str], transcript:
         lambda b: transcript_flags(transcript, b)]
     for one in passes:
         try:
-            found += one(budget.fresh())
+            this = budget.fresh()
+            this.check()
+            found += one(this)
         except TooLarge as e:
             not_screened.append(f"{NOT_SCREENED} ({e.why})")
     return list(dict.fromkeys(not_screened + found))[:MAX_FLAGS]

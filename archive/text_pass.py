@@ -20,14 +20,15 @@ import time
 MAX_STEPS = 10_000  # matches one pass hands to Python (escapes decoded, variables used, paths looked at)
 SCREEN_SECONDS = 2.0  # wall time a node's passes may take together; past it the rest is not screened
 
-_ESCAPE = re.compile(r"\\(?:x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8}|[0-7]{1,3})")
+# An escape, also written once more escaped (`\\x64` in a JSON string or a transcript of one).
+_ESCAPE = re.compile(r"\\\\?(?:x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8}|[0-7]{1,3})")
 _CHR = re.compile(r"chr\(\s{0,8}(0[xX][0-9a-fA-F]{1,6}|[0-9]{1,7})\s{0,8}\)")  # a literal first: found fast
 # A shell assignment (not an option such as --depth=1) whose value holds no expansion: values
 # never expand further, so substituting them cannot grow the text past one value per use.
 _SHELL_SET = re.compile(r"(?<![\w$.-])([A-Za-z_][A-Za-z0-9_]{0,63})=([^\s;&|<>()`$]{0,256})")
 _SHELL_USE = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]{0,63})\}|([A-Za-z_][A-Za-z0-9_]{0,63}))")
 # Where two string literals meet ("dom" "ains", 'a' + 'b'): removing it joins them.
-_JOINT = re.compile(r"""(?:["']\s{0,64}(?:\+\s{0,64})?["']){1,64}""")
+_JOINT = re.compile(r"""(?:["']\s{0,32}(?:\+\s{0,32})?["']){1,16}""")
 _QUOTES = str.maketrans("", "", "\"'")
 
 
@@ -87,13 +88,14 @@ def joined(text: str) -> str:
 
 
 def unquoted(text: str) -> str:
-    """`text` without quotes, the way a shell reads `'dom'ains` or `"a""b"` as one word."""
-    return text.translate(_QUOTES)
+    """`text` without quotes, the way a shell reads `'dom'ains`, `$'dom'ains` or `"a""b"` as one word."""
+    return text.replace("$'", "'").replace('$"', '"').translate(_QUOTES)
 
 
 def _unescaped(escape: str, budget: Budget) -> str:
     budget.step("escapes")
-    code = int(escape[2:], 16) if escape[1] in "xuU" else int(escape[1:], 8)
+    body = escape.lstrip("\\")
+    code = int(body[1:], 16) if body[0] in "xuU" else int(body, 8)
     return chr(code) if code <= 0x10FFFF else escape
 
 
