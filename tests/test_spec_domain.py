@@ -123,6 +123,47 @@ def test_a_spec_domain_runs_the_loop_resumes_and_is_read_without_its_spec(tmp_pa
 
 
 @pytest.mark.e2e
+def test_a_run_scored_by_a_function_of_ones_own_resumes_with_its_spec_named_again(tmp_path, fake_openai):
+    spec = my_task(tmp_path)
+    (spec.parent / "capital_rules.py").write_text("def score(prediction, row):\n"
+                                                  "    return prediction.strip() == row['Answer']\n")
+    spec.write_text(spec.read_text().replace("scorer: exact", "scorer: capital_rules:score"))
+    fake_openai.set_responder(lambda request: answer(request, lambda country, user: country in ("France", "Italy")))
+    run_dir, env = tmp_path / "out" / "run", cli_env(fake_openai)
+    r = run_cli("run_optimization", "--domain_spec", str(spec), "--max_generation", "0", "--output_dir",
+                str(tmp_path / "out"), "--run_id", "run", "--task_model", "openai/fake", "--meta_model",
+                "openai/fake-meta", "--config", str(config(tmp_path)), env=env, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    node = json.loads((run_dir / "nodes" / "initial" / "node.json").read_text())
+    assert node["scores"]["capitals"]["val"] == 1 / 6  # Italy
+    kept = (run_dir / "domain_specs" / "capitals.json").read_text()
+    assert json.loads(kept)["scorer_sha256"] and "capital_rules.py" not in kept  # its name and digest, no path
+
+    r = run_cli("run_optimization", "--resume_from", str(run_dir), "--final_test", env=env, timeout=300)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr[-3000:]
+    assert "capital_rules:score, a function of your own" in r.stderr and "--domain_spec FILE" in r.stderr
+    r = run_cli("run_optimization", "--resume_from", str(run_dir), "--domain_spec", str(spec), "--final_test",
+                env=env, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "capitals" in (run_dir / "final_test.json").read_text()
+
+    # The data moved elsewhere: the same spec (same digests) resumes from where it lies now.
+    moved = tmp_path / "moved"
+    shutil.move(spec.parent, moved)
+    r = run_cli("run_optimization", "--resume_from", str(run_dir), "--domain_spec", str(moved / spec.name),
+                "--final_test", env=env, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    (moved / "capital_rules.py").write_text("def score(prediction, row):\n    return True\n")
+    r = run_cli("run_optimization", "--resume_from", str(run_dir), "--domain_spec", str(moved / spec.name),
+                "--final_test", env=env, timeout=300)
+    assert r.returncode == 2 and "the file of scorer capital_rules:score (sha256) differs" in r.stderr
+
+    shutil.rmtree(moved)
+    r = run_cli("archive.analyze", str(run_dir), "--out", str(tmp_path / "analysis"), env=env, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+
+
+@pytest.mark.e2e
 def test_the_harness_and_the_report_take_a_spec(tmp_path, fake_openai):
     spec = my_task(tmp_path)
     fake_openai.set_responder(lambda request: answer(request, lambda country, user: country != "Greece"))

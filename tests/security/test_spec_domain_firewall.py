@@ -3,9 +3,9 @@
 A spec domain's data lies wherever the user keeps it, outside the package, and its label and
 hidden columns are the user's to name. A hostile task agent is evaluated on its val split through
 the real command line (`python -m domains.harness --domain_spec`), and on every row looks for the
-label and the hidden notes: in its inputs, its environment (and every process's it can see), and
-every file it can read (the data files and the spec at the paths the host has them, and a walk
-of its whole visible file system). The values are markers no other file holds, and the agent's
+label, the hidden notes and its row's id: in its inputs, its environment (and every process's it can
+see), what its worker was sent, every file name and every file it can read (the data files and the
+spec at the paths the host has them, and a walk of its whole visible file system). The values are markers no other file holds, and the agent's
 source never spells them, so finding one anywhere means it got through.
 """
 
@@ -50,12 +50,19 @@ def walk():
 
 class TaskAgent:
     def __init__(self, model, chat_history_file=None):
-        pass
+        self.file = chat_history_file or ""
 
     def forward(self, inputs):
+        import gc
+
         got = []
         if MARK in json.dumps(inputs).encode() or set(inputs) - {"domain", "question"}:
             got.append("inputs: " + json.dumps(inputs))
+        if MARK in self.file.encode():
+            got.append("transcript name: " + self.file)
+        for obj in gc.get_objects():  # what the worker was sent, in its own process
+            if type(obj) is dict and "inputs" in obj and MARK in json.dumps(obj, default=str).encode():
+                got.append("worker message: " + json.dumps(obj, default=str)[:200])
         if MARK in str(os.environ).encode():
             got.append("environment")
         for pid in os.listdir("/proc"):
@@ -69,6 +76,8 @@ class TaskAgent:
         for path in walk():
             if os.path.islink(path) or not os.path.isfile(path):
                 continue
+            if MARK in path.encode():
+                got.append("file name: " + path)
             data = readable(path)
             scanned += data is not None
             if data and MARK in data:
@@ -86,7 +95,7 @@ def test_a_hostile_agent_learns_nothing_hidden_of_a_spec_domain(backend, tmp_pat
     task.mkdir()
     mark = "-".join(PREFIX)
     for split in ("train", "val"):
-        pd.DataFrame({"qid": [f"{split}{i}" for i in range(ROWS)],
+        pd.DataFrame({"qid": [f"{mark}-ID-{split}-{i}" for i in range(ROWS)],  # spells no label, yet
                       "Question": [f"What is the capital of country {i}?" for i in range(ROWS)],
                       "Answer": [f"{mark}-LABEL-{split}-{i}" for i in range(ROWS)],
                       "Notes": [f"{mark}-NOTE-{split}-{i}" for i in range(ROWS)]}
