@@ -81,6 +81,32 @@ def test_agent_sees_only_input_columns(tmp_path, fake_openai, config_file):
         assert set(inputs) == {"domain", "problem", "solution", "grading_guidelines", "student_answer"}
 
 
+@pytest.mark.e2e
+def test_rows_reach_the_agent_under_tokens_and_their_transcripts_are_found_by_id(tmp_path, fake_openai, config_file):
+    path = agent_file(tmp_path, """
+        from pathlib import Path
+        class TaskAgent:
+            def __init__(self, model, chat_history_file=None):
+                self.file = chat_history_file
+            def forward(self, inputs):
+                Path(self.file).write_text(inputs["student_answer"][:80])
+                return Path(self.file).stem, []
+    """)
+    r = harness(tmp_path, fake_openai, "--domain", "imo_grading", "--num_samples", "4", "--agent_path", path,
+                config=config_file)
+    assert r.returncode == 0, r.stderr
+    folder = tmp_path / "out" / "r"
+    data = pd.read_csv(REPO_ROOT / "domains/imo/data/gradingbench_filtered_100_train.csv", dtype=str).head(4)
+    df = pd.read_csv(folder / "predictions.csv", dtype=str)
+    assert list(df["Grading ID"]) == list(data["Grading ID"])  # the host keeps the data's ids
+    assert not any(i in p for i in data["Grading ID"] for p in df["prediction"])  # the agent saw none of them
+    journal = {rec["id"]: rec for rec in map(json.loads, (folder / "predictions.jsonl").read_text().splitlines())}
+    for qid, answer in zip(data["Grading ID"], data["Response"]):
+        token = journal[qid]["token"]
+        assert journal[qid]["prediction"] == f"chat_history_{token}"
+        assert (folder / "agent_evals" / f"chat_history_{token}.md").read_text() == answer[:80]
+
+
 def train_responses(n):
     train = pd.read_csv(REPO_ROOT / "domains/imo/data/gradingbench_filtered_100_train.csv", dtype=str)
     return list(train["Response"][:n])

@@ -5,8 +5,9 @@ hidden columns are the user's to name. A hostile task agent is evaluated on its 
 the real command line (`python -m domains.harness --domain_spec`), and on every row looks for the
 label, the hidden notes and its row's id: in its inputs, its environment (and every process's it can
 see), what its worker was sent, every file name and every file it can read (the data files and the
-spec at the paths the host has them, and a walk of its whole visible file system). The values are markers no other file holds, and the agent's
-source never spells them, so finding one anywhere means it got through.
+spec at the paths the host has them, and a walk of its whole visible file system). The values are
+markers no other file holds, and the agent's source never spells them, so finding one anywhere means
+it got through.
 """
 
 import json
