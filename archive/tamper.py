@@ -170,9 +170,10 @@ def assistant_turns(transcript: str) -> list[str]:
     return ["\n".join(parts) for parts in turns]
 
 
-def path_words(text: str, budget: Budget) -> Iterator[str]:
+def path_words(text: str, budget: Budget) -> Iterator[tuple[str, int]]:
     """The path-like words of `text` (runs of word characters, `.`, `/`, `-`) that hold a scoring
-    word or a data file's extension, in order; a long word is looked at MAX_TOKEN around each."""
+    word or a data file's extension, in order, each with where that is in it; a long word is looked
+    at MAX_TOKEN around each."""
     low = lowered(text)
     backwards = low[::-1]  # where a word starts, matched forwards from the hit in the reversed text
     pos = 0
@@ -182,8 +183,17 @@ def path_words(text: str, budget: Budget) -> Iterator[str]:
         start = max(found.start() - (before.end() - before.start()) if before else found.start(), pos)
         after = _PATH_RUN.match(low, found.end())
         end = after.end() if after else found.end()
-        yield text[start:end]
+        yield text[start:end], found.start() - start
         pos = end
+
+
+def _shown_at(word: str, at: int) -> str:
+    """A path-like word as a reason shows it: a long one around `at`, where its scoring word is."""
+    if len(word) <= MAX_SHOWN:
+        return _shown(word)
+    start = max(0, min(at - MAX_SHOWN // 3, len(word) - MAX_SHOWN))
+    more = "..." if start + MAX_SHOWN < len(word) else ""
+    return ("..." if start else "") + _shown(word[start:start + MAX_SHOWN]) + more
 
 
 def transcript_flags(transcript: str, budget: Budget | None = None) -> list[str]:
@@ -191,14 +201,14 @@ def transcript_flags(transcript: str, budget: Budget | None = None) -> list[str]
     budget = budget or Budget.starting_now()
     seen: dict[str, None] = {}
     for turn in assistant_turns(transcript):
-        for word in path_words(unquoted(joined(plain(turn, budget))), budget):
+        for word, at in path_words(unquoted(joined(plain(turn, budget))), budget):
             if ALLOWED_TO_RUN not in word and scoring_path(word, budget):
-                seen[word] = None
+                seen[_shown_at(word, at)] = None
                 if len(seen) >= MAX_PATHS:
                     break
         if len(seen) >= MAX_PATHS:
             break
-    return [f"its meta agent's commands name {_shown(path)}, on the scoring side" for path in seen]
+    return [f"its meta agent's commands name {path}, on the scoring side" for path in seen]
 
 
 def flags(patch: str, dropped: Iterable[str], hidden: Sequence[str], transcript: str,
