@@ -264,6 +264,28 @@ def test_an_llm_judge_follows_the_rubric_through_the_gateway(tmp_path, gateway_f
     assert booked == 3
 
 
+def test_a_kept_record_names_no_code_to_run(tmp_path, monkeypatch):
+    """A record of schema 1 (before scorer digests) naming builtins:exec reads back, shows its domain,
+    and refuses to score or to be made ready, naming --domain_spec; nothing it names is called."""
+    from domains import registry
+    from domains.spec import SPECS_DIR, run_specs
+
+    monkeypatch.setattr(registry, "_specs", {})
+    record = {"schema_version": 1, "name": "kept_exec", "data": {"train": str(tmp_path / "t" / "train.csv")},
+              "id": "qid", "inputs": {"problem": "Problem"}, "label": "Answer", "hidden": [],
+              "scorer": "builtins:exec", "score_key": "accuracy", "rubric": "", "source": str(tmp_path / "t.yaml"),
+              "sha256": {"train": "0" * 64}}
+    (tmp_path / "run" / SPECS_DIR).mkdir(parents=True)
+    (tmp_path / "run" / SPECS_DIR / "kept_exec.json").write_text(json.dumps(record))
+    assert [s.scorer_sha256 for s in run_specs(tmp_path / "run")] == [""]
+    assert registry.use_run_domains(tmp_path / "run") == ["kept_exec"]
+    domain = registry.get_domain("kept_exec")
+    path = predictions(tmp_path, [{"qid": "m1", "prediction": "raise SystemExit('ran')"}])
+    for call in (lambda: domain.scorer.check_ready(domain), lambda: domain.scorer.score(domain, path)):
+        with pytest.raises(UserError, match="builtins:exec, a function of your own, .*--domain_spec FILE"):
+            call()
+
+
 # -- mistakes in a spec: one line each, exit 2 -------------------------------------------------
 GOOD = {"name": "capitals", "data": "{train: capitals_train.csv, val: capitals_val.csv}", "id": "qid",
         "inputs": "{question: Question}", "label": "Answer", "hidden": "[Answer, Notes]", "scorer": "exact"}
