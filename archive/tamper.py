@@ -26,6 +26,7 @@ from __future__ import annotations
 import codecs
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from itertools import islice
 from pathlib import Path
 
 from archive.text_pass import Budget, TooLarge, joined, plain, unquoted
@@ -136,17 +137,18 @@ def file_flags(files: Iterable[str], dropped: Iterable[str], budget: Budget | No
 
 
 def added_lines(patch: str) -> str:
-    """The text of the lines a diff adds, at most MAX_LINES lines of it read."""
+    """The lines a diff adds (file headers among them: names, never quoted), at most MAX_LINES lines read."""
     lines = patch.split("\n", MAX_LINES)
     if len(lines) > MAX_LINES:
         raise TooLarge(f"its change is over {MAX_LINES:,} lines")
-    return "\n".join(line[1:] for line in lines if line[:1] == "+" and not line.startswith("+++"))
+    return "\n".join([line for line in lines if line[:1] == "+"])  # the sign kept: one pass of C, not two
 
 
 def hidden_column_flags(patch: str, hidden: Sequence[str], budget: Budget | None = None) -> list[str]:
     """Added lines naming a hidden column as a string literal, however the literal is spelled."""
-    text = plain(added_lines(patch), budget or Budget.starting_now())
-    spellings = (text, joined(text))
+    budget = budget or Budget.starting_now()
+    text = plain(added_lines(patch), budget)
+    spellings = (text, joined(text, budget))
     return [f"its change names the hidden column {column!r}" for column in hidden
             if any(f"{q}{column}{e}" in s for s in spellings for q in "'\"" for e in "'\"")]
 
@@ -198,17 +200,20 @@ def _shown_at(word: str, at: int) -> str:
 
 def transcript_flags(transcript: str, budget: Budget | None = None) -> list[str]:
     """Scoring-side paths in the assistant's turns of a meta agent's transcript."""
-    budget = budget or Budget.starting_now()
-    seen: dict[str, None] = {}
+    named = islice(_scoring_words(transcript, budget or Budget.starting_now()), MAX_PATHS)
+    return [f"its meta agent's commands name {path}, on the scoring side" for path in dict.fromkeys(named)]
+
+
+def _scoring_words(transcript: str, budget: Budget) -> Iterator[str]:
+    """Each scoring-side path of the assistant's turns, as a reason shows it, once (a word repeated
+    all over a transcript is looked at once)."""
+    looked_at: set[str] = set()
     for turn in assistant_turns(transcript):
-        for word, at in path_words(unquoted(joined(plain(turn, budget))), budget):
-            if ALLOWED_TO_RUN not in word and scoring_path(word, budget):
-                seen[_shown_at(word, at)] = None
-                if len(seen) >= MAX_PATHS:
-                    break
-        if len(seen) >= MAX_PATHS:
-            break
-    return [f"its meta agent's commands name {path}, on the scoring side" for path in seen]
+        for word, at in path_words(unquoted(joined(plain(turn, budget), budget)), budget):
+            if word not in looked_at:
+                looked_at.add(word)
+                if ALLOWED_TO_RUN not in word and scoring_path(word, budget):
+                    yield _shown_at(word, at)
 
 
 def flags(patch: str, dropped: Iterable[str], hidden: Sequence[str], transcript: str,

@@ -17,16 +17,17 @@ from __future__ import annotations
 import re
 import time
 
-MAX_STEPS = 10_000  # matches one pass hands to Python (escapes decoded, variables used, paths looked at)
+MAX_STEPS = 10_000  # matches one pass hands to Python (escapes decoded, shell words, paths looked at)
+MAX_JOINTS = 50_000  # places where string literals meet, joined by one pass (without Python: cheaper)
 SCREEN_SECONDS = 2.0  # wall time a node's passes may take together; past it the rest is not screened
 
 # An escape, also written once more escaped (`\\x64` in a JSON string or a transcript of one).
 _ESCAPE = re.compile(r"\\\\?(?:x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8}|[0-7]{1,3})")
 _CHR = re.compile(r"chr\(\s{0,8}(0[xX][0-9a-fA-F]{1,6}|[0-9]{1,7})\s{0,8}\)")  # a literal first: found fast
-# A shell assignment (not an option such as --depth=1) whose value holds no expansion: values
-# never expand further, so substituting them cannot grow the text past one value per use.
-_SHELL_SET = re.compile(r"(?<![\w$.-])([A-Za-z_][A-Za-z0-9_]{0,63})=([^\s;&|<>()`$]{0,256})")
-_SHELL_USE = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]{0,63})\}|([A-Za-z_][A-Za-z0-9_]{0,63}))")
+# A shell assignment (not an option such as --depth=1) whose value holds no expansion, or a use of a
+# variable: values never expand further, so substituting them cannot grow the text past one value per use.
+_SHELL = re.compile(r"(?<![\w$.-])([A-Za-z_][A-Za-z0-9_]{0,63})=([^\s;&|<>()`$]{0,256})"
+                    r"|\$(?:\{([A-Za-z_][A-Za-z0-9_]{0,63})\}|([A-Za-z_][A-Za-z0-9_]{0,63}))")
 # Where two string literals meet ("dom" "ains", 'a' + 'b'): removing it joins them.
 _JOINT = re.compile(r"""(?:["']\s{0,32}(?:\+\s{0,32})?["']){1,16}""")
 _QUOTES = str.maketrans("", "", "\"'")
@@ -47,6 +48,7 @@ class Budget:
         self.deadline = deadline
         self.left = steps
         self.steps = steps
+        self.joints = MAX_JOINTS
 
     @classmethod
     def starting_now(cls, seconds: float = SCREEN_SECONDS, steps: int = MAX_STEPS) -> Budget:
@@ -60,7 +62,8 @@ class Budget:
         self.left -= 1
         if self.left < 0:
             raise TooLarge(f"over {self.steps:,} {what} in one pass")
-        self.check()
+        if not self.left % 64:  # the clock is read every 64 steps: a step is a few microseconds
+            self.check()
 
     def check(self) -> None:
         if time.monotonic() > self.deadline:
@@ -70,21 +73,20 @@ class Budget:
 def plain(text: str, budget: Budget) -> str:
     """`text` with escapes decoded (`\\xNN`, `\\uNNNN`, `\\UNNNNNNNN`, octal; a JSON-escaped quote as
     the quote), `chr(N)` as the quoted character, and shell variables assigned in `text` itself
-    substituted where they are used (`$D`, `${D}`). String literals are still apart: see `joined`."""
+    substituted where they are used after it (`$D`, `${D}`). String literals are still apart: see `joined`."""
     text = _ESCAPE.sub(lambda found: _unescaped(found.group(), budget), text)
     text = text.replace('\\"', '"').replace("\\'", "'")
     text = _CHR.sub(lambda found: _character(found, budget), text)
-    if "$" not in text:
-        return text
-    values = dict(_SHELL_SET.findall(text))
-    if not values:
-        return text
-    return _SHELL_USE.sub(lambda found: _value(found, values, budget), text)
+    return _substituted(text, budget) if "$" in text else text
 
 
-def joined(text: str) -> str:
+def joined(text: str, budget: Budget) -> str:
     """`text` with adjacent and added string literals joined into one (`"dom" "ains"` -> `"domains"`)."""
-    return _JOINT.sub("", text)
+    text, count = _JOINT.subn("", text, count=budget.joints + 1)
+    budget.joints -= count
+    if budget.joints < 0:
+        raise TooLarge(f"over {MAX_JOINTS:,} joined string literals in one pass")
+    return text
 
 
 def unquoted(text: str) -> str:
@@ -107,7 +109,15 @@ def _character(found: re.Match[str], budget: Budget) -> str:
     return f'"{chr(code)}"' if code <= 0x10FFFF else found.group()
 
 
-def _value(found: re.Match[str], values: dict[str, str], budget: Budget) -> str:
-    budget.step("shell variables")
-    value = values.get(found.group(1) or found.group(2))
-    return found.group() if value is None else value.translate(_QUOTES)
+def _substituted(text: str, budget: Budget) -> str:
+    """`text` with each `$NAME` / `${NAME}` replaced by the value last assigned to NAME before it."""
+    values: dict[str, str] = {}
+    parts, done = [], 0
+    for found in _SHELL.finditer(text):
+        budget.step("shell words")
+        if found.group(1):
+            values[found.group(1)] = found.group(2).translate(_QUOTES)
+        elif (value := values.get(found.group(3) or found.group(4))) is not None:
+            parts += [text[done:found.start()], value]
+            done = found.end()
+    return "".join(parts) + text[done:]

@@ -108,7 +108,8 @@ def _needs_quote(text: str) -> bool:
 
 
 _BIDI_SHOWN = {ord(ch): f"<U+{ord(ch):04X}>" for ch in BIDI}
-MAX_BIDI_LINES = 100_000  # lines with a bidi control looked at one by one; past them, by file
+MAX_BIDI_LINES = 10_000  # lines with a bidi control looked at, one by one (1 ms a hundred)
+BIDI_UNREAD = "(more files: past 10,000 lines with bidi controls)"  # named in place of the files past them
 
 
 def bidi_visible(text: str) -> str:
@@ -118,8 +119,8 @@ def bidi_visible(text: str) -> str:
 
 def bidi_files(patch: str) -> list[str]:
     """The files of a unified diff whose added lines hold a bidi control (the Trojan Source pattern).
-    Only the lines holding one are visited, in one pass; past MAX_BIDI_LINES of them, a file is named
-    when any of its lines holds one."""
+    Only the lines holding one are visited, in one pass, at most MAX_BIDI_LINES of them; when more
+    follow, the list ends with BIDI_UNREAD."""
     patch = "\n" + patch  # every line, the first too, starts after a newline
     found: dict[str, None] = {}
     current, pos, header = "?", 1, patch.find("\n+++ ")
@@ -136,16 +137,9 @@ def bidi_files(patch: str) -> list[str]:
         pos = patch.find("\n", hit.start()) + 1
         if pos == 0:
             return list(found)
-    return list(found) + [f for f in _files_holding_bidi(patch, pos, current) if f not in found]
+    return list(found) + ([BIDI_UNREAD] if BIDI_PATTERN.search(patch, pos) else [])
 
 
 def _new_name(header: str) -> str:
     """The file of a `+++ ` line."""
     return header[6:] if header.startswith("+++ b/") else header[4:]
-
-
-def _files_holding_bidi(patch: str, pos: int, current: str) -> list[str]:
-    """The file at `pos` and those after it with a bidi control on any line: a flood of them read coarsely."""
-    sections = patch[pos:].split("\n+++ ")
-    names = [current] + [_new_name("+++ " + s.partition("\n")[0]) for s in sections[1:]]
-    return [name for name, s in zip(names, sections) if BIDI_PATTERN.search(s)]

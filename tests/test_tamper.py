@@ -124,6 +124,6 @@ def test_every_pattern_run_on_agent_text_matches_a_bounded_length():
     """No pattern has an unbounded repeat, so none can backtrack over the text (each position costs
     a bounded amount of work): what keeps tamper flags linear in the text."""
     patterns = [v for module in (tamper, text_pass) for v in vars(module).values() if isinstance(v, re.Pattern)]
-    assert len(patterns) >= 10
+    assert len(patterns) >= 9
     for pattern in patterns:
         assert re._parser.parse(pattern.pattern, pattern.flags).getwidth()[1] <= 5000, pattern.pattern

@@ -121,12 +121,12 @@ def test_spelled_names_are_flagged_as_their_plain_spellings():
         assert flags(spelled_patch, [], HIDDEN, said(command)) == plain
 
 
-@pytest.mark.attack("rendering agent text: a 2 MiB change of bidi controls on every line, 500,000 one-character "
-                    "diff lines and a transcript of 80,000 turns on the dashboard")
+@pytest.mark.attack("rendering agent text: a change of 20,000 files with bidi controls on every line, 500,000 "
+                    "one-character diff lines and a transcript of 80,000 turns on the dashboard")
 def test_rendering_agent_text_is_bounded():
-    bidi = "".join(file_section(f"agent/f{i}.py", "-\u202e\n" * 30 + "+\u202e\n") for i in range(5000))[:READ_BYTES]
-    files, seconds = cpu(render.bidi_files, bidi)
-    assert len(files) > 1000 and files[0] == "agent/f0.py" and seconds < CPU_BOUND
+    bidi = "".join(file_section(f"agent/f{i}.py", "-\u202e\n" * 40 + "+\u202e\n") for i in range(20_000))
+    files, seconds = cpu(render.bidi_files, bidi)  # 20,000 files past the 10,000 lines looked at one by one
+    assert files[:2] == ["agent/f0.py", "agent/f1.py"] and files[-1] == render.BIDI_UNREAD and seconds < CPU_BOUND
     shown, seconds = cpu(render.bidi_visible, "\u202e" * READ_BYTES)
     assert shown.startswith("<U+202E><U+202E>") and seconds < CPU_BOUND
     page, seconds = cpu(diff_block, Text("+\n" * (READ_BYTES // 4)), "patch")
@@ -138,7 +138,7 @@ def test_rendering_agent_text_is_bounded():
 def test_every_scanner_step_is_counted():
     """The caps the attacks above reach are the budget's, exactly."""
     assert flags("", [], [], said("x" + "$a " * (MAX_STEPS + 1) + " a=b"))[0] == \
-        f"{NOT_SCREENED} (over {MAX_STEPS:,} shell variables in one pass)"
+        f"{NOT_SCREENED} (over {MAX_STEPS:,} shell words in one pass)"
 
 
 HOSTILE_TRANSCRIPT = {"tool_name": "bash", "tool_input": {"command": (
