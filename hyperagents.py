@@ -9,9 +9,11 @@ Each call goes through what the command line does (`optimizer.launch` for `run`,
 `evaluate`): the same config validation, run folder, lock and resume. Where a command would print
 one line and exit 2, a call raises `services.errors.UserError` with that line; a provider's outage
 raises `ProviderDown` (a BaseException, as Ctrl-C's KeyboardInterrupt is), after which the same
-call with `resume_from` goes on. Results are frozen dataclasses read back from the run's own
-records (archive.store, archive.records, archive.stats, the ledger), so a run started on the
-command line reads the same as one started here.
+call with `resume_from` goes on. The `str()` of both is the line as the command shows it: what it
+quotes from a folder or an agent has every control, bidi and newline character written visibly, so
+printing it (or a traceback of it) in a terminal or a notebook acts on nothing. Results are frozen
+dataclasses read back from the run's own records (archive.store, archive.records, archive.stats, the
+ledger), so a run started on the command line reads the same as one started here.
 """
 
 from __future__ import annotations
