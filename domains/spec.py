@@ -186,8 +186,8 @@ def _check_ids_tell_nothing(df: pd.DataFrame, id_column: str, secret: dict[str, 
         same = ids == df[column].astype(str).str.strip().str.casefold()
         if same.any():
             row = list(df.loc[same, id_column])[0]
-            raise UserError(f"{where}: key 'id': row {row!r} of {path} has its id as its {what} column "
-                            f"{column!r}; ids must tell nothing an agent must not see")
+            raise UserError(f"{where}: key 'id': row {row!r} of {path}: its id equals its {what} column "
+                            f"{column!r}; an id must tell nothing an agent must not see")
 
 
 def _text(raw: dict, key: str, where: str) -> str:

@@ -14,9 +14,8 @@
   link followed out of it), loaded under a private module name without touching `sys.path`, so no
   file beside it (a `litellm.py`, a `json.py`) can stand in for a module the host imports later;
   the scorer imports installed modules only. A run's record of the spec keeps the function's name
-  and its file's sha256, never where to import it from: a domain read from a record alone scores
-  with the built-in rules and shows its stored scores, and asks for `--domain_spec FILE` to call
-  the user's function.
+  and its file's sha256, never where to import it from: read from a record alone, such a domain
+  shows its stored scores, and asks for `--domain_spec FILE` before anything would call the function.
 
 Whatever the rule, the report has the mean under the spec's `score_key` and every row's score in
 `row_scores`, which the intervals, the promotion tests and the dashboard read.
@@ -49,6 +48,7 @@ if TYPE_CHECKING:
 BUILT_IN = ("exact", "math_verify", "llm_judge")
 JUDGE_THREADS = 8  # judge calls side by side: each waits on the model
 JUDGED_CHARS = 20_000  # of a prediction's end, what the judge reads: an agent's output is not bounded otherwise
+MAX_SCORER_BYTES = 2**20  # a scorer module is a few functions
 VERDICT = re.compile(r"VERDICT:\s*(PASS|FAIL)\b", re.IGNORECASE)
 
 JUDGE_PROMPT = """You grade one answer to a task, following the rubric below and nothing else.
@@ -70,7 +70,6 @@ Reason briefly, then end with one line: VERDICT: PASS or VERDICT: FAIL
 """
 
 
-MAX_SCORER_BYTES = 2**20  # a scorer module is a few functions
 _loaded: dict[tuple[str, str, str], Callable] = {}  # (file, sha256, function) -> the function, loaded once
 
 
