@@ -107,6 +107,15 @@ def test_values_of_the_right_shape_pass(key, value):
     assert getattr(getattr(apply_mapping(Config(), {section: {name: value}}, "test"), section), name) == value
 
 
+def test_role_aliases_resolve_through_each_other_and_a_circle_is_one_line():
+    config = apply_mapping(Config(), {"models": {"task": "openai/t", "grader": "task", "heldout_grader": "grader"}},
+                           "test")
+    assert config.resolve_model("heldout_grader") == "openai/t" and config.resolve_model("openai/x") == "openai/x"
+    config = apply_mapping(Config(), {"models": {"task": "judge", "judge": "task"}}, "test")
+    with pytest.raises(UserError, match="models.task names roles in a circle: task -> judge -> task"):
+        config.resolve_model("task")
+
+
 @pytest.mark.e2e
 @pytest.mark.parametrize("module,flags,name", [
     ("run_optimization", ["--max_generation", "-1"], "--max_generation"),
