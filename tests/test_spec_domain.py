@@ -104,11 +104,12 @@ def test_a_spec_domain_runs_the_loop_resumes_and_is_read_without_its_spec(tmp_pa
     val = spec.parent / "capitals_val.csv"
     original = val.read_bytes()
     val.write_bytes(original.replace(b"Rome", b"Milan"))
-    r = run_cli("run_optimization", "--resume_from", str(run_dir), "--final_test", env=env, timeout=300)
+    resume = ["run_optimization", "--resume_from", str(run_dir), "--final_test", "--track", "mlflow"]  # as it ran
+    r = run_cli(*resume, env=env, timeout=300)
     assert r.returncode == 2 and "changed since domain capitals was defined" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
     val.write_bytes(original)
-    r = run_cli("run_optimization", "--resume_from", str(run_dir), "--final_test", env=env, timeout=300)
+    r = run_cli(*resume, env=env, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     final = json.loads((run_dir / "final_test.json").read_text())
     assert "capitals" in json.dumps(final) and (run_dir / "domain_specs" / "capitals.json").is_file()
