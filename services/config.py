@@ -222,18 +222,22 @@ def _merge(obj: _Section, data: object, where: str) -> _Section:
     return obj
 
 
-def _between(low: float, high: float) -> tuple[Callable[[float], bool], str]:
+# A rule: (test, what is expected), the latter in words or, for a range, by the bound a value crossed.
+_Rule = tuple[Callable[[typing.Any], bool], "str | Callable[[typing.Any], str]"]
+
+
+def _between(low: float, high: float) -> _Rule:
     """A number from `low` to `high`: every number of a config has a ceiling, so none can overflow a float
     or a C integer where it is used (a sandbox's limit, a sleep, a price)."""
-    return (lambda v: low <= v <= high), f"{low:g} or more, at most {high:g}"
+    return (lambda v: low <= v <= high), lambda v: f"{low:g} or more" if v < low else f"at most {high:g}"
 
 
-def _above_up_to(low: float, high: float) -> tuple[Callable[[float], bool], str]:
-    return (lambda v: low < v <= high), f"greater than {low:g}, at most {high:g}"
+def _above_up_to(low: float, high: float) -> _Rule:
+    return (lambda v: low < v <= high), lambda v: f"greater than {low:g}" if v <= low else f"at most {high:g}"
 
 
-def _count(high: int) -> tuple[Callable[[int], bool], str]:
-    return (lambda v: 1 <= v <= high), f"a positive integer of at most {high:,}"
+def _count(high: int) -> _Rule:
+    return (lambda v: 1 <= v <= high), lambda v: "a positive integer" if v < 1 else f"at most {high:,}"
 
 
 MAX_TEXT = 4096  # characters of any text in a config (a path, a name, an address)
@@ -433,7 +437,8 @@ def validate(config: Config) -> Config:
                 raise UserError(f"{key} must be printable text of at most {MAX_TEXT} characters, got {show(bad)}")
             test, expected = rules.get(key, (None, None))
             if test and value is not None and not test(value):
-                raise UserError(f"{key} must be {expected}, got {show(value)}")
+                raise UserError(f"{key} must be {expected(value) if callable(expected) else expected}, "
+                                f"got {show(value)}")
     if config.sandbox.executor == "ray" and config.sandbox.backend == "none":
         raise UserError("sandbox.backend none cannot run on a Ray cluster: each node runs agent code in its own "
                         "bwrap or docker sandbox (sandbox.backend auto, bwrap or docker)")
