@@ -215,6 +215,14 @@ def test_a_server_killed_by_a_signal_is_named_in_one_line_and_not_started_again(
     assert server.dead_reason() == line  # what happened stays said
 
 
+def test_the_server_will_not_start_without_a_key(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != local_model.LOCAL_KEY_ENV}
+    r = subprocess.run([sys.executable, str(local_model.SERVE), "--model", str(tmp_path / "none.gguf"), "--alias",
+                        "x", "--port", "1", "--n_ctx", "64", "--threads", "1"], env=env, capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 2 and f"set {local_model.LOCAL_KEY_ENV}" in r.stderr
+
+
 def test_a_server_that_stop_ends_is_not_dead():
     server = LocalServer(LOCAL_DEFAULT).ensure_started()
     server.stop()
