@@ -85,9 +85,13 @@ def test_a_run_is_logged_to_each_tracker_and_a_resume_logs_each_node_once(tmp_pa
     assert "warning" not in r.stdout, r.stdout
     run_dir = tmp_path / "out" / "run"
     first = {name: json.loads((run_dir / "tracking" / f"{name}.json").read_text()) for name in ("mlflow", "wandb")}
-    # Resumed for one more generation: the trackers come back from run.json, no --track needed.
+    # A resume takes its trackers from the command line only (archive/run_folder.py): without them it is
+    # refused in one line naming the flag; with them, it continues each tracker's run.
+    r = run_cli("run_optimization", "--resume_from", str(run_dir), env=cli_env(fake_openai), timeout=600)
+    assert r.returncode == 2 and r.stderr.strip().endswith("pass --track mlflow,tensorboard,wandb to accept it"), \
+        r.stderr
     r = run_cli("run_optimization", "--resume_from", str(run_dir), "--max_generation", "2",
-                env=cli_env(fake_openai), timeout=600)
+                "--track", "mlflow,tensorboard,wandb", env=cli_env(fake_openai), timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "warning" not in r.stdout, r.stdout
     tracking = run_dir / "tracking"

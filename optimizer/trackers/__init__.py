@@ -38,6 +38,9 @@ if TYPE_CHECKING:
 
 STATE_LIMIT = 16 * 2**20  # RUN/tracking/<backend>.json: a run id and a line per node
 MAX_ENTRIES = 200_000  # files and folders of RUN/tracking looked at for links before a tracker writes there
+# Each tracker's store under RUN/tracking, and whether its library writes anywhere in it: W&B makes a new
+# offline-run folder each time (whose logs it links to its own cache), the others write into what is there.
+STORES = {"mlflow": ("mlruns", True), "tensorboard": ("tensorboard", True), "wandb": ("wandb", False)}
 RUN_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")  # a tracker's run id as MLflow and W&B make them
 
 
@@ -121,7 +124,8 @@ class Trackers:
     def _start(self, name: str) -> None:
         folder = self.run_dir / "tracking"
         try:
-            if planted := planted_entry(folder):
+            store, deep = STORES[name]
+            if planted := planted_entry(folder, deep=False) or planted_entry(folder / store, deep):
                 raise OSError(f"{planted} is a link or a special file (a tracker's library would write through it)")
             folder.mkdir(exist_ok=True)
             backend = _Open(BACKENDS[name].load()(self.run_dir, self.settings), folder / f"{name}.json")
@@ -199,17 +203,23 @@ class Trackers:
                                     "logs nothing more in this process, and a resume catches it up"))
 
 
-def planted_entry(folder: Path) -> Path | None:
-    """The first link, fifo, socket or device at or below `folder` (or `folder` itself past MAX_ENTRIES):
-    a tracker's library writes into its store by path, so one that came with a run folder would lead
-    those writes to a file of the host."""
+def planted_entry(folder: Path, deep: bool = True) -> Path | None:
+    """The first link out of `folder`, fifo, socket or device in it (below it with `deep`), or `folder`
+    itself when it is one or holds over MAX_ENTRIES: a tracker's library writes into its store by path,
+    so one that came with a run folder would lead those writes to a file of the host. Links within it
+    stay (W&B's latest-run)."""
     if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
         return folder
-    seen = 0
+    seen, inside = 0, os.path.realpath(folder) + os.sep
     for root, folders, files in os.walk(folder):  # links to folders are listed, never entered
         for name in folders + files:
             seen += 1
             path = Path(root) / name
-            if seen > MAX_ENTRIES or path.is_symlink() or not (path.is_dir() or path.is_file()):
-                return path if seen <= MAX_ENTRIES else folder
+            if seen > MAX_ENTRIES:
+                return folder
+            if path.is_symlink() and not os.path.realpath(path).startswith(inside) or not path.is_symlink() and not (
+                    path.is_dir() or path.is_file()):
+                return path
+        if not deep:
+            break
     return None

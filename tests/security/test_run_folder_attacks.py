@@ -68,6 +68,9 @@ def test_every_config_field_is_either_the_folders_or_the_commands():
                           or k.endswith(("api_base", "base_url"))}
     assert looks_like_a_place - set(GUARDED) <= set(NAMED_LIKE_A_PLACE), looks_like_a_place - set(GUARDED)
     assert set(NAMED_LIKE_A_PLACE) <= DATA
+    from optimizer.trackers import BACKENDS, STORES
+
+    assert set(STORES) == set(BACKENDS)  # every tracker's store is checked for links before it writes there
 
 
 def test_a_folder_keeps_what_the_command_allows_and_the_user_decides_the_rest(tmp_path):
