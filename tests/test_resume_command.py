@@ -11,6 +11,7 @@ import time
 import pytest
 
 from optimizer.launch import RunRequest, python_command, resumable, resume_command
+from services.config import Config
 from services.errors import ProviderDown, advice_of
 from support.cli import REPO_ROOT, cli_env
 from support.scripted_loop import events, loop_config, nodes, responder
@@ -59,6 +60,15 @@ def test_the_command_gives_again_what_a_run_folder_does_not_keep(tmp_path):
                         "--split", "test", "--dashboard", "8800"]
     assert shlex.split(resume_command(run_dir, RunRequest(overrides={"max_generation": 9})))[1:] == [
         "-m", "run_optimization", "--resume_from", str(run_dir)]  # a flag's value is kept in run.json
+    # ...except where code runs and data goes, which a resume takes from its command line alone
+    # (archive/run_folder.py): the run's own are given again, so the command does not stop at a refusal.
+    own = Config.from_dict({"sandbox": {"backend": "none"}, "tracking": {"backends": ["mlflow"]},
+                            "harness": {"data_files": {"amo_bench": "/data/amo bench.json"}}})
+    assert shlex.split(resume_command(run_dir, RunRequest(), own))[1:] == [
+        "-m", "run_optimization", "--resume_from", str(run_dir), "--sandbox", "none",
+        "--data", "amo_bench=/data/amo bench.json", "--track", "mlflow"]
+    assert shlex.split(resume_command(run_dir, RunRequest(), Config.from_dict({"sandbox": {"backend": "bwrap"}})))[
+        1:] == ["-m", "run_optimization", "--resume_from", str(run_dir)]  # no weaker than the defaults: kept
 
 
 def test_a_stop_before_the_run_exists_says_there_is_nothing_to_resume(tmp_path):
