@@ -9,16 +9,27 @@ field against its annotation and `_rules()`; each way a config is made ends with
 from __future__ import annotations
 
 import dataclasses
-import ipaddress
 import math
 import re
 import typing
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from urllib.parse import urlsplit
 
+from services.config_values import (
+    DOCKER_REFERENCE,
+    DOCKER_REFERENCE_MAX,
+    above_up_to,
+    bad_text,
+    between,
+    count,
+    has_port,
+    is_host,
+    is_model,
+    one_of,
+    stages,
+    uri,
+)
 from services.errors import UserError
 from services.plain_data import conforms, describe, show
 from services.user_files import read_yaml
@@ -222,199 +233,112 @@ def _merge(obj: _Section, data: object, where: str) -> _Section:
     return obj
 
 
-# A rule: (test, what is expected), the latter in words or, for a range, by the bound a value crossed.
-_Rule = tuple[Callable[[typing.Any], bool], "str | Callable[[typing.Any], str]"]
-
-
-def _between(low: float, high: float) -> _Rule:
-    """A number from `low` to `high`: every number of a config has a ceiling, so none can overflow a float
-    or a C integer where it is used (a sandbox's limit, a sleep, a price)."""
-    return (lambda v: low <= v <= high), lambda v: f"{low:g} or more" if v < low else f"at most {high:g}"
-
-
-def _above_up_to(low: float, high: float) -> _Rule:
-    return (lambda v: low < v <= high), lambda v: f"greater than {low:g}" if v <= low else f"at most {high:g}"
-
-
-def _count(high: int) -> _Rule:
-    return (lambda v: 1 <= v <= high), lambda v: "a positive integer" if v < 1 else f"at most {high:,}"
-
-
 MAX_TEXT = 4096  # characters of any text in a config (a path, a name, an address)
 SEED_LIMIT = 2**63  # seeds are below this, so a group's seeds and what is derived from them stay small numbers
-
-
-def _one_of(*choices: str) -> tuple[Callable[[object], bool], str]:
-    return (lambda v: v in choices), "one of " + ", ".join(map(str, choices))
-
-
-def _stages(value: list | dict) -> bool:
-    """A stage list, or domain name -> stage list."""
-    if isinstance(value, dict):
-        return all(isinstance(k, str) and isinstance(v, list) and _stage_list(v) for k, v in value.items())
-    return _stage_list(value)
-
-
-def _stage_list(value: list) -> bool:
-    # The bound on `above` is checked before anything makes a float of it: an integer of 400 digits has none.
-    stages = all(conforms(v, list) and len(v) in (2, 3) and type(v[0]) is int and 1 <= v[0] <= 10**7
-                 and conforms(v[1], float) and -1e9 <= v[1] <= 1e9 and (len(v) == 2 or v[2] in PROMOTION_RULES)
-                 for v in value)
-    return stages and all(a[0] < b[0] for a, b in zip(value, value[1:]))
-
-
-# Docker's image reference (the distribution project's grammar): [HOST[:PORT]/]PATH[:TAG][@DIGEST], where
-# PATH is lower-case components joined by `/`, each alphanumeric runs joined by `.`, `_`, `__` or dashes.
-_ALNUM = r"[a-z0-9]+"
-_PATH_PART = rf"{_ALNUM}(?:(?:[._]|__|-+){_ALNUM})*"
-_HOST_PART = r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
-_REGISTRY = rf"(?:{_HOST_PART}(?:\.{_HOST_PART})*|\[[0-9A-Fa-f:.]+\])(?::[0-9]{{1,5}})?"
-DOCKER_REFERENCE = re.compile(rf"(?:{_REGISTRY}/)?{_PATH_PART}(?:/{_PATH_PART})*(?::\w[\w.-]{{0,127}})?"
-                              r"(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?")
-DOCKER_REFERENCE_MAX = 255  # Docker's own limit on a name; checked before the pattern
-HOST_NAME = re.compile(rf"{_HOST_PART}(?:\.{_HOST_PART})*")
-MODEL_NAME = re.compile(r"\S{1,256}")  # provider/name as litellm reads it: no space, no control
-DOCKER_HOST_SCHEMES = ("unix", "tcp", "ssh", "http", "https")
-TRACKING_URI_SCHEMES = ("http", "https", "file", "sqlite")
-
-
-def _is_host(text: str) -> bool:
-    """An IP address or a DNS name."""
-    try:
-        ipaddress.ip_address(text)
-    except ValueError:
-        return len(text) <= 253 and HOST_NAME.fullmatch(text) is not None
-    return True
-
-
-def _has_port(text: str) -> bool:
-    """HOST:PORT, the port from 1 to 65535 ([V6]:PORT for an IPv6 address)."""
-    host, sep, port = text.rpartition(":")
-    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
-    return bool(sep) and port.isascii() and port.isdigit() and len(port) <= 5 and 1 <= int(port) <= 65535 \
-        and _is_host(host)
-
-
-def _uri(schemes: tuple[str, ...]) -> tuple[Callable[[str], bool], str]:
-    """A URI whose scheme is one of `schemes`, with somewhere to go (a host or a path)."""
-    def test(text: str) -> bool:
-        try:
-            parts = urlsplit(text)
-        except ValueError:
-            return False
-        return parts.scheme in schemes and bool(parts.netloc or parts.path) and not any(c.isspace() for c in text)
-    return test, f"a URI of scheme {', '.join(f'{s}://' for s in schemes)}"
-
-
-def _model(value: str) -> bool:
-    return MODEL_NAME.fullmatch(value) is not None
 
 
 def _rules() -> dict:
     """Value rules beyond the type, by dotted key: (test, what is expected). A null where allowed passes.
     Every field but a bool has one: numbers have a range, text a shape (tests/test_config_validation.py)."""
     return {
-        "models.task": (_model, "a model (provider/name, no spaces)"),
-        "models.grader": (_model, "a model (provider/name, no spaces)"),
-        "models.judge": (_model, "a model (provider/name, no spaces)"),
-        "gateway.host": (_is_host, "an IP address or a host name"),
+        "models.task": (is_model, "a model (provider/name, no spaces)"),
+        "models.grader": (is_model, "a model (provider/name, no spaces)"),
+        "models.judge": (is_model, "a model (provider/name, no spaces)"),
+        "gateway.host": (is_host, "an IP address or a host name"),
         "gateway.port": (lambda v: 0 <= v <= 65535, "a port number from 0 to 65535"),
-        "gateway.max_retries": _between(0, 100),
-        "gateway.breaker_failures": _count(1000),
-        "gateway.backoff_base_s": _between(0, 3600),
-        "gateway.backoff_max_s": _between(0, 86400),
-        "gateway.request_timeout_s": _above_up_to(0, 86400),
-        "gateway.cache": _one_of(*CACHE_MODES),
-        "gateway.budget_usd": _between(0, 1e9),
-        "gateway.budget_tokens": _between(0, 10**15),
-        "gateway.max_concurrent_calls": _count(10_000),
-        "gateway.requests_per_minute": _count(10**6),
-        "gateway.max_output_tokens": _count(10**7),
-        "gateway.max_n": _count(128),
-        "gateway.max_request_mb": _count(1024),
-        "gateway.local_context": _count(10**6),
-        "gateway.local_threads": _between(0, 4096),
-        "gateway.prices": (lambda v: all(_model(k) and conforms(p, list[float]) and len(p) in (2, 4)
+        "gateway.max_retries": between(0, 100),
+        "gateway.breaker_failures": count(1000),
+        "gateway.backoff_base_s": between(0, 3600),
+        "gateway.backoff_max_s": between(0, 86400),
+        "gateway.request_timeout_s": above_up_to(0, 86400),
+        "gateway.cache": one_of(*CACHE_MODES),
+        "gateway.budget_usd": between(0, 1e9),
+        "gateway.budget_tokens": between(0, 10**15),
+        "gateway.max_concurrent_calls": count(10_000),
+        "gateway.requests_per_minute": count(10**6),
+        "gateway.max_output_tokens": count(10**7),
+        "gateway.max_n": count(128),
+        "gateway.max_request_mb": count(1024),
+        "gateway.local_context": count(10**6),
+        "gateway.local_threads": between(0, 4096),
+        "gateway.prices": (lambda v: all(is_model(k) and conforms(p, list[float]) and len(p) in (2, 4)
                                          and all(0 <= x <= 1e6 for x in p) for k, p in v.items()),
                            "model -> [usd per 1M input, usd per 1M output] or [input, output, cached read, "
                            "cache write], each from 0 to 1e+06"),
-        "harness.num_workers": _count(1024),
-        "harness.save_interval": _count(10**9),
-        "harness.row_timeout_s": _above_up_to(0, 10**7),
-        "harness.start_timeout_s": _above_up_to(0, 10**6),
-        "harness.max_prediction_bytes": _count(2**30),
+        "harness.num_workers": count(1024),
+        "harness.save_interval": count(10**9),
+        "harness.row_timeout_s": above_up_to(0, 10**7),
+        "harness.start_timeout_s": above_up_to(0, 10**6),
+        "harness.max_prediction_bytes": count(2**30),
         "harness.data_files": (lambda v: conforms(v, dict[str, str]) and all(k and p for k, p in v.items()),
                                "domain -> data file path"),
-        "sandbox.backend": _one_of(*SANDBOX_BACKENDS),
-        "sandbox.memory_mb": _count(2**22),
-        "sandbox.pids": _count(2**22),
-        "sandbox.cpus": _above_up_to(0, 4096),
-        "sandbox.cpu_seconds": _count(10**8),
-        "sandbox.file_size_mb": _count(2**22),
-        "sandbox.tmp_mb": _count(2**22),
-        "sandbox.output_cap_mb": _above_up_to(0, 2**14),
-        "sandbox.disk_mb": _above_up_to(0, 2**30),
+        "sandbox.backend": one_of(*SANDBOX_BACKENDS),
+        "sandbox.memory_mb": count(2**22),
+        "sandbox.pids": count(2**22),
+        "sandbox.cpus": above_up_to(0, 4096),
+        "sandbox.cpu_seconds": count(10**8),
+        "sandbox.file_size_mb": count(2**22),
+        "sandbox.tmp_mb": count(2**22),
+        "sandbox.output_cap_mb": above_up_to(0, 2**14),
+        "sandbox.disk_mb": above_up_to(0, 2**30),
         "sandbox.docker_image": (lambda v: len(v) <= DOCKER_REFERENCE_MAX and DOCKER_REFERENCE.fullmatch(v) is not None,
                                  "a Docker image reference ([HOST[:PORT]/]NAME[:TAG][@DIGEST], the name in lower "
                                  "case)"),
-        "sandbox.docker_host": _uri(DOCKER_HOST_SCHEMES),
-        "sandbox.executor": _one_of(*EXECUTORS),
-        "sandbox.ray_address": (lambda v: v == "auto" or _has_port(v.removeprefix("ray://")),
+        "sandbox.docker_host": uri(("unix", "tcp", "ssh", "http", "https")),
+        "sandbox.executor": one_of(*EXECUTORS),
+        "sandbox.ray_address": (lambda v: v == "auto" or has_port(v.removeprefix("ray://")),
                                 "a Ray address (auto, HOST:PORT or ray://HOST:PORT)"),
-        "loop.max_generation": _between(0, 100_000),
-        "loop.parent_selection": _one_of(*PARENT_SELECTIONS),
+        **_loop_rules(),
+    }
+
+
+def _loop_rules() -> dict:
+    """The rules of the loop's and the trackers' fields (the rest of `_rules`)."""
+    return {
+        "loop.max_generation": between(0, 100_000),
+        "loop.parent_selection": one_of(*PARENT_SELECTIONS),
         "loop.islands": (lambda v: 1 <= v <= 64, "from 1 to 64"),
-        "loop.migrate_every": _count(10**6),
-        "loop.meta_bandit": _one_of("ucb1", "thompson"),
-        "loop.merge_every": _between(0, 10**6),
-        "models.meta": (lambda v: _model(v) if isinstance(v, str) else 2 <= len(v) <= 8 and len(set(v)) == len(v)
-                        and all(_model(m) and m != "auto" for m in v),
+        "loop.migrate_every": count(10**6),
+        "loop.meta_bandit": one_of("ucb1", "thompson"),
+        "loop.merge_every": between(0, 10**6),
+        "models.meta": (lambda v: is_model(v) if isinstance(v, str) else 2 <= len(v) <= 8 and len(set(v)) == len(v)
+                        and all(is_model(m) and m != "auto" for m in v),
                         "a model, or a list of 2 to 8 distinct models (not auto)"),
-        "models.heldout_grader": (lambda v: _model(v) and v != "auto", "a model (not auto)"),
+        "models.heldout_grader": (lambda v: is_model(v) and v != "auto", "a model (not auto)"),
         "loop.novelty_threshold": (lambda v: 0 < v <= 1, "a number above 0 and at most 1"),
         "loop.seed": (lambda v: 0 <= v < SEED_LIMIT, f"an integer from 0 to 2**{SEED_LIMIT.bit_length() - 1} - 1"),
         "loop.parallel": (lambda v: 1 <= v <= 64, "from 1 to 64"),
         "loop.eval_samples": (lambda v: v == -1 or 1 <= v <= 10**7, "-1 (all rows) or from 1 to 10000000"),
-        "loop.stages": (_stages, "a list of [rows, above] or [rows, above, rule] (rows from 1 to 10000000 and "
+        "loop.stages": (lambda v: stages(v, PROMOTION_RULES), "a list of [rows, above] or [rows, above, rule] (rows from 1 to 10000000 and "
                         f"growing, above a number, rule one of {', '.join(PROMOTION_RULES)}), or domain name -> "
                         "such a list"),
-        "loop.promotion": _one_of(*PROMOTION_RULES),
+        "loop.promotion": one_of(*PROMOTION_RULES),
         "loop.promotion_level": (lambda v: 0 < v < 1, "a number between 0 and 1"),
-        "loop.promotion_test": _one_of(*PROMOTION_TESTS),
-        "loop.pictures_every_s": _between(0, 86400),
-        "loop.best_choice": _one_of(*BEST_CHOICES),
+        "loop.promotion_test": one_of(*PROMOTION_TESTS),
+        "loop.pictures_every_s": between(0, 86400),
+        "loop.best_choice": one_of(*BEST_CHOICES),
         "loop.best_level": (lambda v: 0 < v < 1, "a number between 0 and 1"),
-        "loop.stage_splits": _one_of("train", "train_and_val"),
-        "loop.staged_score": _one_of("train", "selection"),
-        "loop.ties": _one_of("latest", "earliest"),
-        "loop.meta_failure": _one_of("child", "parent"),
+        "loop.stage_splits": one_of("train", "train_and_val"),
+        "loop.staged_score": one_of("train", "selection"),
+        "loop.ties": one_of("latest", "earliest"),
+        "loop.meta_failure": one_of("child", "parent"),
         "loop.initial_agent": (lambda v: bool(v.strip()), "an initial agent's name or an agent folder's path"),
-        "loop.run_baseline": _one_of(*BASELINES),
-        "loop.meta_timeout_s": _above_up_to(0, 10**6),
-        "loop.meta_max_calls": _count(100_000),
-        "loop.selector_timeout_s": _above_up_to(0, 86400),
-        "loop.try_max_calls": _between(0, 10**6),
-        "loop.workspace_file_mb": _above_up_to(0, 1024),
-        "loop.workspace_total_mb": _above_up_to(0, 10240),
+        "loop.run_baseline": one_of(*BASELINES),
+        "loop.meta_timeout_s": above_up_to(0, 10**6),
+        "loop.meta_max_calls": count(100_000),
+        "loop.selector_timeout_s": above_up_to(0, 86400),
+        "loop.try_max_calls": between(0, 10**6),
+        "loop.workspace_file_mb": above_up_to(0, 1024),
+        "loop.workspace_total_mb": above_up_to(0, 10240),
         "tracking.backends": (lambda v: set(v) <= set(TRACKERS) and len(set(v)) == len(v),
                               f"a list of distinct trackers among {', '.join(TRACKERS)}"),
-        "tracking.mlflow_uri": _uri(TRACKING_URI_SCHEMES),
+        "tracking.mlflow_uri": uri(("http", "https", "file", "sqlite")),
         "tracking.experiment": (lambda v: bool(v.strip()) and len(v) <= 256, "a name of at most 256 characters"),
-        "tracking.wandb_mode": _one_of("offline", "online"),
+        "tracking.wandb_mode": one_of("offline", "online"),
         "tracking.wandb_entity": (lambda v: re.fullmatch(r"[\w.-]{1,128}", v) is not None,
                                   "a W&B team or user name (letters, digits, _ . -)"),
-        "tracking.text_kb": _count(10**5),
+        "tracking.text_kb": count(10**5),
     }
-
-
-def _bad_text(value: object) -> str | None:
-    """The first text in `value` (a field, or the keys and items of a list or mapping) that no field may
-    hold: a control, bidi or other unprintable character (it would reach a terminal and a record as it is),
-    or past MAX_TEXT characters."""
-    if isinstance(value, str):
-        return value if len(value) > MAX_TEXT or not value.isprintable() else None
-    items = [*value.keys(), *value.values()] if isinstance(value, dict) else value if isinstance(value, list) else []
-    return next((bad for item in items if (bad := _bad_text(item)) is not None), None)
 
 
 def validate(config: Config) -> Config:
@@ -433,7 +357,7 @@ def validate(config: Config) -> Config:
                 raise UserError(f"{key} must be {describe(hints[f.name])}, got {show(value)}")
             if type(value) is float and not math.isfinite(value):  # YAML's .inf and .nan: no timeout or size
                 raise UserError(f"{key} must be a finite number, got {show(value)}")
-            if (bad := _bad_text(value)) is not None:
+            if (bad := bad_text(value, MAX_TEXT)) is not None:
                 raise UserError(f"{key} must be printable text of at most {MAX_TEXT} characters, got {show(bad)}")
             test, expected = rules.get(key, (None, None))
             if test and value is not None and not test(value):
