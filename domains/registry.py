@@ -102,13 +102,14 @@ def register(spec: DomainSpec, replace: bool = False) -> Domain:
 
 
 def use_run_domains(run_dir: Path) -> list[str]:
-    """Make known the spec domains a run kept in its folder; their names. A domain the user's own spec
-    file defined here, the same as the run kept it, stays: it alone may call a scorer of the user's."""
+    """Make known the spec domains a run kept in its folder; their names. A domain known already as
+    the run kept it stays: the user's own spec file, which alone may call a scorer of the user's and
+    may say where the same data lies now (every load checks its digest), or another run's record of it."""
     names = []
     for spec in run_specs(run_dir):
         with _lock:
             given = _specs.get(spec.name)
-        if not (given and given[0].scorer_file and differs(spec, given[0]) is None):
+        if not (given and differs(spec, given[0]) is None):
             register(spec, replace=True)
         names.append(spec.name)
     return names
