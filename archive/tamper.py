@@ -11,7 +11,8 @@ What is looked at, all written by the core from what the agent did (read bounded
 - the lines it adds: a domain's hidden column named as a string (the agent never sees those
   columns, so naming one is reaching for the label);
 - its meta agent's transcript, the assistant's turns only (the prompts name paths themselves):
-  the same paths in the commands it ran, but the try command, which it is told to run.
+  the same paths in the commands it ran, but the try command and the train rows, which it is
+  told to use.
 Added lines and commands are read after `archive.text_pass.plain` undid escapes, chr(), joined
 literals and shell variables, so `"\\x52eward"` or `D=dom; cat ${D}ains/metrics.py` is flagged as
 its plain spelling is. A hint for a reader, not a detector: text built at run time is not read.
@@ -33,7 +34,9 @@ from archive.text_pass import Budget, TooLarge, joined, plain, unquoted
 from services.fsutil import read_below
 from services.render import console
 
-ALLOWED_TO_RUN = "try_agent"  # the try command: the meta agent is told to run it, only changing it is reaching
+# What the meta agent is told to use, in its commands: the try command and the train rows with their
+# labels (optimizer/feedback.py's `<domain>_train.jsonl`); only changing them is reaching.
+ALLOWED_TO_USE = ("try_agent", "_train.jsonl")
 READ_BYTES = 2 * 2**20  # of a patch.diff and of a meta transcript read for tamper flags
 MAX_FLAGS = 8  # reasons kept for one node
 MAX_SHOWN = 80  # characters of an agent-written name in a reason
@@ -212,7 +215,7 @@ def _scoring_words(transcript: str, budget: Budget) -> Iterator[str]:
         for word, at in path_words(unquoted(joined(plain(turn, budget), budget)), budget):
             if word not in looked_at:
                 looked_at.add(word)
-                if ALLOWED_TO_RUN not in word and scoring_path(word, budget):
+                if not any(allowed in word for allowed in ALLOWED_TO_USE) and scoring_path(word, budget):
                     yield _shown_at(word, at)
 
 
