@@ -29,7 +29,8 @@ _CHR = re.compile(r"chr\(\s{0,8}(0[xX][0-9a-fA-F]{1,6}|[0-9]{1,7})\s{0,8}\)")  #
 _SHELL = re.compile(r"(?<![\w$.-])([A-Za-z_][A-Za-z0-9_]{0,63})=([^\s;&|<>()`$]{0,256})"
                     r"|\$(?:\{([A-Za-z_][A-Za-z0-9_]{0,63})\}|([A-Za-z_][A-Za-z0-9_]{0,63}))")
 # Where two string literals meet ("dom" "ains", 'a' + 'b'): removing it joins them.
-_JOINT = re.compile(r"""(?:["']\s{0,32}(?:\+\s{0,32})?["']){1,16}""")
+_ONE_JOINT = r"""["']\s{0,32}(?:\+\s{0,32})?["']"""
+_JOINT = re.compile(f"{_ONE_JOINT}(?:{_ONE_JOINT}){{0,15}}")  # a quote first: positions without one are skipped fast
 _QUOTES = str.maketrans("", "", "\"'")
 
 
