@@ -7,7 +7,8 @@ can write within the quotas: patch.diff and the meta transcript at what tamper f
 hardest, the worst kind kept; novelty against 200 earlier nodes of novelty.MAX_LINES changed lines
 each, all of the same size (so none is skipped by size) and none alike; rendering: the capture's
 bidi scan of a whole change at the workspace quota (loop.workspace_total_mb) with a bidi control on
-every line, and the console line of the node. CPU is time.process_time, the median of --repeat.
+every line, and the console line of the node. Apart, what novelty does once per start or resume:
+read and parse the 200 earlier patches it then keeps. CPU is time.process_time, the median of --repeat.
 The passes before issue 35 are not run: on these inputs they take minutes.
 
     python bench/host_screening.py --repeat 3
@@ -20,6 +21,7 @@ import json
 import resource
 import statistics
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -27,7 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from archive.novelty import MAX_LINES, Change, changed_lines, nearest  # noqa: E402
+from archive.novelty import MAX_LINES, MAX_PATCH_BYTES, Change, changed_lines, nearest, node_change  # noqa: E402
 from archive.tamper import READ_BYTES, flags  # noqa: E402
 from services.config import LoopConfig  # noqa: E402
 from services.render import bidi_files, console  # noqa: E402
@@ -97,6 +99,16 @@ def novelty_inputs(lines: int) -> tuple[list[str], list[tuple[str, Change]]]:
     return mine, earlier
 
 
+def resumed_cache(folder: Path, earlier: int) -> Callable[[], object]:
+    """What the loop does once after a start or a resume: read and parse every earlier node's patch
+    (MAX_PATCH_BYTES of each, the most changed lines) into the Changes it then keeps."""
+    body = "".join(f"+    step_{i} = check(proof, {i}) {'x' * 100}\n" for i in range(MAX_LINES * 2))
+    for n in range(earlier):
+        (folder / str(n)).mkdir()
+        (folder / str(n) / "patch.diff").write_text(section("task_agent/a.py", body)[:MAX_PATCH_BYTES + 1000])
+    return lambda: [Change.of(node_change(folder, str(n))) for n in range(earlier)]
+
+
 def quota_patch(total_bytes: int) -> str:
     """A change at the workspace quota with a bidi control on every line, most on removed lines."""
     body = "-\u202e\n" * 40 + "+\u202e\n"
@@ -120,6 +132,9 @@ def main(argv: list[str] | None = None) -> int:
     mine_patch = section("task_agent/a.py", "".join(line + "\n" for line in mine))
     worst_novelty = cpu(lambda: nearest(Change.of(changed_lines(mine_patch)), earlier, 0.95), r)
 
+    with tempfile.TemporaryDirectory(prefix="host_screening_") as folder:
+        cache = cpu(resumed_cache(Path(folder), EARLIER), r)
+
     total_mb = LoopConfig().workspace_total_mb
     big = quota_patch(int(total_mb * 2**20))
     flagged = flags(big[:READ_BYTES], [], HIDDEN, TRANSCRIPTS[kind_t])
@@ -132,6 +147,8 @@ def main(argv: list[str] | None = None) -> int:
           f"{READ_BYTES // 2**20} MiB each)")
     print(f"novelty vs {EARLIER}  typical {typical_novelty * ms:7.1f} ms   worst {worst_novelty * ms:7.1f} ms  "
           f"({MAX_LINES} changed lines a node)")
+    print(f"novelty, once after a start or resume: {EARLIER} earlier patches read and parsed {cache * ms:.1f} ms "
+          f"({MAX_PATCH_BYTES // 1024} KiB each)")
     print(f"rendering        typical {typical_render * ms:7.1f} ms   worst {worst_render * ms:7.1f} ms  "
           f"(bidi scan of a {len(big) / 2**20:.0f} MiB change, {total_mb:g} MB quota)")
     typical = typical_tamper + typical_novelty + typical_render
