@@ -303,3 +303,35 @@ def test_a_linked_ledger_is_never_written(tmp_path):
     r, seconds = timed_cli("run_optimization", "--resume_from", str(run))
     refused(r, "ledger.sqlite: not a ledger this project wrote: ledger.sqlite is not a regular file", seconds=seconds)
     assert victim.read_bytes() == before
+
+
+# -- tracking/ -----------------------------------------------------------------------------------------
+@pytest.mark.e2e
+@pytest.mark.attack("a handed run folder whose tracking/ store holds links to the user's files (mlruns/ a link to a "
+                    "folder, an event file a link to a file), written through when the resume tracks again")
+def test_a_tracker_never_writes_through_a_planted_link(tmp_path, monkeypatch):
+    from archive.store import Archive
+    from optimizer.events import Events, RunEnded, RunStarted, Warned
+    from optimizer.trackers import Trackers
+    from support.synthetic_run import make_run
+
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    victim = tmp_path / "mine"
+    victim.mkdir()
+    (victim / "notes.txt").write_text("mine")
+    run = tmp_path / "run"
+    make_run(run, nodes=3, seed=1)
+    (run / "tracking" / "tensorboard").mkdir(parents=True)
+    os.symlink(victim, run / "tracking" / "mlruns")
+    os.symlink(victim / "notes.txt", run / "tracking" / "tensorboard" / "events.out.tfevents.1.planted")
+    config = Config()
+    config.tracking.backends = ["mlflow", "tensorboard"]
+    told: list = []
+    events = Events(told.append)
+    archive = Archive(run)
+    events.subscribe(Trackers(run, config, archive, lambda: None, events))
+    events.emit(RunStarted(str(run)))
+    events.emit(RunEnded("finished"))
+    warned = [e.message for e in told if isinstance(e, Warned)]
+    assert len(warned) == 2 and all("is a link or a special file" in w for w in warned), warned
+    assert sorted(p.name for p in victim.iterdir()) == ["notes.txt"] and (victim / "notes.txt").read_text() == "mine"
