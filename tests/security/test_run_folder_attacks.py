@@ -305,6 +305,23 @@ def test_a_linked_ledger_is_never_written(tmp_path):
     assert victim.read_bytes() == before
 
 
+def test_a_ledger_query_stops_at_its_deadline_and_its_row_limit(tmp_path, monkeypatch):
+    import services.ledger
+    from services.ledger import Call, Ledger, LedgerReader, NotALedger
+
+    ledger = Ledger(tmp_path / "ledger.sqlite")
+    for i in range(3000):
+        ledger.record(Call("r", "initial", "task", f"model-{i}", 1, 1, 0.01))
+    ledger.close()
+    assert len(LedgerReader(tmp_path / "ledger.sqlite").spend()) == 3000
+    monkeypatch.setattr(services.ledger, "MAX_ROWS", 100)
+    with pytest.raises(NotALedger, match="over 100 rows of calls"):
+        LedgerReader(tmp_path / "ledger.sqlite").spend()
+    monkeypatch.setattr(services.ledger, "READ_SECONDS", 0.0)
+    with pytest.raises(NotALedger, match="not read within 0 s"):
+        LedgerReader(tmp_path / "ledger.sqlite").spend()
+
+
 # -- tracking/ -----------------------------------------------------------------------------------------
 @pytest.mark.e2e
 @pytest.mark.attack("a handed run folder whose tracking/ store holds links to the user's files (mlruns/ a link to a "
