@@ -45,6 +45,7 @@ MAX_LINES = 200_000  # lines of patch.diff read for the lines it adds
 MAX_TURNS = 10_000  # headed sections of a meta transcript (a meta agent makes 2 a call)
 MAX_TOKEN = 4096  # characters of a path-like word looked at on each side of a scoring word (PATH_MAX)
 MAX_PATHS = 3  # scoring paths named in a transcript, kept as reasons
+_HEADER_CHARS = 2**18  # of a file's section read for its header (a name git quotes takes up to 4 bytes a byte)
 NOT_SCREENED = "not screened: too large"
 
 _SCORING_WORDS = ("domains/", "proofgrader", "evals/", "scoring.py", "try_agent.py", "ledger.sqlite", "run.json",
@@ -106,8 +107,9 @@ def changed_files(patch: str, budget: Budget | None = None) -> list[str]:
     found: dict[str, None] = {}
     for section in sections[1:]:
         budget.check()
-        end = section.find("\n@@")
-        names = [_header_name(line) for line in section[:end if end >= 0 else len(section)].split("\n")[1:]]
+        end = section.find("\n@@", 0, _HEADER_CHARS)  # git's header lines of a file, before its first hunk
+        header = section[:end if end >= 0 else _HEADER_CHARS].split("\n")[1:]
+        names = [_header_name(line) for line in header]
         names = [n for n in names if n is not None] or [_git_line_name(section.partition("\n")[0])]
         found.update((n, None) for n in names if n and n != "/dev/null")
     return list(found)
