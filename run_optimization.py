@@ -15,6 +15,8 @@ resume).
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import os
 import shlex
 from datetime import datetime
@@ -151,6 +153,7 @@ def run_replicates(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
         if group is None:
             raise UserError(f"--resume_from {args.resume_from}: no group.json there (not a folder of replicates)")
         check_group_argv(parser, args, group_dir, group["argv"])
+        resuming = replicate_argv(parser, args)  # a started replicate is resumed with what this command accepts
     else:
         if not (args.domain or args.domain_spec):
             raise UserError("pass --domain (e.g. --domain imo_grading) or --domain_spec FILE, "
@@ -158,6 +161,7 @@ def run_replicates(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
         group_dir = (Path(args.output_dir) / (args.run_id or datetime.now().strftime("%Y%m%d_%H%M%S"))).resolve()
         check_writable(group_dir, f"--output_dir {args.output_dir}")
         group = start_group(group_dir, replicate_argv(parser, args), args.replicates, args.seed or 0)
+        resuming = []
     hold_folder(group_dir, "group")  # its runs are held each by its own process
     argv = group["argv"]
     ray = "--executor" in argv[:-1] and argv[argv.index("--executor") + 1] == "ray"
@@ -166,7 +170,7 @@ def run_replicates(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
           f"{at_once} at once" + ("; watch them with python -m archive.dashboard " + str(group_dir)
                                   if args.dashboard is not None else ""), flush=True)
     try:
-        failed = run_group(group_dir, group, at_once)
+        failed = run_group(group_dir, group, at_once, resuming)
     except (KeyboardInterrupt, Terminated) as e:
         again = ["--replicates_at_once", str(args.replicates_at_once)] if args.replicates_at_once else []
         advise(e, "progress so far is saved; to continue: "
@@ -181,15 +185,22 @@ def check_group_argv(parser: argparse.ArgumentParser, args: argparse.Namespace, 
                      argv: list[str]) -> None:
     """The replicates a group has not started yet run with the command line its group.json keeps: someone's
     data, so it may ask for nothing of where code runs or data goes that this command does not give
-    (archive/run_folder.py), else a UserError naming the flags that accept it."""
+    (archive/run_folder.py), else a UserError naming the flags that accept it. Nor may it name a spec file
+    this command does not (a spec's scorer is code the host runs: domains/spec_scoring.py)."""
     from archive.experiments import GROUP
     from archive.run_folder import resumed_config
 
     try:
-        theirs = parser.parse_args([str(a) for a in argv])
+        with contextlib.redirect_stderr(io.StringIO()):  # argparse's usage would name someone's text raw
+            theirs = parser.parse_args([str(a) for a in argv])
     except SystemExit:
         raise UserError(f"{group_dir / GROUP}: its command line is not one run_optimization takes") from None
     resumed_config(command_config(request_of(theirs)), command_config(request_of(args)), group_dir / GROUP)
+    mine = {os.path.realpath(p) for p in args.domain_spec or ()}
+    for spec in theirs.domain_spec or ():
+        if os.path.realpath(spec) not in mine:
+            raise UserError(f"{group_dir / GROUP} asks for --domain_spec {shlex.quote(spec)} (a scorer of that "
+                            f"spec's folder, run on this host); pass --domain_spec {shlex.quote(spec)} to accept it")
 
 
 def request_of(args: argparse.Namespace) -> RunRequest:

@@ -17,6 +17,7 @@ import os
 import subprocess
 import sys
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 
 from archive.experiments import GROUP, GROUP_SCHEMA
@@ -57,13 +58,15 @@ def start_group(group_dir: Path, argv: list[str], replicates: int, first_seed: i
     return group
 
 
-def run_group(group_dir: Path, group: dict, at_once: int) -> int:
-    """Run (or resume) every replicate, `at_once` together; the number that failed."""
+def run_group(group_dir: Path, group: dict, at_once: int, resuming: Sequence[str] = ()) -> int:
+    """Run (or resume) every replicate, `at_once` together; the number that failed. A started replicate is
+    resumed with `resuming`, the flags of the command that resumes the group: a run folder's own choices
+    of where code runs and data goes are the command line's to accept (archive/run_folder.py)."""
     commands = []
     for name, seed in zip(group["runs"], group["seeds"]):
         run_dir = group_dir / name
         if (run_dir / "run.json").exists():
-            commands.append((name, ["--resume_from", str(run_dir)]))
+            commands.append((name, ["--resume_from", str(run_dir), *resuming]))
         else:
             commands.append((name, [*group["argv"], "--output_dir", str(group_dir), "--run_id", name,
                                     "--seed", str(seed)]))

@@ -193,7 +193,7 @@ def test_replicates_run_into_one_folder_and_resume_together(tmp_path, fake_opena
     r = run_cli("run_optimization", "--domain", "imo_grading", "--output_dir", str(tmp_path / "out"),
                 "--run_id", "group", "--task_model", "openai/fake", "--meta_model", "openai/fake-meta",
                 "--config", loop_config(tmp_path), "--max_generation", "0", "--replicates", "2", "--seed", "5",
-                env=cli_env(fake_openai), timeout=600)
+                "--sandbox", "none", env=cli_env(fake_openai), timeout=600)
     assert r.returncode == 0, r.stderr[-3000:] + r.stdout[-3000:]
     group_dir = tmp_path / "out" / "group"
     group = json.loads((group_dir / "group.json").read_text())
@@ -210,9 +210,15 @@ def test_replicates_run_into_one_folder_and_resume_together(tmp_path, fake_opena
 
     shutil.rmtree(group_dir / "seed-6")
     calls = fake_openai.count
+    # The group ran outside any sandbox: its resume must say so again, and each started replicate's too.
     r = run_cli("run_optimization", "--resume_from", str(group_dir), env=cli_env(fake_openai), timeout=600)
+    assert r.returncode == 2 and "pass --sandbox none to accept it" in r.stderr, r.stderr[-3000:]
+    assert fake_openai.count == calls and not (group_dir / "seed-6").exists()
+    r = run_cli("run_optimization", "--resume_from", str(group_dir), "--sandbox", "none", env=cli_env(fake_openai),
+                timeout=600)
     assert r.returncode == 0, r.stderr[-3000:] + r.stdout[-3000:]
     assert (group_dir / "seed-6" / "nodes" / "initial" / "node.json").exists()
+    assert "[seed-5] " in r.stdout and "asks for" not in r.stdout  # the started replicate resumed with the flag
     assert fake_openai.count > calls
 
 

@@ -205,6 +205,32 @@ def test_a_group_json_that_asks_for_no_sandbox_is_refused(tmp_path):
     assert not (group / "seed-0").exists()
 
 
+@pytest.mark.e2e
+@pytest.mark.attack("a handed group of replicates whose group.json names a spec in the handed folder, whose scorer "
+                    "(module:function beside it) would run on the host, and a command line argparse cannot read "
+                    "holding terminal escapes")
+def test_a_group_json_that_names_a_spec_of_its_own_is_refused(tmp_path):
+    group = tmp_path / "group"
+    group.mkdir()
+    marker = tmp_path / "scorer-ran"
+    (group / "evil.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\ndef score(p, row):\n    return 1.0\n")
+    (group / "train.csv").write_text("qid,q,a\nx1,1+1,2\nx2,2+2,4\n")
+    (group / "evil.yaml").write_text("name: evil\ndata: {train: train.csv}\nid: qid\ninputs: {question: q}\n"
+                                     "label: a\nscorer: evil:score\n")
+    atomic_write_json(group / "group.json", {"schema_version": 1, "runs": ["seed-0"], "seeds": [0], "argv": [
+        "--domain_spec", str(group / "evil.yaml"), "--max_generation", "0"]})
+    r, seconds = timed_cli("run_optimization", "--resume_from", str(group))
+    refused(r, f"{group}/group.json asks for --domain_spec {group / 'evil.yaml'}",
+            f"pass --domain_spec {group / 'evil.yaml'} to accept it", seconds=seconds)
+    assert not marker.exists() and not (group / "seed-0").exists()
+    # A command line that is not one run_optimization takes: one line, no usage echoing its text.
+    atomic_write_json(group / "group.json", {"schema_version": 1, "runs": ["seed-0"], "seeds": [0],
+                                            "argv": ["--no_such_flag\x1b]0;owned\x07"]})
+    r, seconds = timed_cli("run_optimization", "--resume_from", str(group))
+    assert "\x1b" not in r.stderr and "usage" not in r.stderr
+    refused(r, "its command line is not one run_optimization takes", seconds=seconds)
+
+
 # -- ledger.sqlite -------------------------------------------------------------------------------------
 CALLS = ("id INTEGER PRIMARY KEY, ts REAL, run_id TEXT, node TEXT, role TEXT, model TEXT, prompt_tokens INTEGER, "
          "completion_tokens INTEGER, cost_usd REAL, latency_s REAL, cache_hit INTEGER, attempts INTEGER, error TEXT")
