@@ -10,6 +10,9 @@ Its phases (meta agent, import check, evaluation) come from the node record. The
 loop's controller, the meta runner, the evaluation worker (both in bwrap behind the relay).
 
     python bench/generation_overhead.py --sandbox bwrap --eval_samples 20
+
+With `--json` it prints one JSON object instead (`result_json`: the times, phases, peak RSS by
+kind and the command lines seen), for a driver such as bench/before_after.py.
 """
 
 from __future__ import annotations
@@ -45,10 +48,29 @@ def respond(request: dict) -> str:
     return '<json>{"response": "partial"}</json>'
 
 
+def peaks_by_kind(peaks, controller: int) -> dict[str, float]:
+    """The highest VmHWM (MB) of each kind of process the run started; forks not exec'd left out."""
+    by_kind: dict[str, float] = {}
+    for pid, kb in peaks.peak_kb.items():
+        if pid not in peaks.forks:
+            kind = "controller" if pid == controller else peaks.label.get(pid, "?")
+            by_kind[kind] = max(by_kind.get(kind, 0.0), kb / 1024)
+    return by_kind
+
+
+def result_json(sandbox: str, node: dict, calls: int, model_s: float, total: float,
+                by_kind: dict[str, float], commands: list[str]) -> dict:
+    """One run as data: what the printed report says, and every command line seen in its process tree."""
+    return {"bench": "generation_overhead", "sandbox": sandbox, "status": node["status"], "calls": calls,
+            "wall_s": total, "model_s": model_s, "framework_s": total - model_s, "phases": node["seconds"],
+            "peak_rss_mb": by_kind, "commands": commands}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sandbox", default="bwrap")
     ap.add_argument("--eval_samples", type=int, default=20, help="rows of each full evaluation split")
+    ap.add_argument("--json", action="store_true", help="print the numbers as one JSON object")
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="generation_overhead_") as tmp, FakeOpenAI() as server:
         server.set_responder(respond)
@@ -74,6 +96,11 @@ def main(argv=None) -> int:
     wall = (datetime.fromisoformat(end["time"]) - datetime.fromisoformat(start["time"])).total_seconds()
     total = node["seconds"].get("total", wall)
     framework = total - model_s
+    by_kind = peaks_by_kind(peaks, controller)
+    if args.json:
+        print(json.dumps(result_json(args.sandbox, node, calls, model_s, total, by_kind,
+                                     sorted(set(peaks.cmd.values())))))
+        return 0
     print(f"sandbox {args.sandbox}; node 1: {node['status']}, {calls} model calls, full evaluation "
           f"{node['full_eval']}, rows {node['samples']}")
     print(f"generation wall time      {total:.2f} s")
@@ -81,11 +108,6 @@ def main(argv=None) -> int:
     print(f"framework time            {framework:.2f} s  target < {TARGET_S:g} s: "
           f"{'PASS' if framework < TARGET_S else 'FAIL'}")
     print("phases: " + ", ".join(f"{k} {v:.2f} s" for k, v in node["seconds"].items()))
-    by_kind: dict[str, float] = {}
-    for pid, kb in peaks.peak_kb.items():
-        if pid not in peaks.forks:
-            kind = "controller" if pid == controller else peaks.label.get(pid, "?")
-            by_kind[kind] = max(by_kind.get(kind, 0.0), kb / 1024)
     print("peak RSS by process (VmHWM, the highest of each kind): "
           + ", ".join(f"{kind} {mb:.1f} MB" for kind, mb in sorted(by_kind.items(), key=lambda kv: -kv[1])))
     return 0

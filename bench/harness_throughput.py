@@ -39,6 +39,9 @@ e.g. `pip install --target DIR --no-deps litellm==1.74.9`), each round also runs
 that litellm first on its path, and its ratio is printed beside the other (no target: the two
 harnesses then import different code).
 
+With `--json`, one run prints one JSON object instead of the report (`result_json`: times,
+peak RSS by process and the command lines seen), for a driver such as bench/before_after.py.
+
 Exits non-zero only when a harness fails (non-zero exit, no run.json, or rows not
 done); a missed target prints FAIL but exits 0.
 """
@@ -486,6 +489,23 @@ def report(m: Measurement) -> list[str]:
     return lines
 
 
+def result_json(m: Measurement) -> dict:
+    """One run as data: the numbers of `report`, the peak RSS (MB) of the harness, of its worker and
+    of all its processes, and every command line seen in its process tree."""
+    mb = {pid: kb / 1024 for pid, kb in m.memory.peak_kb.items()}
+    workers = [v for pid, v in mb.items() if m.memory.label.get(pid, "").startswith("worker")]
+    return {
+        "bench": "harness_throughput", "samples": m.samples, "rows": rows_run(m), "workers": m.workers,
+        "latency": m.latency, "ideal_s": rows_run(m) / m.workers * m.latency,
+        "requests": m.requests, "answered": m.answered,
+        "sampling_s": m.last_answer - m.first_request if m.answered else None,
+        "total_s": m.total_s, "bare_s": m.bare_s, "failure": harness_failure(m),
+        "peak_rss_mb": {"harness": mb.get(m.harness_pid, 0.0), "worker": max(workers, default=0.0),
+                        "all": sum(v for pid, v in mb.items() if pid not in m.memory.forks)},
+        "commands": sorted(set(m.memory.cmd.values())),
+    }
+
+
 def _runs(seconds) -> str:
     return " ".join(f"{v:.2f}" for v in seconds)
 
@@ -600,15 +620,18 @@ def main(argv=None) -> int:
     ap.add_argument("--reference_litellm", metavar="DIR", default=None,
                     help="with --reference: a folder with the reference's pinned litellm, run as a third contender")
     ap.add_argument("--repeat", type=int, default=3, help="with --reference: runs of each, alternating")
+    ap.add_argument("--json", action="store_true", help="print one run's numbers as one JSON object")
     args = ap.parse_args(argv)
     if args.reference:
+        if args.json:
+            ap.error("--json prints one run of ours; it does not go with --reference")
         if args.repeat < 1:
             ap.error("--repeat must be 1 or more")
         return compare(args)
     m = measure(args.samples, args.workers, args.latency, nagle=args.fake_nagle)
     if m.answered and not args.no_bare:
         m.bare_s, m.bare_peak_kb = measure_bare(m.messages, args.workers, args.latency) or (None, 0)
-    print("\n".join(report(m)), flush=True)
+    print(json.dumps(result_json(m)) if args.json else "\n".join(report(m)), flush=True)
     failure = harness_failure(m)
     if failure:
         print(f"HARNESS FAILED: {failure}\n--- harness output (tail) ---\n{m.log_tail}", file=sys.stderr)
