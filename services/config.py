@@ -110,7 +110,7 @@ class LoopConfig:
     migrate_every: int = 10  # parent_selection islands: every this many generations each island's best node joins the next island
     merge_every: int = 0  # every this many generations, a merge: its meta agent gets a second parent of another lineage that is better on rows the first is not, and is asked to combine them; 0 = never (the paper's)
     meta_bandit: str = "ucb1"  # with models.meta a list: ucb1 | thompson, rewarded by the child's gain over its parent per dollar (archive/bandit.py)
-    novelty_threshold: float | None = None  # a child whose change is at least this alike (0-1, difflib's ratio over the diff's changed lines) to an earlier node's is recorded duplicate and not evaluated (archive/novelty.py); null = off (the paper's)
+    novelty_threshold: float | None = None  # a child whose change is at least this alike (0-1, the Dice coefficient of the diffs' changed lines, in any order) to an earlier node's is recorded duplicate and not evaluated (archive/novelty.py); null = off (the paper's)
     seed: int | None = None  # seeds parent selection, so a run can be replayed
     parallel: int = 1  # generations in flight at once (meta agent and evaluation each in its own sandbox)
     replayable: bool = True  # with parallel > 1: generation g picks its parent among generations <= g - parallel, waiting for them, so a seeded run replays; false: from every node finished when a slot frees (faster when generations take uneven time, not replayable)

@@ -202,3 +202,16 @@ def test_the_compare_form_offers_a_node_and_its_parent_never_a_node_with_itself(
     assert re.search(r'id="compare-a">.*<option value="1" selected>1</option>', form)
     assert re.search(r'id="compare-b">.*<option value="2" selected>2</option>', form)
     assert compare_form(_read(write_run(tmp_path / "alone", 0, [0.4])), "initial", "initial") == ""
+
+
+def test_a_node_only_too_large_to_screen_is_not_called_one_that_reached_for_the_scoring_side():
+    from types import SimpleNamespace
+
+    from archive.dashboard.pieces import suspicious_warning
+    from archive.tamper import NOT_SCREENED
+
+    unread = str(suspicious_warning(SimpleNamespace(flags=[f"{NOT_SCREENED} (its meta transcript is over 2 MiB)"])))
+    reached = str(suspicious_warning(SimpleNamespace(flags=[f"{NOT_SCREENED} (x)", "its change touches domains/m.py"])))
+    assert "Not screened: this node" in unread and "reached for the scoring side" not in unread
+    assert "Suspicious: this node" in reached and "its change touches domains/m.py" in reached
+    assert str(suspicious_warning(SimpleNamespace(flags=[]))) == ""

@@ -13,6 +13,7 @@ from archive.dashboard.svg import TreeNode, line_chart, score_colour, score_rang
 from archive.heldout import GenerationGap, Grade, read_heldout
 from archive.records import Node
 from archive.stats import interval_text
+from archive.tamper import NOT_SCREENED
 from services.errors import UserError
 from services.render import bidi_visible
 
@@ -122,9 +123,11 @@ def suspicious_warning(node: Node) -> Markup:
     any other; the reasons say where to look in its change and transcript."""
     if not node.flags:
         return Markup("")
+    reached = any(not reason.startswith(NOT_SCREENED) for reason in node.flags)
+    lead = ("Suspicious: this node's change or its meta agent reached for the scoring side. " if reached else
+            "Not screened: this node's change or transcript was too large to screen for the scoring side in full. ")
     return h("div", {"class": "warning suspicious-warning"},
-             h("p", {}, "Suspicious: this node's change or its meta agent reached for the scoring side. "
-                        "It ran and was scored as any other; read its change and transcript below."),
+             h("p", {}, lead + "It ran and was scored as any other; read its change and transcript below."),
              h("ul", {}, join(h("li", {}, bidi_visible(reason)) for reason in node.flags)))
 
 
