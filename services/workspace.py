@@ -48,6 +48,7 @@ _GIT_ENV = {"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull, "GIT_AT
             "GIT_AUTHOR_NAME": "hyperagents", "GIT_AUTHOR_EMAIL": "hyperagents@localhost",
             "GIT_COMMITTER_NAME": "hyperagents", "GIT_COMMITTER_EMAIL": "hyperagents@localhost",
             "HOME": os.devnull, "XDG_CONFIG_HOME": os.devnull, "LC_ALL": "C"}
+DIFF_TIMEOUT_S = 20.0  # a diff of agent code past this is recorded by its files only (git's diff is super-linear)
 _GIT_OPTIONS = ["-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false", "-c", "core.attributesFile=/dev/null",
                 "-c", "core.autocrlf=false", "-c", "commit.gpgsign=false", "-c", "diff.external=",
                 "-c", "core.pager=cat", "-c", "protocol.allow=never"]
@@ -199,11 +200,12 @@ class RunRepo:
     def git(self, *args: str, input: bytes | None = None) -> str:
         return self.git_bytes(*args, input=input).decode("utf-8", errors="replace")
 
-    def git_bytes(self, *args: str, input: bytes | None = None) -> bytes:
-        """One git command on the run's repository, in the hardened environment; its stdout."""
+    def git_bytes(self, *args: str, input: bytes | None = None, timeout: float | None = None) -> bytes:
+        """One git command on the run's repository, in the hardened environment; its stdout
+        (subprocess.TimeoutExpired, the command killed, past `timeout` seconds)."""
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **_GIT_ENV, "GIT_DIR": str(self.git_dir)}
         result = subprocess.run(["git", *_GIT_OPTIONS, *args], cwd=self.git_dir, env=env, input=input,
-                                capture_output=True, check=False)
+                                capture_output=True, check=False, timeout=timeout)
         if result.returncode != 0:
             raise subprocess.CalledProcessError(result.returncode, ["git", *args], result.stdout, result.stderr)
         return result.stdout
@@ -290,20 +292,33 @@ class RunRepo:
         if self.git("rev-parse", f"{commit}^{{tree}}") == self.git("rev-parse", f"{parent_commit}^{{tree}}"):
             self.git("update-ref", "-d", f"refs/nodes/{node_id}")
             return Capture(None, "", dropped=dropped, dropped_why=snap.dropped)
-        stat_lines = self._diff("--numstat", parent_commit, commit).strip().splitlines()
+        try:
+            stat_lines = self._diff("--numstat", parent_commit, commit).strip().splitlines()
+            patch = self._diff(parent_commit, commit)
+        except subprocess.TimeoutExpired:  # an agent's worst case for the diff's algorithm, within the quota
+            stat_lines, patch = self._files_only(parent_commit, commit)
         rows = [line.split("\t") for line in stat_lines]
-        patch = self._diff(parent_commit, commit)
         return Capture(commit, patch, files=len(rows),
                        insertions=sum(int(r[0]) for r in rows if r[0].isdigit()),
                        deletions=sum(int(r[1]) for r in rows if r[1].isdigit()), dropped=dropped,
                        dropped_why=snap.dropped, bidi=bidi_files(patch))
 
     def diff(self, a: str, b: str) -> str:
-        """The unified diff from commit `a` to commit `b` (no diff driver or textconv of the tree applies)."""
+        """The unified diff from commit `a` to commit `b` (no diff driver or textconv of the tree applies);
+        subprocess.TimeoutExpired past DIFF_TIMEOUT_S."""
         return self._diff("--end-of-options", a, b)
 
     def _diff(self, *args: str) -> str:
-        return self.git("diff", "--no-ext-diff", "--no-textconv", "--no-color", *args)
+        out = self.git_bytes("diff", "--no-ext-diff", "--no-textconv", "--no-color", *args, timeout=DIFF_TIMEOUT_S)
+        return out.decode("utf-8", errors="replace")
+
+    def _files_only(self, a: str, b: str) -> tuple[list[str], str]:
+        """What a diff too slow to compute is recorded as: each changed file's header, no lines (comparing
+        trees is linear), as numstat rows of unknown counts and a patch whose first line says why."""
+        names = [n for n in self.git("diff", "--no-renames", "--name-only", "-z", a, b).split("\0") if n]
+        note = f"# not shown: this change took over {DIFF_TIMEOUT_S:g} s to diff, so only its files are listed\n"
+        patch = note + "".join(f"diff --git a/{n} b/{n}\n--- a/{n}\n+++ b/{n}\n" for n in names)
+        return [f"-\t-\t{n}" for n in names], patch
 
     def commit_files(self, files: dict[str, tuple[bool, bytes]], parent: str | None, node_id: str,
                      message: str) -> str:

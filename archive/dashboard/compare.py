@@ -92,6 +92,8 @@ def code_diff(reader: RunReader, a: Node, b: Node) -> Text:
         return Text(missing="a node without a commit of its own (no change, or not captured)")
     try:
         text = RunRepo(reader.path / "repo").diff(a.commit, b.commit)
+    except subprocess.TimeoutExpired:
+        return Text(missing="the change is too large to diff in time: compare the two nodes' files instead")
     except (OSError, subprocess.CalledProcessError) as e:
         return Text(missing=f"the run's repository could not tell ({type(e).__name__})")
     if not text:

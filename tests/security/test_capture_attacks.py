@@ -255,3 +255,32 @@ def test_export_never_writes_through_a_planted_link(repo, tmp_path):
     with pytest.raises(OSError):
         repo.export(repo.node_commit("initial"), dest)
     assert list(outside.iterdir()) == []
+
+
+@pytest.mark.attack("a change built to be slow for git's diff (a large file with its lines reversed) past the diff's "
+                    "deadline: the capture and the dashboard's compare page")
+def test_a_change_too_slow_to_diff_is_recorded_by_its_files(repo, tmp_path, monkeypatch):
+    import time
+
+    import services.workspace as workspace_module
+    from archive.dashboard import compare
+
+    ws = workspace(repo, tmp_path)
+    lines = [f"line {i} = {i * 7919 % 100003}\n" for i in range(200_000)]
+    (ws / "task_agent" / "big.py").write_text("".join(lines))
+    first = repo.capture(ws, repo.node_commit("initial"), "slow-a")
+    (ws / "task_agent" / "big.py").write_text("".join(reversed(lines)))
+    edit(ws)
+    monkeypatch.setattr(workspace_module, "DIFF_TIMEOUT_S", 0.05)  # the real one is 20 s: here git needs ~0.5 s
+    started = time.monotonic()
+    captured = repo.capture(ws, first.commit, "slow-b")
+    assert time.monotonic() - started < 10
+    assert captured.commit is not None and captured.files == 2
+    assert captured.patch.startswith("# not shown: this change took over 0.05 s to diff")
+    assert "+++ b/task_agent/big.py\n" in captured.patch and "+++ b/task_agent/task_agent.py\n" in captured.patch
+    assert "line 1 =" not in captured.patch  # no line of the change: it was not diffed
+    # The dashboard's compare page says the same, rather than waiting on git.
+    reader = type("Reader", (), {"path": repo.path.parent})()
+    a, b = (type("N", (), {"commit": c})() for c in (first.commit, captured.commit))
+    monkeypatch.setattr(compare, "RunRepo", lambda path: repo)
+    assert "too large to diff in time" in compare.code_diff(reader, a, b).missing
