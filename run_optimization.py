@@ -189,12 +189,20 @@ def check_group_argv(parser: argparse.ArgumentParser, args: argparse.Namespace, 
     this command does not (a spec's scorer is code the host runs: domains/spec_scoring.py)."""
     from archive.experiments import GROUP
     from archive.run_folder import resumed_config
+    from optimizer.replicates import GROUP_FLAGS
 
     try:
         with contextlib.redirect_stderr(io.StringIO()):  # argparse's usage would name someone's text raw
             theirs = parser.parse_args([str(a) for a in argv])
     except SystemExit:
         raise UserError(f"{group_dir / GROUP}: its command line is not one run_optimization takes") from None
+    given = [f for f in (*GROUP_FLAGS, "evaluate", "split", "dry_run")
+             if getattr(theirs, f, None) not in (None, False, parser.get_default(f))]
+    if given:  # --replicates writes none of them: a replicate would resume, evaluate or serve what they name
+        raise UserError(f"{group_dir / GROUP}: its command line has --{given[0]}, which no group's replicates take")
+    if theirs.initial_from is not None and (theirs.initial_from, theirs.transfer) != (args.initial_from, args.transfer):
+        raise UserError(f"{group_dir / GROUP} asks for --initial_from {shlex.quote(theirs.initial_from)} (another "
+                        f"run's code); pass the same --initial_from and --transfer to accept it")
     resumed_config(command_config(request_of(theirs)), command_config(request_of(args)), group_dir / GROUP)
     mine = {os.path.realpath(p) for p in args.domain_spec or ()}
     for spec in theirs.domain_spec or ():

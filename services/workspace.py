@@ -28,6 +28,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from services.git_safety import DIFF_TIMEOUT_S, GIT_TIMEOUT_S, check_repository
+from services.git_safety import GIT_ENV as _GIT_ENV
+from services.git_safety import GIT_OPTIONS as _GIT_OPTIONS
 from services.render import bidi_files
 from services.render import name as stored_name
 
@@ -40,18 +43,6 @@ _CACHES = ("__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache")
 _NOT_CODE = shutil.ignore_patterns(*_CACHES, "*.pyc")
 _MAX_DEPTH = 24  # folders deeper than this are not agent code
 
-# Git reads configuration, hooks and attributes from several places besides the
-# repository's own config; each is closed here, so only the run's repository (written
-# by the core alone) decides what git does.
-_GIT_ENV = {"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull, "GIT_ATTR_NOSYSTEM": "1",
-            "GIT_NO_REPLACE_OBJECTS": "1", "GIT_TERMINAL_PROMPT": "0", "GIT_OPTIONAL_LOCKS": "0",
-            "GIT_AUTHOR_NAME": "hyperagents", "GIT_AUTHOR_EMAIL": "hyperagents@localhost",
-            "GIT_COMMITTER_NAME": "hyperagents", "GIT_COMMITTER_EMAIL": "hyperagents@localhost",
-            "HOME": os.devnull, "XDG_CONFIG_HOME": os.devnull, "LC_ALL": "C"}
-DIFF_TIMEOUT_S = 20.0  # a diff of agent code past this is recorded by its files only (git's diff is super-linear)
-_GIT_OPTIONS = ["-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false", "-c", "core.attributesFile=/dev/null",
-                "-c", "core.autocrlf=false", "-c", "commit.gpgsign=false", "-c", "diff.external=",
-                "-c", "core.pager=cat", "-c", "protocol.allow=never"]
 
 
 @dataclass(frozen=True)
@@ -196,15 +187,17 @@ class RunRepo:
         self._evolvable: tuple[str, ...] | None = None
         dot_git = self.path / ".git"
         self.git_dir = dot_git if dot_git.is_dir() and not dot_git.is_symlink() else self.path
+        if os.path.lexists(self.git_dir):
+            check_repository(self.git_dir)
 
     def git(self, *args: str, input: bytes | None = None) -> str:
         return self.git_bytes(*args, input=input).decode("utf-8", errors="replace")
 
-    def git_bytes(self, *args: str, input: bytes | None = None, timeout: float | None = None) -> bytes:
-        """One git command on the run's repository, in the hardened environment; its stdout
-        (subprocess.TimeoutExpired, the command killed, past `timeout` seconds)."""
+    def git_bytes(self, *args: str, input: bytes | None = None, timeout: float = GIT_TIMEOUT_S) -> bytes:
+        """One git command on the run's repository, in the hardened environment, its stdin `input` or
+        nothing; its stdout (subprocess.TimeoutExpired, the command killed, past `timeout` seconds)."""
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **_GIT_ENV, "GIT_DIR": str(self.git_dir)}
-        result = subprocess.run(["git", *_GIT_OPTIONS, *args], cwd=self.git_dir, env=env, input=input,
+        result = subprocess.run(["git", *_GIT_OPTIONS, *args], cwd=self.git_dir, env=env, input=input or b"",
                                 capture_output=True, check=False, timeout=timeout)
         if result.returncode != 0:
             raise subprocess.CalledProcessError(result.returncode, ["git", *args], result.stdout, result.stderr)

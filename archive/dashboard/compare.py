@@ -12,6 +12,7 @@ from archive.dashboard.pages import compare_form, diff_block, page
 from archive.dashboard.reader import MAX_TEXT, RunData, RunReader, Text, known_domain
 from archive.records import Node
 from archive.stats import MAX_ENUMERATED_FLIPS, paired_p
+from services.errors import UserError
 from services.workspace import RunRepo
 
 MAX_CHANGED_SHOWN = 500
@@ -94,6 +95,8 @@ def code_diff(reader: RunReader, a: Node, b: Node) -> Text:
         text = RunRepo(reader.path / "repo").diff(a.commit, b.commit)
     except subprocess.TimeoutExpired:
         return Text(missing="the change is too large to diff in time: compare the two nodes' files instead")
+    except UserError as e:  # a repository whose files would steer git (services/git_safety.py)
+        return Text(missing=str(e))
     except (OSError, subprocess.CalledProcessError) as e:
         return Text(missing=f"the run's repository could not tell ({type(e).__name__})")
     if not text:
