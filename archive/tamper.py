@@ -12,7 +12,8 @@ What is looked at, all written by the core from what the agent did (read bounded
   columns, so naming one is reaching for the label);
 - its meta agent's transcript, the assistant's turns only (the prompts name paths themselves):
   the same paths in the commands it ran, but the try command and the train rows, which it is
-  told to use.
+  told to use (each path read normalised, `try_agent/../domains/` as `domains/`, and let through
+  only when it is exactly the command or a train file).
 Added lines and commands are read after `archive.text_pass.plain` undid escapes, chr(), joined
 literals and shell variables, so `"\\x52eward"` or `D=dom; cat ${D}ains/metrics.py` is flagged as
 its plain spelling is. A hint for a reader, not a detector: text built at run time is not read.
@@ -25,6 +26,7 @@ that starts with NOT_SCREENED, first in its list, so a screen cannot be stalled 
 from __future__ import annotations
 
 import codecs
+import posixpath
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import islice
@@ -34,9 +36,13 @@ from archive.text_pass import Budget, TooLarge, joined, plain, unquoted
 from services.fsutil import read_below
 from services.render import console
 
-# What the meta agent is told to use, in its commands: the try command and the train rows with their
-# labels (optimizer/feedback.py's `<domain>_train.jsonl`); only changing them is reaching.
-ALLOWED_TO_USE = ("try_agent", "_train.jsonl")
+# What the meta agent is told to use, in its commands: the try command (inside/try_agent.py, which the
+# prompt names by its path, /opt/hyperagents/try_agent.py in a sandbox) and the train rows with their
+# labels (optimizer/feedback.py's `<domain>_train.jsonl`, mounted at /data); only changing them is
+# reaching. A word is let through only when, normalised, it is one of these exactly (see `allowed_to_use`).
+TRY_COMMAND = ("try_agent", "try_agent.py")  # the command's last segment, in a folder off the scoring side
+TRAIN_FOLDER = "/data/"
+TRAIN_FILE = "_train.jsonl"  # how a train file's name ends, in TRAIN_FOLDER or alone
 READ_BYTES = 2 * 2**20  # of a patch.diff and of a meta transcript read for tamper flags
 MAX_FLAGS = 8  # reasons kept for one node
 MAX_SHOWN = 80  # characters of an agent-written name in a reason
@@ -60,6 +66,7 @@ _LABEL_GAP = 64 + len("solution")
 _HIT = re.compile(r"domains/|proofgrader|evals/|scoring\.py|try_agent\.py|ledger\.sqlite|run\.json|"
                   r"archive\.jsonl|metrics?\.py|\.csv|\.jsonl?|\.tsv|\.parquet")
 _PATH_RUN = re.compile(rf"[\w./-]{{0,{MAX_TOKEN}}}")
+_PATH_CHAR = re.compile(r"[\w./-]")
 
 
 def read_text(root: Path, relative: str, what: str, unread: list[str]) -> str:
@@ -177,10 +184,10 @@ def assistant_turns(transcript: str) -> list[str]:
     return ["\n".join(parts) for parts in turns]
 
 
-def path_words(text: str, budget: Budget) -> Iterator[tuple[str, int]]:
+def path_words(text: str, budget: Budget) -> Iterator[tuple[str, int, bool]]:
     """The path-like words of `text` (runs of word characters, `.`, `/`, `-`) that hold a scoring
-    word or a data file's extension, in order, each with where that is in it; a long word is looked
-    at MAX_TOKEN around each."""
+    word or a data file's extension, in order, each with where that is in it and whether it is
+    whole; a long word is looked at MAX_TOKEN around each, so a part of it is not whole."""
     low = lowered(text)
     backwards = low[::-1]  # where a word starts, matched forwards from the hit in the reversed text
     pos = 0
@@ -190,7 +197,8 @@ def path_words(text: str, budget: Budget) -> Iterator[tuple[str, int]]:
         start = max(found.start() - (before.end() - before.start()) if before else found.start(), pos)
         after = _PATH_RUN.match(low, found.end())
         end = after.end() if after else found.end()
-        yield text[start:end], found.start() - start
+        whole = not (start and _PATH_CHAR.match(low, start - 1) or _PATH_CHAR.match(low, end))
+        yield text[start:end], found.start() - start, whole
         pos = end
 
 
@@ -211,14 +219,46 @@ def transcript_flags(transcript: str, budget: Budget | None = None) -> list[str]
 
 def _scoring_words(transcript: str, budget: Budget) -> Iterator[str]:
     """Each scoring-side path of the assistant's turns, as a reason shows it, once (a word repeated
-    all over a transcript is looked at once)."""
-    looked_at: set[str] = set()
+    all over a transcript is looked at once). A path is shown normalised when that is on the scoring
+    side too, as a spelling is shown plain: `try_agent/../domains/metrics.py` as `domains/metrics.py`."""
+    looked_at: set[tuple[str, bool]] = set()
     for turn in assistant_turns(transcript):
-        for word, at in path_words(unquoted(joined(plain(turn, budget), budget)), budget):
-            if word not in looked_at:
-                looked_at.add(word)
-                if not any(allowed in word for allowed in ALLOWED_TO_USE) and scoring_path(word, budget):
-                    yield _shown_at(word, at)
+        for word, at, whole in path_words(unquoted(joined(plain(turn, budget), budget)), budget):
+            if (word, whole) not in looked_at:
+                looked_at.add((word, whole))
+                if scoring_path(word, budget) and not (whole and allowed_to_use(word, budget)):
+                    path = normalised(word)
+                    if not whole or path == word or not scoring_path(path, budget) or allowed_to_use(path, budget):
+                        yield _shown_at(word, at)
+                    else:
+                        hit = _HIT.search(lowered(path))
+                        yield _shown_at(path, hit.start() if hit else 0)
+
+
+def normalised(path: str) -> str:
+    """`path` as posixpath.normpath reads it (`.` segments and repeated slashes dropped, `..` taking
+    its parent away; above the root is the root), which is linear in it. Unlike normpath, a path
+    never starts with two slashes and a folder keeps its final slash (`evals/.` is `evals/`): the
+    scoring words are matched with it. Read as names, not as the filesystem would: a `..` after a
+    symbolic link is not followed."""
+    text = posixpath.normpath("/" + path.lstrip("/") if path.startswith("//") else path)
+    folder = path.endswith(("/", "/.", "/..")) or path in (".", "..")
+    return text + "/" if folder and text not in ("/", ".") else text
+
+
+def allowed_to_use(word: str, budget: Budget) -> bool:
+    """Whether a path word is exactly what the meta agent is told to use, read normalised: the try
+    command (`try_agent`, `try_agent.py`, or either in a folder that names nothing on the scoring side,
+    such as /opt/hyperagents/try_agent.py) or a train file (`/data/<name>_train.jsonl`, or
+    `<name>_train.jsonl` alone, read from /data), with nothing after it. A word that merely holds one,
+    such as `try_agent/../domains/` or `/data/x_train.jsonl/../../`, is not, nor one whose folders as
+    written pass through the scoring side (`domains/../../try_agent.py`). Full stops after the name are
+    left out: a sentence may end with the command. Only a whole word can be one (see `path_words`)."""
+    path = normalised(word).rstrip(".")
+    name = path[path.rfind("/") + 1:]
+    exact = name in TRY_COMMAND or (name.endswith(TRAIN_FILE) and path in (name, TRAIN_FOLDER + name))
+    # Normalising only drops folders: the folders of `path` name nothing the written ones do not.
+    return exact and not scoring_path(word[:word.rfind("/") + 1], budget)
 
 
 def flags(patch: str, dropped: Iterable[str], hidden: Sequence[str], transcript: str,
