@@ -40,7 +40,7 @@ from archive.run_folder import ledger_of
 from archive.run_groups import Group, Run, load_groups
 from archive.stats import Estimate, bootstrap_band, bootstrap_mean, paired_p, permutation_p
 from services.errors import UserError, exit_on_user_error
-from services.fsutil import atomic_write_bytes, atomic_write_text
+from services.fsutil import atomic_write_bytes, atomic_write_text, guard_folder, make_folder
 from services.render import console, csv_cell
 
 DEFAULT_K = "10,50"
@@ -309,7 +309,9 @@ def main(argv: list[str] | None = None) -> None:
                 raise UserError(f"--out {out} is inside the run {r.path if out.is_relative_to(r.path) else out}: "
                                 "analysis never writes in a run")
     analysis = Analysis(groups, ks, args.level).run()
-    out.mkdir(parents=True, exist_ok=True)
+    if args.out is None:  # below the handed folder: no link planted there (analysis -> ~/) is written through
+        guard_folder(holder)
+    make_folder(out)
     atomic_write_text(out / "analysis.md", analysis.markdown())
     atomic_write_text(out / "analysis.csv", analysis.csv())
     atomic_write_bytes(out / "progress.png", analysis.png())

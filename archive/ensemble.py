@@ -54,7 +54,7 @@ from archive.stats import interval, paired_p
 from archive.store import Archive, observed_rule, observed_score, observed_sizes
 from services.config import PROJECT_ROOT
 from services.errors import UserError, exit_on_user_error
-from services.fsutil import atomic_write_csv, atomic_write_json, csv_values, read_bounded
+from services.fsutil import atomic_write_csv, atomic_write_json, csv_values, guard_folder, read_bounded
 from services.render import console
 
 if TYPE_CHECKING:
@@ -268,7 +268,8 @@ def build(run_dir: Path, domain: Domain, split: str, rule: str, top: int, out: C
     """Build, score and save the ensemble; returns members.json's content. With rule `agent`, the
     ensemble.py of node `agent` (default: the best member) combines the answers; with `rows_of`
     "all", the members missing an evaluation of the whole split get one first (`specs`: the
-    --domain_spec files it is handed)."""
+    --domain_spec files it is handed). Nothing is written through a link planted in the run folder."""
+    guard_folder(run_dir)
     if rows_of == "all":
         evaluate_missing(run_dir, domain, split, top, out, specs)
     members = choose_members(run_dir, domain, split, top, out)

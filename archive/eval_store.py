@@ -19,7 +19,7 @@ from archive.records import EVAL_KEY
 from domains.harness import GRADINGS, JOURNAL, PREDICTIONS
 from domains.scoring import REPORT_SCHEMA
 from services.errors import UserError
-from services.fsutil import atomic_write_json, read_bounded
+from services.fsutil import atomic_write_json, make_folder, open_append, read_bounded
 from services.user_files import parse_json
 
 REPORT = "report.json"
@@ -70,9 +70,10 @@ class EvalStore:
         point leaves either no journal (seeded again next time) or the complete one."""
         target, journal = self.folder(key) / JOURNAL, self.folder(smaller) / JOURNAL
         if not target.exists() and journal.exists():
-            target.parent.mkdir(parents=True, exist_ok=True)
+            make_folder(target.parent)
             partial = target.with_name(f".{JOURNAL}.seeding")
-            with open(journal, "rb") as src, open(partial, "wb") as dst:
+            partial.unlink(missing_ok=True)  # a kill's leftover, or a link planted there: removed, never followed
+            with open(journal, "rb") as src, open_append(partial) as dst:
                 shutil.copyfileobj(src, dst)
                 dst.flush()
                 os.fsync(dst.fileno())

@@ -16,6 +16,7 @@ Axis ticks are archive.dashboard.svg.nice_ticks, as on every chart of the projec
 
 from __future__ import annotations
 
+import io
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -24,8 +25,11 @@ from archive.dashboard.svg import LABEL_ALL, TreeNode, layout, nice_ticks
 from archive.heldout import HeldOutRecord, read_heldout
 from archive.records import Node
 from archive.store import Archive, mean_score
+from services.fsutil import atomic_write_bytes
 
 if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
     from domains.base import Domain
 
 TREE_MAX_INCHES = (16.0, 10.0)  # the tree figure's largest width and height (1,600 x 1,000 pixels at 100 dpi)
@@ -84,7 +88,7 @@ def write_plots(archive: Archive, domains: list[Domain], full_sizes: dict[str, i
             ax.grid(alpha=0.3)
             ax.legend(loc="lower right")
             path = out_dir / f"progress_{domain.name}_{split}.png"
-            fig.savefig(path, dpi=100, bbox_inches="tight")
+            _save(fig, path)
             plt.close(fig)
             written.append(path)
     record = read_heldout(archive.run_dir)
@@ -93,6 +97,14 @@ def write_plots(archive: Archive, domains: list[Domain], full_sizes: dict[str, i
     if archive.nodes:  # a run stopped before its initial node was recorded has no tree yet
         written.append(_tree(archive, domains, full_sizes, best_id, out_dir / "archive_tree.png"))
     return written
+
+
+def _save(fig: Figure, path: Path) -> None:
+    """`fig` as the PNG `path`, written whole (fsutil.atomic_write_bytes): a link planted at that name in a
+    handed run folder is replaced, never written through as savefig would."""
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=100, bbox_inches="tight")
+    atomic_write_bytes(path, buffer.getvalue())
 
 
 def _heldout(record: HeldOutRecord, last: int, path: Path) -> Path:
@@ -116,7 +128,7 @@ def _heldout(record: HeldOutRecord, last: int, path: Path) -> Path:
     _ticks(ax.set_yticks, ax.set_ylim, nice_ticks(0.0, 1.0, 6))
     ax.grid(alpha=0.3)
     ax.legend(loc="best", fontsize=8)
-    fig.savefig(path, dpi=100, bbox_inches="tight")
+    _save(fig, path)
     plt.close(fig)
     return path
 
@@ -167,6 +179,6 @@ def _tree(archive: Archive, domains: list[Domain], full_sizes: dict[str, int], b
     ax.set_axis_off()
     ax.set_title(f"archive: {len(nodes)} nodes")
     ax.legend(loc="upper left", fontsize=8, markerscale=0.6)
-    fig.savefig(path, dpi=100, bbox_inches="tight")
+    _save(fig, path)
     plt.close(fig)
     return path

@@ -3,9 +3,10 @@
 setup_proofgrader_repo --generate_dir, the trackers).
 
 A folder may say what the run is about: its domains, the loop's knobs, the models' names, the
-budget, its name and tags (`DATA`). It may not decide where code runs, where data goes or what the
-host reads (`GUARDED`): those come from the user's command (its flags, --set, --config, --preset)
-or the defaults. When a folder's run.json asks for one of them where the command is silent, it is
+budget, its name and tags (`DATA`). It may not decide where code runs, where data goes, what the
+host reads or what a dollar of the budget buys (`GUARDED`: its `gateway.prices` would price a known
+model at 0 and so lift --budget_usd): those come from the user's command (its flags, --set,
+--config, --preset) or the defaults. When a folder's run.json asks for one of them where the command is silent, it is
 kept only if it asks for nothing the command does not already give (a resumed run on bwrap stays
 on bwrap); otherwise the resume is refused in one line naming the flag that accepts it.
 """
@@ -13,6 +14,7 @@ on bwrap); otherwise the resume is refused in one line naming the flag that acce
 from __future__ import annotations
 
 import dataclasses
+import json
 import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -75,6 +77,8 @@ GUARDED: dict[str, Guard] = {
                                  _set("tracking.wandb_mode")),
     "tracking.wandb_entity": Guard("uploads to the W&B team it names", lambda f, c: f is not None,
                                    _set("tracking.wandb_entity")),
+    "gateway.prices": Guard("prices of its own for the models, which decide where --budget_usd stops the run",
+                            lambda f, c: f != c, lambda v: f"--set gateway.prices={_quoted(json.dumps(v))}"),
 }
 
 # Every other field of services.config, each what a run is about rather than where it runs.
@@ -84,7 +88,7 @@ DATA = frozenset({
     "gateway.backoff_max_s", "gateway.request_timeout_s", "gateway.cache", "gateway.prompt_caching",
     "gateway.budget_usd", "gateway.budget_tokens", "gateway.max_concurrent_calls", "gateway.requests_per_minute",
     "gateway.max_output_tokens", "gateway.max_n", "gateway.max_request_mb", "gateway.local_context",
-    "gateway.local_threads", "gateway.prices",
+    "gateway.local_threads",
     "harness.num_workers", "harness.save_interval", "harness.row_timeout_s", "harness.start_timeout_s",
     "harness.max_prediction_bytes",
     "sandbox.memory_mb", "sandbox.pids", "sandbox.cpus", "sandbox.cpu_seconds", "sandbox.file_size_mb",

@@ -24,7 +24,7 @@ from archive.promotion import BestChoice, RowScores, choose_best, row_scores
 from archive.records import GenStart, MetaResult, Node, Status
 from archive.selection import Candidate
 from services.errors import UserError
-from services.fsutil import atomic_write_json, read_bounded
+from services.fsutil import atomic_write_json, make_folder, open_append, read_bounded
 from services.user_files import parse_json
 
 if TYPE_CHECKING:
@@ -40,7 +40,7 @@ def untrusted_dir(run_dir: Path, node_id: str, part: str) -> Path:
     """A folder a sandbox of the node may write (transcripts of the meta agent, the task agent, the
     grader): untrusted data, apart from the node's records in `nodes/<id>/`, where no sandbox writes."""
     folder = Path(run_dir) / UNTRUSTED / node_id / part
-    folder.mkdir(parents=True, exist_ok=True)
+    make_folder(folder)
     return folder
 
 
@@ -197,7 +197,7 @@ class Archive:
     def log(self, event: str, **fields: object) -> None:
         """Append one event; it carries the schema_version of its record (gen_start, meta_done), or 1."""
         line = event_line(event, datetime.now().isoformat(timespec="seconds"), **fields)
-        with self._lock, open(self.log_path, "a+b") as f:
+        with self._lock, open_append(self.log_path) as f:
             f.seek(0, os.SEEK_END)
             if f.tell():
                 f.seek(-1, os.SEEK_END)
@@ -276,7 +276,7 @@ class Archive:
 
     def node_dir(self, node_id: str) -> Path:
         path = self.nodes_dir / node_id
-        path.mkdir(parents=True, exist_ok=True)
+        make_folder(path)
         return path
 
     def ordered(self) -> list[Node]:

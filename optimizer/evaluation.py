@@ -42,6 +42,7 @@ from domains.harness import (
 from domains.judge import GatewayJudge
 from optimizer.events import Events, SplitDone, SplitStarted
 from services.errors import UserError
+from services.fsutil import make_folder
 from services.sandbox import Sandbox, open_sandbox
 from services.workspace import discard
 
@@ -297,7 +298,7 @@ class NodeSandbox:
         self.workspace.mkdir(parents=True)
         self._stack.callback(shutil.rmtree, self.workspace, ignore_errors=True)
         try:
-            self.transcripts.mkdir(parents=True, exist_ok=True)
+            make_folder(self.transcripts)
             self.box = self._stack.enter_context(open_sandbox(ev.config.sandbox, self.workspace,
                                                               worker_mounts(self.transcripts), ev.gateway.unix_socket,
                                                               ev.backend))

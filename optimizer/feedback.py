@@ -18,7 +18,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from archive.records import Node
-from services.fsutil import atomic_write_bytes, atomic_write_csv, atomic_write_json, atomic_write_text, read_csv_text
+from services.fsutil import (
+    atomic_write_bytes,
+    atomic_write_csv,
+    atomic_write_json,
+    atomic_write_text,
+    make_folder,
+    read_csv_text,
+)
 from services.gateway import redact_keys
 
 if TYPE_CHECKING:
@@ -30,7 +37,7 @@ def write_train_data(run_dir: Path, domains: list[Domain]) -> None:
     """Train rows with inputs and label, one JSON line each, for the try command; written whole
     each time a run starts or resumes, so a file a kill cut short is never what the sandbox reads."""
     folder = run_dir / "train_data"
-    folder.mkdir(exist_ok=True)
+    make_folder(folder)
     for d in domains:
         atomic_write_text(folder / f"{d.name}_train.jsonl", "\n".join(d.try_lines(d.load("train"))) + "\n")
 
@@ -42,7 +49,7 @@ def publish_feedback(run_dir: Path, domains: list[Domain], store: EvalStore, nod
     For graded domains each row gets the grader's verdict as `grade`. Predictions are read as given
     (read_csv_text), not as marked for spreadsheets."""
     folder = run_dir / "feedback" / node.node_id
-    folder.mkdir(parents=True, exist_ok=True)
+    make_folder(folder)
     patch = run_dir / "nodes" / node.node_id / "patch.diff"
     if patch.is_file() and not patch.is_symlink():  # written by the core; the initial node has none
         _publish(patch, folder / "patch.diff")
@@ -56,7 +63,7 @@ def publish_feedback(run_dir: Path, domains: list[Domain], store: EvalStore, nod
         if key is None:
             continue
         dst = folder / domain.name
-        dst.mkdir(parents=True, exist_ok=True)
+        make_folder(dst)
         if store.report_path(key).exists():
             _publish(store.report_path(key), dst / "report.json")
         if not store.predictions(key).exists():

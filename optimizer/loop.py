@@ -69,7 +69,7 @@ from optimizer.meta_outcome import META_LOG, meta_failure, meta_log
 from optimizer.slots import Slots, horizon, run_generation
 from optimizer.trackers import Trackers
 from services.config import Baseline, Config
-from services.fsutil import atomic_write_text
+from services.fsutil import atomic_write_text, make_folder
 from services.sandbox import Mount, Sandbox, SandboxClosed, open_sandbox
 from services.workspace import Quota, RunRepo, discard
 
@@ -361,7 +361,7 @@ class Loop:
     # -- what the sandbox sees ------------------------------------------------------------
     def _meta_mounts(self, out: Path) -> list[Mount]:
         feedback = self.run_dir / "feedback"
-        feedback.mkdir(exist_ok=True)
+        make_folder(feedback)
         return [Mount(self.run_dir / "train_data", DATA),
                 Mount(feedback, FEEDBACK),
                 Mount(out, NODE_OUT, writable=True)]

@@ -1,18 +1,28 @@
 """Atomic file writes (a reader sees the old file or the new one, never half of one), and
 bounded reads that follow no link.
 
+Below a folder someone may have handed over (a run this process holds, the folder an analysis or an
+ensemble writes in: `guard_folder`), no write passes through a link or a special file planted there:
+each folder is opened without following a link, each file is made afresh beside its name and renamed
+over it (which replaces a link rather than following it), a log is appended to only when it is a
+regular file of one name, and the run's `.lock` is refused when it is a hard link.
+
 A write never fails for what the text holds: a lone surrogate (a file name that was not UTF-8,
 text an agent returned) is written as its backslash escape, which in JSON reads back as itself.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
+import secrets
 import stat
-import tempfile
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
+
+from services.errors import UserError
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -22,20 +32,140 @@ def atomic_write_bytes(path: str | Path, data: bytes, sync: bool = True) -> None
     """`data` as the file `path`. `sync=False` skips the fsync: still atomic, not durable across a
     crash of the machine; for files that are made again at will (the tests' synthetic runs write
     thousands, and a sync each would cost them most of their time)."""
+    below = _guarded(path)
+    if below is not None:
+        write_below(*below, data, sync)
+        return
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    folder = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        _replace_in(folder, path.name, data, sync)
+    finally:
+        os.close(folder)
+
+
+class NotWritable(UserError, OSError):
+    """A link, special file or hard link where a file or folder of a run was to be written: one line naming
+    it (a UserError); an OSError to the writers that go on without their log."""
+
+
+# Folders whose insides this process writes without following a link or opening a special file: a run
+# it holds (hold_folder), the folder an analysis or an ensemble writes in. Above them the path is the
+# user's (a home reached through a link is theirs); below them, it is a handed folder's.
+_GUARDED: set[str] = set()
+
+
+def guard_folder(folder: str | Path) -> None:
+    """From now on, every `atomic_write_*` and `make_folder` of this process below `folder` passes through
+    no link and no special file planted there (`write_below`); one is refused in one line naming it."""
+    _GUARDED.update({os.path.abspath(folder), os.path.realpath(folder)})
+
+
+def _guarded(path: str | Path) -> tuple[str, str] | None:
+    full = os.path.abspath(path)
+    for root in _GUARDED:
+        if full.startswith(root.rstrip(os.sep) + os.sep):
+            return root, full[len(root.rstrip(os.sep)) + 1:]
+    return None
+
+
+def _parts(root: str | Path, relative: str) -> list[str]:
+    parts = [p for p in str(relative).split("/") if p not in ("", ".")]
+    if ".." in parts:
+        raise OSError(f"{relative!r} is not a path below {root}")
+    return parts
+
+
+def _folder_below(root: str | Path, parts: list[str], create: bool) -> int:
+    """A descriptor of the folder `root`/`parts`, each part made when missing (with `create`) and opened
+    without following a link; NotWritable naming the first part that is a link or no folder."""
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for i, part in enumerate(parts):
+            if create:
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(part, 0o777, dir_fd=fd)
+            try:
+                below = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+            except OSError as e:
+                if e.errno not in (errno.ELOOP, errno.ENOTDIR):
+                    raise
+                raise NotWritable(f"{Path(root, *parts[:i + 1])} is a link or not a folder: nothing is written "
+                                  "through it") from None
+            os.close(fd)
+            fd = below
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _replace_in(folder: int, name: str, data: bytes, sync: bool) -> None:
+    """`data` as the file `name` of the open `folder`: written to a fresh file beside it (never an
+    existing one, never through a link), then renamed over the name (a link there is replaced, not
+    followed)."""
+    tmp = f".{name}.{secrets.token_hex(6)}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=folder)
     try:
         with os.fdopen(fd, "wb") as f:
-            os.fchmod(fd, 0o644)  # mkstemp's 0600 would hide the file from a sandbox's own user (docker)
+            os.fchmod(fd, 0o644)  # not 0600, which would hide the file from a sandbox's own user (docker)
             f.write(data)
             f.flush()
             if sync:
                 os.fsync(f.fileno())
-        os.replace(tmp, path)
+        os.replace(tmp, name, src_dir_fd=folder, dst_dir_fd=folder)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            os.unlink(tmp, dir_fd=folder)
         raise
+
+
+def write_below(root: str | Path, relative: str, data: bytes, sync: bool = True) -> None:
+    """`data` as the file `relative` under the folder `root`, atomically, its folders made as needed; no
+    component below `root` may be a link or other than a folder (a UserError names it). For folders
+    someone may have handed over, where a planted `analysis -> ~/` would take the write elsewhere."""
+    parts = _parts(root, relative)
+    if not parts:
+        raise OSError(f"{relative!r} is not a path below {root}")
+    folder = _folder_below(root, parts[:-1], create=True)
+    try:
+        _replace_in(folder, parts[-1], data, sync)
+    finally:
+        os.close(folder)
+
+
+def open_append(path: str | Path) -> IO[bytes]:
+    """`path` opened to append (and read), made if missing: never through a link, a fifo or a device, nor a
+    hard link whose other name would grow; below a guarded folder, through no link either."""
+    path, below = Path(path), _guarded(path)
+    folder = _folder_below(below[0], _parts(*below)[:-1], create=True) if below is not None else \
+        os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        fd = os.open(path.name, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                     0o644, dir_fd=folder)
+    except OSError as e:
+        if e.errno != errno.ELOOP:
+            raise
+        raise NotWritable(f"{path} is a link: nothing is written through it") from None
+    finally:
+        os.close(folder)
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
+        os.close(fd)
+        kind = f"a file of {info.st_nlink} names (a hard link)" if stat.S_ISREG(info.st_mode) else _kind(info.st_mode)
+        raise NotWritable(f"{path} is {kind}: nothing is written to it")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "a+b")
+
+
+def make_folder(path: str | Path) -> None:
+    """`path` made with its parents if missing (mkdir -p); below a guarded folder, through no link."""
+    below = _guarded(path)
+    if below is None:
+        Path(path).mkdir(parents=True, exist_ok=True)
+        return
+    os.close(_folder_below(below[0], _parts(*below), create=True))
 
 
 def atomic_write_text(path: str | Path, text: str, sync: bool = True) -> None:
@@ -169,15 +299,18 @@ def hold_folder(folder: str | Path, what: str) -> None:
     is a no-op. `what` names the folder in the message ("run", "group")."""
     import fcntl
 
-    from services.errors import UserError
-
     path = Path(folder) / ".lock"
     if str(path) in _HELD:
         return
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
     except OSError as e:
         raise UserError(f"{folder}: cannot lock the {what} ({e.strerror})") from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:  # a hard link would take the pid to another file
+        os.close(fd)
+        kind = f"a file of {info.st_nlink} names (a hard link)" if stat.S_ISREG(info.st_mode) else _kind(info.st_mode)
+        raise UserError(f"{path} is {kind}, not a lock file of the {what}; remove it, then rerun")
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -189,6 +322,7 @@ def hold_folder(folder: str | Path, what: str) -> None:
     os.ftruncate(fd, 0)
     os.pwrite(fd, str(os.getpid()).encode(), 0)
     _HELD[str(path)] = fd
+    guard_folder(folder)
 
 
 def release_folder(folder: str | Path) -> None:

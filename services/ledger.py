@@ -17,9 +17,7 @@ when a run opens them again (`_migrate`); `LedgerReader` reads them as 0 where t
 
 from __future__ import annotations
 
-import os
 import sqlite3
-import stat
 import threading
 import time
 from dataclasses import dataclass, fields
@@ -27,6 +25,7 @@ from pathlib import Path
 
 from services.errors import UserError
 from services.plain_data import show
+from services.sqlite_files import odd_file, readable, sibling_files
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS calls (
@@ -222,23 +221,13 @@ _TABLES = {"calls": ({"id", "ts", "run_id", "node", "role", "model", "prompt_tok
            "cache": ({"key", "response", "cost_usd"}, set())}
 
 
-def _sibling_files(path: Path) -> list[Path]:
-    return [path, *(Path(f"{path}{suffix}") for suffix in ("-wal", "-shm", "-journal"))]
-
-
-def _check_files(path: Path) -> bool:
-    """Whether the ledger exists; NotALedger when it or a file SQLite would open beside it is a link,
-    a fifo or a device (a read would follow it, block or never end)."""
-    for file in _sibling_files(path):
-        try:
-            info = os.lstat(file)
-        except FileNotFoundError:
-            if file == path:
-                return False
-            continue
-        if not stat.S_ISREG(info.st_mode):
-            raise NotALedger(f"{path}: not a ledger this project wrote: {file.name} is not a regular file")
-    return True
+def _check_files(path: Path, writer: bool = False) -> bool:
+    """Whether the ledger exists; NotALedger when it or a file SQLite would open beside it is not a plain
+    file (services.sqlite_files.odd_file)."""
+    for file in sibling_files(path):
+        if (odd := odd_file(file, writer)) is not None:
+            raise NotALedger(f"{path}: not a ledger this project wrote: {odd}")
+    return path.exists()
 
 
 def _tables(db: sqlite3.Connection, path: Path) -> dict[str, set[str]]:
@@ -270,7 +259,9 @@ def _tables(db: sqlite3.Connection, path: Path) -> dict[str, set[str]]:
 
 
 def check_ledger(path: Path) -> None:
-    """NotALedger unless the ledger at `path` (if any) is one this project wrote: before a run writes to it."""
+    """NotALedger unless the ledger at `path` (if any) is one this project wrote and none of its files is a
+    hard link (SQLite would write its other name, a `-shm` most of all): before a run writes to it."""
+    _check_files(path, writer=True)
     LedgerReader(path).tables()
 
 
@@ -279,8 +270,8 @@ class LedgerReader:
     being written: never a write, never a lock that holds the run up, never a file made in the run's
     folder; only tables of the shape this project writes; each query within READ_SECONDS and MAX_ROWS.
 
-    While the run writes, its WAL files exist and SQLite's read-only mode shares them; when they
-    do not, opening read-only would make them, so the file is read as immutable instead."""
+    Opening it writes nothing beside it (services.sqlite_files.readable), so a planted `-shm` that is a hard
+    link to a file of the user is never truncated; a running run's calls are still seen as they are booked."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
@@ -291,8 +282,15 @@ class LedgerReader:
         ledger or `table` is not there, or the run holds it mid-checkpoint); NotALedger otherwise."""
         if not _check_files(self.path):
             return {}, []
-        live = Path(f"{self.path}-wal").exists()
-        uri = f"{self.path.resolve().as_uri()}?{'mode=ro' if live else 'immutable=1'}"
+        try:
+            with readable(self.path) as uri:
+                return self._query_at(uri, sql, args, table)
+        except NotALedger:
+            raise
+        except OSError as e:
+            raise NotALedger(f"{self.path}: not a ledger this project wrote: {e}") from None
+
+    def _query_at(self, uri: str, sql: str | None, args: tuple, table: str) -> tuple[dict[str, set[str]], list[tuple]]:
         deadline = time.monotonic() + READ_SECONDS
         try:
             db = sqlite3.connect(uri, uri=True, timeout=2.0)

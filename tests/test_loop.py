@@ -210,7 +210,11 @@ def test_the_budget_stops_the_run_cleanly_and_a_resume_finishes_it(tmp_path, fak
     run_dir = tmp_path / "out" / "run"
     assert nodes(run_dir)["initial"]["status"] == "budget_stopped"
     r = run_cli("run_optimization", "--resume_from", str(run_dir), "--budget_usd", "1000", env=cli_env(fake_openai),
-                timeout=600)
+                timeout=600)  # its prices are not the folder's to decide: the resume names the flag that accepts them
+    assert r.returncode == 2 and "pass --set gateway.prices='{\"openai/fake\": [1000.0, 1000.0]}' to accept it" \
+        in r.stderr, r.stderr[-3000:]
+    r = run_cli("run_optimization", "--resume_from", str(run_dir), "--budget_usd", "1000", "--config", config,
+                env=cli_env(fake_openai), timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     found = nodes(run_dir)
     assert found["initial"]["status"] == "ok" and found["initial"]["full_eval"] == {"imo_grading": True}

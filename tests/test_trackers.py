@@ -87,10 +87,12 @@ def test_a_run_is_logged_to_each_tracker_and_a_resume_logs_each_node_once(tmp_pa
     first = {name: json.loads((run_dir / "tracking" / f"{name}.json").read_text()) for name in ("mlflow", "wandb")}
     # A resume takes its trackers from the command line only (archive/run_folder.py): without them it is
     # refused in one line naming the flag; with them, it continues each tracker's run.
-    r = run_cli("run_optimization", "--resume_from", str(run_dir), env=cli_env(fake_openai), timeout=600)
+    # (--config: the run's prices, which a folder's run.json does not decide either.)
+    r = run_cli("run_optimization", "--resume_from", str(run_dir), "--config", config, env=cli_env(fake_openai),
+                timeout=600)
     assert r.returncode == 2 and r.stderr.strip().endswith("pass --track mlflow,tensorboard,wandb to accept it"), \
         r.stderr
-    r = run_cli("run_optimization", "--resume_from", str(run_dir), "--max_generation", "2",
+    r = run_cli("run_optimization", "--resume_from", str(run_dir), "--max_generation", "2", "--config", config,
                 "--track", "mlflow,tensorboard,wandb", env=cli_env(fake_openai), timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "warning" not in r.stdout, r.stdout

@@ -10,13 +10,14 @@ gets a leading `'`: `services.render.csv_cell`); the project's readers undo that
 
 from __future__ import annotations
 
+import io
 import json
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from inside.worker import utf8_text
-from services.fsutil import atomic_write_csv
+from services.fsutil import atomic_write_csv, open_append
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -48,7 +49,7 @@ class Journal:
 
     def append(self, rec: dict) -> None:
         if self._file is None:
-            self._file = open(self.path, "a", encoding="utf-8")
+            self._file = io.TextIOWrapper(open_append(self.path), encoding="utf-8")  # no link followed
         self._file.write(json.dumps(rec, default=str) + "\n")
         self._file.flush()
         if self.sync:

@@ -22,7 +22,7 @@ from domains.harness.journal import JOURNAL, PREDICTIONS, Journal, write_predict
 from domains.harness.scheduler import Row, Scheduler
 from domains.harness.worker_client import AgentWorker
 from services.errors import UserError
-from services.fsutil import atomic_write_json
+from services.fsutil import atomic_write_json, make_folder
 from services.ledger import Totals
 from services.render import console
 
@@ -77,7 +77,7 @@ def run_folder(path: Path) -> Iterator[Path]:
     """`path`, made if missing. A folder made here is removed again when a UserError ends the run
     before any row finished, so a run that could not start leaves nothing behind."""
     created = not path.exists()
-    path.mkdir(parents=True, exist_ok=True)
+    make_folder(path)
     try:
         yield path
     except UserError:

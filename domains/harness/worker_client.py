@@ -21,6 +21,7 @@ from domains.harness.worker_pipe import WorkerProcess
 from inside.worker import is_file_path
 from services.config import PROJECT_ROOT, Config
 from services.errors import UserError
+from services.fsutil import make_folder
 from services.sandbox import Mount, open_sandbox
 from services.workspace import EVOLVABLE_PATHS, copy_evolvable
 
@@ -187,7 +188,7 @@ def open_agent_worker(config: Config, agent_path: str, model: str, gateway: Gate
         mounts, agent_file = agent_mounts(agent_path, workspace)
         installed = bool(mounts) and agent_file is None
         transcripts = transcripts or out_dir / "agent_evals"
-        transcripts.mkdir(parents=True, exist_ok=True)
+        make_folder(transcripts)
         box = stack.enter_context(open_sandbox(config.sandbox, workspace, mounts + worker_mounts(transcripts),
                                                gateway.unix_socket, backend))
         worker = AgentWorker(box, box.inside(agent_file) if agent_file else agent_path, model, config, gateway, node,

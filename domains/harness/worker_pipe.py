@@ -9,6 +9,7 @@ it. Anything else kills the worker, and its rows fail with the reason after thei
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import math
 import queue
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
 from inside.worker import USAGE_KEYS, utf8_text
+from services.fsutil import open_append
 
 if TYPE_CHECKING:
     from services.sandbox.base import Process, Sandbox
@@ -70,7 +72,7 @@ def copy_log(stream: IO[str], log_path: Path, cap: int, overflowed: Callable[[],
     # restart after a crash is a new one): an agent that floods stderr and dies, again and
     # again, cannot fill the disk under nodes/.
     try:
-        log = open(log_path, "a", encoding="utf-8", errors="backslashreplace")
+        log = io.TextIOWrapper(open_append(log_path), encoding="utf-8", errors="backslashreplace")  # no link followed
         room = max(0, 2 * cap - log.tell())
     except OSError:
         log, room = None, 0

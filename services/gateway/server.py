@@ -32,6 +32,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+from services.fsutil import open_append
 from services.gateway.params import Refusal
 
 if TYPE_CHECKING:
@@ -161,7 +162,7 @@ class _Log:
             else:
                 self._written += len(data)
             try:
-                self._file = self._file or open(self._path, "ab")  # noqa: SIM115 (held until close)
+                self._file = self._file or open_append(self._path)  # held until close; no link followed
                 self._file.write(data)
                 self._file.flush()
             except OSError:

@@ -378,3 +378,149 @@ def test_a_tracker_never_writes_through_a_planted_link(tmp_path, monkeypatch):
     warned = [e.message for e in told if isinstance(e, Warned)]
     assert len(warned) == 2 and all("is a link or a special file" in w for w in warned), warned
     assert sorted(p.name for p in victim.iterdir()) == ["notes.txt"] and (victim / "notes.txt").read_text() == "mine"
+
+
+# -- files the readers and a resume write --------------------------------------------------------------
+@pytest.mark.e2e
+@pytest.mark.attack("a handed run folder whose ledger has an empty ledger.sqlite-wal beside a ledger.sqlite-shm that "
+                    "is a hard link to a file of the user (SQLite's read-only mode would truncate it to its index)")
+def test_a_hard_linked_shm_is_never_written(tmp_path):
+    from services.ledger import Call, Ledger
+
+    run = handed_run(tmp_path, {})
+    ledger = Ledger(run / "ledger.sqlite")
+    ledger.record(Call("handed", "1", "meta", "m", 10, 10, 0.5))
+    ledger.close()
+    victim = tmp_path / "userfile"
+    victim.write_bytes(b"the user's own bytes\n")
+    (run / "ledger.sqlite-wal").write_bytes(b"")
+    os.link(victim, run / "ledger.sqlite-shm")
+    before = listing(run)
+    r, seconds = timed_cli("archive.analyze", str(run), "--out", str(tmp_path / "analysis"))
+    assert r.returncode == 0 and seconds < SECONDS, r.stderr[-2000:]
+    assert "| meta | 0.5000 | 20 |" in (tmp_path / "analysis" / "analysis.md").read_text()  # its calls, read
+    assert victim.read_bytes() == b"the user's own bytes\n" and listing(run) == before  # read, nothing written
+    # A resume would open it to write: refused before SQLite opens it.
+    r, seconds = timed_cli("run_optimization", "--resume_from", str(run))
+    refused(r, "ledger.sqlite: not a ledger this project wrote: ledger.sqlite-shm is a hard link (2 names)",
+            seconds=seconds)
+    assert victim.read_bytes() == b"the user's own bytes\n"
+
+
+@pytest.mark.e2e
+@pytest.mark.attack("a handed run folder whose .lock is a hard link to a file of the user (a resume's lock would "
+                    "write its pid into it)")
+def test_a_hard_linked_lock_is_never_written(tmp_path):
+    run = handed_run(tmp_path, {})
+    victim = tmp_path / "userfile2"
+    victim.write_bytes(b"mine\n")
+    os.link(victim, run / ".lock")
+    for args in (["--resume_from", str(run)], ["--resume_from", str(run), "--evaluate", "initial", "--split", "val"]):
+        r, seconds = timed_cli("run_optimization", *args)
+        refused(r, f"{run}/.lock is a file of 2 names (a hard link), not a lock file of the run", seconds=seconds)
+        assert victim.read_bytes() == b"mine\n"
+
+
+def handed_members(run) -> None:
+    """Two scored members of `run` with stored val predictions, for archive.ensemble."""
+    from archive.records import Node
+    from domains.registry import get_domain
+    from services.fsutil import atomic_write_csv
+
+    val = get_domain("imo_grading").load("val").head(4)
+    for g, node_id in enumerate(("1", "2"), 1):
+        rows = val.copy()
+        rows["prediction"] = list(val["Reward"])
+        key = f"{g:02d}a" + "0" * 21
+        atomic_write_csv(run / "evals" / key / "predictions.csv", rows)
+        node = Node(node_id, "initial", g, scores={"imo_grading": {"val": 0.5 + g / 10}},
+                    samples={"imo_grading": {"val": 100}}, full_eval={"imo_grading": True},
+                    eval_keys={"imo_grading": {"val": key}})
+        atomic_write_json(run / "nodes" / node_id / "node.json", node.to_dict())
+
+
+@pytest.mark.e2e
+@pytest.mark.attack("a handed group whose analysis/ is a link to a folder of the user, and a handed run whose "
+                    "ensembles/ (or a folder below it) is one: archive.analyze and archive.ensemble would write "
+                    "their reports into it")
+def test_readers_never_write_through_a_planted_folder_link(tmp_path):
+    victim = tmp_path / "victimdir"
+    victim.mkdir()
+    group = tmp_path / "group"
+    for seed in (1, 2):
+        handed_run(group / f"seed-{seed}", {})
+    for seed in (1, 2):
+        (group / f"seed-{seed}" / "handed").rename(group / f"run-{seed}")
+        os.rmdir(group / f"seed-{seed}")
+    os.symlink(victim, group / "analysis")
+    r, seconds = timed_cli("archive.analyze", str(group))
+    refused(r, f"{group}/analysis is a link or not a folder: nothing is written through it", seconds=seconds)
+    run = handed_run(tmp_path / "e", {})
+    handed_members(run)
+    for planted in ("ensembles", "ensembles/val-majority-top5"):
+        (run / planted).parent.mkdir(parents=True, exist_ok=True)
+        os.symlink(victim, run / planted)
+        r, seconds = timed_cli("archive.ensemble", str(run), "--split", "val")
+        refused(r, f"{run}/{planted} is a link or not a folder: nothing is written through it", seconds=seconds)
+        os.unlink(run / planted)
+    assert list(victim.iterdir()) == []
+    r, _ = timed_cli("archive.ensemble", str(run), "--split", "val")  # the same run, without the link: written
+    assert r.returncode == 0 and (run / "ensembles" / "val-majority-top5" / "report.json").is_file(), r.stderr
+
+
+@pytest.mark.attack("a handed run folder, resumed, whose report.html, plots, heldout.json, event log and evaluation "
+                    "journal are links to files of the user, and whose feedback/ and nodes/ are links to a folder")
+def test_a_resumed_run_writes_through_no_planted_link(tmp_path):
+    from archive.eval_store import EvalStore
+    from archive.heldout import HELDOUT
+    from archive.store import Archive
+    from domains.harness.journal import Journal
+    from services.fsutil import atomic_write_text, hold_folder, make_folder, release_folder
+
+    victim = tmp_path / "bashrc"
+    victim.write_text("the user's shell\n")
+    folder = tmp_path / "victimdir"
+    folder.mkdir()
+    run = handed_run(tmp_path, {})
+    for name in ("report.html", "progress_imo_grading_val.png", HELDOUT):
+        os.symlink(victim, run / name)
+    os.symlink(folder, run / "feedback")
+    hold_folder(run, "run")  # as a resume does, before it writes
+    try:
+        for name in ("report.html", "progress_imo_grading_val.png", HELDOUT):
+            atomic_write_text(run / name, "the run's own\n")  # the link is replaced, not followed
+            assert not (run / name).is_symlink() and (run / name).read_text() == "the run's own\n"
+        with pytest.raises(UserError, match=f"^{re.escape(str(run))}/feedback is a link or not a folder"):
+            make_folder(run / "feedback" / "1")
+        with pytest.raises(UserError, match="feedback is a link or not a folder"):
+            atomic_write_text(run / "feedback" / "1" / "metadata.json", "{}")
+        os.symlink(victim, run / "archive.jsonl")
+        with pytest.raises(UserError, match="archive.jsonl is a link: nothing is written through it"):
+            Archive(run).log("gen_start", node_id="1")
+        store = EvalStore(run)
+        make_folder(store.folder("c" * 24))
+        os.link(victim, store.folder("c" * 24) / "predictions.jsonl")
+        with pytest.raises(UserError, match=r"predictions.jsonl is a file of 2 names \(a hard link\)"):
+            Journal(store.folder("c" * 24) / "predictions.jsonl").append({"id": "x"})
+    finally:
+        release_folder(run)
+    assert victim.read_text() == "the user's shell\n" and list(folder.iterdir()) == []
+
+
+@pytest.mark.e2e
+@pytest.mark.attack("a handed run folder whose run.json prices the models it runs at $0 (gateway.prices), so that a "
+                    "resume's --budget_usd would never stop it")
+def test_a_run_json_that_prices_its_models_is_refused(tmp_path):
+    run = handed_run(tmp_path, {"models": {"task": "openai/o4-mini", "meta": "openai/o4-mini"},
+                                "gateway": {"prices": {"openai/o4-mini": [0, 0]}}})
+    accept = """--set gateway.prices='{"openai/o4-mini": [0, 0]}'"""
+    for extra in ([], ["--dry_run"], ["--set", "gateway.prices={openai/o4-mini: [1, 1]}", "--dry_run"]):
+        r, seconds = timed_cli("run_optimization", "--resume_from", str(run), "--budget_usd", "5", *extra)
+        if "--set" in extra:  # the user's own prices: theirs, not the folder's
+            assert r.returncode == 0, r.stderr[-2000:]
+            continue
+        refused(r, f"{run}/run.json asks for {accept} (prices of its own for the models", f"pass {accept} to accept it",
+                seconds=seconds)
+    r, _ = timed_cli("run_optimization", "--resume_from", str(run), "--budget_usd", "5", "--set",
+                     'gateway.prices={"openai/o4-mini": [0, 0]}', "--dry_run")
+    assert r.returncode == 0, r.stderr[-2000:]
