@@ -124,7 +124,7 @@ def read_run_record(run_dir: Path) -> RunRecord:
 
 
 def from_run(run_dir: Path, scratch: Path, choice: str = "paper") -> Grader:
-    from archive.run_folder import data_config
+    from archive.run_folder import data_config, repository_read
     from services.workspace import RunRepo
 
     record = read_run_record(run_dir)
@@ -142,7 +142,8 @@ def from_run(run_dir: Path, scratch: Path, choice: str = "paper") -> Grader:
     for line in [*grader_choice.ranking_lines(candidates, choice),
                  f"chosen: node {best.node_id}, by {grader_choice.describe(choice)} (--choose {choice})"]:
         print(console(line))
-    RunRepo(run_dir / "repo").export(best.commit, scratch)
+    with repository_read(run_dir, best.commit):
+        RunRepo(run_dir / "repo").export(best.commit, scratch)
     config = data_config(record, run_dir)
     model = config.resolve_model("task")
     keep = ("overall_accuracy", "normalized_mean_absolute_error")

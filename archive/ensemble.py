@@ -49,7 +49,7 @@ from archive.eval_store import EvalStore
 from archive.experiments import EVALUATIONS, FINAL_TEST, read_evaluations, read_final_test
 from archive.promotion import row_scores
 from archive.records import Node, RunRecord
-from archive.run_folder import data_config, read_run_record
+from archive.run_folder import data_config, read_run_record, repository_read
 from archive.stats import interval, paired_p
 from archive.store import Archive, observed_rule, observed_score, observed_sizes
 from services.config import PROJECT_ROOT
@@ -231,7 +231,8 @@ def agent_combine(run_dir: Path, record: RunRecord, node: Node, members: list[Me
              "rows": [{"id": token[q], "answers": {m.node.node_id: m.answers[q] for m in members}} for q in ids]}
     config = data_config(record, run_dir)  # its sandbox as the defaults allow: never the folder's none or address
     with tempfile.TemporaryDirectory() as scratch:
-        workspace = RunRepo(run_dir / "repo").checkout(node.commit, Path(scratch) / "workspace")
+        with repository_read(run_dir, node.commit):
+            workspace = RunRepo(run_dir / "repo").checkout(node.commit, Path(scratch) / "workspace")
         if not (workspace / "ensemble.py").is_file():
             raise UserError(f"node {node.node_id} has no ensemble.py (runs started before it existed)")
         with open_sandbox(config.sandbox, workspace, [], None) as box:

@@ -16,7 +16,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import shlex
-from collections.abc import Callable
+import subprocess
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -185,3 +187,17 @@ def ledger_of(run_dir: Path) -> LedgerReader:
     """The run's ledger, read as a stranger's (services.ledger.LedgerReader: read-only, schema-checked,
     under a deadline)."""
     return LedgerReader(Path(run_dir) / "ledger.sqlite")
+
+
+@contextmanager
+def repository_read(run_dir: Path, commit: str) -> Iterator[None]:
+    """Git failing on a run's repository (an object missing from a handed folder, a garbled pack, a
+    command past its deadline) as one line naming the repository and the commit."""
+    try:
+        yield
+    except subprocess.CalledProcessError as e:
+        lines = bytes(e.stderr or b"").decode("utf-8", "replace").strip().splitlines()
+        why = lines[-1] if lines else f"exit {e.returncode}"
+        raise UserError(f"{Path(run_dir) / 'repo'}: cannot give commit {commit[:12]} (git: {why[:200]})") from None
+    except subprocess.TimeoutExpired:
+        raise UserError(f"{Path(run_dir) / 'repo'}: git took too long to give commit {commit[:12]}") from None

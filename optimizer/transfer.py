@@ -19,6 +19,7 @@ from pathlib import Path
 
 from archive.promotion import BestChoice
 from archive.records import NODE_ID
+from archive.run_folder import repository_read
 from archive.store import Archive
 from services.errors import UserError
 from services.workspace import EVOLVABLE_PATHS, RunRepo, discard
@@ -39,7 +40,8 @@ class Transfer:
         source node's: all of it, or all but the task agent."""
         kept = [p for p in EVOLVABLE_PATHS if self.keep == "all" or p != TASK_AGENT]
         with tempfile.TemporaryDirectory(prefix="hyperagents-transfer-") as scratch:
-            RunRepo(Path(self.run) / "repo").export(self.commit, Path(scratch))
+            with repository_read(Path(self.run), self.commit):
+                RunRepo(Path(self.run) / "repo").export(self.commit, Path(scratch))
             for name in kept:
                 discard(workspace / name)
                 if (Path(scratch) / name).exists():

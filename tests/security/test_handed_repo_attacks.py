@@ -153,3 +153,24 @@ def test_a_group_command_line_cannot_reach_other_runs(tmp_path):
         assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr[-1500:]
         assert sorted(os.listdir(users_own)) == [] and not (group / "seed-0").exists()
         assert not (tmp_path / "elsewhere").exists()
+
+
+@pytest.mark.e2e
+@pytest.mark.attack("a handed run whose repo/ has a plain config but lost its objects: setup_proofgrader_repo "
+                    "--generate_dir reads the chosen node's code")
+def test_a_repository_without_its_objects_is_one_line(tmp_path):
+    from support.synthetic_run import make_run
+
+    run = tmp_path / "runs" / "handed"
+    make_run(run, nodes=6, seed=2)
+    for entry in (run / "repo" / "objects").iterdir():
+        if entry.name not in ("info", "pack"):
+            subprocess.run(["rm", "-rf", str(entry)], check=True)
+    for pack in (run / "repo" / "objects" / "pack").iterdir():
+        pack.unlink()
+    r = subprocess.run([sys.executable, "setup_proofgrader_repo.py", "--generate_dir", str(run), "--dst",
+                        str(tmp_path / "pg")], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"})
+    assert r.returncode == 2, (r.stdout[-1500:], r.stderr[-1500:])
+    assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr[-1500:]
+    assert f"{run / 'repo'}: cannot give commit" in r.stderr and not (tmp_path / "pg").exists()
