@@ -356,6 +356,9 @@ def launch(request: RunRequest) -> Path:
         loop = Loop(run_dir, config, domains, gateway, backend)
         if request.evaluate is not None:
             from optimizer.final_test import run_evaluations
+            from services.workspace import discard
+
+            discard(run_dir / "workspaces")  # a killed run's, or a link a handed folder planted there
 
             print("\n".join(map(console, run_evaluations(loop, list(request.evaluate), cast(str, request.split)))))
         else:

@@ -60,15 +60,32 @@ def plant(kind: str, repo: Path, marker: Path) -> None:
     elif kind == "config as a fifo":
         (repo / "config").unlink()
         os.mkfifo(repo / "config")
+    elif kind == "a reflog linked to a user's file":
+        (repo / "logs" / "refs" / "nodes").mkdir(parents=True)
+        os.symlink(marker, repo / "logs" / "refs" / "nodes" / "100")
+    elif kind == "refs/nodes as a link":
+        os.rename(repo / "refs" / "nodes", repo.parent / "nodes-elsewhere")
+        os.symlink(repo.parent / "nodes-elsewhere", repo / "refs" / "nodes")
+    elif kind == "an object folder as a link":
+        os.symlink(repo.parent, repo / "objects" / "ff")
+    elif kind == "HEAD as a fifo":
+        (repo / "HEAD").unlink()
+        os.mkfifo(repo / "HEAD")
+    elif kind == "a ref of two names":
+        ref = next((repo / "refs" / "nodes").iterdir())
+        os.link(ref, repo.parent / "users-file")
 
 
 KINDS = ("lazy fetch", "include of a fifo", "alternates", "attributes and a diff driver", "grafts",
-         "objects as a link", "config as a fifo")
+         "objects as a link", "config as a fifo", "a reflog linked to a user's file", "refs/nodes as a link",
+         "an object folder as a link", "HEAD as a fifo", "a ref of two names")
 
 
 @pytest.mark.attack("a handed run's repo/ steering git: a partial clone whose promisor remote is an ext:: shell "
                     "command (objects removed), an include of a fifo, alternates into the host's git store, "
-                    "info/attributes with a diff driver, grafts, objects as a link, a config that is a fifo")
+                    "info/attributes with a diff driver, grafts, objects as a link, a config that is a fifo, a "
+                    "reflog or an object folder linked to the user's files, refs as a link, HEAD as a fifo, a ref "
+                    "hard-linked to a user's file (git writes through each)")
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_repository_that_would_steer_git_is_refused(tmp_path, kind):
     repo = made_repo(tmp_path)
@@ -174,3 +191,29 @@ def test_a_repository_without_its_objects_is_one_line(tmp_path):
     assert r.returncode == 2, (r.stdout[-1500:], r.stderr[-1500:])
     assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr[-1500:]
     assert f"{run / 'repo'}: cannot give commit" in r.stderr and not (tmp_path / "pg").exists()
+
+
+@pytest.mark.e2e
+@pytest.mark.attack("a handed run whose workspaces/ is a link to a folder of the user, evaluated with --evaluate "
+                    "(an evaluation's workspace is emptied and rewritten before its sandbox opens)")
+def test_evaluate_never_empties_a_folder_through_a_planted_link(tmp_path, fake_openai):
+    from support.cli import cli_env, run_cli, run_loop
+    from support.scripted_loop import loop_config, responder
+
+    fake_openai.set_responder(responder({}, []))
+    r = run_loop(tmp_path, fake_openai, "--max_generation", "0", config=loop_config(tmp_path))
+    assert r.returncode == 0, r.stderr[-3000:]
+    run = tmp_path / "out" / "run"
+    victim = tmp_path / "victim"
+    for name in ("initial-eval", "initial-test-eval"):
+        (victim / name / "sub").mkdir(parents=True)
+        (victim / name / "keep.txt").write_text("the user's")
+    subprocess.run(["rm", "-rf", str(run / "workspaces")], check=True)
+    os.symlink(victim, run / "workspaces")
+    r = run_cli("run_optimization", "--resume_from", str(run), "--evaluate", "initial", "--split", "test",
+                env=cli_env(fake_openai))
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "evaluated: node initial imo_grading/test=" in r.stdout
+    for name in ("initial-eval", "initial-test-eval"):
+        assert (victim / name / "keep.txt").read_text() == "the user's" and (victim / name / "sub").is_dir()
+    assert sorted(os.listdir(victim)) == ["initial-eval", "initial-test-eval"]
