@@ -173,12 +173,33 @@ def run_replicates(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
         failed = run_group(group_dir, group, at_once, resuming)
     except (KeyboardInterrupt, Terminated) as e:
         again = ["--replicates_at_once", str(args.replicates_at_once)] if args.replicates_at_once else []
+        try:
+            again += group_accepting_flags(parser, argv)
+        except (UserError, SystemExit):  # its config is gone since: the resume will say what it needs
+            pass
         advise(e, "progress so far is saved; to continue: "
                + shlex.join([python_command(), "-m", "run_optimization", "--resume_from", str(group_dir), *again]))
         raise
     print(f"analyze: python -m archive.analyze {group_dir}", flush=True)
     if failed:
         raise UserError(f"{failed} of {len(group['runs'])} replicates did not finish (see above)")
+
+
+def group_accepting_flags(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
+    """The flags a resume of a group started with `argv` must give again (check_group_argv): the files it
+    read (--config, --preset, --domain_spec, an --initial_agent folder), the run it started from, and
+    where its code ran and data went (archive/run_folder.py)."""
+    from archive.run_folder import accepting_flags
+
+    theirs = parser.parse_args([str(a) for a in argv])
+    flags = [part for flag in ("config", "preset", "initial_from", "transfer") if getattr(theirs, flag) is not None
+             for part in (f"--{flag}", str(getattr(theirs, flag)))]
+    flags += [part for spec in theirs.domain_spec or () for part in ("--domain_spec", spec)]
+    config = command_config(request_of(theirs))
+    agent = config.loop.initial_agent
+    if "/" in agent or agent.startswith((".", "~")):
+        flags += ["--initial_agent", agent]
+    return flags + accepting_flags(config)
 
 
 def check_group_argv(parser: argparse.ArgumentParser, args: argparse.Namespace, group_dir: Path,
@@ -200,10 +221,19 @@ def check_group_argv(parser: argparse.ArgumentParser, args: argparse.Namespace, 
              if getattr(theirs, f, None) not in (None, False, parser.get_default(f))]
     if given:  # --replicates writes none of them: a replicate would resume, evaluate or serve what they name
         raise UserError(f"{group_dir / GROUP}: its command line has --{given[0]}, which no group's replicates take")
+    for flag in ("config", "preset"):  # files read on this host, and they may set what the checks below compare
+        if getattr(theirs, flag) is not None and getattr(theirs, flag) != getattr(args, flag):
+            raise UserError(f"{group_dir / GROUP} asks for --{flag} {shlex.quote(getattr(theirs, flag))}; pass the "
+                            f"same --{flag} to accept it")
     if theirs.initial_from is not None and (theirs.initial_from, theirs.transfer) != (args.initial_from, args.transfer):
         raise UserError(f"{group_dir / GROUP} asks for --initial_from {shlex.quote(theirs.initial_from)} (another "
                         f"run's code); pass the same --initial_from and --transfer to accept it")
-    resumed_config(command_config(request_of(theirs)), command_config(request_of(args)), group_dir / GROUP)
+    wanted, given_config = command_config(request_of(theirs)), command_config(request_of(args))
+    resumed_config(wanted, given_config, group_dir / GROUP)
+    agent = wanted.loop.initial_agent
+    if ("/" in agent or agent.startswith((".", "~"))) and agent != given_config.loop.initial_agent:
+        raise UserError(f"{group_dir / GROUP} asks for --initial_agent {shlex.quote(agent)} (a folder of this host, "
+                        f"copied into every replicate); pass --initial_agent {shlex.quote(agent)} to accept it")
     mine = {os.path.realpath(p) for p in args.domain_spec or ()}
     for spec in theirs.domain_spec or ():
         if os.path.realpath(spec) not in mine:

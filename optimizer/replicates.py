@@ -59,16 +59,16 @@ def start_group(group_dir: Path, argv: list[str], replicates: int, first_seed: i
 
 
 def run_group(group_dir: Path, group: dict, at_once: int, resuming: Sequence[str] = ()) -> int:
-    """Run (or resume) every replicate, `at_once` together; the number that failed. A started replicate is
-    resumed with `resuming`, the flags of the command that resumes the group: a run folder's own choices
-    of where code runs and data goes are the command line's to accept (archive/run_folder.py)."""
+    """Run (or resume) every replicate, `at_once` together; the number that failed. Each runs with `resuming`,
+    the flags of the command that resumes the group, last (so they win): a folder's own choices of where
+    code runs and data goes are the command line's to accept or change (archive/run_folder.py)."""
     commands = []
     for name, seed in zip(group["runs"], group["seeds"]):
         run_dir = group_dir / name
         if (run_dir / "run.json").exists():
             commands.append((name, ["--resume_from", str(run_dir), *resuming]))
         else:
-            commands.append((name, [*group["argv"], "--output_dir", str(group_dir), "--run_id", name,
+            commands.append((name, [*group["argv"], *resuming, "--output_dir", str(group_dir), "--run_id", name,
                                     "--seed", str(seed)]))
     failed, lock = [], threading.Lock()
     pending = list(commands)

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from services.errors import ModelServerExited, UserError
+from services.fsutil import open_append
 
 PREFIX = "local/"
 SERVE = Path(__file__).with_name("local_serve.py")  # llama.cpp's server that exits with its parent
@@ -198,7 +199,7 @@ class LocalServer:
             self.port = _free_port()
             cmd = [sys.executable, str(SERVE), "--model", str(weights), "--alias", self.alias,
                    "--port", str(self.port), "--n_ctx", str(self.n_ctx), "--threads", str(self.threads)]
-            log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
+            log = open_append(self.log_path) if self.log_path else subprocess.DEVNULL  # no link of a handed folder
             try:
                 self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                              env={**os.environ, LOCAL_KEY_ENV: self.api_key})

@@ -210,11 +210,16 @@ def test_replicates_run_into_one_folder_and_resume_together(tmp_path, fake_opena
 
     shutil.rmtree(group_dir / "seed-6")
     calls = fake_openai.count
-    # The group ran outside any sandbox: its resume must say so again, and each started replicate's too.
+    # The group read a config file and ran outside any sandbox: its resume must give both again (the
+    # flags the Ctrl-C line adds), and every replicate, started or not, runs with them.
+    from run_optimization import build_parser, group_accepting_flags
+
     r = run_cli("run_optimization", "--resume_from", str(group_dir), env=cli_env(fake_openai), timeout=600)
-    assert r.returncode == 2 and "pass --sandbox none to accept it" in r.stderr, r.stderr[-3000:]
+    assert r.returncode == 2 and "pass the same --config to accept it" in r.stderr, r.stderr[-3000:]
     assert fake_openai.count == calls and not (group_dir / "seed-6").exists()
-    r = run_cli("run_optimization", "--resume_from", str(group_dir), "--sandbox", "none", env=cli_env(fake_openai),
+    again = group_accepting_flags(build_parser(), group["argv"])
+    assert again == ["--config", loop_config(tmp_path), "--sandbox", "none"]
+    r = run_cli("run_optimization", "--resume_from", str(group_dir), *again, env=cli_env(fake_openai),
                 timeout=600)
     assert r.returncode == 0, r.stderr[-3000:] + r.stdout[-3000:]
     assert (group_dir / "seed-6" / "nodes" / "initial" / "node.json").exists()

@@ -147,8 +147,9 @@ def test_readers_of_a_handed_run_refuse_its_repository_in_one_line(tmp_path):
 
 @pytest.mark.e2e
 @pytest.mark.attack("a handed group of replicates whose group.json command line resumes, evaluates or serves another "
-                    "run of the user's (--resume_from, --evaluate, --split, --dashboard, --output_dir) or starts "
-                    "from another run's code (--initial_from)")
+                    "run of the user's (--resume_from, --evaluate, --split, --dashboard, --output_dir), starts "
+                    "from another run's code or a host folder (--initial_from, --initial_agent PATH, --set "
+                    "loop.initial_agent=PATH), or reads a host file as config (--config, --preset)")
 def test_a_group_command_line_cannot_reach_other_runs(tmp_path):
     from services.fsutil import atomic_write_json
 
@@ -160,7 +161,11 @@ def test_a_group_command_line_cannot_reach_other_runs(tmp_path):
             (["--resume_from", str(users_own), "--evaluate", "1", "--split", "test"], "has --resume_from"),
             (["--dashboard", "8765"], "has --dashboard"),
             (["--output_dir", str(tmp_path / "elsewhere")], "has --output_dir"),
-            (["--initial_from", f"{users_own}:initial"], f"asks for --initial_from {users_own}:initial")):
+            (["--initial_from", f"{users_own}:initial"], f"asks for --initial_from {users_own}:initial"),
+            (["--initial_agent", str(users_own)], f"asks for --initial_agent {users_own}"),
+            (["--set", f"loop.initial_agent={users_own}"], f"asks for --initial_agent {users_own}"),
+            (["--config", "/etc/passwd"], "asks for --config /etc/passwd"),
+            (["--preset", "paper"], "asks for --preset paper")):
         atomic_write_json(group / "group.json", {"schema_version": 1, "runs": ["seed-0"], "seeds": [0],
                                                 "argv": ["--domain", "imo_grading", *extra]})
         r = subprocess.run([sys.executable, "-m", "run_optimization", "--resume_from", str(group)], cwd=PROJECT_ROOT,

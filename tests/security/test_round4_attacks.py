@@ -323,3 +323,19 @@ def test_the_local_model_server_answers_only_its_key(tmp_path):
         assert server.api_key.encode() not in Path(f"/proc/{server.proc.pid}/cmdline").read_bytes()
     finally:
         server.stop()
+
+
+@pytest.mark.attack("local model: a handed run folder whose local_model.log is a link to a file of the user, which "
+                    "the local model's server would append its output to on resume")
+def test_the_local_models_log_is_never_written_through_a_link(tmp_path):
+    from services.fsutil import NotWritable
+    from services.local_model import LocalServer
+    from services.providers import LOCAL_DEFAULT
+
+    victim = tmp_path / "victim.txt"
+    victim.write_text("the user's\n")
+    os.symlink(victim, tmp_path / "local_model.log")
+    server = LocalServer(LOCAL_DEFAULT, log_path=tmp_path / "local_model.log")
+    with pytest.raises(NotWritable, match="is a link: nothing is written through it"):
+        server.ensure_started()
+    assert victim.read_text() == "the user's\n" and server.proc is None
