@@ -157,4 +157,12 @@ def use_domain_specs(paths: list[str] | None, run_dir: str | Path | None = None)
             if (what := differs(kept[spec.name], spec)) is not None:
                 raise UserError(f"--domain_spec {spec.source}: {what} differs from the domain {spec.name} "
                                 f"the run {folder} was started with; pass the spec it was started with")
-    return [register(spec, replace=run_dir is not None).name for spec in specs]
+    named: dict[str, DomainSpec] = {}
+    for spec in specs:
+        if spec.name in named and differs(named[spec.name], spec) is not None:
+            first = named[spec.name].source
+            raise UserError(f"two different domains are named {spec.name} ({first} and {spec.source})")
+        named[spec.name] = spec
+    # The specs this command names are the ones that count: one an earlier call of this process made known
+    # under the same name (the Python API, run again on edited or moved data) is replaced.
+    return [register(spec, replace=True).name for spec in specs]

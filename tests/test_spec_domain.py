@@ -382,3 +382,23 @@ def test_a_plugin_adds_domains_beside_the_bundled_ones(tmp_path, monkeypatch):
         sys.modules.pop("capitals_plugin", None)
         monkeypatch.undo()
         registry.plugin_domains.cache_clear()
+
+
+def test_a_spec_named_again_in_one_process_replaces_the_earlier_one_and_two_at_once_are_refused(tmp_path):
+    """The Python API run twice in a notebook on moved or edited data: the spec the call names counts."""
+    import shutil
+
+    from domains.registry import get_domain, use_domain_specs
+    from services.errors import UserError
+
+    source = Path(__file__).resolve().parents[1] / "examples" / "capitals"
+    copies = []
+    for name in ("a", "b"):
+        shutil.copytree(source, tmp_path / name)
+        copies.append(str(tmp_path / name / "capitals.yaml"))
+    (tmp_path / "b" / "capitals_train.csv").write_text((source / "capitals_train.csv").read_text() + "\n")
+    assert use_domain_specs([copies[0]]) == ["capitals"]
+    assert use_domain_specs([copies[1]]) == ["capitals"]
+    assert str(get_domain("capitals").data_dir) == str(tmp_path / "b")
+    with pytest.raises(UserError, match="two different domains are named capitals"):
+        use_domain_specs(copies)
