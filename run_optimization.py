@@ -185,6 +185,11 @@ def run_replicates(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
         raise UserError(f"{failed} of {len(group['runs'])} replicates did not finish (see above)")
 
 
+def names_a_folder(initial_agent: str) -> bool:
+    """Whether --initial_agent names a folder of this host rather than a bundled agent."""
+    return "/" in initial_agent or initial_agent.startswith((".", "~"))
+
+
 def group_accepting_flags(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
     """The flags a resume of a group started with `argv` must give again (check_group_argv): the files it
     read (--config, --preset, --domain_spec, an --initial_agent folder), the run it started from, and
@@ -196,9 +201,8 @@ def group_accepting_flags(parser: argparse.ArgumentParser, argv: list[str]) -> l
              for part in (f"--{flag}", str(getattr(theirs, flag)))]
     flags += [part for spec in theirs.domain_spec or () for part in ("--domain_spec", spec)]
     config = command_config(request_of(theirs))
-    agent = config.loop.initial_agent
-    if "/" in agent or agent.startswith((".", "~")):
-        flags += ["--initial_agent", agent]
+    if names_a_folder(config.loop.initial_agent):
+        flags += ["--initial_agent", config.loop.initial_agent]
     return flags + accepting_flags(config)
 
 
@@ -231,7 +235,7 @@ def check_group_argv(parser: argparse.ArgumentParser, args: argparse.Namespace, 
     wanted, given_config = command_config(request_of(theirs)), command_config(request_of(args))
     resumed_config(wanted, given_config, group_dir / GROUP)
     agent = wanted.loop.initial_agent
-    if ("/" in agent or agent.startswith((".", "~"))) and agent != given_config.loop.initial_agent:
+    if names_a_folder(agent) and agent != given_config.loop.initial_agent:
         raise UserError(f"{group_dir / GROUP} asks for --initial_agent {shlex.quote(agent)} (a folder of this host, "
                         f"copied into every replicate); pass --initial_agent {shlex.quote(agent)} to accept it")
     mine = {os.path.realpath(p) for p in args.domain_spec or ()}
