@@ -132,10 +132,18 @@ class TaskAgent:
 '''
 
 # Runs the harness CLI and writes the harness process's own peak RSS (KiB) to argv[1] at exit.
+# VmHWM, not getrusage's ru_maxrss: exec carries the spawning process's peak into ru_maxrss, so
+# the harness would be charged with the pytest worker's memory (619-679 MB in a full suite).
 PEAK_RSS_WRAPPER = """
-import atexit, resource, runpy, sys
+import atexit, re, runpy, sys
 out = sys.argv.pop(1)
-atexit.register(lambda: open(out, "w").write(str(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)))
+
+
+def peak_kib():
+    return re.search(r"VmHWM:\\s+(\\d+) kB", open("/proc/self/status").read()).group(1)
+
+
+atexit.register(lambda: open(out, "w").write(peak_kib()))
 sys.argv[0] = "domains.harness"
 runpy.run_module("domains.harness", run_name="__main__", alter_sys=True)
 """
