@@ -210,7 +210,7 @@ class NotALedger(UserError):
     that cannot be read within READ_SECONDS: one line naming the file."""
 
 
-READ_SECONDS = 3.0  # one query of a reader; a ledger this project wrote answers in well under that
+READ_SECONDS = 3.0  # one query of a reader, with any copy it makes; a ledger this project wrote needs well under that
 MAX_ROWS = 10_000  # rows one query of a reader returns (per role and model, per reason, per time bucket)
 MAX_SCHEMA = 64  # entries of sqlite_master a ledger may have (it has 3 tables and 2 keys' indexes)
 MAX_TEXT = 500  # characters of a role, model or message a reader returns
@@ -268,7 +268,8 @@ def check_ledger(path: Path) -> None:
 class LedgerReader:
     """A run's ledger read by someone else (the dashboard, an analysis, a run handed over), as it may be
     being written: never a write, never a lock that holds the run up, never a file made in the run's
-    folder; only tables of the shape this project writes; each query within READ_SECONDS and MAX_ROWS.
+    folder; only tables of the shape this project writes; each query within READ_SECONDS (the copy of a `-wal`
+    that has no `-shm` included) and MAX_ROWS.
 
     Opening it writes nothing beside it (services.sqlite_files.readable), so a planted `-shm` that is a hard
     link to a file of the user is never truncated; a running run's calls are still seen as they are booked."""
@@ -280,18 +281,22 @@ class LedgerReader:
                table: str = "calls") -> tuple[dict[str, set[str]], list[tuple]]:
         """The ledger's tables with their columns, checked, and at most MAX_ROWS rows of `sql` (none when the
         ledger or `table` is not there, or the run holds it mid-checkpoint); NotALedger otherwise."""
+        deadline = time.monotonic() + READ_SECONDS  # one budget: the copy readable may make, then the query
         if not _check_files(self.path):
             return {}, []
         try:
-            with readable(self.path) as uri:
-                return self._query_at(uri, sql, args, table)
+            with readable(self.path, deadline) as uri:
+                return self._query_at(uri, sql, args, table, deadline)
         except NotALedger:
             raise
+        except TimeoutError as e:
+            raise NotALedger(f"{self.path}: not a ledger this project wrote: not read within {READ_SECONDS:g} s "
+                             f"({e})") from None
         except OSError as e:
             raise NotALedger(f"{self.path}: not a ledger this project wrote: {e}") from None
 
-    def _query_at(self, uri: str, sql: str | None, args: tuple, table: str) -> tuple[dict[str, set[str]], list[tuple]]:
-        deadline = time.monotonic() + READ_SECONDS
+    def _query_at(self, uri: str, sql: str | None, args: tuple, table: str,
+                  deadline: float) -> tuple[dict[str, set[str]], list[tuple]]:
         try:
             db = sqlite3.connect(uri, uri=True, timeout=2.0)
         except sqlite3.Error as e:
