@@ -67,6 +67,10 @@ _HIT = re.compile(r"domains/|proofgrader|evals/|scoring\.py|try_agent\.py|ledger
                   r"archive\.jsonl|metrics?\.py|\.csv|\.jsonl?|\.tsv|\.parquet")
 _PATH_RUN = re.compile(rf"[\w./-]{{0,{MAX_TOKEN}}}")
 _PATH_CHAR = re.compile(r"[\w./-]")
+_LONGEST_HIT = max(map(len, (*_SCORING_WORDS, "metrics.py", ".parquet")))  # the longest text _HIT matches
+# Of a long word cut where a window ends, characters the next window looks at again: enough for a
+# scoring word the cut falls in, and for a label word with its extension (`gold.csv`), to be seen whole.
+_OVERLAP = _LABEL_GAP + _LONGEST_HIT
 
 
 def read_text(root: Path, relative: str, what: str, unread: list[str]) -> str:
@@ -187,19 +191,25 @@ def assistant_turns(transcript: str) -> list[str]:
 def path_words(text: str, budget: Budget) -> Iterator[tuple[str, int, bool]]:
     """The path-like words of `text` (runs of word characters, `.`, `/`, `-`) that hold a scoring
     word or a data file's extension, in order, each with where that is in it and whether it is
-    whole; a long word is looked at MAX_TOKEN around each, so a part of it is not whole."""
+    whole; a long word is looked at MAX_TOKEN around each, so a part of it is not whole. Where such
+    a window cuts a word, the next one starts _OVERLAP before the cut: what the cut falls in (a
+    scoring word, the label word before `.csv`) is looked at whole, however long the path before it."""
     low = lowered(text)
     backwards = low[::-1]  # where a word starts, matched forwards from the hit in the reversed text
-    pos = 0
+    pos = floor = seen = 0  # where the next hit and the next word may start; where the last window ended
     while found := _HIT.search(low, pos):
         budget.step("path-like words")
-        before = _PATH_RUN.match(backwards, len(low) - found.start())
-        start = max(found.start() - (before.end() - before.start()) if before else found.start(), pos)
+        if found.end() <= seen:  # within the overlap, and whole in the last window already
+            pos = found.start() + 1
+            continue
+        before = _PATH_RUN.match(backwards, len(low) - found.start(), len(low) - floor)  # never back past floor
+        start = found.start() - (before.end() - before.start() if before else 0)
         after = _PATH_RUN.match(low, found.end())
         end = after.end() if after else found.end()
-        whole = not (start and _PATH_CHAR.match(low, start - 1) or _PATH_CHAR.match(low, end))
+        cut = _PATH_CHAR.match(low, end) is not None  # the word goes on past this window
+        whole = not (start and _PATH_CHAR.match(low, start - 1) or cut)
         yield text[start:end], found.start() - start, whole
-        pos = end
+        pos, floor, seen = (end - _LONGEST_HIT + 1, end - _OVERLAP, end) if cut else (end, end, end)
 
 
 def _shown_at(word: str, at: int) -> str:
