@@ -12,14 +12,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 from pathlib import Path
 
 from archive.records import EVAL_KEY
 from domains.harness import GRADINGS, JOURNAL, PREDICTIONS
+from domains.harness.journal import MAX_JOURNAL
 from domains.scoring import REPORT_SCHEMA
 from services.errors import UserError
-from services.fsutil import atomic_write_json, make_folder, open_append, read_bounded
+from services.fsutil import atomic_write_json, make_folder, open_append, open_regular, read_bounded
 from services.user_files import parse_json
 
 REPORT = "report.json"
@@ -69,12 +69,21 @@ class EvalStore:
         The copy goes to a temporary file first and takes the journal's name whole, so a kill at any
         point leaves either no journal (seeded again next time) or the complete one."""
         target, journal = self.folder(key) / JOURNAL, self.folder(smaller) / JOURNAL
-        if not target.exists() and journal.exists():
+        if not os.path.lexists(target) and os.path.lexists(journal):
             make_folder(target.parent)
             partial = target.with_name(f".{JOURNAL}.seeding")
             partial.unlink(missing_ok=True)  # a kill's leftover, or a link planted there: removed, never followed
-            with open(journal, "rb") as src, open_append(partial) as dst:
-                shutil.copyfileobj(src, dst)
+            try:  # a handed run's journal: a link is never followed, a fifo never waited on
+                src = open_regular(journal, MAX_JOURNAL)
+            except OSError as e:
+                raise UserError(f"{journal} cannot be read as a journal: {e.strerror or e}") from None
+            with src, open_append(partial) as dst:
+                copied = 0
+                while chunk := src.read(2**20):
+                    copied += len(chunk)
+                    if copied > MAX_JOURNAL:  # it grew after the check
+                        raise UserError(f"{journal} is over the limit of {MAX_JOURNAL} bytes for a journal")
+                    dst.write(chunk)
                 dst.flush()
                 os.fsync(dst.fileno())
             os.replace(partial, target)

@@ -224,18 +224,29 @@ def csv_values(df: pd.DataFrame) -> pd.DataFrame:
     return df.map(csv_value)
 
 
-def read_regular(path: str | Path, limit: int, follow_links: bool = False) -> bytes:
-    """The bytes of `path` if it is a regular file of at most `limit` bytes; an OSError saying what it
-    is otherwise (without the path: callers name it). Never blocks on a fifo; a link is followed only
-    with `follow_links` (a user may link the config they name, never a run's records)."""
+def open_regular(path: str | Path, limit: int, follow_links: bool = False) -> IO[bytes]:
+    """`path` open for reading if it is a regular file of at most `limit` bytes; an OSError saying what
+    it is otherwise (without the path: callers name it). Never blocks on a fifo; a link is followed only
+    with `follow_links` (a user may link the config they name, never a run's records). For a file too
+    large to read whole: the caller streams it and stops at `limit` (it may grow after this check)."""
     flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow_links else os.O_NOFOLLOW)
     fd = os.open(path, flags)
-    with os.fdopen(fd, "rb") as f:
+    f = os.fdopen(fd, "rb")
+    try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             raise OSError(f"not a regular file ({_kind(info.st_mode)})")
         if info.st_size > limit:
             raise OSError(f"{info.st_size} bytes, over the limit of {limit} bytes")
+    except BaseException:
+        f.close()
+        raise
+    return f
+
+
+def read_regular(path: str | Path, limit: int, follow_links: bool = False) -> bytes:
+    """The bytes of `path` if it is a regular file of at most `limit` bytes: see `open_regular`."""
+    with open_regular(path, limit, follow_links) as f:
         data = f.read(limit + 1)
     if len(data) > limit:
         raise OSError(f"over the limit of {limit} bytes")

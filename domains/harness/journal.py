@@ -13,11 +13,13 @@ from __future__ import annotations
 import io
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from inside.worker import utf8_text
-from services.fsutil import atomic_write_csv, open_append
+from services.errors import UserError
+from services.fsutil import atomic_write_csv, open_append, open_regular
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -25,6 +27,34 @@ if TYPE_CHECKING:
 JOURNAL = "predictions.jsonl"
 PREDICTIONS = "predictions.csv"
 RESULT_COLUMNS = ["prediction", "error", "seconds", "prompt_tokens", "completion_tokens", "cost_usd"]
+
+
+MAX_JOURNAL = 2**31  # bytes: 100 rows of 1 MB predictions, retried ten times each, fit twenty times over
+MAX_LINE = 2**26  # bytes of one record; a longer one (a prediction of over ~10 MB) is read as a cut line
+
+
+def read_journal(path: Path) -> Iterator[dict]:
+    """The records of the journal at `path`, in order, as bounded data: the journal of a run folder
+    someone handed over (`--evaluate`, a resume) may be a link to a file of this host, a fifo or
+    gigabytes; a one-line UserError naming the path for each. A line that is cut short (a kill), too long or not
+    a record is skipped: its row is answered again."""
+    try:
+        f = open_regular(path, MAX_JOURNAL)
+    except OSError as e:
+        raise UserError(f"{path} cannot be read as a journal: {e.strerror or e}") from None
+    with f:
+        while line := f.readline(MAX_LINE + 1):
+            if not line.endswith(b"\n"):
+                if len(line) > MAX_LINE:  # too long: its rest is skipped too
+                    while (rest := f.readline(MAX_LINE)) and not rest.endswith(b"\n"):
+                        pass
+                continue
+            try:
+                rec = json.loads(line)
+            except (ValueError, RecursionError):
+                continue
+            if type(rec) is dict and type(rec.get("id")) in (str, int):
+                yield rec
 
 
 class Journal:
@@ -35,12 +65,8 @@ class Journal:
         self.path = path
         self.sync = sync
         self.records: dict[str, dict] = {}
-        if path.exists():
-            for line in path.read_text(encoding="utf-8").splitlines():
-                try:
-                    rec = json.loads(line)
-                except ValueError:
-                    continue  # a line cut short by a kill
+        if path.exists() or path.is_symlink():
+            for rec in read_journal(path):
                 self.records[str(rec["id"])] = rec
         self._file = None
 
