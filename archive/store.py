@@ -9,6 +9,7 @@ no node record was interrupted and is redone on resume.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import threading
@@ -22,9 +23,10 @@ from typing import TYPE_CHECKING
 from archive.heldout import read_heldout
 from archive.promotion import BestChoice, RowScores, choose_best, row_scores
 from archive.records import GenStart, MetaResult, Node, Status
+from archive.run_state import MAX_LOG
 from archive.selection import Candidate
 from services.errors import UserError
-from services.fsutil import atomic_write_json, make_folder, open_append, read_bounded
+from services.fsutil import atomic_write_json, make_folder, open_append, read_bounded, read_regular
 from services.user_files import parse_json
 
 if TYPE_CHECKING:
@@ -208,10 +210,19 @@ class Archive:
             os.fsync(f.fileno())
 
     def events(self) -> list[dict]:
-        if not self.log_path.exists():
+        """The event log's records, a line a kill cut short skipped; none when there is no log yet. The
+        log is a handed folder's file: read without following a link, never waiting on a fifo, and at
+        most MAX_LOG bytes; one that is anything else is a one-line UserError naming it."""
+        try:
+            data = read_regular(self.log_path, MAX_LOG)
+        except FileNotFoundError:
             return []
+        except OSError as e:
+            problem = ("a link, which is never read through" if e.errno == errno.ELOOP else
+                       e.strerror if e.errno is not None and e.strerror else str(e))
+            raise UserError(f"{self.log_path}: not the run's event log: {problem}") from None
         found = []
-        for line in self.log_path.read_text(encoding="utf-8").splitlines():
+        for line in data.decode("utf-8", "replace").splitlines():
             try:
                 record = parse_json(line)
             except ValueError:
