@@ -184,6 +184,37 @@ def test_autograder_lets_strong_models_reason_to_the_tag(provider):
     assert "response_format" not in provider.requests[-1]["json"]
 
 
+def test_autograder_sends_the_references_temperature_and_output_limit(provider):
+    provider.set_replies(["<points>7 out of 7</points>"])
+    proofautograder.TaskAgent(model=MODEL).forward(GRADING_INPUTS)
+    (request,) = [r["json"] for r in provider.requests]
+    assert request["temperature"] == 0 and request["max_tokens"] == 16384  # agent/llm.py's defaults there
+    assert "max_completion_tokens" not in request
+
+
+def test_autograder_through_the_gateway_is_not_given_the_gateways_output_cap(gateway_factory, fake_openai,
+                                                                            monkeypatch):
+    gw = gateway_factory()  # its own cap for a request without one: gateway.max_output_tokens, 32,768
+    monkeypatch.setenv("AGENT_GATEWAY_URL", gw.url)
+    monkeypatch.setenv("AGENT_GATEWAY_KEY", gw.new_session("n", "task", [MODEL]))
+    fake_openai.set_replies(["<points>6 out of 7</points>"])
+    assert proofautograder.TaskAgent(model=MODEL).forward(GRADING_INPUTS)[0] == "almost"
+    (request,) = [r["json"] for r in fake_openai.requests]
+    assert (request["temperature"], request["max_tokens"]) == (0, 16384)
+
+
+@pytest.mark.parametrize("model, sent", [
+    ("openai/o4-mini", {"temperature": 0.0, "max_tokens": 16384}),
+    ("anthropic/claude-sonnet-4-5-20250929", {"temperature": 0.0, "max_tokens": 16384}),
+    ("openai/gpt-5", {"max_completion_tokens": 16384}),  # its default temperature only
+    ("openai/gpt-5-mini", {"max_completion_tokens": 16384}),
+    ("openai/gpt-5.2", {"temperature": 0.0, "max_completion_tokens": 16384}),
+    ("anthropic/claude-3-haiku-20240307", {"temperature": 0.0, "max_tokens": 4096}),
+])
+def test_sampling_follows_the_references_rules_by_model_name(model, sent):
+    assert proofautograder.reference_sampling(model) == sent
+
+
 def test_autograder_rejects_other_domains(provider):
     with pytest.raises(ValueError, match="imo_proof"):
         proofautograder.TaskAgent(model=MODEL).forward(dict(GRADING_INPUTS, domain="imo_proof"))

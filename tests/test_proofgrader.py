@@ -86,6 +86,7 @@ def test_proofautograder_package_installs_and_grades_on_its_own(tmp_path, fake_o
     assert str(tmp_path / "venv") in location
     sent = fake_openai.requests[-1]["json"]
     assert sent["model"] == "fake-grader"  # the recorded default, called directly (no gateway)
+    assert (sent["temperature"], sent["max_tokens"]) == (0, 16384)  # as the reference's grader samples
     prompt = sent["messages"][-1]["content"]
     assert all(v in prompt for v in GRADING_INPUTS.values())
 

@@ -19,6 +19,13 @@ One model call. The reply is read exactly as the reference reads it:
 
 A row without one of the four inputs is "None" without a call, as the reference answers it.
 
+The call is sampled as the reference's client sends it (`get_response_from_llm` of its agent/llm.py,
+whose defaults the reference's grader keeps): temperature 0 and at most 16,384 output tokens, by its
+rules per model name: `openai/gpt-5` and `openai/gpt-5-mini` take only their default temperature, so
+they are sent none; a name containing "gpt-5" gets the limit as `max_completion_tokens`; a name
+containing "claude-3-haiku" gets at most 4,096. Without them the run's gateway would fill in its own
+output cap (gateway.max_output_tokens) and the provider its own temperature.
+
 One addition: a model that the run decodes under a JSON schema (its small local models, see
 `agent.llm.needs_constrained_decoding`) cannot write the tag; it answers `{"points": N}` with N
 one of 0, 1, 6, 7, read with the same map. That reading applies only to such a model and only
@@ -40,10 +47,28 @@ LABELS = {0: "incorrect", 1: "partial", 6: "almost", 7: "correct"}  # the refere
 OPEN, CLOSE = "<points>", "</points>"
 _DIGITS = re.compile(r"\d+")
 
+# The reference client's sampling (agent/llm.py there) and its exceptions by model name.
+TEMPERATURE = 0.0
+MAX_TOKENS = 16384
+NO_TEMPERATURE = ("openai/gpt-5", "openai/gpt-5-mini")  # these take their default temperature only
+SMALL_OUTPUT = ("claude-3-haiku", 4096)  # a part of a model's name, and the most output tokens it is asked for
+
 # The answer's shape for a model under constrained decoding: it cannot reason to the tag, so it
 # picks one of the four scores the prompt offers.
 POINTS_SCHEMA = {"type": "object", "properties": {"points": {"type": "integer", "enum": sorted(LABELS)}},
                  "required": ["points"]}
+
+
+def reference_sampling(model: str) -> dict:
+    """The temperature and output limit the reference's client sends for `model`, as chat parameters."""
+    params: dict = {} if model in NO_TEMPERATURE else {"temperature": TEMPERATURE}
+    if "gpt-5" in model:
+        params["max_completion_tokens"] = MAX_TOKENS
+    elif SMALL_OUTPUT[0] in model:
+        params["max_tokens"] = min(MAX_TOKENS, SMALL_OUTPUT[1])
+    else:
+        params["max_tokens"] = MAX_TOKENS
+    return params
 
 
 def points_block(text: str) -> str | None:
@@ -149,7 +174,7 @@ class TaskAgent(AgentSystem):
             self.log(f"## prediction\n\nmissing inputs: {', '.join(missing)}\nlabel: None")
             return "None", []
         messages = [{"role": "user", "content": grading_prompt(inputs)}]
-        reply = get_response(messages, model=self.model, schema=POINTS_SCHEMA)
+        reply = get_response(messages, model=self.model, schema=POINTS_SCHEMA, **reference_sampling(self.model))
         history = messages + [{"role": "assistant", "content": reply.text}]
         self.log_messages(history)
 
