@@ -126,10 +126,10 @@ DOMAINS = (
                               qid_col="task_id", group_cols=("subset",)), format_answers),
         loader=load_aime,
         try_match="math",
-        score_note="strict: only the final answer counts (the last \\boxed{}, else the last \"answer is\", one "
-                   "integer); the benchmark's own rule (any number in the output equal to the answer) is reported as "
-                   "accuracy_any_number and never optimized: an evolving agent learns to list many numbers when any "
-                   "match counts",
+        score_note="strict: only the last answer the output commits to counts (a \\boxed{} or an \"answer is\", a "
+                   "later one overriding an earlier one; one integer: inside.answers.aime_strict); the benchmark's "
+                   "own rule (any number in the output equal to the answer) is reported as accuracy_any_number and "
+                   "never optimized: an evolving agent learns to list many numbers when any match counts",
     ),
     Domain(
         name="amo_bench",

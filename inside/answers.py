@@ -6,8 +6,8 @@ it is only read in passes of linear cost and handed to math-verify, whose parsin
 are bounded by TIMEOUT_S on the main thread, and off it run in a child process that is killed
 past CHILD_LIMIT_S; nothing is executed.
 
-- AIME 2025: `aime_any_number` is the benchmark's own rule, `aime_strict` reads the final
-  answer only (their sources are in their docstrings).
+- AIME 2025: `aime_any_number` is the benchmark's own rule, `aime_strict` reads the last answer the
+  output commits to only (their sources and rules are in their docstrings).
 - IMO-AnswerBench and AMO-Bench: `math_equal` says "equal" only when it is sure (math-verify
   on answers it parsed whole, symbols case-sensitive, answers in words compared word by word).
   The IMO-Bench paper grades with an LLM instead; domains/judge.py has that grader.
@@ -26,6 +26,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import deque
 from fractions import Fraction
 
 # It warns on every call made without a timeout (those off the main thread).
@@ -38,17 +39,20 @@ CHILD_START_S = 120  # how long the child may take to start (imports sympy and m
 
 # -- what an output's answer is -------------------------------------------------------------------
 # "The answer is 70", "Final answer: $70$", "**Final Answer:** 70" (bold markers are dropped first),
-# "The answer is: 70"; the statement ends with its sentence, its line or an afterthought (", since ...").
-_STATED = re.compile(r"(?:final answer|the answer|answer)\s*(?:is\s*:?|:|=)[ \t]*([^\n]+)", re.I)
+# "The answer is: 70"; a marker that ends its line states what the next line holds ("Final answer:\n70"),
+# and so does a heading line that is just "Final Answer" or "Answer". The statement ends with its
+# sentence, its line or an afterthought (", since ...").
+_MARKER = re.compile(r"\banswer\s*(?:is\b\s*:?|:|=)|^[ \t#>]*(?:final[ \t]+)?answer[ \t]*:?[ \t]*$", re.I | re.M)
 _STATEMENT_END = re.compile(r"\.(?:\s|$)|;|,\s*(?:as|since|because|which|where|so|thus|hence|by|from|that|this)\b",
                             re.I)
+_DISPLAY = re.compile(r"\\\[|\$\$")
+DISPLAY_CHARS = 300  # a display opened after a marker is its statement when it closes within this many characters
 
 
-def extract_boxed(text: str) -> str | None:
-    """The content of the last \\boxed{...} (or \\fbox{...}) in `text`, braces balanced; None if none.
+def _last_box(text: str) -> tuple[int, str] | None:
+    """Where the last \\boxed{...} (or \\fbox{...}) of `text` starts and its content, braces balanced.
     One pass over the text, so that ten thousand unclosed boxes cost no more than reading them."""
-    text = text or ""
-    opens = {m.end() - 1 for m in re.finditer(r"\\(?:boxed|fbox)\s*\{", text)}
+    opens = {m.end() - 1: m.start() for m in re.finditer(r"\\(?:boxed|fbox)\s*\{", text)}
     stack: list[int] = []
     found = None  # (start of the content, its end) of the box opened last
     for m in re.finditer(r"[{}]", text):
@@ -58,7 +62,36 @@ def extract_boxed(text: str) -> str | None:
             start = stack.pop()
             if start in opens and (found is None or start > found[0]):
                 found = (start + 1, m.start())
-    return text[found[0]:found[1]].strip() if found else None
+    return (opens[found[0] - 1], text[found[0]:found[1]].strip()) if found else None
+
+
+def extract_boxed(text: str) -> str | None:
+    """The content of the last \\boxed{...} (or \\fbox{...}) in `text`, braces balanced; None if none."""
+    box = _last_box(text or "")
+    return box[1] if box else None
+
+
+def _last_statement(text: str) -> tuple[int, str] | None:
+    """Where the last answer marker of `text` starts and what it states (see _MARKER), cut at the end
+    of its sentence; a display (\\[...\\], $$...$$) that opens the statement is kept whole."""
+    last = deque(_MARKER.finditer(text), maxlen=1)
+    if not last:
+        return None
+    marker = last[0]
+    rest = text[marker.end():].lstrip()
+    display = _DISPLAY.match(rest)
+    closer = {"\\[": "\\]", "$$": "$$"}[display[0]] if display else ""
+    end = rest.find(closer, 2, DISPLAY_CHARS) if display else -1
+    if end != -1:
+        line = rest[end + 2:].split("\n", 1)[0]
+        statement = " ".join(rest[:end + 2].split()) + line
+    else:
+        statement = rest.split("\n", 1)[0]
+    return marker.start(), _STATEMENT_END.split(statement, maxsplit=1)[0].strip()
+
+
+def _unbolded(text: str | None) -> str:
+    return (text or "").replace("**", "").replace("__", "")
 
 
 def final_answer(text: str) -> str | None:
@@ -68,9 +101,9 @@ def final_answer(text: str) -> str | None:
     boxed = extract_boxed(text)
     if boxed:
         return boxed
-    stated = _STATED.findall((text or "").replace("**", "").replace("__", ""))
+    stated = _last_statement(_unbolded(text))
     if stated:
-        answer = _STATEMENT_END.split(stated[-1], maxsplit=1)[0].strip().rstrip(".").strip()
+        answer = stated[1].rstrip(".").strip()
         alone = re.fullmatch(r"\$([^$]+)\$", answer)  # "Answer: $70$" is 70
         return (alone[1].strip() if alone else answer) or None
     bare = (text or "").strip()
@@ -141,14 +174,68 @@ def aime_any_number(output: str, truth: str) -> bool:
 
 
 def aime_strict(output: str, truth: str) -> bool:
-    """The final-answer reading of AIME: only the answer the output commits to counts (its last
-    \\boxed{}, else its last "answer is ..."), and it must be that one integer.
+    """The final-answer reading of AIME: right when the last answer the output commits to is the
+    reference, as one integer. The rule:
+
+    1. A commitment is a \\boxed{...} or \\fbox{...} (its content), or a marker: "answer is", "answer:",
+       "answer =" ("The final answer is", "Final answer:"), or a line that is only "Final Answer" or
+       "Answer". A marker commits to what follows it, up to the end of that sentence or line (the next
+       line when the marker ends its own; a display \\[...\\] or $$...$$ that opens it, whole).
+    2. The last commitment counts, whatever its kind: a later one overrides an earlier one ("The answer
+       is 71. Wait, ... the answer is 70" is 70, and so is "\\boxed{71} ... the answer is 70"). Numbers
+       written after it without a marker are not answers ("\\boxed{71}. Hmm, 70 fits too" is 71).
+    3. An output without a commitment is its own answer only when it is one short line (at most
+       BARE_ANSWER_CHARS characters): "70", "\\[70\\]", "**70**".
+    4. What is committed to must be one integer, written as as_integer reads it (70, 70.0, 140/2,
+       \\frac{140}{2}, m+n = 70, 70 (mod 1000), \\text{70}), inside any wrappers: math ($70$, $$70$$,
+       \\(70\\), \\[70\\]), emphasis (*70*, **70**) or code (`70`); one word that only affirms may
+       open it ("therefore 70", "indeed 70"; FILLERS), a hedging one may not ("probably 70").
+    5. After it may come only a qualification that names other numbers as not the answer: "70 (not 71)",
+       "70 and not 71", "70, not 71 or 72", "70 rather than 71". Anything else is no integer, and the
+       output is wrong: a second number ("70 or 71", "70, 71"), a hedge ("70, or maybe 72"), a
+       negation ("not 70"), words ("The answer is unclear"). An output that lists numbers without
+       committing to one never scores.
 
     A departure from the benchmark's rule (aime_any_number), ours: an agent optimized against
     "any number counts" learns to list many numbers. AIME itself takes one integer per problem.
     """
     want = as_integer(truth)
-    return want is not None and as_integer(final_answer(output)) == want
+    return want is not None and aime_answer(output) == want
+
+
+def aime_answer(output: str) -> int | None:
+    """The integer an output commits to, by aime_strict's rule; None when it commits to none."""
+    text = _unbolded(output)
+    commitments = [c for c in (_last_box(text), _last_statement(text)) if c]
+    if commitments:
+        return committed_integer(max(commitments)[1])
+    bare = text.strip()
+    return committed_integer(bare) if "\n" not in bare and len(bare) <= BARE_ANSWER_CHARS else None
+
+
+# A number in a qualification that rules it out: 71, $71$, `71`, *71*, 1,071, 71.5.
+_NAMED = r"[$`*]*-?\d+(?:[.,]\d+)*[$`*]*"
+_NEGATED = re.compile(
+    rf"(?P<head>.*?)\s*\(?\s*(?:[,;:]|--?|\u2013|\u2014)?\s*(?:(?:and|but)\s+)?(?:not|rather\s+than|instead\s+of)\s+"
+    rf"{_NAMED}(?:\s*(?:,\s*(?:or|nor|and)?|or|nor|and)\s*{_NAMED})*\s*\)?\s*[.!]?", re.I | re.S)
+FILLERS = ("therefore", "thus", "hence", "so", "indeed", "simply", "just", "exactly", "clearly")
+_FILLER = re.compile(rf"(?:{'|'.join(FILLERS)})\b[\s,:]*", re.I)
+_WRAPPED = re.compile(r"\*(.+)\*|`(.+)`|\$\$(.+)\$\$|\\\[(.+)\\\]|\\\((.+)\\\)|\$(.+)\$", re.S)
+STATEMENT_CHARS = 200  # a committed answer longer than this is no integer (and no regex runs over a long one)
+
+
+def committed_integer(answer: str) -> int | None:
+    """The integer `answer` (a box's content, a statement or a short output) commits to: one integer
+    in its wrappers, followed by nothing but a qualification naming numbers it is not (see aime_strict)."""
+    answer = answer.strip()
+    if len(answer) > STATEMENT_CHARS:
+        return None
+    negated = _NEGATED.fullmatch(answer)
+    head = negated["head"] if negated else answer
+    head = head[filler.end():] if (filler := _FILLER.match(head)) else head
+    while wrapped := _WRAPPED.fullmatch(head.strip().rstrip(".").strip()):
+        head = next(g for g in wrapped.groups() if g is not None)
+    return as_integer(head)
 
 
 # -- mathematical equality (IMO-AnswerBench, AMO-Bench) ----------------------------------------------

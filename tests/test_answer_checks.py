@@ -1,4 +1,4 @@
-"""inside/answers.py against the cases of issue 26: AIME 2025's two rules (the benchmark's "any number"
+"""inside/answers.py against the cases of issues 26 and 36: AIME 2025's two rules (the benchmark's "any number"
 and the strict final answer), and IMO-AnswerBench's rule check (math-verify, made sure of what it
 calls equal) on right and near-miss answers written for real rows of the data set."""
 
@@ -11,11 +11,13 @@ import pytest
 
 from inside import answers
 from inside.answers import (
+    aime_answer,
     aime_any_number,
     aime_numbers,
     aime_strict,
     as_integer,
     check_output,
+    committed_integer,
     extract_boxed,
     final_answer,
     in_words,
@@ -73,12 +75,73 @@ def test_strict_rejects_another_final_answer_or_a_hedge(output):
     assert not aime_strict(output, "70")
 
 
+@pytest.mark.parametrize("output", [
+    pytest.param(r"\boxed{70}", id="boxed"), pytest.param(r"\fbox{70}", id="fbox"),
+    pytest.param(r"\[70\]", id="display-brackets"), pytest.param("$$70$$", id="display-dollars"),
+    pytest.param("$70$", id="inline-dollars"), pytest.param(r"\(70\)", id="inline-parens"),
+    pytest.param("*70*", id="emphasis"), pytest.param("**70**", id="bold"), pytest.param("`70`", id="code"),
+    pytest.param("The answer is **70**.", id="answer-is-bold"), pytest.param("Answer: `70`", id="answer-code"),
+    pytest.param("Final answer: *70*", id="final-answer-emphasis"),
+    pytest.param("The answer is\n\\[\n70\n\\]", id="answer-is-then-display"),
+    pytest.param("Some work.\n\n**Final Answer**\n\n\\[70\\]", id="final-answer-heading"),
+    pytest.param("Final answer:\n\n70", id="final-answer-next-line"),
+    pytest.param("70 and not 71", id="and-not"), pytest.param("Final answer: 70 (not 71)", id="parenthesised-not"),
+    pytest.param("The answer is 70, not 71 or 72.", id="not-a-list"),
+    pytest.param("Answer: $70$ (not $71$)", id="not-in-math"),
+    pytest.param("Answer: 70 rather than 71", id="rather-than"),
+    pytest.param("The answer is therefore 70.", id="affirming-word"),
+    pytest.param("The answer is 71. Wait, I dropped a case, so the answer is 70", id="self-correction-one-line"),
+    pytest.param("The answer is 71.\nWait: recounting, the answer is 70.", id="self-correction-next-line"),
+    pytest.param(r"\boxed{71}. Wait, that double counts; the answer is 70.", id="self-correction-after-box"),
+    pytest.param(r"So the final answer is $\boxed{70}$. I hope it is correct.", id="box-inside-statement"),
+])
+def test_strict_reads_the_last_committed_answer_in_each_form(output):
+    assert aime_strict(output, "70")
+
+
+@pytest.mark.parametrize("output", [
+    pytest.param("70, 71, 72", id="list"), pytest.param("Candidates: **70**, **71**, **72**", id="bold-list"),
+    pytest.param("\\[70\\]\n\\[71\\]", id="two-displays"), pytest.param("*70* or *71*", id="emphasised-hedge"),
+    pytest.param("`70` `71`", id="two-codes"), pytest.param("$70$ and $71$", id="two-maths"),
+    pytest.param("Answer: 70 and 71", id="answer-two-numbers"), pytest.param("The answer is 70 (or 71)", id="or-aside"),
+    pytest.param("The answer is not 70.", id="negated"),
+    pytest.param("The answer is 70. Hmm, no: the answer is not 70.", id="retracted"),
+    pytest.param("The answer is 70. Wait, actually the answer is 71.", id="corrected-away"),
+    pytest.param(r"\boxed{70}" "\nThe answer is 71", id="box-then-other-statement"),
+    pytest.param(r"\boxed{71}. Hmm, 70 might also work.", id="box-then-musing"),
+    pytest.param("The answer is 71. Checking: 7 * 10 = 70, and 70 is even.", id="numbers-after-the-marker"),
+    pytest.param("Answer: 71\n70", id="bare-line-after-the-answer"),
+    pytest.param("Final answer: 71 (not 70)", id="the-negated-one"),
+    pytest.param("Final answer: 70, not 71, or maybe 72", id="hedge-after-the-qualification"),
+    pytest.param("The answer is 70 (not 71) or 72", id="number-after-the-qualification"),
+    pytest.param("Final answer: not 71 but 70", id="negation-first"),
+    pytest.param("We tried 70.\n\n**Final Answer**\n\n71", id="heading-with-another"),
+    pytest.param(r"\boxed{70}. Answer: unclear, maybe 71", id="box-then-words"),
+    pytest.param("The answer is probably 71, though 70 is close.", id="hedged-statement"),
+    pytest.param("The answer is probably 70", id="hedging-word"),
+])
+def test_strict_scores_no_answer_the_output_did_not_commit_to(output):
+    assert not aime_strict(output, "70")
+
+
 @pytest.mark.parametrize("text, value", [("42", 42), ("42.0", 42), ("84/2", 42), ("042", 42), ("1,000", 1000),
                                          ("$70$", 70), (r"\frac{140}{2}", 70), ("m+n = 70", 70), ("70 (mod 1000)", 70),
                                          (r"\text{70}", 70), ("+42", 42), ("4.5", None), ("x", None),
                                          ("1/0", None), ("1,0", None), ("70 71", None), (None, None)])
 def test_aime_integers_are_normalised(text, value):
     assert as_integer(text) == value
+
+
+@pytest.mark.parametrize("text, value", [("70 (not 71)", 70), ("$70$ and not $71$", 70), ("**70**", 70),
+                                         ("x" * 300, None), ("70 " + "not 71, " * 100, None), ("not 70", None)])
+def test_a_committed_answer_is_one_integer_and_what_it_is_not(text, value):
+    assert committed_integer(text) == value
+
+
+def test_the_aime_answer_is_the_last_commitment_or_none():
+    assert aime_answer(r"\boxed{12} at first; the answer is 42") == 42
+    assert aime_answer(r"the answer is 12, then \boxed{42}") == 42
+    assert aime_answer("12 or 42") is None and aime_answer("") is None and aime_answer(None) is None
 
 
 def test_the_aime_rule_counts_any_number_but_strict_only_the_final_answer():
@@ -95,6 +158,8 @@ def test_the_aime_rule_counts_any_number_but_strict_only_the_final_answer():
     ("The answer is $\\frac{1}{2}$, as shown above.", "\\frac{1}{2}"),
     ("The answer is odd $n$.", "odd $n$"),
     ("The answer is $2$ or $3$.", "$2$ or $3$"),  # a hedge stays a hedge
+    ("The answer is 3. No, the answer is $x \\le 0$.", "x \\le 0"),  # the last statement, on one line too
+    ("Work.\n\n**Final Answer**\n\nodd $n$", "odd $n$"),  # a heading states the line after it
     ("17", "17"),
     ("line one\nline two", None),
 ])
