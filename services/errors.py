@@ -1,8 +1,11 @@
-"""Errors that end a command with one clear line and exit code 2; clean ends on Ctrl-C and SIGTERM."""
+"""Errors that end a command with one clear line and exit code 2; clean ends on Ctrl-C and SIGTERM;
+the outages that stop a run resumably: a provider's (exit 75) and this machine's (exit 74)."""
 
 from __future__ import annotations
 
+import errno
 import signal
+import sqlite3
 import sys
 import threading
 from collections.abc import Callable
@@ -31,9 +34,10 @@ class Terminated(BaseException):
 class ModelServerExited(UserError):
     """A model server this process started (the local model's) ended by itself: a crash such as
     SIGSEGV, SIGILL on a CPU it cannot run on, SIGKILL when memory ran out. Its text is one line
-    naming the model and how the process ended. A UserError, so the gateway counts it as a
-    provider failure, never as the agent's answer; `LocalServer.dead_reason()` gives the same line
-    to the breaker's health check."""
+    naming the model and how the process ended. A UserError (before a run, a server that cannot start
+    on this machine is a set-up problem), so the gateway counts it as a provider failure, never as the
+    agent's answer; `LocalServer.dead_reason()` gives the same line to the breaker's health check, which
+    stops the run with MachineDown (this machine's failure) once the server died mid-run."""
 
 
 EXIT_PROVIDER_DOWN = 75  # EX_TEMPFAIL: the run stopped for a provider's failure; the same command may go on later
@@ -56,6 +60,46 @@ class ProviderDown(BaseException):
         resume = advice_of(self) or (f"resume with --resume_from {self.folder}" if self.folder
                                      else "run the same command again")
         return f"{self.reason}; nothing was recorded from the failed rows; {resume}"
+
+
+EXIT_MACHINE_DOWN = 74  # EX_IOERR: the run stopped for a failure of this machine; the same command goes on once mended
+
+
+class MachineDown(ProviderDown):
+    """This machine failed the run, not the agent: the host's own I/O (its disk full or over quota, the run
+    folder turned read-only or gone, an I/O error), the sandbox engine gone (Docker's daemon stopped, its
+    image removed), the local model's server dead, the gateway's socket lost. Raised where the host's own
+    write or service failed, never for what agent code did in its sandbox (a sandbox that fills its disk
+    is `disk_capped`, the agent's). A ProviderDown, so every handler of an outage treats it alike: nothing
+    in flight is recorded as the agent's doing, and a resume redoes it; its exit code is its own (74).
+    `reason` is one line naming what failed and where."""
+
+    def line(self) -> str:
+        resume = advice_of(self) or (f"resume with --resume_from {self.folder}" if self.folder
+                                     else "run the same command again")
+        return f"{self.reason}; nothing in flight was recorded; {resume}"
+
+
+# Errors of a write that only the machine makes: no content of a file, no agent, causes them.
+HOST_ERRNOS = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is exceeded",
+               errno.EROFS: "the file system turned read-only", errno.EIO: "the disk failed (I/O error)",
+               errno.ESTALE: "the file system is gone (stale file handle)"}
+_SQLITE_HOST = {sqlite3.SQLITE_FULL: "the disk is full", sqlite3.SQLITE_IOERR: "the disk failed (I/O error)",
+                sqlite3.SQLITE_READONLY: "the file system turned read-only"}
+
+
+def machine_failure(error: BaseException, what: str, folder: Path | None = None) -> MachineDown | None:
+    """MachineDown for an error of the host's own I/O on `what` (a path, a ledger) that only the machine
+    makes (HOST_ERRNOS, SQLite's full disk, I/O error or read-only database); None for any other error."""
+    if isinstance(error, MachineDown):
+        return error
+    if isinstance(error, OSError) and error.errno in HOST_ERRNOS:
+        cause, detail = HOST_ERRNOS[error.errno], error.strerror or str(error)
+    elif isinstance(error, sqlite3.Error) and (getattr(error, "sqlite_errorcode", 0) & 0xFF) in _SQLITE_HOST:
+        cause, detail = _SQLITE_HOST[error.sqlite_errorcode & 0xFF], str(error)
+    else:
+        return None
+    return MachineDown(f"{cause}: cannot write {what} ({detail})", folder)
 
 
 _ADVICE = "hint: "  # how `advise` marks its note among an exception's notes
@@ -105,9 +149,10 @@ _T = TypeVar("_T")
 
 def exit_on_user_error(main: Callable[[], _T]) -> _T:
     """Run `main()`; a UserError becomes one line on stderr and exit code 2, a provider's outage
-    (ProviderDown) one line and exit 75, Ctrl-C exit 130, SIGTERM exit 143, each after the cleanup
-    of whatever was open. A message may carry agent text (a worker's fatal line, an agent's stderr):
-    it is printed through `services.render.console`, so no control in it reaches the terminal."""
+    (ProviderDown) one line and exit 75, this machine's failure (MachineDown) one line and exit 74,
+    Ctrl-C exit 130, SIGTERM exit 143, each after the cleanup of whatever was open. A message may carry
+    agent text (a worker's fatal line, an agent's stderr): it is printed through `services.render.console`,
+    so no control in it reaches the terminal."""
     signal.signal(signal.SIGTERM, _raise_stop)
     signal.signal(signal.SIGINT, _raise_stop)
     try:
@@ -115,9 +160,9 @@ def exit_on_user_error(main: Callable[[], _T]) -> _T:
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)  # str() of a UserError is made visible already
         raise SystemExit(2) from None
-    except ProviderDown as e:
+    except ProviderDown as e:  # a MachineDown too
         print(f"stopped: {console(e.line())}", file=sys.stderr)
-        raise SystemExit(EXIT_PROVIDER_DOWN) from None
+        raise SystemExit(EXIT_MACHINE_DOWN if isinstance(e, MachineDown) else EXIT_PROVIDER_DOWN) from None
     except (KeyboardInterrupt, Terminated) as e:
         stop_was_caught(e)
         advice = advice_of(e) or "progress so far is saved; rerun with --resume_from to continue"

@@ -8,13 +8,15 @@ over it (which replaces a link rather than following it), a log is appended to o
 regular file of one name, and the run's `.lock` is refused when it is a hard link.
 
 A write never fails for what the text holds: a lone surrogate (a file name that was not UTF-8,
-text an agent returned) is written as its backslash escape, which in JSON reads back as itself.
+text an agent returned) is written as its backslash escape, which in JSON reads back as itself. One the
+machine fails (a full disk, ...) raises MachineDown naming the path (`services.write_failures`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import io
 import json
 import os
 import secrets
@@ -23,51 +25,34 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
 from services.errors import UserError
+from services.write_failures import guard_folder, guarded, host_write
 
 if TYPE_CHECKING:
     import pandas as pd
+    from typing_extensions import Buffer
 
 
 def atomic_write_bytes(path: str | Path, data: bytes, sync: bool = True) -> None:
     """`data` as the file `path`. `sync=False` skips the fsync: still atomic, not durable across a
     crash of the machine; for files that are made again at will (the tests' synthetic runs write
     thousands, and a sync each would cost them most of their time)."""
-    below = _guarded(path)
+    below = guarded(path)
     if below is not None:
         write_below(*below, data, sync)
         return
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    folder = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        _replace_in(folder, path.name, data, sync)
-    finally:
-        os.close(folder)
+    with host_write(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        folder = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            _replace_in(folder, path.name, data, sync)
+        finally:
+            os.close(folder)
 
 
 class NotWritable(UserError, OSError):
     """A link, special file or hard link where a file or folder of a run was to be written: one line naming
     it (a UserError); an OSError to the writers that go on without their log."""
-
-
-# Folders whose insides this process writes without following a link or opening a special file: a run
-# it holds (hold_folder), the folder an analysis or an ensemble writes in. Above them the path is the
-# user's (a home reached through a link is theirs); below them, it is a handed folder's.
-_GUARDED: set[str] = set()
-
-
-def guard_folder(folder: str | Path) -> None:
-    """From now on, every `atomic_write_*` and `make_folder` of this process below `folder` passes through
-    no link and no special file planted there (`write_below`); one is refused in one line naming it."""
-    _GUARDED.update({os.path.abspath(folder), os.path.realpath(folder)})
-
-
-def _guarded(path: str | Path) -> tuple[str, str] | None:
-    full = os.path.abspath(path)
-    for root in _GUARDED:
-        if full.startswith(root.rstrip(os.sep) + os.sep):
-            return root, full[len(root.rstrip(os.sep)) + 1:]
-    return None
 
 
 def _parts(root: str | Path, relative: str) -> list[str]:
@@ -128,44 +113,76 @@ def write_below(root: str | Path, relative: str, data: bytes, sync: bool = True)
     parts = _parts(root, relative)
     if not parts:
         raise OSError(f"{relative!r} is not a path below {root}")
-    folder = _folder_below(root, parts[:-1], create=True)
-    try:
-        _replace_in(folder, parts[-1], data, sync)
-    finally:
-        os.close(folder)
+    with host_write(Path(root, *parts)):
+        folder = _folder_below(root, parts[:-1], create=True)
+        try:
+            _replace_in(folder, parts[-1], data, sync)
+        finally:
+            os.close(folder)
 
 
-def open_append(path: str | Path) -> IO[bytes]:
+class AppendFile(io.FileIO):
+    """A file `open_append` opened, unbuffered: each `write` appends all its bytes or none (one that the
+    disk cut short is taken back, so a full disk leaves no half line for the next one to join), and a
+    failure of the machine is MachineDown (`host_write`), also from `sync`."""
+
+    def __init__(self, fd: int, path: Path) -> None:
+        super().__init__(fd, "a+")
+        self.path = path
+
+    def write(self, data: Buffer) -> int:
+        view = memoryview(data).cast("B")
+        size = view.nbytes
+        with host_write(self.path):
+            end = os.lseek(self.fileno(), 0, os.SEEK_END)
+            try:
+                while view:
+                    view = view[super().write(view) or 0:]
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.ftruncate(self.fileno(), end)
+                raise
+        return size
+
+    def sync(self) -> None:
+        """What was written, on the disk (fsync)."""
+        with host_write(self.path):
+            os.fsync(self.fileno())
+
+
+def open_append(path: str | Path) -> AppendFile:
     """`path` opened to append (and read), made if missing: never through a link, a fifo or a device, nor a
     hard link whose other name would grow; below a guarded folder, through no link either."""
-    path, below = Path(path), _guarded(path)
-    folder = _folder_below(below[0], _parts(*below)[:-1], create=True) if below is not None else \
-        os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        fd = os.open(path.name, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
-                     0o644, dir_fd=folder)
-    except OSError as e:
-        if e.errno != errno.ELOOP:
-            raise
-        raise NotWritable(f"{path} is a link: nothing is written through it") from None
-    finally:
-        os.close(folder)
+    path, below = Path(path), guarded(path)
+    with host_write(path):
+        folder = _folder_below(below[0], _parts(*below)[:-1], create=True) if below is not None else \
+            os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            fd = os.open(path.name, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
+                         | os.O_CLOEXEC, 0o644, dir_fd=folder)
+        except OSError as e:
+            if e.errno != errno.ELOOP:
+                raise
+            raise NotWritable(f"{path} is a link: nothing is written through it") from None
+        finally:
+            os.close(folder)
     info = os.fstat(fd)
     if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
         os.close(fd)
         kind = f"a file of {info.st_nlink} names (a hard link)" if stat.S_ISREG(info.st_mode) else _kind(info.st_mode)
         raise NotWritable(f"{path} is {kind}: nothing is written to it")
     os.set_blocking(fd, True)
-    return os.fdopen(fd, "a+b")
+    return AppendFile(fd, path)
 
 
 def make_folder(path: str | Path) -> None:
     """`path` made with its parents if missing (mkdir -p); below a guarded folder, through no link."""
-    below = _guarded(path)
-    if below is None:
-        Path(path).mkdir(parents=True, exist_ok=True)
-        return
-    os.close(_folder_below(below[0], _parts(*below), create=True))
+    below = guarded(path)
+    with host_write(path):
+        if below is None:
+            Path(path).mkdir(parents=True, exist_ok=True)
+            return
+        os.close(_folder_below(below[0], _parts(*below), create=True))
 
 
 def atomic_write_text(path: str | Path, text: str, sync: bool = True) -> None:
@@ -330,8 +347,9 @@ def hold_folder(folder: str | Path, what: str) -> None:
         raise UserError(f"{folder}: the {what} is in use by another process"
                         + (f" (pid {holder})" if holder.isdigit() else "")
                         + "; wait for it to end or stop it, then rerun") from None
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, str(os.getpid()).encode(), 0)
+    with host_write(path):
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
     _HELD[str(path)] = fd
     guard_folder(folder)
 

@@ -12,7 +12,8 @@ Install both with the README's set-up command (`INSTALL`).
 A server is ready once it has answered one real completion, so a build that crashes on
 this CPU stops the run before any row reaches it. A thread waits on each server process:
 if it ends by itself (SIGSEGV, SIGILL, ...), `dead_reason()` says so in one line and the
-server is not started again; its calls fail with ModelServerExited, a provider failure.
+server is not started again; its calls fail with ModelServerExited, and the gateway's breaker
+trips at once: the run stops with MachineDown (exit 74), a failure of this machine, never a row's.
 
 A model this small only answers in a usable shape under constrained decoding: agents
 ask for it with a JSON schema, and the gateway passes the schema on as

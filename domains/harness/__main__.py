@@ -26,7 +26,7 @@ from domains.harness.split import run_folder, run_split
 from domains.harness.worker_client import open_agent_worker
 from domains.registry import get_domain, use_domain_specs
 from services.config import SANDBOX_BACKENDS, Config, load_config, validate
-from services.errors import UserError, exit_on_user_error
+from services.errors import MachineDown, UserError, exit_on_user_error
 from services.flags import apply_settings, int_flag, number_flag, parse_data_flags
 from services.providers import _litellm
 from services.render import console
@@ -113,6 +113,16 @@ def lost_node_is_one_line() -> Iterator[None]:
         raise UserError(f"{e}; the same command goes on from the rows that finished") from None
 
 
+@contextlib.contextmanager
+def machine_down_resumes(folder: Path) -> Iterator[None]:
+    """This machine's failure (a full disk, ...) ends the run with the folder to resume from in its line."""
+    try:
+        yield
+    except MachineDown as e:
+        e.folder = e.folder or folder
+        raise
+
+
 def import_litellm_meanwhile() -> None:
     """Start importing litellm, for the gateway and the key check, in a thread: it runs while this
     thread loads the data and opens the sandbox, which this thread's own import would follow.
@@ -161,10 +171,9 @@ def evaluate(args: argparse.Namespace, config: Config) -> None:
     backend = choose_backend(config.sandbox)
     asked = {"subset": args.subset, "proofs_dname": args.proofs_dname, "agent_path": args.agent_path,
              "num_samples": args.num_samples}
-    with removed_on_error(folder), run_folder(folder), lost_node_is_one_line(), services, \
-            open_agent_worker(config, args.agent_path, model, cast("Gateway", services.gateway), folder,  # open here
-                              backend=backend,
-                              node="eval", role=domain.model_role) as worker:
+    with machine_down_resumes(folder), removed_on_error(folder), run_folder(folder), lost_node_is_one_line(), \
+            services, open_agent_worker(config, args.agent_path, model, cast("Gateway", services.gateway),  # open here
+                                        folder, backend=backend, node="eval", role=domain.model_role) as worker:
         rows = load_rows(domain, args.subset, proofs, args.num_samples)
         services.require(requested)
         if line := services.why_line(requested, "--model"):

@@ -10,7 +10,6 @@ gets a leading `'`: `services.render.csv_cell`); the project's readers undo that
 
 from __future__ import annotations
 
-import io
 import json
 import os
 from collections.abc import Iterator
@@ -19,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from inside.worker import utf8_text
 from services.errors import UserError
-from services.fsutil import atomic_write_csv, open_append, open_regular
+from services.fsutil import AppendFile, atomic_write_csv, open_append, open_regular
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -68,18 +67,22 @@ class Journal:
         if path.exists() or path.is_symlink():
             for rec in read_journal(path):
                 self.records[str(rec["id"])] = rec
-        self._file = None
+        self._file: AppendFile | None = None
 
     def done_ids(self) -> set[str]:
         return {qid for qid, rec in self.records.items() if not rec.get("error")}
 
     def append(self, rec: dict) -> None:
+        """Journal `rec`: its line is on disk whole (and synced) before the row counts as finished. A write
+        the machine fails (a full disk) is MachineDown and leaves no part of the line (AppendFile)."""
         if self._file is None:
-            self._file = io.TextIOWrapper(open_append(self.path), encoding="utf-8")  # no link followed
-        self._file.write(json.dumps(rec, default=str) + "\n")
-        self._file.flush()
+            self._file = open_append(self.path)  # no link followed
+            end = os.fstat(self._file.fileno()).st_size
+            if end and os.pread(self._file.fileno(), 1, end - 1) != b"\n":
+                self._file.write(b"\n")  # end the line a kill cut short, so this record stays whole
+        self._file.write((json.dumps(rec, default=str) + "\n").encode())
         if self.sync:
-            os.fsync(self._file.fileno())
+            self._file.sync()
         self.records[str(rec["id"])] = rec
 
     def close(self) -> None:

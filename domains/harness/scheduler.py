@@ -12,7 +12,9 @@ agent's answer: it is not finished, it goes back to the queue, and after MAX_INF
 tries the gateway probes the provider (ProviderDown when that fails too). Rows run concurrently
 in one worker and share its session, so a failure during a row counts for every row in flight
 then: a row answered while none failed is the agent's. Once the gateway's breaker trips, the run
-stops at once with ProviderDown: no row in flight is finished, a resume redoes them.
+stops at once with ProviderDown (MachineDown when this machine failed: a full disk under the journal,
+the gateway's socket lost, the local model's server dead): no row in flight is finished, a resume
+redoes them.
 
 A row travels to the worker under a token (`Row.token`: random, new in each harness run), never
 under its id: ids are the data's, chosen by whoever wrote it, and the agent runs in the worker's
@@ -113,7 +115,10 @@ class Scheduler:
         return self.agent.gateway.provider_failures(self.agent.key)
 
     def _finish(self, row: Row, rec: dict) -> None:
-        """Finish `row` with `rec`, unless its session's calls failed at the provider meanwhile."""
+        """Finish `row` with `rec`, unless its session's calls failed at the provider meanwhile, or the
+        gateway stopped (ProviderDown, MachineDown: a lost socket fails the agent's calls before the
+        gateway sees them, so only this check tells the row's answer is no answer)."""
+        self.agent.gateway.check_breaker()
         self.inflight.pop(row.token, None)
         if self._provider_failures() > row.failures_at_send and self._try_again(row):
             return

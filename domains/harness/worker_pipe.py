@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
 from inside.worker import USAGE_KEYS, utf8_text
+from services.errors import MachineDown
 from services.fsutil import open_append
 
 if TYPE_CHECKING:
@@ -51,13 +52,14 @@ def _usage(value: object) -> dict:
 
 
 def _append(log: IO[str] | None, text: str) -> IO[str] | None:
-    """Write to the log; None once that fails (a full disk), so the copy reads on and drops the rest."""
+    """Write to the log; None once that fails (a full disk: MachineDown, which the records' own writes
+    meet too), so the copy reads on and drops the rest."""
     if log is not None:
         try:
             log.write(text)
             log.flush()
-        except (OSError, ValueError):
-            with contextlib.suppress(OSError):
+        except (OSError, ValueError, MachineDown):
+            with contextlib.suppress(OSError, MachineDown):
                 log.close()
             return None
     return log
@@ -74,7 +76,7 @@ def copy_log(stream: IO[str], log_path: Path, cap: int, overflowed: Callable[[],
     try:
         log = io.TextIOWrapper(open_append(log_path), encoding="utf-8", errors="backslashreplace")  # no link followed
         room = max(0, 2 * cap - log.tell())
-    except OSError:
+    except (OSError, MachineDown):
         log, room = None, 0
     written, over = 0, False
     try:
@@ -90,7 +92,7 @@ def copy_log(stream: IO[str], log_path: Path, cap: int, overflowed: Callable[[],
         pass  # the pipe was closed under us
     finally:
         if log is not None:
-            with contextlib.suppress(OSError):
+            with contextlib.suppress(OSError, MachineDown):
                 log.close()
 
 

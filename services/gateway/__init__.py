@@ -17,6 +17,7 @@ provider key.
     budget.py   what is spent and held against the run's budgets
     failures.py which failed calls are retried, and which are the provider's failure (not the request's)
     breaker.py  provider failures in a row (and a failed probe) stop every call: the run stops, resumably
+    machine.py  this machine's failures (the ledger's disk, the socket lost) stop every call the same way
     sessions.py session keys: their node, role, models and lifetime (their sandbox's), and redaction
     refusals.py refused requests counted per (node, role, reason), at a bounded rate
     server.py   the HTTP endpoint and the Unix socket sandboxes reach it through, with bounded connections

@@ -6,7 +6,8 @@ makes one small call of its own to that model (the probe). Agent code can make i
 fail (a reply too long for the timeout, prompts that drain a rate limit), never this one: if
 the probe is answered, the provider is up and the count starts again; if it fails too, the
 breaker trips. A model whose server is known dead (`health`, the local model's) trips it at
-once. Once tripped it stays tripped: every later call is refused, and the run stops resumably.
+once: that stop is this machine's failure (`dead`; MachineDown), not a provider's. Once tripped it
+stays tripped: every later call is refused, and the run stops resumably.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ class Breaker:
         self._errors: dict[str, str] = {}  # model -> the first line of its last failure
         self._probing: set[str] = set()
         self._reason: str | None = None
+        self.dead = False  # tripped because a server of this machine died (`health`): the machine's failure
 
     @property
     def reason(self) -> str | None:
@@ -48,7 +50,7 @@ class Breaker:
         dead; at the count's limit, probe (in this thread, one probe per model at a time)."""
         dead = self._health(model) if self._health else None
         if dead:
-            self.trip(first_line(dead))
+            self.trip(first_line(dead), dead=True)
             return
         with self._lock:
             runs = self._runs[model] = self._runs.get(model, 0) + 1
@@ -80,7 +82,7 @@ class Breaker:
         for model, runs in failing.items():
             self.confirm(model, f"failed {runs} times in a row")
 
-    def trip(self, reason: str) -> None:
+    def trip(self, reason: str, dead: bool = False) -> None:
         with self._lock:
             if self._reason is None:
-                self._reason = reason
+                self._reason, self.dead = reason, dead

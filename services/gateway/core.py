@@ -5,7 +5,7 @@ sessions.py), replayed from the cache, or held against the budget, marked for th
 prompt cache once its replay key is taken (caching.py) and forwarded with litellm, with retries
 of transient errors; each is booked to the ledger (usage.py). Each session counts its calls that
 failed at the provider, so the harness knows which rows met an outage; the breaker (breaker.py)
-stops every call once a provider is down."""
+stops every call once a provider is down, and this machine's failures (machine.py) the same way."""
 
 from __future__ import annotations
 
@@ -21,11 +21,12 @@ from typing import TYPE_CHECKING
 
 from inside.warm_up import warm_up
 from services.config import Config
-from services.errors import ProviderDown, UserError
+from services.errors import MachineDown, ProviderDown, UserError
 from services.gateway.breaker import Breaker, Check
 from services.gateway.budget import Budget, with_output_cap, worst_case
 from services.gateway.caching import REPLAYS, forwarded
-from services.gateway.failures import PROBE, PROVIDER_DOWN, is_provider_failure, is_transient, preflight_problem
+from services.gateway.failures import PROBE, PROVIDER_DOWN, is_provider_failure, is_transient, preflight
+from services.gateway.machine import LedgerWrites, MachineFailures
 from services.gateway.params import Refusal, canonical, checked
 from services.gateway.pricing import Pricing, pricing_of, register_price
 from services.gateway.refusals import Refusals
@@ -61,7 +62,9 @@ class Gateway:
         self._warm_ups: list[threading.Thread] = []  # joined by stop (see there)
         self._lock = threading.Lock()
         self._budget = Budget(self.gw, ledger.totals(run_id=run_id))
-        self._refusals = Refusals(ledger, run_id, self._budget)
+        self._machine = MachineFailures(ledger.path.parent)  # this machine's failures: they stop every call
+        self._writes = LedgerWrites(ledger, self._machine)
+        self._refusals = Refusals(self._writes, run_id, self._budget)
         self._listeners: Listeners | None = None
         self._local: dict[str, LocalServer] = {}  # local model -> its server, started on first use
         self._breaker = Breaker(self.gw.breaker_failures, self._probe, provider_health or self._local_health)
@@ -75,14 +78,16 @@ class Gateway:
         if self._listeners:
             self._listeners.close()
             self._listeners = None
-        self._refusals.flush()
-        for server in self._local.values():
-            server.stop()
-        # A warm-up still importing litellm's modules when the interpreter exits would hold their
-        # import locks forever, and litellm's finalizers, importing at exit, would wait on them: a
-        # run that stops at once (a refused model) hung at exit about one time in six on 2 cores.
-        for thread in self._warm_ups:
-            thread.join(WARM_UP_JOIN_S)
+        try:
+            self._refusals.flush()
+        finally:
+            for server in self._local.values():
+                server.stop()
+            # A warm-up still importing litellm's modules when the interpreter exits would hold their
+            # import locks forever, and litellm's finalizers, importing at exit, would wait on them: a
+            # run that stops at once (a refused model) hung at exit about one time in six on 2 cores.
+            for thread in self._warm_ups:
+                thread.join(WARM_UP_JOIN_S)
 
     def __enter__(self) -> Gateway:
         return self.start()
@@ -167,9 +172,11 @@ class Gateway:
             return session.provider_failures if session else 0
 
     def check_breaker(self) -> None:
-        """ProviderDown once the breaker tripped (services/gateway/breaker.py); nothing before."""
+        """MachineDown once this machine failed (machine.py; a local model's server died: breaker.py),
+        ProviderDown once the breaker tripped; nothing before. One stat: the harness asks for each row."""
+        self._machine.check(self._listeners.reach.lost() if self._listeners is not None else None)
         if self._breaker.reason:
-            raise ProviderDown(self._breaker.reason, self.ledger.path.parent)
+            raise (MachineDown if self._breaker.dead else ProviderDown)(self._breaker.reason, self.ledger.path.parent)
 
     def confirm_outage(self, key: str | None = None, during: str = "on every try") -> None:
         """Calls failed at the provider where they must not (`during` a harness row's every try, a
@@ -192,31 +199,23 @@ class Gateway:
         return self._budget.left_message()
 
     def preflight(self, models: list[str]) -> None:
-        """One tiny call to each provider model, so that a wrong key, an unknown model name or an
-        unreachable provider stops the run at once with one line, not as an error on every row.
-        Local models are checked when their server starts instead."""
-        lit = _litellm()
-        for model in sorted({self.config.resolve_model(m) for m in models}):
-            if is_local(model):
-                continue
-            started = time.monotonic()
-            call = Call(self.run_id, "preflight", "preflight", model)
-            try:
-                response = lit.completion(model=model, messages=[{"role": "user", "content": "Reply with OK."}],
-                                          max_tokens=16, num_retries=0, timeout=60, drop_params=True)
-                account(call, response)
-            except Exception as e:
-                call.error = redact(f"{type(e).__name__}: {e}")[:2000]
-                problem = preflight_problem(e, model)
-                if problem:
-                    raise UserError(problem) from None
-            finally:
-                call.latency_s = time.monotonic() - started
-                self._book(call)
+        """One tiny call to each provider model (failures.py), so a wrong key, an unknown model name or an
+        unreachable provider stops the run at once with one line; booked as node and role "preflight"."""
+        preflight(self.config, models, self.run_id, self._book)
 
     # -- one request -----------------------------------------------------------------------
     def handle_chat(self, api_key: str, body: dict) -> Reply:
-        """Answer one chat request: refuse it, replay it from the cache, or forward it; each is booked."""
+        """Answer one chat request: refuse it, replay it from the cache, or forward it; each is booked (one the
+        ledger cannot book, machine.py, is answered and counted as a provider's outage)."""
+        try:
+            return self._handle_chat(api_key, body)
+        except MachineDown as down:  # kept by self._machine: every later call is refused
+            if session := self._sessions.get(api_key):
+                with self._lock:
+                    session.provider_failures += 1
+            return error_reply(503, f"the gateway calls no provider any more: {down.reason}", PROVIDER_DOWN)
+
+    def _handle_chat(self, api_key: str, body: dict) -> Reply:
         try:
             session, model, messages, params = self._admit(api_key, body)
             request = canonical(model, messages, params)
@@ -244,17 +243,21 @@ class Gateway:
         session = self._sessions.get(api_key)
         node, role = (session.node, session.role) if session else ("unknown", "unknown")
         reply = error_reply(status, message, kind)
-        if self._refusals.count(node, role, f"{status} {kind}", message):
+        try:
+            if self._refusals.count(node, role, f"{status} {kind}", message):
+                reply.headers["Connection"] = "close"
+        except MachineDown:  # kept by self._machine: the run stops; the refusal is answered still
             reply.headers["Connection"] = "close"
         return reply
 
     def _admit(self, api_key: str, body: dict) -> tuple[Session, str, list, dict]:
         """The request's session, model, messages and checked parameters; a Refusal when it may not go on."""
         session = self._sessions.live(api_key)
-        if self._breaker.reason:
+        stopped = self._machine.reason or self._breaker.reason
+        if stopped:
             with self._lock:
                 session.provider_failures += 1
-            raise Refusal(503, f"the gateway calls no provider any more: {self._breaker.reason}", PROVIDER_DOWN)
+            raise Refusal(503, f"the gateway calls no provider any more: {stopped}", PROVIDER_DOWN)
         requested = body.get("model")
         if not isinstance(requested, str) or not isinstance(body.get("messages"), list):
             raise Refusal(400, "a chat request needs a model string and a messages list")
@@ -305,7 +308,7 @@ class Gateway:
             session.answered += 1
         self._book(call)
         if key:
-            self.ledger.cache_put(key, json.dumps(payload), call.cost_usd)
+            self._writes.cache_put(key, json.dumps(payload), call.cost_usd)
         return self._reply(payload, requested, cost=call.cost_usd)
 
     def _probe(self, model: str) -> str | None:
@@ -381,8 +384,8 @@ class Gateway:
         return hashlib.sha256(f"{session.node}\0{session.role}\0{request}".encode()).hexdigest()
 
     def _book(self, call: Call) -> None:
-        """Write a call to the ledger and add it to the run's totals."""
-        self.ledger.record(call)
+        """Write a call to the ledger and add it to the run's totals; MachineDown when the disk cannot."""
+        self._writes.record(call)
         self._budget.add(call)
 
     @staticmethod

@@ -8,7 +8,14 @@ provider, never from anything agent code says.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+
+from services.config import Config
 from services.errors import UserError
+from services.gateway.usage import account
+from services.ledger import Call
+from services.local_model import is_local
 from services.providers import _litellm, redact
 
 PROVIDER_DOWN = "provider_down"  # the error type of a call refused because the breaker tripped
@@ -30,6 +37,30 @@ def preflight_problem(exc: Exception, model: str) -> str | None:
     if isinstance(exc, lit.NotFoundError):
         return f"the provider does not know the model {model}: {detail}"
     return None
+
+
+def preflight(config: Config, models: list[str], run_id: str, book: Callable[[Call], None]) -> None:
+    """One tiny call to each provider model, so that a wrong key, an unknown model name or an
+    unreachable provider stops the run at once with one line, not as an error on every row; each
+    call `book`ed. Local models are checked when their server starts instead."""
+    lit = _litellm()
+    for model in sorted({config.resolve_model(m) for m in models}):
+        if is_local(model):
+            continue
+        started = time.monotonic()
+        call = Call(run_id, "preflight", "preflight", model)
+        try:
+            response = lit.completion(model=model, messages=[{"role": "user", "content": "Reply with OK."}],
+                                      max_tokens=16, num_retries=0, timeout=60, drop_params=True)
+            account(call, response)
+        except Exception as e:
+            call.error = redact(f"{type(e).__name__}: {e}")[:2000]
+            problem = preflight_problem(e, model)
+            if problem:
+                raise UserError(problem) from None
+        finally:
+            call.latency_s = time.monotonic() - started
+            book(call)
 
 
 def is_provider_failure(exc: Exception) -> bool:

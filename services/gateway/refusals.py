@@ -12,16 +12,19 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import TYPE_CHECKING
 
 from services.gateway.budget import Budget
-from services.ledger import Ledger
+
+if TYPE_CHECKING:
+    from services.gateway.machine import LedgerWrites
 
 REFUSALS_PER_S = 20.0
 REFUSAL_BURST = 100.0
 
 
 class Refusals:
-    def __init__(self, ledger: Ledger, run_id: str, budget: Budget, per_s: float = REFUSALS_PER_S,
+    def __init__(self, ledger: LedgerWrites, run_id: str, budget: Budget, per_s: float = REFUSALS_PER_S,
                  burst: float = REFUSAL_BURST) -> None:
         self.ledger = ledger
         self.run_id = run_id

@@ -32,7 +32,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from services.fsutil import open_append
+from services.errors import MachineDown
+from services.fsutil import AppendFile, open_append
+from services.gateway.machine import Reach
 from services.gateway.params import Refusal
 
 if TYPE_CHECKING:
@@ -112,11 +114,11 @@ class Listeners:
         self._unix_server = _UnixServer(str(self.unix_socket), unix_handler,
                                         _Gate(MAX_CONNECTIONS_PER_LISTENER, "its Unix socket"), **shared)
         self.unix_socket.chmod(0o666)
-        for name, server in (("gateway", self._server), ("gateway-unix", self._unix_server)):
-            if server is None:
-                continue
-            threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, name=name,
-                             daemon=True).start()
+        threads = [threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, name=name, daemon=True)
+                   for name, server in (("gateway", self._server), ("gateway-unix", self._unix_server)) if server]
+        for thread in threads:
+            thread.start()
+        self.reach = Reach(self.unix_socket, threads)  # says when callers can no longer reach the gateway
 
     @property
     def url(self) -> str:
@@ -130,6 +132,7 @@ class Listeners:
         return self._socket_dir / "gateway.sock"
 
     def close(self) -> None:
+        self.reach.closed = True
         for server in (self._server, self._unix_server):
             if server is None:
                 continue
@@ -146,7 +149,7 @@ class _Log:
 
     def __init__(self, path: Path | None) -> None:
         self._path = path
-        self._file = None
+        self._file: AppendFile | None = None
         self._written = 0
         self._lock = threading.Lock()
 
@@ -164,8 +167,7 @@ class _Log:
             try:
                 self._file = self._file or open_append(self._path)  # held until close; no link followed
                 self._file.write(data)
-                self._file.flush()
-            except OSError:
+            except (OSError, MachineDown):
                 self._path = None  # a log that cannot be written is no reason to fail a request
 
     def close(self) -> None:
