@@ -45,6 +45,7 @@ from services.errors import UserError
 from services.fsutil import make_folder
 from services.sandbox import Sandbox, open_sandbox
 from services.workspace import discard
+from services.write_failures import write_failure
 
 if TYPE_CHECKING:
     from domains import scoring
@@ -228,7 +229,9 @@ class Evaluator:
             if self.gateway.budget_left_message():
                 raise BudgetStop(str(e)) from None
             raise
-        except Exception:  # a scorer's own call (a judge's) that a provider's outage failed is not the node's
+        except Exception as e:  # a scorer's own call (a judge's) that a provider's outage failed is not the node's
+            if isinstance(e, OSError) and (down := write_failure(e, e.filename or folder)) is not None:
+                raise down from e  # nor is this machine's failure to write (a full disk)
             self.gateway.confirm_outage()
             raise
         self.store.save_report(key, report)
