@@ -127,7 +127,7 @@ class MetaResult:
     commit: str | None  # the captured change, None when it changed nothing that counts
     patch: dict  # files, insertions, deletions, dropped, dropped_why
     seconds: float
-    error: str | None = None
+    error: str | None = None  # why it failed; with OK, why it changed nothing (loop.meta_failure parent)
 
     def to_dict(self) -> dict:
         return {"schema_version": self.SCHEMA, **asdict(self)}
@@ -198,7 +198,9 @@ class Node:
     seconds: dict[str, float] = field(default_factory=dict)  # phase (meta, check, eval, total) -> wall seconds
     patch: dict = field(default_factory=dict)  # files, insertions, deletions, dropped (protected paths)
     error: str | None = None
-    meta_error: str | None = None  # its meta agent failed; its change was evaluated anyway (meta_failure parent)
+    # Written by earlier versions under loop.meta_failure parent (its meta agent failed, its change was
+    # evaluated anyway); no longer written, it still bars the node's parent.
+    meta_error: str | None = None
     flags: list[str] = field(default_factory=list)  # why it is suspicious (archive/tamper.py): shown, never acted on
     meta_model: str | None = None  # the model its meta agent ran on (None: the initial node, or a run before version 4)
     parents: list[str] = field(default_factory=list)  # a merge's two parents, `parent` first; empty for any other node

@@ -65,7 +65,7 @@ from optimizer.events import (
 )
 from optimizer.feedback import publish_feedback, write_train_data
 from optimizer.heldout import HeldOut
-from optimizer.meta_outcome import META_LOG, meta_failure, meta_log
+from optimizer.meta_outcome import META_LOG, malformed_calls, meta_failure, meta_log
 from optimizer.slots import Slots, horizon, run_generation
 from optimizer.trackers import Trackers
 from services.config import Baseline, Config
@@ -198,15 +198,14 @@ class Loop:
         node = Node(node_id, parent, generation, commit=done.commit, patch=done.patch,
                     seconds={"meta": done.seconds}, flags=self._tamper_flags(node_id, done.patch),
                     meta_model=meta_model, parents=[parent, start.other_parent] if start.other_parent else [])
-        evaluate_anyway = self.config.loop.meta_failure == "parent" and done.commit is not None
-        if done.status != Status.OK and not evaluate_anyway:
+        if done.status != Status.OK:
+            # Never evaluated, whatever half-change the run left (the reference's run_meta_agent.py
+            # writes its diff only once forward() returned); under loop.meta_failure parent its
+            # parent stops being chosen too (Archive.candidates).
             node.status, node.error = done.status, done.error
         elif done.commit is None:
-            node.status = Status.NO_CHANGE
+            node.status, node.error = Status.NO_CHANGE, done.error
         else:
-            # The paper's rule: a failed meta agent's change is still evaluated; its parent is what
-            # stops being chosen (archive.candidates reads meta_error).
-            node.meta_error = done.error if done.status != Status.OK else None
             duplicate = self._duplicate_of(node)
             if duplicate:
                 node.status, node.error = Status.DUPLICATE, duplicate
@@ -296,14 +295,19 @@ class Loop:
                  "dropped": capture.dropped, "dropped_why": capture.dropped_why,
                  **({"bidi": capture.bidi} if capture.bidi else {})}  # shown as a warning (Trojan Source)
         # ProviderDown when the provider failed it: nothing is recorded, the generation is redone on resume.
-        failed = meta_failure(self.gateway, env["AGENT_GATEWAY_KEY"], result.stdout, capture.commit is not None)
+        failed = meta_failure(self.gateway, env["AGENT_GATEWAY_KEY"], capture.commit is not None)
         if not result.ok:
-            # The child is marked; its change is kept in patch.diff to read (and evaluated, its parent
-            # barred, under loop.meta_failure parent: see generation()).
+            # The child is marked, its change kept in patch.diff to read, never evaluated (generation()).
             tail = (result.stderr.strip().splitlines() or [""])[-1][:300]
             return MetaResult(Status.META_FAILED, capture.commit, patch, seconds, f"meta agent {result.why()}: {tail}")
         if failed:
             return MetaResult(Status.META_FAILED, capture.commit, patch, seconds, f"meta agent: {failed}")
+        if malformed := malformed_calls(result.stdout, capture.commit is not None):
+            # The reference's run ends well here, with an empty diff: under loop.meta_failure parent the
+            # child is a plain no_change (saying why) and its parent stays a parent.
+            ended_well = self.config.loop.meta_failure == "parent"
+            return MetaResult(Status.OK if ended_well else Status.META_FAILED, None, patch, seconds,
+                              f"meta agent: {malformed}")
         return MetaResult(Status.OK, capture.commit, patch, seconds)
 
     def _meta_argv(self, box: Sandbox, generation: int, frozen: bool, meta_model: str) -> list[str]:

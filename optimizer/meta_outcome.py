@@ -25,21 +25,29 @@ def meta_log(stdout: str, stderr: str) -> str:
     return stdout + "\n--- stderr ---\n" + stderr
 
 
-def meta_failure(gateway: Gateway, key: str, stdout: str, changed: bool) -> str | None:
-    """Why the meta agent whose calls went with session `key`, and whose run printed `stdout`,
-    failed though its run ended well; None when it did not.
+def meta_failure(gateway: Gateway, key: str, changed: bool) -> str | None:
+    """Why the meta agent whose calls went with session `key` failed at the provider though its run
+    ended well; None when it did not.
 
     ProviderDown when the gateway's breaker tripped, or when a model call failed at the provider
     and the provider fails the gateway's probe too (an outage cut the conversation short): then
     nothing of the run is kept and the generation is redone on resume. A provider that answers
     the probe had failed the agent's own requests (replies too long for the timeout, say): what
-    the run did stands, and if every call failed and nothing changed, that is why it failed."""
+    the run did stands, and if every call failed and nothing changed, that is why it failed (the
+    reference's agent raises on such a call, and its run exits non-zero)."""
     gateway.check_breaker()
     session = gateway.session_counts(key)
     if session and session.provider_failures:
         gateway.confirm_outage(key, "in the meta agent's run")
         if not session.answered and not changed:
             return f"every model call failed at the provider ({session.provider_failures} calls)"
+    return None
+
+
+def malformed_calls(stdout: str, changed: bool) -> str | None:
+    """Why a meta agent that changed nothing and whose run printed `stdout` failed by its own tool
+    calls: every one could not be read. The reference's agent skips a tool call it cannot read and
+    returns, so there its run ends well, with an empty change."""
     if changed:
         return None
     summary = read_summary(stdout)

@@ -131,7 +131,7 @@ class LoopConfig:
     staged_score: str = "train"  # train | selection: the split a node that only passed screening is selected on, scaled by its share of the full rows (the paper's: selection, its val rows)
     scale_initial: bool = False  # the initial node's selection score is scaled by the first stage's share of the rows, as if it only passed screening (the paper's: yes, so it is rarely chosen again)
     ties: str = "latest"  # latest | earliest: which of equal scores `best` takes, as a parent and as the run's best (the paper's: earliest)
-    meta_failure: str = "child"  # child: a failed meta agent's child is recorded meta_failed, not evaluated | parent (the paper's): a non-empty change is evaluated anyway, and the parent (never the initial node) stops being chosen
+    meta_failure: str = "child"  # a meta agent that failed (exited non-zero, timed out, every call failed): its child is recorded meta_failed and never evaluated, half-change and all (the reference writes no diff then), under both values | parent (the reference: generate_loop.py sets valid_parent false on the parent, which select_parent skips) also stops choosing its parent, never the initial node | child (default): the parent stays a parent, since one crash of a sampled run says little about the code it started from
     try_command: bool = True  # the meta agent gets a command that runs the task agent on train rows (the paper's: none)
     meta_timeout_s: float = 3600.0  # wall clock of one meta agent run
     meta_max_calls: int = 40  # model calls (one tool call each) of one meta agent run, enforced by the gateway

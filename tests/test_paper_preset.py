@@ -103,8 +103,8 @@ def test_the_paper_preset_runs_and_chooses_parents_as_the_reference_does(tmp_pat
     assert one["full_eval"] == {"imo_grading": True} and one["samples"]["imo_grading"] == {"train": 100, "val": 100}
     assert two["full_eval"] == {"imo_grading": False} and two["samples"]["imo_grading"] == {"train": 10, "val": 10}
     assert two["scores"]["imo_grading"] == {"train": 0.0, "val": 1.0}
-    # The meta agent of generation 3 died after its edit: the edit was evaluated anyway.
-    assert three["status"] == "ok" and three["meta_error"] and three["full_eval"] == {"imo_grading": True}
+    # The meta agent of generation 3 died after its edit: as in the reference, no diff, nothing evaluated.
+    assert three["status"] == "meta_failed" and three["scores"] == {} and three["full_eval"] == {}
     assert nodes["4"]["status"] == "no_change"
     # Every parent was drawn with the reference's probabilities, staged-only and initial nodes included.
     events = [json.loads(line) for line in (run_dir / "archive.jsonl").read_text().splitlines() if line.strip()]

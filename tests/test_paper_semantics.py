@@ -7,11 +7,20 @@ run the full evaluation or is the initial node; a node that only passed screenin
 because the reference's screening runs 10 rows of every split. `select_parent` keeps nodes that
 are valid parents (the initial node always), weighs them by sigmoid(10 (s - mean of the top 3))
 times exp(-(children/8)^3) for score_child_prop, and `max` breaks ties for `best` by archive order.
-A meta agent that exits non-zero marks its parent invalid; the child is evaluated if it left a patch.
+A meta agent that exits non-zero marks its parent invalid, the initial node excepted; its child has no
+diff (run_meta_agent.py writes it only once forward() returned), so it is never evaluated.
+
+The tests marked e2e run the loop itself (`python -m run_optimization --preset paper`) on the fake
+provider, which plays the paper's agents: as the meta model it follows a script of the reference's
+text tool calls per meta run, as the task model it answers "incorrect" unless the prompt carries a
+marker an edit put there.
 """
 
+import json
 import math
+import sqlite3
 
+import pandas as pd
 import pytest
 
 from archive.promotion import BestChoice, choose_best
@@ -19,7 +28,8 @@ from archive.records import Node, Status
 from archive.selection import Candidate, Context, probabilities, select_parent
 from archive.store import Archive, ScoreRule, selection_score
 from domains.registry import get_domain
-from services.config import load_config
+from services.config import PROJECT_ROOT, load_config
+from support.cli import FAST_CONFIG, run_loop
 
 GRADING = get_domain("imo_grading")
 FULL = {"imo_grading": 100}
@@ -58,9 +68,11 @@ ARCHIVE = [
     node("1", "initial", 1, val=0.71, train=0.60, full=True),
     node("2", "1", 2, val=0.40, train=0.0, full=False),  # stopped at the stage: 10 val rows
     node("3", "1", 3, val=0.75, train=0.65, full=True),
-    node("4", "3", 4, val=0.80, train=0.70, full=True, meta_error="meta agent exited with code 4"),  # bars 3
+    # An earlier version's record: its meta agent failed, its change was evaluated anyway. It bars 3.
+    node("4", "3", 4, val=0.80, train=0.70, full=True, meta_error="meta agent exited with code 4"),
     node("5", "initial", 5, val=None, train=None, full=False, status=Status.META_FAILED),  # initial stays
     node("6", "1", 6, val=None, train=None, full=False, status=Status.NO_CHANGE),
+    node("7", "3", 7, val=None, train=None, full=False, status=Status.META_FAILED),  # not evaluated; bars 3 too
 ]
 
 
@@ -80,7 +92,7 @@ def test_parent_probabilities_match_the_references_by_hand(tmp_path):
     candidates = archive.candidates([GRADING], FULL, rule=PAPER, failed_meta_bars_parent=True)
     ours = dict(zip((c.node_id for c in candidates), probabilities(candidates, "score_child_prop")))
     theirs = reference_probabilities(ARCHIVE)
-    assert set(ours) == set(theirs) == {"initial", "1", "2", "4"}  # 3 barred by 4's failed meta agent
+    assert set(ours) == set(theirs) == {"initial", "1", "2", "4"}  # 3 barred by 4's and 7's failed meta agents
     assert ours == pytest.approx(theirs, abs=1e-12)
     # The initial node, scaled to a tenth, is rarely chosen; under the default rule it is a peer.
     assert ours["initial"] < 0.01
@@ -124,3 +136,75 @@ def test_the_sc_tir_recipe_is_an_initial_agent_for_aime_only():
     assert "import TaskAgent\n" in entry_source(get_initial_agent("sc_tir", ["imo_answer"]))
     with pytest.raises(UserError, match="does not do imo_answer"):
         get_initial_agent("sc_tir_recipe", ["imo_answer"])
+
+
+# -- the loop under --preset paper, end to end ---------------------------------------------------
+DATA = PROJECT_ROOT / "domains" / "imo" / "data"
+LABELS = {repr(r["Response"]): r["Reward"] for split in ("train", "val")
+          for r in pd.read_csv(DATA / f"gradingbench_filtered_100_{split}.csv").to_dict("records")}
+RIGHT = "MARKER-RIGHT"  # a task prompt that carries it is answered with the row's true label
+DIE = {"tool_name": "bash", "tool_input": {"command": "kill -9 $PPID"}}  # the meta agent's own process
+
+
+def edit(marker: str) -> dict:
+    """A tool call of the paper's meta agent that puts `marker` at the start of the task prompt."""
+    return {"tool_name": "editor", "tool_input": {
+        "command": "str_replace", "path": "/workspace/task_agent.py",
+        "old_str": "You are acting as an agent.", "new_str": f"{marker} You are acting as an agent."}}
+
+
+def paper_responder(script: dict[int, list[dict]]):
+    """The paper's meta agent follows `script[n]` in its n-th run; its task agent answers rightly
+    when the prompt carries RIGHT, else "incorrect"."""
+    runs = []
+
+    def respond(request: dict) -> str:
+        messages = request["messages"]
+        if "Change any part of the code base at `/workspace`" in str(messages[0]["content"]):
+            turn = sum(1 for m in messages if m["role"] == "assistant")
+            if turn == 0:
+                runs.append(request)
+            actions = script.get(len(runs), [])
+            return f"<json>{json.dumps(actions[turn])}</json>" if turn < len(actions) else "Done."
+        prompt = str(messages[-1]["content"])
+        label = next((label for key, label in LABELS.items() if key in prompt), None)
+        answer = label.lower() if label and RIGHT in prompt else "incorrect"
+        return f'<json>{{"response": "{answer}"}}</json>'
+
+    return respond
+
+
+def paper_run(tmp_path, fake_openai, script: dict[int, list[dict]], *args: str, loop: str = "") -> dict[str, dict]:
+    """A --preset paper run of imo_grading on 20 rows a split; its node records by id."""
+    fake_openai.set_responder(paper_responder(script))
+    config = tmp_path / "paper.yaml"
+    config.write_text(FAST_CONFIG + "loop:\n  meta_timeout_s: 120\n  eval_samples: 20\n" + loop)
+    r = run_loop(tmp_path, fake_openai, "--preset", "paper", *args, config=config, timeout=900)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    return {p.parent.name: json.loads(p.read_text()) for p in (tmp_path / "out" / "run" / "nodes").glob("*/node.json")}
+
+
+def run_events(tmp_path) -> list[dict]:
+    return [json.loads(line) for line in (tmp_path / "out" / "run" / "archive.jsonl").read_text().splitlines()
+            if line.strip()]
+
+
+def task_calls(tmp_path, node_id: str) -> int:
+    db = sqlite3.connect(tmp_path / "out" / "run" / "ledger.sqlite")
+    return db.execute("SELECT COUNT(*) FROM calls WHERE node = ? AND role = 'task'", (node_id,)).fetchone()[0]
+
+
+@pytest.mark.e2e
+def test_a_failed_meta_agents_half_change_is_never_evaluated_and_its_parent_is_no_parent(tmp_path, fake_openai):
+    # Generation 1 makes the task agent right; generation 2 (from node 1, the latest) edits, then its
+    # meta agent dies: as the reference, node 2 has no diff to evaluate and node 1 is barred.
+    nodes = paper_run(tmp_path, fake_openai, {1: [edit(RIGHT)], 2: [edit("MARKER-HALF"), DIE]},
+                      "--max_generation", "3", "--parent_selection", "latest")
+    assert nodes["1"]["status"] == "ok" and nodes["2"]["parent"] == "1"
+    failed = nodes["2"]
+    assert failed["status"] == "meta_failed" and "meta agent" in failed["error"]
+    assert failed["scores"] == {} and failed["full_eval"] == {} and failed["meta_error"] is None
+    assert task_calls(tmp_path, "2") == 0
+    assert "MARKER-HALF" in (tmp_path / "out" / "run" / "nodes" / "2" / "patch.diff").read_text()  # kept to read
+    third = next(e for e in run_events(tmp_path) if e["event"] == "parent_chosen" and e["generation"] == 3)
+    assert set(third["candidates"]) == {"initial"} and nodes["3"]["parent"] == "initial"
