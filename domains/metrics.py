@@ -8,7 +8,7 @@ score (in [0, 1], their mean is the score): paired comparisons and intervals use
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import pandas as pd
 
@@ -19,6 +19,9 @@ INVALID = "invalid"
 # Difficulty order of IMO-ProofBench levels, so reports read from easy to hard
 # rather than alphabetically.
 LEVEL_ORDER = ("pre-IMO", "IMO-easy", "IMO-medium", "IMO-hard")
+
+
+LABEL_CASES = ("lenient", "exact")  # harness.label_case: how a grader's proof labels are read
 
 
 def normalize_label(x: object) -> str | None:
@@ -33,13 +36,29 @@ def normalize_label(x: object) -> str | None:
     return label if label in POINTS else None
 
 
+def exact_label(x: object) -> str | None:
+    """One of LABELS when `x` is one as written, else None: the reference's reading of a grader's
+    proof labels (domains/imo/proof_eval.py there maps the four lower-case words and nothing else),
+    so "Correct", "CORRECT" and " correct" are no label."""
+    return x if isinstance(x, str) and x in POINTS else None
+
+
+def label_reader(label_case: str) -> Callable[[object], str | None]:
+    """How labels are read under `label_case` (one of LABEL_CASES)."""
+    if label_case not in LABEL_CASES:
+        raise ValueError(f"label_case is {label_case!r}, not one of {', '.join(LABEL_CASES)}")
+    return exact_label if label_case == "exact" else normalize_label
+
+
 def grading_metrics(df: pd.DataFrame, label_col: str = "Reward", qid_col: str = "Grading ID",
                     pred_col: str = "prediction") -> dict:
     """Accuracy, normalized MAE, per-label scores and confusion matrix of predicted grades.
 
     An invalid prediction counts as wrong and as the maximum point error, so an
     agent cannot gain by answering garbage on rows it is unsure of. An invalid
-    ground-truth label is bad data and raises ValueError naming the rows.
+    ground-truth label is bad data and raises ValueError naming the rows. Grades are
+    read after strip and lower-case under either harness.label_case, as the reference's
+    domains/report.py reads them (its data's labels are capitalised: "Correct").
     """
     _require_rows(df, (label_col, qid_col, pred_col))
     ids = [str(q) for q in df[qid_col]]
@@ -95,16 +114,20 @@ def grading_metrics(df: pd.DataFrame, label_col: str = "Reward", qid_col: str = 
     }
 
 
-def proof_metrics(df: pd.DataFrame, qid_col: str = "Problem ID", pred_col: str = "prediction") -> dict:
+def proof_metrics(df: pd.DataFrame, qid_col: str = "Problem ID", pred_col: str = "prediction",
+                  label_case: str = "lenient") -> dict:
     """Points and full-marks rate of proofs, from the grader's label in `pred_col`.
 
     An invalid grader label scores 0 points: a proof the grader could not
-    judge earns nothing. `per_level` and `per_category` break the scores down
-    by the `Level` and `Category` columns, and are empty when a column is absent.
+    judge earns nothing. `label_case` says what is a label: `lenient` reads it after
+    strip and lower-case, `exact` only as written (the reference's reading).
+    `per_level` and `per_category` break the scores down by the `Level` and
+    `Category` columns, and are empty when a column is absent.
     """
     _require_rows(df, (qid_col, pred_col))
     ids = [str(q) for q in df[qid_col]]
-    preds = [normalize_label(p) for p in df[pred_col]]
+    read = label_reader(label_case)
+    preds = [read(p) for p in df[pred_col]]
     points = [0 if p is None else POINTS[p] for p in preds]
     total = len(ids)
 
@@ -115,6 +138,7 @@ def proof_metrics(df: pd.DataFrame, qid_col: str = "Problem ID", pred_col: str =
         **_points_scores(points),
         "invalid_predictions": preds.count(None),
         "invalid_ids": [i for i, p in zip(ids, preds) if p is None],
+        "label_case": label_case,
         "label_distribution": {"prediction": pred_fraction},
         "per_level": _points_by_group(df, "Level", points, LEVEL_ORDER),
         "per_category": _points_by_group(df, "Category", points, ()),

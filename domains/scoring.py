@@ -67,7 +67,8 @@ class Scorer(Protocol):
 
 
 class ScoringTools(Protocol):
-    """What the caller of a scorer provides."""
+    """What the caller of a scorer provides; tools that also carry the caller's `config` (a Config) have
+    its harness.label_case applied to graders' labels (`label_case`)."""
 
     def judge(self) -> Judge:
         """An LLM judge whose calls are booked to role `judge`."""
@@ -84,6 +85,13 @@ def read_predictions(domain: Domain, predictions: Path) -> pd.DataFrame:
     return csv_values(load_csv(predictions, [domain.question_id, "prediction"]))
 
 
+def label_case(tools: ScoringTools | None) -> str:
+    """harness.label_case of the caller's config, which its tools carry as `config` (the standalone
+    report's do); `lenient`, the default, without one."""
+    config = getattr(tools, "config", None)
+    return getattr(getattr(config, "harness", None), "label_case", "lenient")
+
+
 def scored(predictions: Path, metrics: Callable[..., dict], df: pd.DataFrame, **kwargs: object) -> dict:
     """The metrics' report, as a record: report.json carries its schema version."""
     try:
@@ -98,9 +106,11 @@ class ByRule:
 
     metrics: Callable  # DataFrame with a prediction column -> report
     lines: Callable[[dict], str]  # the report as a few lines for a person
+    reads_labels: bool = False  # `metrics` takes label_case=, the caller's harness.label_case
 
     def score(self, domain: Domain, predictions: Path, tools: ScoringTools | None = None) -> dict:
-        return scored(predictions, self.metrics, read_predictions(domain, predictions))
+        case = {"label_case": label_case(tools)} if self.reads_labels else {}
+        return scored(predictions, self.metrics, read_predictions(domain, predictions), **case)
 
     def models(self, config: Config) -> set[str]:
         return set()

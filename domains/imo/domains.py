@@ -24,7 +24,8 @@ GRADING_PROOFS = Domain(
     subsets={},
     splits={},
     score_key="points_percentage",
-    scorer=ByRule(partial(metrics.proof_metrics, qid_col="Problem ID"), metrics.format_proof),
+    # The grader's labels are read as harness.label_case says (the reference: exactly as written).
+    scorer=ByRule(partial(metrics.proof_metrics, qid_col="Problem ID"), metrics.format_proof, reads_labels=True),
     model_role="grader",
     answers_column="Response",
 )
