@@ -15,14 +15,16 @@ With `replayable: false` a freed slot starts at once from every node recorded by
 faster when generations take very uneven time, not replayable.
 
 Stopping. When the budget stops a node, no new generation starts and the ones in flight
-finish (each stops at its next model call). On Ctrl-C, SIGTERM or a bug, nodes already
-back are recorded, every sandbox is closed (what runs inside is killed, so the threads end),
-and what was in flight stays a started, unrecorded generation that `--resume_from` redoes:
-its meta agent's committed change and its finished evaluations are reused, not paid again.
+finish (each stops at its next model call). On Ctrl-C, SIGTERM, an outage (a provider's, or this
+machine's: a full disk, MachineDown) or a bug, nodes already back are recorded (those this machine
+cannot write are left to the resume), every sandbox is closed (what runs inside is killed, so the
+threads end), and what was in flight stays a started, unrecorded generation that `--resume_from`
+redoes: its meta agent's committed change and its finished evaluations are reused, not paid again.
 """
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
 import time
@@ -32,7 +34,7 @@ from archive.records import GenStart, Node, Status
 from archive.store import Archive
 from optimizer.events import Events, NodeFinished, Warned
 from services.config import Config
-from services.errors import raise_if_stop_was_dropped, stop_was_caught
+from services.errors import MachineDown, raise_if_stop_was_dropped, stop_was_caught
 from services.sandbox import SandboxLost, close_all
 
 POLL_S = 0.5  # how long the controller blocks at a time (Ctrl-C is seen between waits)
@@ -142,7 +144,8 @@ class Slots:
                 break
             self.in_flight.pop(node_id, None)
             if node is not None:
-                self.archive.record(node)
+                with contextlib.suppress(MachineDown):  # not recorded: the resume redoes it, from what is kept
+                    self.archive.record(node)
         if not self.in_flight:
             return
         deadline = time.monotonic() + DRAIN_S
