@@ -23,6 +23,7 @@ import hashlib
 import json
 import os
 import re
+import shlex
 import shutil
 import stat
 import tempfile
@@ -36,8 +37,8 @@ from typing import TYPE_CHECKING
 from archive import grader_choice
 from archive.grader_choice import GRADING_DOMAIN
 from services.config import PROJECT_ROOT, load_config
-from services.errors import UserError, exit_on_user_error
-from services.fsutil import read_bounded
+from services.errors import Terminated, UserError, advise, exit_on_user_error
+from services.fsutil import read_bounded, write_below
 from services.local_model import is_local
 from services.render import console
 from services.startup import choose_run_models
@@ -170,11 +171,27 @@ def proofautograder(model: str | None, scratch: Path) -> Grader:
 
 
 # -- building ------------------------------------------------------------------------------
-def build(grader: Grader, dst: Path, force: bool) -> Path:
-    """Build the package next to `dst`, check it, then put it in place of `dst`."""
-    dst = dst.resolve()
-    if dst.exists() and not force:
+def check_destination(dst: Path, force: bool) -> bool:
+    """Whether the folder `dst` is there (to replace, with `force`); a UserError when it is a link (a handed folder's:
+    the package, and --force's deletion, would go where it points), not a folder, or there without `force`."""
+    try:
+        mode = os.lstat(dst).st_mode
+    except FileNotFoundError:
+        return False
+    if stat.S_ISLNK(mode):
+        raise UserError(f"--dst {dst} is a link: nothing is written through it (or replaced at the other end); "
+                        "pass the folder it points to, or another")
+    if not stat.S_ISDIR(mode):
+        raise UserError(f"--dst {dst} is there and not a folder: nothing is written to it; pass another --dst")
+    if not force:
         raise UserError(f"{dst} already exists: pass --force to replace it, or --dst another folder")
+    return True
+
+
+def build(grader: Grader, dst: Path, force: bool) -> Path:
+    """Build the package next to `dst`, check it, then put it in place of `dst`, by a rename: what a handed `dst`
+    holds (a link to a file of the user) is removed, never written through."""
+    check_destination(dst := Path(os.path.abspath(dst)), force)  # its last part not followed: a link is refused
     dst.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{dst.name}-", dir=dst.parent))
     try:
@@ -186,8 +203,8 @@ def build(grader: Grader, dst: Path, force: bool) -> Path:
             raise UserError(f"the package's own code changed {changed[0][0]} of the built folder during its import "
                             "check (the sandbox backend is none, or it escaped): nothing is kept")
         _check_no_data(staging)
-        if dst.exists():
-            shutil.rmtree(dst)
+        if check_destination(dst, force):  # again: the checks took a while, and a link may be there by now
+            shutil.rmtree(dst)  # what is inside, links and all, never followed; rename fails on a link put there since
         staging.rename(dst)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
@@ -203,26 +220,20 @@ def _write_package(grader: Grader, out: Path) -> None:
               "built_at": built_at, "origin": grader.origin, "model_line": grader.model_line(),
               "scores": _scores_table(grader.scores),
               "provenance": "\n".join(f"- {k}: {v}" for k, v in provenance.items() if k != "scores")}
-    for path in TEMPLATE.rglob("*"):
-        if path.is_file() and "__pycache__" not in path.parts:
-            target = out / path.relative_to(TEMPLATE)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            text = path.read_text()
-            target.write_text(Template(text).safe_substitute(fields) if path.suffix in (".toml", ".md") else text)
-    package = out / "proofgrader"
-    for top in PACKAGED:
-        for path in sorted((grader.tree / top).rglob("*")):
-            if not path.is_file() or path.suffix not in RESOURCES or "__pycache__" in path.parts:
-                continue
-            target = package / path.relative_to(grader.tree)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            text = path.read_text()
-            target.write_text(namespace_imports(text) if path.suffix == ".py" else text)
-    entry = package / "task_agent" / "__init__.py"
-    if not entry.is_file():
+    files = {p.relative_to(TEMPLATE).as_posix(): Template(p.read_text()).safe_substitute(fields)  # path -> text
+             if p.suffix in (".toml", ".md") else p.read_text()
+             for p in TEMPLATE.rglob("*") if p.is_file() and "__pycache__" not in p.parts}
+    files.update((f"proofgrader/{p.relative_to(grader.tree).as_posix()}",
+                  namespace_imports(p.read_text()) if p.suffix == ".py" else p.read_text())
+                 for top in PACKAGED for p in sorted((grader.tree / top).rglob("*"))
+                 if p.is_file() and p.suffix in RESOURCES and "__pycache__" not in p.parts)
+    entry = "proofgrader/task_agent/__init__.py"
+    if entry not in files:
         raise UserError(f"{grader.origin} has no task_agent/__init__.py to package")
-    entry.write_text(entry.read_text() + _DEFAULT_MODEL)
-    (package / "provenance.json").write_text(json.dumps(provenance, indent=2) + "\n")
+    files[entry] += _DEFAULT_MODEL
+    files["proofgrader/provenance.json"] = json.dumps(provenance, indent=2) + "\n"
+    for relative, text in files.items():  # through no link below `out`: a planted one is refused, in one line
+        write_below(out, relative, text.encode("utf-8", "backslashreplace"), sync=False)
 
 
 def tree_digest(root: Path) -> list[tuple[str, str]]:
@@ -349,10 +360,17 @@ def main(argv: list[str] | None = None) -> None:
         raise UserError("--model goes with --proofautograder; a run's grader keeps the model it was evaluated with")
     if args.choose and not args.generate_dir:
         raise UserError("--choose goes with --generate_dir: it picks a node of the run")
-    with tempfile.TemporaryDirectory(prefix="proofgrader-src-") as scratch:
-        grader = (proofautograder(args.model, Path(scratch)) if args.proofautograder
-                  else from_run(Path(args.generate_dir).resolve(), Path(scratch), args.choose or "paper"))
-        dst = build(grader, Path(args.dst), args.force)
+    dst = Path(os.path.abspath(args.dst))
+    check_destination(dst, args.force)  # before any work: a --dst it would refuse at the end is refused now
+    try:
+        with tempfile.TemporaryDirectory(prefix="proofgrader-src-") as scratch:
+            grader = (proofautograder(args.model, Path(scratch)) if args.proofautograder
+                      else from_run(Path(args.generate_dir).resolve(), Path(scratch), args.choose or "paper"))
+            dst = build(grader, dst, args.force)
+    except (KeyboardInterrupt, Terminated) as e:
+        advise(e, "a build starts afresh, and nothing of an unfinished one is kept; to build it: "
+               + build_command(args, dst))
+        raise
     if grader.default_model:
         print(console(f"built {dst} from {grader.origin}; default model {grader.model}"))
     else:
@@ -360,6 +378,18 @@ def main(argv: list[str] | None = None) -> None:
                       f"run of this framework, so set {MODEL_VARIABLE} to a litellm model string (e.g. "
                       f"{MODEL_VARIABLE}=openai/o4-mini) or pass model= to grade() or TaskAgent()"))
     print(console(f"install it with: pip install -e {args.dst}"))
+
+
+def build_command(args: argparse.Namespace, dst: Path) -> str:
+    """The command, shell-quoted, that builds what `args` asks for from any folder: a stopped build keeps nothing, so
+    the same one, paths absolute, with --force if the package was put in place (`main` refused a `dst` there before)."""
+    from optimizer.launch import python_command
+
+    source = ["--proofautograder"] if args.proofautograder else ["--generate_dir", os.path.abspath(args.generate_dir)]
+    return shlex.join([python_command(), "-m", "setup_proofgrader_repo", *source, "--dst", str(dst),
+                       *(["--force"] if args.force or os.path.lexists(dst) else []),
+                       *(["--model", args.model] if args.model else []),
+                       *(["--choose", args.choose] if args.choose else [])])
 
 
 def main_cli() -> None:
