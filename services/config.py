@@ -1,10 +1,9 @@
 """Typed configuration loaded from YAML: every field has a default and a one-line reason.
 
-`load_config(path)` starts from `configs/default.yaml`, then applies the user's file;
-`services.flags.apply_settings` applies `--set SECTION.KEY=VALUE` flags to the result, and
-the specific command-line flags override it field by field last. `validate(config)` checks every
-field against its annotation and `_rules()`; each way a config is made ends with it.
-"""
+`load_config(path)` starts from `configs/default.yaml`, then applies the user's file; `services.flags.apply_settings`
+applies `--set SECTION.KEY=VALUE` flags to the result, and the specific command-line flags override it field by
+field last. `validate(config)` checks every field against its annotation and `_rules()` (the shapes of values:
+services/config_values.py); each way a config is made ends with it."""
 
 from __future__ import annotations
 
@@ -17,8 +16,9 @@ from enum import StrEnum
 from pathlib import Path
 
 from services.config_values import (
-    DOCKER_REFERENCE,
-    DOCKER_REFERENCE_MAX,
+    DOCKER_IMAGE,
+    META_MODELS,
+    PRICES,
     above_up_to,
     bad_text,
     between,
@@ -141,9 +141,6 @@ class LoopConfig:
     workspace_total_mb: float = 50  # all files of a workspace taken into a node's commit; past this, files are dropped
 
 
-TRACKERS = ("mlflow", "wandb", "tensorboard")  # each in optimizer/trackers/, installed as a pip extra of its name
-
-
 @dataclass
 class TrackingConfig:
     backends: list[str] = field(default_factory=list)  # experiment trackers the run also logs to (--track): mlflow | wandb | tensorboard, each a pip extra (pip install -e ".[mlflow]")
@@ -199,6 +196,7 @@ class Config:
 SANDBOX_BACKENDS = ("auto", "docker", "bwrap", "none")  # auto, then services.sandbox.backends.LOCAL_BACKENDS
 CACHE_MODES = ("temperature0", "all", "off")  # services.gateway.caching.REPLAYS
 EXECUTORS = ("local", "ray")
+TRACKERS = ("mlflow", "wandb", "tensorboard")  # each in optimizer/trackers/, installed as a pip extra of its name
 class Baseline(StrEnum):
     """The paper's baselines (loop.run_baseline)."""
 
@@ -261,10 +259,7 @@ def _rules() -> dict:
         "gateway.max_request_mb": count(1024),
         "gateway.local_context": count(10**6),
         "gateway.local_threads": between(0, 4096),
-        "gateway.prices": (lambda v: all(is_model(k) and conforms(p, list[float]) and len(p) in (2, 4)
-                                         and all(0 <= x <= 1e6 for x in p) for k, p in v.items()),
-                           "model -> [usd per 1M input, usd per 1M output] or [input, output, cached read, "
-                           "cache write], each from 0 to 1e+06"),
+        "gateway.prices": PRICES,
         "harness.num_workers": count(1024),
         "harness.save_interval": count(10**9),
         "harness.row_timeout_s": above_up_to(0, 10**7),
@@ -281,9 +276,7 @@ def _rules() -> dict:
         "sandbox.tmp_mb": count(2**22),
         "sandbox.output_cap_mb": above_up_to(0, 2**14),
         "sandbox.disk_mb": above_up_to(0, 2**30),
-        "sandbox.docker_image": (lambda v: len(v) <= DOCKER_REFERENCE_MAX and DOCKER_REFERENCE.fullmatch(v) is not None,
-                                 "a Docker image reference ([HOST[:PORT]/]NAME[:TAG][@DIGEST], the name in lower "
-                                 "case)"),
+        "sandbox.docker_image": DOCKER_IMAGE,
         "sandbox.docker_host": uri(("unix", "tcp", "ssh", "http", "https")),
         "sandbox.executor": one_of(*EXECUTORS),
         "sandbox.ray_address": (lambda v: v == "auto" or has_port(v.removeprefix("ray://")),
@@ -301,9 +294,7 @@ def _loop_rules() -> dict:
         "loop.migrate_every": count(10**6),
         "loop.meta_bandit": one_of("ucb1", "thompson"),
         "loop.merge_every": between(0, 10**6),
-        "models.meta": (lambda v: is_model(v) if isinstance(v, str) else 2 <= len(v) <= 8 and len(set(v)) == len(v)
-                        and all(is_model(m) and m != "auto" for m in v),
-                        "a model, or a list of 2 to 8 distinct models (not auto)"),
+        "models.meta": META_MODELS,
         "models.heldout_grader": (lambda v: is_model(v) and v != "auto", "a model (not auto)"),
         "loop.novelty_threshold": (lambda v: 0 < v <= 1, "a number above 0 and at most 1"),
         "loop.seed": (lambda v: 0 <= v < SEED_LIMIT, f"an integer from 0 to 2**{SEED_LIMIT.bit_length() - 1} - 1"),

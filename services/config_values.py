@@ -1,7 +1,7 @@
 """The shapes a config value may take, beyond its type (services/config.py's rules use them): numbers
 within a range, each error naming the bound crossed; Docker image references; host names, HOST:PORT and
-URIs by scheme; model names; printable text. Each is a test of a value already of its annotated type,
-so none raises on what YAML or JSON can hold (a 400-digit integer is only compared, never converted)."""
+URIs by scheme; model names and prices; printable text. Each is a test of a value already of its annotated
+type, so none raises on what YAML or JSON can hold (a 400-digit integer is only compared, never converted)."""
 
 from __future__ import annotations
 
@@ -74,6 +74,17 @@ def uri(schemes: tuple[str, ...]) -> tuple[Callable[[str], bool], str]:
 
 def is_model(value: str) -> bool:
     return MODEL_NAME.fullmatch(value) is not None
+
+
+DOCKER_IMAGE: Rule = (lambda v: len(v) <= DOCKER_REFERENCE_MAX and DOCKER_REFERENCE.fullmatch(v) is not None,
+                      "a Docker image reference ([HOST[:PORT]/]NAME[:TAG][@DIGEST], the name in lower case)")
+PRICES: Rule = (lambda v: all(is_model(k) and conforms(p, list[float]) and len(p) in (2, 4)
+                              and all(0 <= x <= 1e6 for x in p) for k, p in v.items()),
+                "model -> [usd per 1M input, usd per 1M output] or [input, output, cached read, cache write], each "
+                "from 0 to 1e+06")
+META_MODELS: Rule = (lambda v: is_model(v) if isinstance(v, str) else 2 <= len(v) <= 8 and len(set(v)) == len(v)
+                     and all(is_model(m) and m != "auto" for m in v),
+                     "a model, or a list of 2 to 8 distinct models (not auto)")
 
 
 def bad_text(value: object, limit: int) -> str | None:
