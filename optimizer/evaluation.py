@@ -7,9 +7,10 @@ stage's promotion rule (archive/promotion.py: by default the paper's, a score ab
 stage's bar, 0; or a paired comparison with the parent or the best node on the rows they
 share). The test split is never part of it (`optimizer.final_test`). Each (task-agent code, model,
 domain, split, rows) has its folder in the run's EvalStore: a task agent that did not
-change is never paid for twice, and an evaluation a kill interrupted resumes from its
-journal. A longer train run starts from the rows of the longest screening run before
-it, which are its first rows.
+change is never paid for twice (unless `loop.reuse_evaluations` is off: then the node is part
+of what `agent_hash` names), and an evaluation a kill interrupted resumes from its journal. A
+longer train run starts from the rows of the longest screening run before it, which are its
+first rows.
 """
 
 from __future__ import annotations

@@ -65,7 +65,7 @@ from optimizer.events import (
 )
 from optimizer.feedback import publish_feedback, write_train_data
 from optimizer.heldout import HeldOut
-from optimizer.meta_outcome import META_LOG, malformed_calls, meta_failure, meta_log
+from optimizer.meta_outcome import META_LOG, meta_log, meta_result
 from optimizer.slots import Slots, horizon, run_generation
 from optimizer.trackers import Trackers
 from services.config import Baseline, Config
@@ -295,20 +295,8 @@ class Loop:
                  "dropped": capture.dropped, "dropped_why": capture.dropped_why,
                  **({"bidi": capture.bidi} if capture.bidi else {})}  # shown as a warning (Trojan Source)
         # ProviderDown when the provider failed it: nothing is recorded, the generation is redone on resume.
-        failed = meta_failure(self.gateway, env["AGENT_GATEWAY_KEY"], capture.commit is not None)
-        if not result.ok:
-            # The child is marked, its change kept in patch.diff to read, never evaluated (generation()).
-            tail = (result.stderr.strip().splitlines() or [""])[-1][:300]
-            return MetaResult(Status.META_FAILED, capture.commit, patch, seconds, f"meta agent {result.why()}: {tail}")
-        if failed:
-            return MetaResult(Status.META_FAILED, capture.commit, patch, seconds, f"meta agent: {failed}")
-        if malformed := malformed_calls(result.stdout, capture.commit is not None):
-            # The reference's run ends well here, with an empty diff: under loop.meta_failure parent the
-            # child is a plain no_change (saying why) and its parent stays a parent.
-            ended_well = self.config.loop.meta_failure == "parent"
-            return MetaResult(Status.OK if ended_well else Status.META_FAILED, None, patch, seconds,
-                              f"meta agent: {malformed}")
-        return MetaResult(Status.OK, capture.commit, patch, seconds)
+        return meta_result(self.gateway, env["AGENT_GATEWAY_KEY"], result, capture.commit, patch, seconds,
+                           self.config.loop.meta_failure)
 
     def _meta_argv(self, box: Sandbox, generation: int, frozen: bool, meta_model: str) -> list[str]:
         argv = [box.python, box.trusted_script("run_meta.py"), "--repo", box.workdir, "--eval_path", FEEDBACK,
@@ -325,8 +313,8 @@ class Loop:
         try:
             with self.node_sandbox(node.node_id) as box:
                 box.fill(self.repo, node.commit)
-                results = self.evaluator.evaluate(self.domains, box, self.repo.task_agent_hash(node.commit),
-                                                  node.seconds, self._peers(node.parent, node.generation))
+                results = self.evaluator.evaluate(self.domains, box, self._evaluated_as(node), node.seconds,
+                                                  self._peers(node.parent, node.generation))
         except LoadFailed as e:
             node.status, node.error = Status.LOAD_FAILED, str(e)[:500]
             return node
@@ -344,6 +332,14 @@ class Loop:
             if result.screening:
                 node.screening[name] = result.screening
         return node
+
+    def _evaluated_as(self, node: Node) -> str:
+        """What the node's evaluations are kept under (archive/eval_store.py's key): its task agent's code,
+        shared with every node of the same code under loop.reuse_evaluations, else its own (the node's id
+        too), so each node is evaluated anew as in the reference, and a resumed evaluation still finds
+        its journal."""
+        code = self.repo.task_agent_hash(node.commit)
+        return code if self.config.loop.reuse_evaluations else f"{code}/node/{node.node_id}"
 
     def _peers(self, parent_id: str | None, generation: int) -> Peers:
         """The train row scores a child's screening compares with: its parent's and the best node's

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from archive.records import MetaResult, Status
 from inside.run_meta import read_summary
 
 if TYPE_CHECKING:
     from services.gateway import Gateway
+    from services.sandbox import RunResult
 
 META_LOG = "meta_stdout.log"  # in the node's records: what the meta agent's run printed
 
@@ -23,6 +25,26 @@ META_LOG = "meta_stdout.log"  # in the node's records: what the meta agent's run
 def meta_log(stdout: str, stderr: str) -> str:
     """The text of META_LOG: the run's stdout, then its stderr."""
     return stdout + "\n--- stderr ---\n" + stderr
+
+
+def meta_result(gateway: Gateway, key: str, run: RunResult, commit: str | None, patch: dict, seconds: float,
+                rule: str) -> MetaResult:
+    """What the meta agent's `run` (its calls made with session `key`) left: its change `commit` (None:
+    nothing changed that counts) and how it ended, under loop.meta_failure `rule`. A run that failed
+    (exited non-zero, timed out, every call failed) is META_FAILED, its change kept to read and never
+    evaluated (the reference's run_meta_agent.py writes its diff only once forward() returned)."""
+    failed = meta_failure(gateway, key, commit is not None)
+    if not run.ok:
+        tail = (run.stderr.strip().splitlines() or [""])[-1][:300]
+        return MetaResult(Status.META_FAILED, commit, patch, seconds, f"meta agent {run.why()}: {tail}")
+    if failed:
+        return MetaResult(Status.META_FAILED, commit, patch, seconds, f"meta agent: {failed}")
+    if malformed := malformed_calls(run.stdout, commit is not None):
+        # The reference's run ends well here, with an empty diff: under `parent` the child is a plain
+        # no_change (saying why), and its parent stays a parent.
+        return MetaResult(Status.OK if rule == "parent" else Status.META_FAILED, None, patch, seconds,
+                          f"meta agent: {malformed}")
+    return MetaResult(Status.OK, commit, patch, seconds)
 
 
 def meta_failure(gateway: Gateway, key: str, changed: bool) -> str | None:

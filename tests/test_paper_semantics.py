@@ -208,3 +208,41 @@ def test_a_failed_meta_agents_half_change_is_never_evaluated_and_its_parent_is_n
     assert "MARKER-HALF" in (tmp_path / "out" / "run" / "nodes" / "2" / "patch.diff").read_text()  # kept to read
     third = next(e for e in run_events(tmp_path) if e["event"] == "parent_chosen" and e["generation"] == 3)
     assert set(third["candidates"]) == {"initial"} and nodes["3"]["parent"] == "initial"
+
+
+def paid_task_calls(tmp_path, node_id: str) -> int:
+    """Task calls of the node the provider was paid for (not replayed from the gateway's cache)."""
+    db = sqlite3.connect(tmp_path / "out" / "run" / "ledger.sqlite")
+    return db.execute("SELECT COUNT(*) FROM calls WHERE node = ? AND role = 'task' AND cache_hit = 0",
+                      (node_id,)).fetchone()[0]
+
+
+@pytest.mark.e2e
+def test_without_reuse_a_child_that_changed_only_the_meta_agent_is_evaluated_anew_and_a_kill_pays_no_row_twice(
+        tmp_path, fake_openai):
+    from support.cli import cli_env, run_cli
+    from support.scripted_loop import META_ONLY, events, loop_config, responder, start_and_kill_when
+
+    fake_openai.set_responder(responder({1: [META_ONLY]}, []))
+    fake_openai.latency = 0.2
+    config = loop_config(tmp_path)
+    with open(config, "a") as f:
+        f.write("  reuse_evaluations: false\n")
+    run_dir = tmp_path / "out" / "run"
+    args = ["--domain", "imo_grading", "--output_dir", str(tmp_path / "out"), "--run_id", "run",
+            "--task_model", "openai/fake", "--meta_model", "openai/fake-meta", "--config", config,
+            "--max_generation", "1"]
+    # Killed in the middle of node 1's evaluation (the initial node's journals hold 50 lines), then resumed.
+    journal_lines = lambda d: sum(len(p.read_text().splitlines()) for p in d.glob("evals/*/predictions.jsonl"))  # noqa: E731
+    start_and_kill_when(tmp_path, fake_openai, args, lambda d: any(e["event"] == "meta_done" for e in events(d))
+                        and journal_lines(d) >= 65)
+    r = run_cli("run_optimization", "--resume_from", str(run_dir), env=cli_env(fake_openai), timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    nodes = {p.parent.name: json.loads(p.read_text()) for p in (run_dir / "nodes").glob("*/node.json")}
+    initial, child = nodes["initial"], nodes["1"]
+    assert child["status"] == "ok" and child["full_eval"] == {"imo_grading": True}
+    # Its own evaluations, not its parent's: every key differs, every row was asked again...
+    assert set(child["eval_keys"]["imo_grading"].values()).isdisjoint(initial["eval_keys"]["imo_grading"].values())
+    assert paid_task_calls(tmp_path, "initial") == 40  # 10 staged rows, 10 more train, 20 val
+    # ... and paid once, but for the rows in flight at the kill (5 workers).
+    assert 40 <= paid_task_calls(tmp_path, "1") <= 45
