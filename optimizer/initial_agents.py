@@ -10,6 +10,13 @@ An agent folder (`paper`, the HyperAgents reference's generic agents in
 the run: its top-level modules and packages replace the project's agent code, with the
 reference's interface (`task_agent:TaskAgent`, `meta_agent:MetaAgent`), and the run's
 repository then takes every top-level name the folder had (services.workspace).
+
+Which meta agent a project task agent starts with is `loop.initial_meta_agent`: `default`, the
+project's (`meta_agent/`, beside all of the project's agent code); or `paper`, the reference's
+one-line meta agent, which is how the reference starts from ProofAutoGrader (its BetterGrader run:
+its `baselines/imo_grading/proofautograder.py` copied over its `task_agent.py`). Then the run starts
+from `initial_agents/paper/` with that task agent written for the folder's own `agent/` package
+(`PAPER_TASK_AGENTS`); a task agent the reference never started from keeps the project's meta agent.
 """
 
 from __future__ import annotations
@@ -28,6 +35,11 @@ AGENT_FOLDERS = PROJECT_ROOT / "initial_agents"
 # baselines and tooling are not agent code (the reference leaves the same out of its evolvable copy).
 NOT_AGENT_CODE = ("domains", "baselines", "outputs", "analysis", "misc", "tests", "docs", "venv", ".venv",
                   "Dockerfile", "setup_initial.sh", "requirements.txt", "requirements_dev.txt")
+META_AGENTS = ("default", "paper")  # loop.initial_meta_agent
+PAPER = "paper"  # the bundled folder of the reference's agents
+# A project task agent the reference starts a run from -> its version on the paper folder's agent code,
+# kept (like the reference's) under the folder's baselines/, which no workspace holds.
+PAPER_TASK_AGENTS = {"proofautograder": "baselines/imo_grading/proofautograder.py"}
 
 
 @dataclass(frozen=True)
@@ -77,10 +89,11 @@ INITIAL_AGENTS = {
 class AgentFolder:
     """A folder of agent code with the reference's interface: the whole initial code of a run."""
 
-    name: str  # "paper", or the folder's path as given
+    name: str  # "paper", or the folder's path as given (a project task agent's name when `task_agent` is set)
     path: Path
     about: str
-    domains = None  # a generic agent: every domain
+    task_agent: str | None = None  # a file of the folder that becomes its task_agent.py (PAPER_TASK_AGENTS)
+    domains: tuple[str, ...] | None = None  # the domains it can do; None: every domain (a generic agent)
 
     @property
     def bundled(self) -> bool:
@@ -98,6 +111,8 @@ class AgentFolder:
                 continue
             if "/" in rel or top.endswith(".py") or top == "README.md":
                 keep[rel] = content
+        if self.task_agent is not None:
+            keep["task_agent.py"] = snap.files[self.task_agent]
         return keep
 
     def apply(self, workspace: Path) -> None:
@@ -124,9 +139,26 @@ def agent_folder(name: str) -> AgentFolder | None:
     return AgentFolder(name, path.resolve(), about)
 
 
-def get_initial_agent(name: str, domains: list[str]) -> InitialAgent | AgentFolder:
-    """The named initial agent (or agent folder), after checking it can do every domain of the run."""
-    agent = INITIAL_AGENTS.get(name) or agent_folder(name)
+def on_paper(name: str) -> AgentFolder:
+    """The paper folder with the project task agent `name` (one of PAPER_TASK_AGENTS) as its task_agent.py."""
+    folder = agent_folder(PAPER)
+    assert folder is not None, "initial_agents/paper is bundled"
+    return AgentFolder(name, folder.path, f"{INITIAL_AGENTS[name].about}, as the reference's task_agent.py, with "
+                       "the reference's one-line meta agent and agent code (initial_agents/paper)",
+                       PAPER_TASK_AGENTS[name], INITIAL_AGENTS[name].domains)
+
+
+def paired(name: str, meta_agent: str) -> bool:
+    """Whether the run starts from task agent `name` on the paper folder (loop.initial_meta_agent paper)."""
+    if meta_agent not in META_AGENTS:
+        raise UserError(f"loop.initial_meta_agent is {meta_agent!r}, not one of {', '.join(META_AGENTS)}")
+    return meta_agent == PAPER and name in PAPER_TASK_AGENTS
+
+
+def get_initial_agent(name: str, domains: list[str], meta_agent: str = "default") -> InitialAgent | AgentFolder:
+    """The named initial agent (or agent folder), after checking it can do every domain of the run;
+    `meta_agent` is loop.initial_meta_agent."""
+    agent = on_paper(name) if paired(name, meta_agent) else INITIAL_AGENTS.get(name) or agent_folder(name)
     if agent is None:
         bundled = sorted(p.name for p in AGENT_FOLDERS.iterdir() if p.is_dir()) if AGENT_FOLDERS.is_dir() else []
         raise UserError(f"unknown initial agent {name!r} (known: {', '.join(sorted(INITIAL_AGENTS) + bundled)}, "
@@ -147,10 +179,13 @@ def entry_source(agent: InitialAgent) -> str:
             f'__all__ = ["TaskAgent"]\n')
 
 
-def plan_text(name: str) -> str:
-    """What the run's plan says of the agent it starts from."""
+def plan_text(name: str, meta_agent: str = "default") -> str:
+    """What the run's plan says of the agent it starts from (`meta_agent`: loop.initial_meta_agent)."""
+    if paired(name, meta_agent):
+        return (f"initial task agent {name} as the reference's task_agent.py, with the reference's one-line "
+                f"meta agent and agent code (initial_agents/{PAPER}; loop.initial_meta_agent {meta_agent})")
     if name in INITIAL_AGENTS:
-        return f"initial task agent {name}"
+        return f"initial task agent {name}, with the project's meta agent (meta_agent/)"
     folder = agent_folder(name)
     return f"initial agents {name}: {folder.about}" if folder and folder.bundled else \
         f"initial agents from the folder {name}"
