@@ -9,7 +9,8 @@ past CHILD_LIMIT_S; nothing is executed.
 - AIME 2025: `aime_any_number` is the benchmark's own rule, `aime_strict` reads the last answer the
   output commits to only (their sources and rules are in their docstrings).
 - IMO-AnswerBench and AMO-Bench: `math_equal` says "equal" only when it is sure (math-verify
-  on answers it parsed whole, symbols case-sensitive, answers in words compared word by word).
+  on answers it parsed whole, symbols case-sensitive, decimals exact, answers in words compared
+  word by word).
   The IMO-Bench paper grades with an LLM instead; domains/judge.py has that grader.
 """
 
@@ -307,6 +308,52 @@ def _math_text(answer: str) -> str | None:
     return ", ".join(p.strip() for p in pieces[1::2] if p.strip()).rstrip(".")
 
 
+# Symbols written as characters, which math-verify does not read (2√2, π/4, 3·2^{10}), in LaTeX.
+_SYMBOLS = {"π": r"\pi ", "∞": r"\infty ", "·": r"\cdot ", "×": r"\times ", "−": "-", "≤": r"\le ", "≥": r"\ge ",
+            "≠": r"\ne ", "∅": r"\emptyset ", "∪": r"\cup ", "∩": r"\cap ", "∈": r"\in "}
+_ROOT = re.compile(r"√\s*(?:\(([^()]*)\)|\{([^{}]*)\}|(\d+|[A-Za-z]))")
+_REPEATING = re.compile(r"(?<![\d.])(\d+)\.(\d*)\\overline\s*\{(\d+)\}")
+_DECIMAL = re.compile(r"(?<![\d.])(\d{1,3}(?:,\d{3})+|\d+)?\.(\d+)(?![\d.])")  # 1,234.5 as math-verify reads 1,234
+
+
+def _as_latex(text: str) -> str:
+    """`text` with what math-verify misreads written as it reads it: symbol characters and the word pi
+    as LaTeX, \\varnothing as \\emptyset, and digit groups joined (1\\,000 is 1000, not 1 times 000)."""
+    text = _ROOT.sub(lambda m: rf"\sqrt{{{next(g for g in m.groups() if g is not None)}}}", text)
+    text = re.sub("|".join(_SYMBOLS), lambda m: _SYMBOLS[m[0]], text)
+    text = re.sub(r"(?<![\\A-Za-z])pi(?![A-Za-z])", r"\\pi ", text)
+    text = re.sub(r"\\varnothing(?![A-Za-z])", r"\\emptyset", text)
+    return re.sub(r"(?<=\d)(?:\\[,;!]|\{,\}|~)(?=\d{3}(?!\d))", "", text)
+
+
+def _latex_fraction(value: Fraction) -> str:
+    return str(value.numerator) if value.denominator == 1 else rf"\frac{{{value.numerator}}}{{{value.denominator}}}"
+
+
+def _exact_decimals(text: str) -> str:
+    """`text` with each decimal written as the fraction it is exactly (0.25 as \\frac{1}{4}, 0.\\overline{3}
+    as \\frac{1}{3}), so that math-verify compares it exactly: it compares a float with anything rounded
+    to 6 places, which took 0.654654 for \\sqrt{3/7} and 0.333333 for 1/3."""
+    def repeating(m: re.Match) -> str:
+        whole, fixed, period = m[1], m[2], m[3]
+        value = Fraction(int(whole + fixed + period) - int(whole + fixed), 10 ** len(fixed) * (10 ** len(period) - 1))
+        return _latex_fraction(value)
+
+    text = _REPEATING.sub(repeating, text)
+    return _DECIMAL.sub(lambda m: _latex_fraction(Fraction(f"{(m[1] or '0').replace(',', '')}.{m[2]}")), text)
+
+
+def _has_float(expr) -> bool:
+    """Whether math-verify's reading holds a float (1e-3, say, or one it made itself): never compared,
+    as math-verify would compare it rounded."""
+    from sympy import Float
+
+    try:
+        return bool(expr.atoms(Float))
+    except Exception:
+        return True
+
+
 def _parse_whole(answer: str, limit: int):
     """math-verify's reading of an answer, or None unless it read all of it as mathematics."""
     from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse
@@ -318,10 +365,10 @@ def _parse_whole(answer: str, limit: int):
     # units=False: IMO answers have no units, and with units on, "2x^2 + c" loses its "c" (centi-).
     norm = NormalizationConfig(basic_latex=True, units=False, malformed_operators=True, nits=True, boxed="all",
                                equations=False)
-    text = _cased(text)
+    text = _cased(_exact_decimals(_as_latex(text)))
     parsed = parse(f"${text}$", extraction_config=[LatexExtractionConfig(normalization_config=norm),
                                                   ExprExtractionConfig()], parsing_timeout=limit)
-    if len(parsed) != 2 or isinstance(parsed[0], str):
+    if len(parsed) != 2 or isinstance(parsed[0], str) or _has_float(parsed[0]):
         return None
     if _squashed(parsed[1]) != _squashed(normalize_latex(text, norm)):
         return None  # math-verify read a part of it only (a number it found in LaTeX it could not parse)
@@ -337,13 +384,16 @@ def _names_its_value(guess: str, gold: str) -> bool:
     return re.fullmatch(r"[A-Za-z](?:_\{?\w+\}?)?(?:\([^()=]*\))?", left) is not None
 
 
-def math_equal(prediction: str | None, truth: str, float_rounding: int = 6) -> bool:
+def math_equal(prediction: str | None, truth: str) -> bool:
     """Whether `prediction` (an answer, not a whole output) surely equals `truth`; False when unsure.
 
     By math-verify (huggingface/Math-Verify: sympy-based, LaTeX, fractions, sets, intervals,
     expressions), made stricter: both answers must be read whole, symbols keep their case (R - 2r is
-    not r - 2R), an inequality equals its interval (x \\le 0 is (-\\infty, 0]). Answers in words are
-    equal only when their words and symbols are ("even $n$" is not "odd $n$").
+    not r - 2R), an inequality equals its interval (x \\le 0 is (-\\infty, 0]), and a decimal is the
+    fraction it is exactly (0.25 is 1/4 and 0.\\overline{3} is 1/3; 0.333333 is not 1/3, nor 0.654654
+    \\sqrt{3/7}: math-verify alone compares decimals rounded to 6 places). Symbols written as characters
+    (2√2, π/4, 3·2^{10}) are read as LaTeX. Answers in words are equal only when their words and
+    symbols are ("even $n$" is not "odd $n$").
     """
     if prediction is None or not str(prediction).strip():
         return False
@@ -355,18 +405,18 @@ def math_equal(prediction: str | None, truth: str, float_rounding: int = 6) -> b
         return same_tokens
     if threading.current_thread() is not threading.main_thread():
         # math-verify bounds its work with SIGALRM, which only a main thread may use: the child's.
-        return _BOUNDED.ask(json.dumps([guess, gold, float_rounding]), CHILD_LIMIT_S) == "true"
-    return _verified(guess, gold, float_rounding)
+        return _BOUNDED.ask(json.dumps([guess, gold]), CHILD_LIMIT_S) == "true"
+    return _verified(guess, gold)
 
 
-def _verified(guess: str, gold: str, float_rounding: int) -> bool:
+def _verified(guess: str, gold: str) -> bool:
     """math-verify's verdict on two answers it read whole; on the main thread (its time limits)."""
     from math_verify import verify
 
     try:
         want, got = _parse_whole(gold, TIMEOUT_S), _parse_whole(guess, TIMEOUT_S)
         return want is not None and got is not None and bool(
-            verify(want, got, float_rounding=float_rounding, timeout_seconds=TIMEOUT_S, allow_set_relation_comp=True))
+            verify(want, got, timeout_seconds=TIMEOUT_S, allow_set_relation_comp=True))
     except Exception:
         return False
 
@@ -449,8 +499,8 @@ def _serve() -> None:
 
     print("ready", flush=True)
     for line in sys.stdin:
-        guess, gold, float_rounding = json.loads(line)
-        print(json.dumps(_verified(str(guess), str(gold), int(float_rounding))), flush=True)
+        guess, gold = json.loads(line)
+        print(json.dumps(_verified(str(guess), str(gold))), flush=True)
 
 
 _BOUNDED = BoundedChild([sys.executable, os.path.abspath(__file__), "--serve"], CHILD_START_S,
@@ -458,9 +508,9 @@ _BOUNDED = BoundedChild([sys.executable, os.path.abspath(__file__), "--serve"], 
 atexit.register(_BOUNDED.close)
 
 
-def check_output(output: str, truth: str, float_rounding: int = 6) -> bool:
+def check_output(output: str, truth: str) -> bool:
     """An output's final answer against the reference, with math_equal."""
-    return math_equal(final_answer(output) or (output or "").strip(), truth, float_rounding)
+    return math_equal(final_answer(output) or (output or "").strip(), truth)
 
 
 if __name__ == "__main__" and sys.argv[1:] == ["--serve"]:

@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from domains.judge import AnswerGrader
 from inside import answers
 from inside.answers import (
     aime_answer,
@@ -206,6 +207,65 @@ def test_equivalent_forms_match(prediction, truth_):
 ])
 def test_near_misses_and_malformed_answers_do_not_match(prediction, truth_):
     assert not math_equal(prediction, truth_)
+
+
+# -- IMO-AnswerBench: decimals are exact, symbols are read ------------------------------------------------
+# (row, an answer equal to its reference): exact decimals, repeating decimals, radicals, pi, symbol characters
+EXACT = [
+    ("algebra-070", "0.25"), ("geometry-032", "7/4"), ("geometry-032", "1.750"), ("number_theory-051", r"\frac{13}{2}"),
+    ("geometry-017", r"\frac{2}{4}"), ("combinatorics-047", "0.09375"), ("combinatorics-095", "0.96"),
+    ("geometry-035", "3.5"), ("algebra-072", r"x \ge -1.2"),
+    ("geometry-086", r"0.\overline{3}"), ("algebra-088", r"0.\overline{142857}"), ("geometry-019", r"1.\overline{3}"),
+    ("geometry-075", r"\frac{\sqrt{21}}{7}"), ("geometry-075", "√(3/7)"), ("geometry-075", r"\sqrt{3}/\sqrt{7}"),
+    ("geometry-022", "√2"), ("geometry-022", "2^{0.5}"), ("algebra-043", "√2 − 1"), ("geometry-005", r"1+\sqrt{2}"),
+    ("geometry-089", r"\frac{96}{13}\sqrt{10}"), ("geometry-082", r"\sqrt{2.5}"),
+    ("geometry-087", r"\frac{3\sqrt{15}}{10}"), ("geometry-056", r"\frac{\sqrt{510}\,\pi}{3}"),
+    ("geometry-056", "√510·π/3"), ("geometry-049", "πl + 2π"), ("geometry-049", "pi(l+2)"),
+    ("algebra-017", r"(-∞, 0) ∪ \{0.5\}"), ("algebra-096", "4·3^{2023}"), ("number_theory-052", r"65\,537"),
+]
+# (row, a decimal that only rounds to its reference, or is no number)
+ROUNDED = [
+    ("geometry-075", "0.654654"), ("geometry-075", "0.6547"), ("geometry-075", "0.65465367"),
+    ("geometry-022", "1.414214"), ("geometry-022", "1.41421356237"), ("algebra-043", "0.414214"),
+    ("geometry-005", "2.414214"), ("geometry-056", "23.649050"), ("geometry-033", "0.974279"),
+    ("geometry-011", "4.791288"), ("algebra-009", "4.940841"), ("geometry-049", "3.141593(l+2)"),
+    ("geometry-086", "0.333333"), ("geometry-086", "0.3333333333"), ("algebra-071", "0.666667"),
+    ("algebra-088", "0.142857"), ("geometry-019", "1.333333"), ("geometry-091", "0.916667"),
+    ("algebra-010", "-0.666667, 0, 0.666667"), ("algebra-086", "(0, 0.444444]"), ("geometry-032", "1.7500001"),
+    ("geometry-087", "1.161895"), ("geometry-075", r"approximately $0.654654$"), ("geometry-086", "0.(3)"),
+]
+
+
+@pytest.mark.parametrize("row, prediction", EXACT)
+def test_an_equal_form_is_accepted(row, prediction):
+    assert check_output(prediction, truth(row)), (prediction, truth(row))
+
+
+@pytest.mark.parametrize("row, prediction", ROUNDED)
+def test_a_rounded_decimal_is_never_accepted(row, prediction):
+    assert not check_output(prediction, truth(row)), (prediction, truth(row))
+
+
+@pytest.mark.parametrize("prediction, truth_, equal", [
+    ("2.718282", "e", False), ("3.141593", r"\pi", False), ("0.785398", r"\frac{\pi}{4}", False),
+    (r"\{1.414214\}", r"\{\sqrt{2}\}", False), ("0.3333333", "0.333333", False), ("1e-3", "0.001", False),
+    (r"\frac{1}{4}", "0.25", True), ("0.5", r"50\%", True), (r"\varnothing", r"\emptyset", True),
+    (r"1.5\pi", r"\frac{3\pi}{2}", True), (r"0.5\sqrt{2}", r"\frac{\sqrt{2}}{2}", True), ("e^{0.5}", r"\sqrt{e}", True),
+    ("1,234.5", "2469/2", True),  # digit groups, as math-verify reads 1,234
+])
+def test_decimals_compare_exactly_beside_pi_e_sets_and_percents(prediction, truth_, equal):
+    assert math_equal(prediction, truth_) is equal
+
+
+def test_the_hybrid_grader_is_never_sure_of_a_rounded_decimal():
+    """imo_answer_hybrid settles by rule only what math_equal is sure of: a rounded decimal goes to the grader."""
+    prompts = []
+    grader = AnswerGrader("Short Answer", "Problem", rule_first=True)
+    row = {"Short Answer": truth("geometry-075"), "Problem": "P"}
+    verdicts = grader.grade([r"\boxed{0.654654}", r"\boxed{\frac{\sqrt{21}}{7}}"], [row, row],
+                            judge=lambda prompt: prompts.append(prompt) or r"\boxed{Incorrect}")
+    assert [tuple(v) for v in verdicts] == [(False, "judge"), (True, "rule")]
+    assert len(prompts) == 1 and "0.654654" in prompts[0]
 
 
 @pytest.mark.parametrize("answer, words", [
