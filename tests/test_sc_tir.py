@@ -366,6 +366,38 @@ def test_the_recipe_filter(answer, kept):
     assert aimo_integer(answer) == kept
 
 
+# (an answer dressed as traces write it, its light vote, what the recipe's filter keeps: mod 1000)
+DRESSED = [
+    pytest.param(r"70\,000", "70000", 0, id="latex-thin-space"),
+    pytest.param("70\u2009000", "70000", 0, id="thin-space-character"),
+    pytest.param("70\u202f000", "70000", 0, id="narrow-no-break-space"),
+    pytest.param(r"70{,}000", "70000", 0, id="braced-comma"),
+    pytest.param(r"\$70", "70", 70, id="escaped-dollar"), pytest.param(r"\$1070", "1070", 70, id="escaped-dollar-mod"),
+    pytest.param(r"\overline{70}", "70", 70, id="overline"),
+    pytest.param(r"\overline{1070}", "1070", 70, id="overline-mod"),
+    pytest.param(r"\mathrm{70}", "70", 70, id="mathrm"), pytest.param(r"\text{70}", "70", 70, id="text"),
+    pytest.param(r"\textbf{70}", "70", 70, id="textbf"),
+    pytest.param(r"\mathrm{1{,}070}", "1070", 70, id="mathrm-groups"),
+    pytest.param(r"$\text{\$70}$", "70", 70, id="nested"),
+    pytest.param(r"\text{\overline{70}}", "70", 70, id="nested-overline"),
+    # what is not a number stays itself
+    pytest.param(r"0.\overline{3}", r"0.\overline{3}", None, id="repeating-decimal"),
+    pytest.param(r"\overline{AB}", r"\overline{AB}", None, id="segment"),
+    pytest.param(r"\text{no solution}", r"\text{no solution}", None, id="words"),
+]
+
+
+@pytest.mark.parametrize("answer, vote, kept", DRESSED)
+def test_a_dressed_number_votes_as_the_number(answer, vote, kept):
+    assert normalize_answer(answer) == vote
+    assert aimo_integer(answer) == kept
+
+
+def test_dressed_numbers_vote_together():
+    assert majority_vote([r"\text{7}", "8", r"\$7", r"\overline{7}", "8"]) == "7"
+    assert aimo_vote(["12", r"\$1070", r"\mathrm{70}", r"70\,000", "0"]) == "70"  # 70, 70, 70 beat 12 and 0, 0
+
+
 @pytest.mark.parametrize("answers, expected", [
     (["-5", "1042", "42", "\\frac{1}{2}", "3.6", "2042.4"], "42"),
     (["5", "9", "9", "5"], "5"),  # a tie goes to the earliest
@@ -382,6 +414,13 @@ def test_the_recipe_filters_the_answers_of_its_traces(agent_with, provider):
     prediction, _ = agent_with(roles, settings=RECIPE).forward(INPUTS)
     assert prediction == "42"
     assert provider.count == 6 * 2
+
+
+def test_the_recipe_votes_dressed_answers_of_its_traces_as_their_numbers(agent_with, provider):
+    replies = ["So the answer is \\boxed{\\$1070}.", "So the answer is \\boxed{\\overline{70}}.",
+               "So the answer is \\mathrm{70}.", "So the answer is \\boxed{12}.", "So the answer is \\boxed{12}."]
+    prediction, _ = agent_with([[code("print(1)"), r] for r in replies], settings=RECIPE).forward(INPUTS)
+    assert prediction == "70"
 
 
 @pytest.fixture

@@ -93,6 +93,11 @@ _DELIMITER_SIZE = re.compile(r"\\(?:left|right)(?![a-zA-Z])")  # not \leftarrow
 _WHOLE_FLOAT = re.compile(r"^(-?\d+)\.0*$")
 _TEXT = re.compile(r"\\(?:text|textbf|mbox|mathrm)\{([^{}]*)\}")
 _UNIT = re.compile(r"(?:\^\\circ|\^\{\\circ\}|\\%|%|[A-Za-z]+)$")
+# Digits in \text{}, \mathrm{} and the like, or under \overline{} (digit notation: not 0.\overline{3}, a repeating decimal).
+_NUMBER_WRAPPER = re.compile(r"\\(?:text|textbf|textrm|mathrm|mathbf|mbox)\s*\{\s*(-?\d[\d.,]*)\s*\}"
+                             r"|(?<![\d.])\\overline\s*\{\s*(\d+)\s*\}")
+# What separates digit groups: LaTeX thin spaces, {,}, and the thin and no-break space characters.
+_GROUP_SPACE = re.compile(r"(?<=\d)(?:\\[,;:!]|\{,\}|[\u2009\u202f\u00a0])(?=\d{3}(?!\d))")
 _NOTES = {"timeout": "[stopped: the program ran longer than {:g} s]",
           "flood": f"[stopped: the program printed more than {READ_LIMIT // 1024} KB]"}
 _RUNS = threading.BoundedSemaphore(os.cpu_count() or 1)  # code runs at a time, on all traces
@@ -118,9 +123,18 @@ def extract_boxed(text: str) -> str | None:
     return None
 
 
+def bare_number(text: str | None) -> str:
+    """`text` without what only dresses a number: dollar signs (escaped too, \\$70), separators of
+    digit groups (70\\,000, 70{,}000, a thin space), and \\text{}, \\mathrm{} or \\overline{} around digits."""
+    s = _GROUP_SPACE.sub("", re.sub(r"\\?\$", "", text or ""))
+    while (unwrapped := _NUMBER_WRAPPER.sub(lambda m: m[1] or m[2], s)) != s:
+        s = unwrapped
+    return s
+
+
 def normalize_answer(text: str) -> str:
-    """The form answers are compared in: `$ 42.0 $`, `\\frac{84}{2}` and `42` are one vote."""
-    s = _DELIMITER_SIZE.sub("", (text or "").replace("$", ""))
+    """The form answers are compared in: `$ 42.0 $`, `\\frac{84}{2}`, `\\text{42}` and `42` are one vote."""
+    s = _DELIMITER_SIZE.sub("", bare_number(text))
     s = re.sub(r"\\[,;:!]", "", s)  # thin spaces, as in 1\,000
     s = re.sub(r"\s*([^\w\s\\])\s*", r"\1", s.strip())  # spaces around symbols carry no meaning
     s = re.sub(r"\s+", " ", s)
@@ -141,10 +155,10 @@ def majority_vote(answers: list[str | None]) -> str | None:
 
 
 def aimo_integer(answer: str | None) -> int | None:
-    """An answer as the recipe's filter keeps it: a number (dollar signs, spaces, thin spaces,
-    \\text{} wrappers, a trailing unit or degree sign and digit-group commas aside) rounded to an
-    integer, mod 1000; None for a negative number or anything else."""
-    s = re.sub(r"\\[,;!]|\{,\}|\$|\s", "", _TEXT.sub(r"\1", answer or "")).lstrip(":")
+    """An answer as the recipe's filter keeps it: a number (what bare_number takes off, spaces, \\text{}
+    wrappers, a trailing unit or degree sign and digit-group commas aside) rounded to an integer, mod
+    1000; None for a negative number or anything else."""
+    s = re.sub(r"\\[,;!]|\{,\}|\s", "", _TEXT.sub(r"\1", bare_number(answer))).lstrip(":")
     s = _UNIT.sub("", s.rstrip("."))
     if s.replace(",", "").isdigit():
         s = s.replace(",", "")
