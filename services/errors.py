@@ -75,9 +75,15 @@ class MachineDown(ProviderDown):
     `reason` is one line naming what failed and where."""
 
     def line(self) -> str:
+        """As ProviderDown's, naming the first failure: a write that failed again on the way out (the
+        event log's last line, in a `finally`) does not hide the one that stopped the run."""
+        first, seen = self, self.__context__
+        while seen is not None:
+            first = seen if isinstance(seen, MachineDown) else first
+            seen = seen.__context__
         resume = advice_of(self) or (f"resume with --resume_from {self.folder}" if self.folder
                                      else "run the same command again")
-        return f"{self.reason}; nothing in flight was recorded; {resume}"
+        return f"{first.reason}; nothing in flight was recorded; {resume}"
 
 
 # Errors of a write that only the machine makes: no content of a file, no agent, causes them.

@@ -1,0 +1,371 @@
+"""A failure of this machine is never the agent's (MachineDown, exit 74): the run stops with one line naming
+the cause and the command that continues, records nothing in flight as a node's failure, and a resume
+redoes exactly what was interrupted.
+
+The faults are real: a run folder on a small tmpfs that fills, or one remounted read-only, each in a
+private mount namespace of the run's own (`unshare -m`, as root; the test reaches the run's view of its
+folder through /proc/PID/root); the local model's server killed; the Docker engine stopped. Each
+interrupted run is resumed and its archive compared with an uninterrupted run of the same seed, as
+tests/test_outage.py does for a provider's outage.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shlex
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from optimizer.launch import RunRequest, resume_command
+from services.errors import EXIT_MACHINE_DOWN, MachineDown, ProviderDown, machine_failure
+from support.cli import FAST_CONFIG, REPO_ROOT, cli_env, run_cli
+from support.fake_openai import FakeOpenAI
+from support.scripted_loop import IMPROVE, responder
+
+
+def _can_mount() -> str | None:
+    """None when this process may mount in a private mount namespace (root, unshare and nsenter), else why not."""
+    if os.geteuid() != 0 or not (shutil.which("unshare") and shutil.which("nsenter")):
+        return "needs root with unshare and nsenter"
+    probe = subprocess.run(["unshare", "-m", "sh", "-c", "mount -t tmpfs -o size=1M tmpfs /mnt"], capture_output=True,
+                           text=True, timeout=30)
+    return None if probe.returncode == 0 else f"cannot mount in a private namespace: {probe.stderr.strip()[:200]}"
+
+
+_WHY_NOT_MOUNT = _can_mount()
+needs_mounts = pytest.mark.skipif(_WHY_NOT_MOUNT is not None, reason=str(_WHY_NOT_MOUNT))
+
+
+# -- what is classed as this machine's --------------------------------------------------------------
+
+@pytest.mark.parametrize("code, cause", [(errno.ENOSPC, "the disk is full"), (errno.EDQUOT, "the disk quota"),
+                                         (errno.EROFS, "turned read-only"), (errno.EIO, "I/O error"),
+                                         (errno.ESTALE, "stale file handle")])
+def test_the_hosts_own_io_errors_are_the_machines(code, cause):
+    down = machine_failure(OSError(code, os.strerror(code)), "/run/x/node.json")
+    assert isinstance(down, MachineDown) and isinstance(down, ProviderDown) and not isinstance(down, Exception)
+    assert cause in down.reason and "/run/x/node.json" in down.reason and os.strerror(code) in down.reason
+
+
+@pytest.mark.parametrize("error", [OSError(errno.EACCES, "Permission denied"), FileNotFoundError(errno.ENOENT, "x"),
+                                   OSError("not a regular file"), ValueError("bad"), sqlite3.IntegrityError("dup")])
+def test_other_errors_stay_what_they_are(error):
+    assert machine_failure(error, "/x") is None
+
+
+def test_a_full_sqlite_disk_is_the_machines(tmp_path):
+    full = sqlite3.OperationalError("database or disk is full")
+    full.sqlite_errorcode = sqlite3.SQLITE_FULL
+    down = machine_failure(full, "the ledger x")
+    assert down is not None and down.reason == "the disk is full: cannot write the ledger x (database or disk is full)"
+
+
+def test_a_held_folder_gone_is_the_machines_a_file_planted_below_it_is_not(tmp_path, monkeypatch):
+    from services import write_failures
+    from services.fsutil import NotWritable, atomic_write_text, make_folder
+
+    run = tmp_path / "run"
+    make_folder(run / "untrusted")
+    monkeypatch.setattr(write_failures, "_GUARDED", set())
+    write_failures.guard_folder(run)
+    (run / "untrusted" / "n1").write_text("a file where a folder was")  # what a sandbox may do below the run
+    with pytest.raises(NotWritable):
+        atomic_write_text(run / "untrusted" / "n1" / "x", "x")
+    shutil.rmtree(run)  # the run folder itself is gone
+    with pytest.raises(MachineDown) as gone:
+        atomic_write_text(run / "nodes" / "n1" / "node.json", "{}")
+    assert gone.value.reason.startswith(f"the folder {run} is gone: cannot write {run}/nodes/n1/node.json")
+    assert gone.value.folder == run
+
+
+# -- whole runs ---------------------------------------------------------------------------------------
+
+def loop_config(tmp_path: Path, extra: str = "") -> str:
+    """Small evaluations (3 staged train rows, then 6 train and 6 val), bwrap sandboxes."""
+    path = tmp_path / "loop.yaml"
+    path.write_text(FAST_CONFIG + "loop:\n  eval_samples: 6\n  stages: [[3, 0]]\n  meta_timeout_s: 120\n" + extra)
+    return str(path)
+
+
+def loop_args(out: Path, config: str, *more: str) -> list[str]:
+    return ["--domain", "imo_grading", "--output_dir", str(out), "--run_id", "run", "--task_model", "openai/fake",
+            "--meta_model", "openai/fake-meta", "--config", config, "--max_generation", "1", "--seed", "7", *more]
+
+
+def script(meta_calls: list | None = None):
+    """Generation 1's meta agent changes the task agent (so its evaluation is paid for), on any run; its
+    requests go to `meta_calls`."""
+    return responder({0: [IMPROVE]}, [] if meta_calls is None else meta_calls, by_iterations_left=True)
+
+
+def nodes(run_dir: Path) -> dict[str, dict]:
+    return {p.parent.name: json.loads(p.read_text()) for p in (run_dir / "nodes").glob("*/node.json")}
+
+
+def events(run_dir: Path) -> list[dict]:
+    path = run_dir / "archive.jsonl"
+    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.exists() else []
+
+
+def finished_rows(run_dir: Path) -> dict[tuple[str, str], dict]:
+    """Rows journaled in the evaluations of the run, by (evaluation, row id); a line cut short is skipped, as
+    the run skips it."""
+    rows = {}
+    for path in sorted((run_dir / "evals").glob("*/predictions.jsonl")):
+        for line in path.read_text().splitlines():
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            rows[path.parent.name, rec["id"]] = rec
+    return rows
+
+
+def archive_of(run_dir: Path) -> dict[str, dict]:
+    """What a run decided, node by node: what an uninterrupted run of the same seed must decide too (times,
+    costs and commit ids aside, which differ between any two runs)."""
+    kept = ("status", "parent", "generation", "scores", "samples", "full_eval", "eval_keys", "intervals", "screening",
+            "patch", "error", "meta_error", "flags", "meta_model", "parents")
+    return {node_id: {k: n.get(k) for k in kept} for node_id, n in nodes(run_dir).items()}
+
+
+def task_calls_paid(run_dir: Path) -> int:
+    with sqlite3.connect(run_dir / "ledger.sqlite") as db:
+        return db.execute("SELECT COUNT(*) FROM calls WHERE role = 'task' AND cache_hit = 0").fetchone()[0]
+
+
+def wait_for(condition, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+class NamespacedRun:
+    """`python -m run_optimization ARGS` in a mount namespace of its own, where the shell line `setup` mounts
+    over `folder` (the run's --output_dir); once the run ended, what it wrote there is copied to `saved`
+    (a tmpfs ends with its namespace). `seen(path)` is `path` as the run sees it (/proc/PID/root)."""
+
+    def __init__(self, tmp_path: Path, setup: str, folder: Path, args: list[str], env: dict,
+                 saved: Path | None = None) -> None:
+        copy = f"cp -a {shlex.quote(str(folder / 'run'))} {shlex.quote(str(saved))}" if saved else "true"
+        line = f'{setup} || exit 99; {shlex.quote(sys.executable)} -m run_optimization "$@"; rc=$?; {copy}; exit $rc'
+        self.out, self.err = tmp_path / "run.out", tmp_path / "run.err"
+        with self.out.open("w") as out, self.err.open("w") as err:
+            self.proc = subprocess.Popen(["unshare", "-m", "--propagation", "private", "sh", "-c", line, "sh", *args],
+                                         cwd=REPO_ROOT, env=env, stdout=out, stderr=err)
+
+    def seen(self, path: Path) -> Path:
+        return Path(f"/proc/{self.proc.pid}/root") / path.relative_to("/")
+
+    def in_namespace(self, *argv: str) -> None:
+        done = subprocess.run(["nsenter", "-t", str(self.proc.pid), "-m", *argv], capture_output=True, text=True,
+                              timeout=30)
+        assert done.returncode == 0, done.stderr
+
+    def wait(self, timeout: float = 300) -> tuple[int, str, str]:
+        try:
+            code = self.proc.wait(timeout)
+        finally:
+            self.proc.kill()
+        return code, self.out.read_text(), self.err.read_text()
+
+
+def fill(path: Path) -> int:
+    """Write zeros to `path` until its file system is full; the bytes written."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
+    written = 0
+    try:
+        for size in (2**20, 4096, 1):
+            try:
+                while True:
+                    written += os.write(fd, b"\0" * size)
+            except OSError as e:
+                assert e.errno == errno.ENOSPC, e
+    finally:
+        os.close(fd)
+    return written
+
+
+def reference_run(tmp_path: Path, config: str) -> Path:
+    """The same run, uninterrupted, on a disk with room."""
+    with FakeOpenAI(script()) as server:
+        r = run_cli("run_optimization", *loop_args(tmp_path / "ref", config), env=cli_env(server, TQDM_DISABLE="1"),
+                    timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return tmp_path / "ref" / "run"
+
+
+def stopped_line(code: int, err: str, run_dir: Path) -> str:
+    """The one line a run stopped by this machine ends with, checked: exit 74, the exact command that continues."""
+    assert code == EXIT_MACHINE_DOWN, err[-3000:]
+    assert len(err.strip().splitlines()) == 1, err[-3000:]
+    line = err.strip()
+    assert line.startswith("stopped: "), line
+    assert line.endswith("; nothing in flight was recorded; to continue: " + resume_command(run_dir, RunRequest()))
+    return line
+
+
+def journal_lines(run_dir: Path) -> int:
+    return sum(len(p.read_text().splitlines()) for p in (run_dir / "evals").glob("*/predictions.jsonl"))
+
+
+def resumed(run_dir: Path, meta_calls: list | None = None) -> subprocess.CompletedProcess:
+    """The command the stop named, run with the provider and room back."""
+    with FakeOpenAI(script(meta_calls)) as server:
+        return run_cli("run_optimization", "--resume_from", str(run_dir), env=cli_env(server, TQDM_DISABLE="1"),
+                       timeout=600)
+
+
+@pytest.mark.e2e
+@needs_mounts
+def test_a_run_folder_whose_disk_fills_stops_the_run_and_a_resume_ends_as_an_uninterrupted_run(tmp_path):
+    config = loop_config(tmp_path)
+    disk, saved = tmp_path / "disk", tmp_path / "saved"
+    disk.mkdir()
+    run_dir = disk / "run"
+    started = time.monotonic()
+    with FakeOpenAI(script(), latency=0.3) as server:
+        run = NamespacedRun(tmp_path, f"mount -t tmpfs -o size=64M tmpfs {shlex.quote(str(disk))}", disk,
+                            loop_args(disk, config), cli_env(server, TQDM_DISABLE="1"), saved)
+        # The disk fills in the middle of the initial node's evaluation, with rows in flight.
+        wait_for(lambda: run.proc.poll() is not None or len(finished_rows(run.seen(run_dir))) >= 3, 300, "3 rows")
+        filled = fill(run.seen(disk / "filler"))
+        code, _, err = run.wait()
+    stopped_s = time.monotonic() - started
+    line = stopped_line(code, err, run_dir)
+    # What met the full disk first: the journal, or the ledger booking a row's call.
+    assert line.startswith((f"stopped: the disk is full: cannot write {run_dir}/",
+                            f"stopped: the disk is full: cannot write the ledger {run_dir}/ledger.sqlite ")), line
+    assert filled > 0
+    shutil.move(saved, run_dir)  # the tmpfs is gone with its namespace: its run folder, on a disk with room
+    assert nodes(run_dir) == {}  # the node under evaluation is not recorded (no eval_failed)
+    assert not any(e["event"] == "node_recorded" for e in events(run_dir))
+    before = finished_rows(run_dir)
+    assert before and all(not rec["error"] for rec in before.values())
+
+    started = time.monotonic()
+    r = resumed(run_dir)
+    resumed_s = time.monotonic() - started
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert {k: v for k, v in finished_rows(run_dir).items() if k in before} == before  # finished rows kept as they were
+    reference = reference_run(tmp_path, config)
+    assert archive_of(run_dir) == archive_of(reference) and set(archive_of(run_dir)) == {"initial", "1"}
+    # Paid again: at most the rows in flight when the disk filled (5 workers and 2 rows sent ahead).
+    assert task_calls_paid(reference) <= task_calls_paid(run_dir) <= task_calls_paid(reference) + 7
+    print(f"disk full: stopped after {stopped_s:.1f} s, resumed in {resumed_s:.1f} s")
+
+
+@pytest.mark.e2e
+@needs_mounts
+def test_a_run_folder_turned_read_only_stops_the_run_and_a_resume_redoes_only_the_evaluation_in_flight(tmp_path):
+    config = loop_config(tmp_path)
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    run_dir = disk / "run"
+    started = time.monotonic()
+    with FakeOpenAI(script(), latency=0.3) as server:
+        run = NamespacedRun(tmp_path, "true", disk, loop_args(disk, config), cli_env(server, TQDM_DISABLE="1"))
+        # Generation 1's change is committed and its evaluation has 2 rows (15 rows are the initial node's).
+        seen = run.seen(run_dir)
+        wait_for(lambda: run.proc.poll() is not None or (any(e["event"] == "meta_done" for e in events(seen))
+                                                        and journal_lines(seen) >= 17), 300, "node 1's rows")
+        # A read-only view of the folder over it (a remount would be refused while the run has files open
+        # to write): every file the run opens from now on is read-only, also to root (EROFS).
+        run.in_namespace("mount", "--bind", "-o", "ro", str(disk), str(disk))
+        code, _, err = run.wait()
+    stopped_s = time.monotonic() - started
+    line = stopped_line(code, err, run_dir)
+    assert line.startswith("stopped: the file system turned read-only: cannot write "), line
+    assert "(Read-only file system)" in line or "(attempt to write a readonly database)" in line, line
+    found = nodes(run_dir)  # the bind mount went with its namespace: the folder is writable again
+    assert set(found) == {"initial"} and found["initial"]["status"] == "ok"  # node 1 is not recorded
+    before = finished_rows(run_dir)
+
+    meta_calls: list = []
+    started = time.monotonic()
+    r = resumed(run_dir, meta_calls)
+    resumed_s = time.monotonic() - started
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert meta_calls == []  # its committed change is kept: only its evaluation is redone
+    assert {k: v for k, v in finished_rows(run_dir).items() if k in before} == before
+    reference = reference_run(tmp_path, config)
+    assert archive_of(run_dir) == archive_of(reference) and set(archive_of(run_dir)) == {"initial", "1"}
+    assert task_calls_paid(reference) <= task_calls_paid(run_dir) <= task_calls_paid(reference) + 7
+    print(f"read-only: stopped after {stopped_s:.1f} s, resumed in {resumed_s:.1f} s")
+
+
+def _local_model_missing() -> str | None:
+    from services.errors import UserError
+    from services.local_model import weights_path
+    from services.providers import LOCAL_DEFAULT
+
+    try:
+        weights_path(LOCAL_DEFAULT)
+    except UserError as e:
+        return str(e)
+    return None
+
+
+def serving_children(pid: int) -> list[int]:
+    """Pids of the children of `pid` that run the local model's server (services/local_serve.py)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+            ppid = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == pid and any(part.endswith(b"local_serve.py") for part in cmdline):
+            found.append(int(entry))
+    return found
+
+
+@pytest.mark.e2e
+@pytest.mark.skipif(_local_model_missing() is not None, reason=str(_local_model_missing()))
+def test_the_local_model_server_killed_mid_run_stops_the_run_and_a_resume_finishes_it(tmp_path):
+    from services.providers import LOCAL_DEFAULT
+
+    run_dir = tmp_path / "out" / "run"
+    args = ["--domain_spec", str(REPO_ROOT / "examples" / "capitals" / "capitals.yaml"), "--output_dir",
+            str(tmp_path / "out"), "--run_id", "run", "--task_model", LOCAL_DEFAULT, "--meta_model", "openai/fake-meta",
+            "--config", loop_config(tmp_path), "--max_generation", "1", "--seed", "7"]
+    started = time.monotonic()
+    with FakeOpenAI(script()) as server, (tmp_path / "run.err").open("w") as err_file:
+        proc = subprocess.Popen([sys.executable, "-m", "run_optimization", *args], cwd=REPO_ROOT,
+                                env=cli_env(server, TQDM_DISABLE="1"), stdout=subprocess.DEVNULL, stderr=err_file)
+        try:
+            wait_for(lambda: proc.poll() is not None or len(finished_rows(run_dir)) >= 2, 300, "2 rows")
+            [pid] = serving_children(proc.pid)  # started before the run, by its check of the model
+            os.kill(pid, signal.SIGKILL)  # as the kernel does when memory runs out
+            code = proc.wait(300)
+        finally:
+            proc.kill()
+    stopped_s = time.monotonic() - started
+    err = (tmp_path / "run.err").read_text()
+    line = stopped_line(code, err, run_dir)
+    assert line.startswith(f"stopped: the local model server ({LOCAL_DEFAULT}) exited with SIGKILL "
+                           "(the kernel kills so when memory runs out); "), line
+    assert nodes(run_dir) == {}  # the node under evaluation is not recorded
+    before = finished_rows(run_dir)
+    assert len(before) >= 2 and all(not rec["error"] for rec in before.values())
+
+    started = time.monotonic()
+    r = resumed(run_dir)
+    resumed_s = time.monotonic() - started
+    assert r.returncode == 0, r.stderr[-3000:]
+    found = nodes(run_dir)
+    assert set(found) == {"initial", "1"} and found["initial"]["status"] == "ok", found
+    after = finished_rows(run_dir)
+    assert {k: v for k, v in after.items() if k in before} == before  # what finished is kept, not asked again
+    assert all(not rec["error"] for rec in after.values())  # no row holds the dead server's failure
+    print(f"local model killed: stopped after {stopped_s:.1f} s, resumed in {resumed_s:.1f} s")
