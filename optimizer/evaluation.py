@@ -16,6 +16,7 @@ first rows.
 from __future__ import annotations
 
 import contextlib
+import re
 import shutil
 import threading
 import time
@@ -32,8 +33,10 @@ from archive.stats import Estimate, interval
 from archive.store import untrusted_dir
 from domains.base import Domain
 from domains.harness import (
+    JOURNAL,
     PREDICTIONS,
     AgentWorker,
+    Journal,
     SplitResult,
     grade_run,
     load_rows,
@@ -60,8 +63,9 @@ if TYPE_CHECKING:
 class SplitScore:
     score: float | None
     rows: int
-    key: str  # where the evaluation is kept (EvalStore)
+    key: str | None  # where the evaluation is kept (EvalStore); None: nowhere that counts (loop.row_error)
     row_scores: RowScores | None = None  # question id -> its share of the score (None: a report without them)
+    note: str | None = None  # why the score is not its run's own (loop.row_error invalid), for the node's record
 
     @property
     def interval(self) -> Estimate | None:
@@ -186,7 +190,9 @@ class Evaluator:
         loop = self.config.loop
         rule = Promotion(stage.rule or loop.promotion, loop.promotion_level, loop.promotion_test)
         train = result.splits["train"]
-        if train.row_scores is None:  # an evaluation kept before reports had row scores
+        if train.score is None and train.note:  # the task agent raised on a row: no score (loop.row_error)
+            verdict = Verdict(False, train.note)
+        elif train.row_scores is None:  # an evaluation kept before reports had row scores
             score = train.score or 0
             verdict = Verdict(score > stage.above, f"score {score:.3f} {'>' if score > stage.above else '<='} "
                                                    f"{stage.above:g} (no row scores to compare)")
@@ -205,7 +211,8 @@ class Evaluator:
         with self._locks_lock:
             lock = self._locks[key]
         with lock:
-            return self._split_once(domain, split, rows, node, agent_hash, key)
+            found = self._split_once(domain, split, rows, node, agent_hash, key)
+        return self._after_raises(domain, split, agent_hash, found)
 
     def _split_once(self, domain: Domain, split: str, rows: int, node: NodeSandbox, agent_hash: str,
                     key: str) -> SplitScore:
@@ -253,6 +260,53 @@ class Evaluator:
         """The domain's report from its scorer; graded predictions are graded first, outside
         the workspace, by the installed grader, with calls booked to the node."""
         return domain.scorer.score(domain, folder / PREDICTIONS, NodeTools(self, node_id))
+
+    def _after_raises(self, domain: Domain, split: str, agent_hash: str, found: SplitScore) -> SplitScore:
+        """`found`, as loop.row_error has it when the task agent's code raised on some of its rows.
+
+        `wrong` (the default) keeps such a row as a wrong answer, the rest of the run standing. `invalid`
+        is the reference's outcome: its harness (domains/harness.py) re-raises a row's exception from
+        `future.result()`, so the run writes no predictions.csv and its report is not made. A run of its
+        own has then no score; a longer run, which in the reference continues in the folder of the
+        screening run of its first rows, has that run's report (its rows, e.g. 10; a full evaluation
+        still), or none when that one raised too."""
+        raised = raised_rows(self.store.folder(found.key)) if found.key else 0
+        if self.config.loop.row_error != "invalid" or not raised:
+            return found
+        why = f"the task agent raised on {raised} of its {found.rows} rows (loop.row_error invalid)"
+        shorter = ({s.rows for s in domain.screening(self.config.loop) if s.rows < found.rows}
+                   if split in self.stage_splits(domain) else set())
+        for smaller in sorted(shorter, reverse=True):
+            key = self.store.key(agent_hash, domain.name, split, smaller, self.task_model)
+            report = self.store.report(key)
+            if report is None:
+                continue
+            if raised_rows(self.store.folder(key)):
+                break
+            kept = self._scored(domain, report, smaller, key)
+            kept.note = f"{why}: kept its first {smaller} rows' evaluation, which it continued"
+            return kept
+        return SplitScore(None, found.rows, None, None, f"{why}: no score")
+
+
+# The worker's own refusal of an answer over harness.max_prediction_bytes: a limit of ours, not the agent raising.
+_OVER_CAP = re.compile(r"prediction of \d+ bytes is over the cap of \d+")
+
+
+def raised_rows(folder: Path) -> int:
+    """How many rows of the evaluation in `folder` the task agent's own code ended with an error: its
+    worker answered the row (a journal record with the row's usage) with an exception, or with what
+    forward() returned that is no (prediction, messages) pair, which the reference's harness cannot
+    unpack either. Rows the harness ended (a timeout, a worker's death) and a prediction over the cap
+    are ours to end and do not count. A row whose calls failed at the provider is tried again, and its
+    answer stands only once the provider answers the gateway's own probe (ProviderDown otherwise): then
+    the agent's own requests failed, which in the reference raise and end its harness too."""
+    journal = folder / JOURNAL
+    if not journal.exists():
+        return 0
+    return sum(1 for rec in Journal(journal).records.values()
+               if isinstance(error := rec.get("error"), str) and error and "usage" in rec
+               and not _OVER_CAP.fullmatch(error.split("\n", 1)[0]))
 
 
 class NodeTools:

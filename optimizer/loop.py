@@ -331,6 +331,8 @@ class Loop:
             node.full_eval[name] = result.full
             if result.screening:
                 node.screening[name] = result.screening
+        notes = [f"{name}/{s}: {r.note}" for name, res in results.items() for s, r in res.splits.items() if r.note]
+        node.error = "; ".join(notes)[:1000] or None  # a split the task agent raised on (loop.row_error invalid)
         return node
 
     def _evaluated_as(self, node: Node) -> str:

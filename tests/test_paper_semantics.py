@@ -246,3 +246,54 @@ def test_without_reuse_a_child_that_changed_only_the_meta_agent_is_evaluated_ane
     assert paid_task_calls(tmp_path, "initial") == 40  # 10 staged rows, 10 more train, 20 val
     # ... and paid once, but for the rows in flight at the kill (5 workers).
     assert 40 <= paid_task_calls(tmp_path, "1") <= 45
+
+
+def needle(split: str, index: int) -> str:
+    """A piece of the answer of row `index` of imo_grading's `split` that no other row's inputs hold."""
+    from domains.registry import get_domain
+
+    domain = get_domain("imo_grading")
+    others = [str(domain.format_inputs(r)) for s in ("train", "val", "test") for r in domain.load(s).to_dict("records")]
+    answer = domain.load(split).to_dict("records")[index]["Response"]
+    return next(piece for start in range(0, len(answer) - 40, 20)
+                if sum((piece := answer[start:start + 40]) in text for text in others) == 1)
+
+
+def raise_on(split: str, index: int) -> dict:
+    """A tool call of the project's meta agent that makes the task agent raise on one row."""
+    return {"tool_name": "editor", "tool_input": {
+        "command": "str_replace", "path": "/workspace/task_agent/task_agent.py",
+        "old_str": "    def forward(self, inputs: dict):\n",
+        "new_str": f"    def forward(self, inputs: dict):\n        if {needle(split, index)!r} in str(inputs):\n"
+                   f"            raise RuntimeError('the agent trips on this row')\n"}}
+
+
+@pytest.mark.e2e
+def test_a_task_agent_that_raises_on_a_row_leaves_that_evaluation_no_score_as_the_references_harness(
+        tmp_path, fake_openai):
+    from support.scripted_loop import loop_config, responder
+
+    # Node 1 raises on the 4th train row: its 10-row screening has no train score, so it stops there.
+    # Node 2 (from the initial node, the best) raises on the 15th val row: past the screening, its
+    # full val run has no score of its own and keeps the 10 screening val rows it continued.
+    fake_openai.set_responder(responder({1: [raise_on("train", 3)], 2: [raise_on("val", 14)]}, []))
+    config = loop_config(tmp_path)
+    with open(config, "a") as f:
+        f.write("  row_error: invalid\n  stage_splits: train_and_val\n")
+    r = run_loop(tmp_path, fake_openai, "--max_generation", "2", "--parent_selection", "best", config=config)
+    assert r.returncode == 0, r.stderr[-3000:]
+    run_dir = tmp_path / "out" / "run"
+    nodes = {p.parent.name: json.loads(p.read_text()) for p in (run_dir / "nodes").glob("*/node.json")}
+    one, two = nodes["1"], nodes["2"]
+    assert one["status"] == "ok" and one["full_eval"] == {"imo_grading": False}
+    assert one["scores"]["imo_grading"]["train"] is None and "train" not in one["eval_keys"]["imo_grading"]
+    assert "raised on 1 of its 10 rows" in one["screening"]["imo_grading"][-1] and "stopped" in one["screening"][
+        "imo_grading"][-1]
+    assert "imo_grading/train: the task agent raised on 1 of its 10 rows" in one["error"]
+    second = next(e for e in run_events(tmp_path) if e["event"] == "parent_chosen" and e["generation"] == 2)
+    assert "1" not in second["candidates"] and two["parent"] == "initial"  # no score, no parent
+    # Node 2: fully evaluated, its val the screening run's 10 rows (unscaled, as a full evaluation's).
+    assert two["full_eval"] == {"imo_grading": True} and two["samples"]["imo_grading"] == {"train": 20, "val": 10}
+    staged_val = json.loads((run_dir / "evals" / two["eval_keys"]["imo_grading"]["val"] / "report.json").read_text())
+    assert staged_val["overall_accuracy"] == two["scores"]["imo_grading"]["val"]
+    assert len(staged_val["row_scores"]) == 10 and "kept its first 10 rows' evaluation" in two["error"]
