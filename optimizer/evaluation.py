@@ -128,14 +128,15 @@ class Evaluator:
         workspace = self.run_dir / "workspaces" / f"{node_id}-eval"
         return NodeSandbox(self, workspace, node_id, node_dir, transcripts, list(check_imports))
 
-    def evaluate(self, domains: list[Domain], node: NodeSandbox, agent_hash: str,
-                 timings: dict | None = None, peers: Peers | None = None) -> dict[str, DomainResult]:
+    def evaluate(self, domains: list[Domain], node: NodeSandbox, agent_hash: str, timings: dict | None = None,
+                 peers: Peers | None = None, first_stage_only: bool = False) -> dict[str, DomainResult]:
         """Staged, then full evaluation of every domain; raises BudgetStop when the money runs out
         and LoadFailed when the task agent or one of the node's entry points does not load.
 
         Every split runs through the node's one worker, whose loading of the agent is the load
         check (timed as "check" in `timings`); evaluations already done are reused as they are.
-        Each stage's promotion rule compares the child with `peers` on the rows they share.
+        Each stage's promotion rule compares the child with `peers` on the rows they share. With
+        `first_stage_only`, the first stage's rows are all (no verdict, no full evaluation).
         """
         results = {d.name: DomainResult() for d in domains}
         timings = timings if timings is not None else {}
@@ -157,8 +158,9 @@ class Evaluator:
             for d, stage in staged:
                 for split in self.stage_splits(d):
                     run(d, split, stage.rows)
-            verdicts = [self._screen(d, stage, results[d.name], peers or Peers()) for d, stage in staged]
-            if not all(v.promote for v in verdicts):
+            verdicts = [] if first_stage_only else [self._screen(d, stage, results[d.name], peers or Peers())
+                                                    for d, stage in staged]
+            if first_stage_only or not all(v.promote for v in verdicts):
                 timings["eval"] = round(time.monotonic() - started, 3)
                 return results
         for d in domains:

@@ -183,8 +183,9 @@ class Loop:
         node_id, parent, generation = start.node_id, start.parent, start.generation
         meta_model = start.meta_model or self.meta_model
         started = time.monotonic()
-        if parent is None:
-            node = self._evaluate_new(Node(node_id, None, generation, commit=self.repo.node_commit(node_id)))
+        if parent is None:  # loop.initial_eval stage: the first stage's rows only, as the reference's setup_initial.sh
+            node = self._evaluate_new(Node(node_id, None, generation, commit=self.repo.node_commit(node_id)),
+                                      first_stage_only=self.config.loop.initial_eval == "stage")
             return self._finished(node, started)
         parent_commit = self.repo.node_commit(parent)
         done = self.archive.meta_result(node_id)
@@ -307,14 +308,14 @@ class Loop:
             argv += ["--try_command", f"python {box.trusted_script('try_agent.py')} --rows 5"]
         return argv + (["--agent_root", FROZEN_META] if frozen else [])
 
-    def _evaluate_new(self, node: Node) -> Node:
+    def _evaluate_new(self, node: Node, first_stage_only: bool = False) -> Node:
         """Evaluate the committed change of `node` and fill in its scores or why it has none."""
         assert node.commit, f"node {node.node_id} is evaluated once committed"
         try:
             with self.node_sandbox(node.node_id) as box:
                 box.fill(self.repo, node.commit)
                 results = self.evaluator.evaluate(self.domains, box, self._evaluated_as(node), node.seconds,
-                                                  self._peers(node.parent, node.generation))
+                                                  self._peers(node.parent, node.generation), first_stage_only)
         except LoadFailed as e:
             node.status, node.error = Status.LOAD_FAILED, str(e)[:500]
             return node

@@ -116,6 +116,7 @@ class LoopConfig:
     replayable: bool = True  # with parallel > 1: generation g picks its parent among generations <= g - parallel, waiting for them, so a seeded run replays; false: from every node finished when a slot frees (faster when generations take uneven time, not replayable)
     eval_samples: int = -1  # rows of each full evaluation split (-1 = all)
     skip_staged_eval: bool = False  # go straight to the full evaluation
+    initial_eval: str = "full"  # how the initial node is evaluated | full (default): screened, then on the full splits like any node, so the score every child is compared with rests on 100 + 100 rows | stage (the reference: setup_initial.sh runs the initial agent on --num_samples 10 of each split, and generate_loop.py copies those): the first screening stage's rows of its splits only (with stage_splits train_and_val, 10 train and 10 val), no verdict, never the full splits
     row_error: str = "wrong"  # a row on which the task agent's own code raised (never a provider's failure, a timeout or a cap of ours), as the evaluation scores it: wrong (default): that row is a wrong answer and the run stands, since one crash on one input says what the agent does on it and not what it does on the rest | invalid (the reference: its domains/harness.py re-raises the row's exception, so no predictions.csv and no report): the run has no score of its own, and a full evaluation keeps the screening run it continued (its first rows' report), as the reference's does
     reuse_evaluations: bool = True  # a node whose task agent's code is an earlier node's (a child that changed only the meta agent) takes that node's evaluations instead of paying again: same code, same rows, a second draw buys only noise | false (the reference: generate_loop.py evaluates every child anew): each node's evaluation is its own, so the best val score so far is a maximum over more noisy draws of equal code; a resumed evaluation still pays no row twice
     stages: list | dict | None = None  # screening stages before the full evaluation, [[rows, above], ...] or [[rows, above, rule], ...], for every domain or by domain name ({imo_grading: [[10, 0]], ...}; a domain not named keeps its own): each runs the first rows of train and the next runs only if every domain passes the stage's promotion rule (`promotion` when the stage names none); null = each domain's own (10 rows, above 0)
@@ -316,6 +317,7 @@ def _loop_rules() -> dict:
         "loop.ties": one_of("latest", "earliest"),
         "loop.meta_failure": one_of("child", "parent"),
         "loop.row_error": one_of("wrong", "invalid"),
+        "loop.initial_eval": one_of("full", "stage"),
         "loop.initial_agent": (lambda v: bool(v.strip()), "an initial agent's name or an agent folder's path"),
         "loop.run_baseline": one_of(*BASELINES),
         "loop.meta_timeout_s": above_up_to(0, 10**6),

@@ -122,6 +122,9 @@ def test_the_paper_preset_sets_every_item():
     assert (loop.initial_agent, loop.stage_splits, loop.staged_score, loop.scale_initial, loop.ties,
             loop.meta_failure, loop.try_command) == ("paper", "train_and_val", "selection", True, "earliest",
                                                      "parent", False)
+    assert (loop.reuse_evaluations, loop.row_error, loop.initial_eval) == (False, "invalid", "stage")
+    default = load_config().loop
+    assert (default.reuse_evaluations, default.row_error, default.initial_eval) == (True, "wrong", "full")
     assert (loop.parent_selection, loop.promotion, loop.best_choice, loop.meta_timeout_s) == (
         "score_child_prop", "score_above", "highest", 21600)
     assert ScoreRule.of(loop, [GRADING]) == PAPER
@@ -297,3 +300,17 @@ def test_a_task_agent_that_raises_on_a_row_leaves_that_evaluation_no_score_as_th
     staged_val = json.loads((run_dir / "evals" / two["eval_keys"]["imo_grading"]["val"] / "report.json").read_text())
     assert staged_val["overall_accuracy"] == two["scores"]["imo_grading"]["val"]
     assert len(staged_val["row_scores"]) == 10 and "kept its first 10 rows' evaluation" in two["error"]
+
+
+@pytest.mark.e2e
+def test_the_initial_node_is_evaluated_on_the_stages_rows_of_each_split_only(tmp_path, fake_openai):
+    # The reference's setup_initial.sh runs the initial agent on 10 rows of each split, and nothing more.
+    nodes = paper_run(tmp_path, fake_openai, {}, "--max_generation", "1")
+    initial = nodes["initial"]
+    assert initial["full_eval"] == {"imo_grading": False}
+    assert initial["samples"]["imo_grading"] == {"train": 10, "val": 10} and initial["screening"] == {}
+    assert task_calls(tmp_path, "initial") == 20
+    # Selected on its 10 val rows scaled by the stage's share of the full split (here 20 rows: eval_samples).
+    first = next(e for e in run_events(tmp_path) if e["event"] == "parent_chosen")
+    val = initial["scores"]["imo_grading"]["val"]
+    assert val > 0 and first["candidates"]["initial"]["score"] == pytest.approx(val * 10 / 20)
