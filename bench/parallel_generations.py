@@ -23,6 +23,12 @@ of it the models bound (the ledger's latencies: meta calls one after another, ta
 With --executor ray the runs use a local Ray cluster of `--ray_nodes` worker raylets
 (ray.cluster_utils.Cluster, on 127.0.0.1), started and stopped by the bench.
 
+The peak RSS printed last is the largest of any process of the runs' trees (controller, workers,
+agents), as GNU time reports it for the command, and with --executor ray of the cluster's processes
+still there at its end (their VmHWM): getrusage(RUSAGE_CHILDREN) cannot tell it, since exec carries
+this process's own peak into its child's ru_maxrss. Without GNU time, getrusage's figure is printed
+only when it tops this process's own peak (then it is a child's).
+
 Exits non-zero only when a run fails; a missed target prints FAIL.
 """
 
@@ -32,6 +38,7 @@ import argparse
 import json
 import os
 import resource
+import shutil
 import sqlite3
 import statistics
 import subprocess
@@ -70,6 +77,18 @@ def respond(request: dict) -> str:
     return '<json>{"response": "partial"}</json>'
 
 
+def gnu_time() -> str | None:
+    """GNU time, which reports the peak RSS (%M, kB) of the command it runs and of all that command waited
+    for, from its own wait4 of it: it is a small process, so the command inherits no large peak at exec."""
+    found = shutil.which("time")
+    try:
+        works = bool(found) and subprocess.run([found, "-q", "-f", "%M", "-o", os.devnull, "true"],
+                                               capture_output=True, timeout=10).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        works = False
+    return found if works else None
+
+
 def run(server: FakeOpenAI, out: Path, parallel: int, args, ray_address: str | None) -> dict:
     env = {**os.environ, "OPENAI_API_BASE": server.base_url, "OPENAI_API_KEY": "sk-bench",
            "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
@@ -81,6 +100,9 @@ def run(server: FakeOpenAI, out: Path, parallel: int, args, ray_address: str | N
            "--seed", "1"]
     if ray_address:
         cmd += ["--executor", "ray", "--ray_address", ray_address]
+    timer, peak_file = gnu_time(), out / f"{run_id}.peak_kb"
+    if timer:
+        cmd = [timer, "-q", "-f", "%M", "-o", str(peak_file), *cmd]
     log = out / run_id / "archive.jsonl"
     started = time.monotonic()
     proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -93,7 +115,9 @@ def run(server: FakeOpenAI, out: Path, parallel: int, args, ray_address: str | N
     err = proc.stderr.read()
     if proc.returncode != 0 or initial_done is None:
         raise SystemExit(f"run with --parallel {parallel} failed (exit {proc.returncode}):\n{err[-3000:]}")
-    return {"wall": ended - initial_done, "command": ended - started, **per_generation(out / run_id, args)}
+    peak_kb = int(peak_file.read_text().split()[-1]) if timer else None
+    return {"wall": ended - initial_done, "command": ended - started, "peak_kb": peak_kb,
+            **per_generation(out / run_id, args)}
 
 
 def per_generation(run_dir: Path, args) -> dict:
@@ -109,6 +133,38 @@ def per_generation(run_dir: Path, args) -> dict:
         bound.append(latency.get("meta", 0) + (latency.get("task", 0) + latency.get("try", 0)) / args.eval_workers)
     return {"node": statistics.mean(totals), "bound": statistics.mean(bound),
             "statuses": sorted(set(statuses))}
+
+
+def largest_child(results: dict, cluster_kb: int = 0) -> str:
+    """The largest peak RSS of the runs' processes, as GNU time saw each run (and of a Ray cluster's); without
+    it, getrusage's when it tops this process's own peak (a child's then: exec carries over at most that)."""
+    if all(r["peak_kb"] is not None for r in results.values()):
+        return f"{max(cluster_kb, *(r['peak_kb'] for r in results.values())) / 1024:.1f} MB"
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return (f"{children / 1024:.1f} MB" if children > own else
+            f"not measured (no GNU time; getrusage gives this process's own peak, {own / 1024:.1f} MB)")
+
+
+def descendants_peak_kb() -> int:
+    """The highest VmHWM (kB) of the processes below this one now: each one's own peak since its exec."""
+    children: dict[int, list[int]] = {}
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:  # the command name may hold spaces and parentheses: the parent pid follows the last ')'
+            children.setdefault(int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1]),
+                                []).append(int(entry))
+        except (OSError, IndexError, ValueError):
+            continue
+    peak, below = 0, list(children.get(os.getpid(), []))
+    while below:
+        pid = below.pop()
+        below += children.get(pid, [])
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+        except OSError:
+            continue
+        peak = max([peak, *(int(line.split()[1]) for line in status.splitlines() if line.startswith("VmHWM:"))])
+    return peak
 
 
 def local_cluster(nodes: int):
@@ -139,6 +195,7 @@ def main(argv=None) -> int:
             server.latency = args.latency
             address = cluster.address if cluster else None
             results = {n: run(server, Path(tmp), n, args, address) for n in (1, args.parallel)}
+        cluster_kb = descendants_peak_kb() if cluster else 0  # Ray's workers, where the agents ran
     finally:
         if cluster:
             cluster.shutdown()
@@ -153,8 +210,8 @@ def main(argv=None) -> int:
     target = TARGETS[args.executor, args.latency >= 10] if args.parallel == 4 else None
     verdict = f"  target >= {target:g}: {'PASS' if speedup >= target else 'FAIL'}" if target else ""
     print(f"speed-up {speedup:.2f}x with --parallel {args.parallel} (ideal {args.parallel}){verdict}")
-    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-    print(f"peak RSS of the largest process run (controller, a worker or an agent): {peak:.1f} MB")
+    print(f"peak RSS of the largest process run (controller, a worker or an agent): "
+          f"{largest_child(results, cluster_kb)}")
     return 0
 
 

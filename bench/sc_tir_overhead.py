@@ -11,9 +11,11 @@ the same run, and their ratio. The server is harness_throughput's FakeOpenAI wit
 algorithm off, as a real provider has it; the stock fake can hold each reply ~40 ms for a
 delayed ACK, which would be billed to the bare calls.
 
-Peak RSS of this process and of its largest child come from getrusage. Linux folds a
-child's memory before exec (a copy of this process) into the child's figure, so the peak
-of a code run's own interpreter (VmHWM, read by a code run) is printed beside it.
+Peak RSS of this process comes from getrusage. Its children's cannot: exec carries the spawning
+process's own peak into a child's ru_maxrss. So the largest child is measured apart, after the
+timed problems, on one more problem whose code runs each write their own VmHWM as they exit
+(started through PEAK_AT_EXIT, which runs solution.py as `python solution.py` would); the peak
+of one code run's interpreter (VmHWM, read by the code it runs) is printed beside it.
 
     python bench/sc_tir_overhead.py --problems 3
 """
@@ -23,9 +25,12 @@ from __future__ import annotations
 import argparse
 import os
 import resource
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
+from unittest import mock
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "bench")]
@@ -40,6 +45,24 @@ MODEL = "openai/fake"
 CODE_REPLY = "Let me compute it.\n```python\nprint(6 * 7)\n```"
 ANSWER_REPLY = "So the answer is \\boxed{42}."
 OWN_PEAK_KB = "print(open('/proc/self/status').read().split('VmHWM:')[1].split()[0])"
+# `python -c PEAK_AT_EXIT FILE solution.py`: runs solution.py as `python solution.py` does (no import
+# more), and as the interpreter exits, before its output closes, appends its VmHWM (kB) to FILE.
+PEAK_AT_EXIT = """
+import atexit, sys
+_out = sys.argv.pop(1)
+
+
+def _peak():
+    with open("/proc/self/status") as status, open(_out, "a") as out:
+        out.write(next(line.split()[1] for line in status if line.startswith("VmHWM:")) + "\\n")
+
+
+atexit.register(_peak)
+del sys.argv[0]
+with open(sys.argv[0], "rb") as _f:
+    _code = compile(_f.read(), sys.argv[0], "exec")
+exec(_code, {"__name__": "__main__", "__file__": sys.argv[0], "__builtins__": __builtins__})
+"""
 
 
 def reply(body: dict) -> str:
@@ -55,6 +78,23 @@ def bare_calls(count: int) -> float:
     for _ in range(count):
         get_response(messages, model=MODEL, temperature=sc_tir.TEMPERATURE, stop=["```output"])
     return time.perf_counter() - started
+
+
+def largest_code_run_kb(problem: str) -> int:
+    """The largest peak RSS (kB) of the code runs of one `forward`, each as its own interpreter saw it."""
+    original = subprocess.Popen
+
+    class Measured(original):
+        def __init__(self, args, *rest, **kwargs):
+            if args[0] == sys.executable and args[-1] == "solution.py":  # sc_tir.run_code's interpreter
+                args = [*args[:-1], "-c", PEAK_AT_EXIT, str(peaks), args[-1]]
+            super().__init__(args, *rest, **kwargs)
+
+    with tempfile.TemporaryDirectory(prefix="sc_tir_peaks_") as folder, \
+            mock.patch.object(sc_tir.subprocess, "Popen", Measured):
+        peaks = Path(folder) / "peaks"
+        sc_tir.TaskAgent(MODEL).forward({"domain": "aime2025", "problem": problem})
+        return max(int(kb) for kb in peaks.read_text().split())
 
 
 def main(argv=None) -> int:
@@ -82,11 +122,10 @@ def main(argv=None) -> int:
         for _ in range(5):
             sc_tir.run_code("print(6 * 7)")
         print(f"one code run alone: {(time.perf_counter() - started) / 5 * 1000:.0f} ms (mostly interpreter start-up)")
-    # On Linux ru_maxrss is in kB; for children it is the largest one, not a sum.
-    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    child = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+        child = largest_code_run_kb(f"Problem {args.problems + 1}") / 1024  # untimed: its code runs are measured
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # kB on Linux
     code_run = int(sc_tir.run_code(OWN_PEAK_KB)) / 1024
-    print(f"peak RSS: this process {own:.1f} MB, largest child {child:.1f} MB (getrusage), "
+    print(f"peak RSS: this process {own:.1f} MB, largest child {child:.1f} MB (VmHWM at exit), "
           f"a code run's own interpreter {code_run:.1f} MB (VmHWM)")
     return 0
 
