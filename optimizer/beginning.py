@@ -62,6 +62,11 @@ def choose_parent(loop: Begins, generation: int, upto: int | None = None) -> str
     candidates = loop.archive.candidates(loop.domains, loop.full_sizes, upto, loop.score_rule,
                                          failed_meta_bars_parent=settings.meta_failure == "parent",
                                          with_rows=settings.parent_selection in NEEDS_ROWS)
+    if not candidates and settings.no_score == "initial_at_zero":
+        # The reference's select_parent (utils/gl_utils.py): no valid node with a score, so the archive's
+        # first node is the one candidate, at 0.0, whatever became of it.
+        children = sum(1 for s in loop.archive.started().values() if s.parent == "initial")
+        candidates = [Candidate("initial", 0.0, children, 0)]
     if not candidates:
         initial = loop.archive.nodes["initial"]
         raise UserError(f"no node can be a parent: the initial agent is {initial.status}"

@@ -122,12 +122,49 @@ def test_the_paper_preset_sets_every_item():
     assert (loop.initial_agent, loop.stage_splits, loop.staged_score, loop.scale_initial, loop.ties,
             loop.meta_failure, loop.try_command) == ("paper", "train_and_val", "selection", True, "earliest",
                                                      "parent", False)
-    assert (loop.reuse_evaluations, loop.row_error, loop.initial_eval) == (False, "invalid", "stage")
+    assert (loop.reuse_evaluations, loop.row_error, loop.initial_eval, loop.no_score) == (
+        False, "invalid", "stage", "initial_at_zero")
     default = load_config().loop
-    assert (default.reuse_evaluations, default.row_error, default.initial_eval) == (True, "wrong", "full")
+    assert (default.reuse_evaluations, default.row_error, default.initial_eval, default.no_score) == (
+        True, "wrong", "full", "stop")
     assert (loop.parent_selection, loop.promotion, loop.best_choice, loop.meta_timeout_s) == (
         "score_child_prop", "score_above", "highest", 21600)
     assert ScoreRule.of(loop, [GRADING]) == PAPER
+
+
+def choosing_loop(tmp_path, **loop_settings):
+    """What optimizer.beginning.choose_parent reads of a loop whose initial node did not load, and
+    whose one child (generation 1) changed nothing."""
+    import random
+    from types import SimpleNamespace
+
+    from archive.records import GenStart
+    from optimizer.events import Events
+
+    config = load_config()
+    for key, value in loop_settings.items():
+        setattr(config.loop, key, value)
+    tmp_path.mkdir()
+    archive = Archive(tmp_path)
+    for start, status in ((GenStart("initial", None, 0), Status.LOAD_FAILED), (GenStart("1", "initial", 1),
+                                                                             Status.NO_CHANGE)):
+        archive.log_start(start)
+        archive.record(Node(start.node_id, start.parent, start.generation, status=status, error="no TaskAgent"))
+    return SimpleNamespace(run_dir=tmp_path, config=config, domains=[GRADING], archive=archive, events=Events(),
+                           rng=random.Random(0), full_sizes=FULL, score_rule=PAPER)
+
+
+def test_with_no_node_scored_the_run_stops_or_goes_on_from_the_initial_node_at_zero(tmp_path):
+    from optimizer.beginning import choose_parent
+    from services.errors import UserError
+
+    with pytest.raises(UserError, match="no node can be a parent: the initial agent is load_failed"):
+        choose_parent(choosing_loop(tmp_path / "stop"), 2)
+    # The reference's select_parent: candidates[archive[0]] = 0.0 when none has a score.
+    loop = choosing_loop(tmp_path / "zero", no_score="initial_at_zero")
+    assert choose_parent(loop, 2) == "initial"
+    chosen = [e for e in loop.archive.events() if e["event"] == "parent_chosen"]
+    assert chosen[-1]["candidates"] == {"initial": {"score": 0.0, "children": 1, "p": 1.0}}
 
 
 def test_the_sc_tir_recipe_is_an_initial_agent_for_aime_only():
