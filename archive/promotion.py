@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
+from archive.selection import TIE_TOLERANCE, highest
 from archive.stats import interval, paired_p
 
 if TYPE_CHECKING:
@@ -158,8 +159,10 @@ def row_scores(report: object, score_key: str) -> RowScores | None:
 class BestChoice:
     """How a run names its best node.
 
-    `highest` (the paper's): the highest selection score; among equals the latest node, or with
-    `ties` "earliest" the earliest (the reference's `max` over the archive in order). Over many
+    `highest` (the paper's): the highest selection score; among equals (within `tolerance`:
+    archive.selection.highest) the latest node, or with `ties` "earliest" the earliest (the
+    reference's `max` over the archive in order, tolerance 0). Every rule takes a score as higher
+    only when it is more than `tolerance` higher. Over many
     children the highest of noisy scores is often a lucky one (the winner's curse), so
     `paired` walks the nodes in generation order and lets a node replace the best so far only
     when it scores higher and a one-sided paired test on the rows both were evaluated on finds
@@ -177,24 +180,27 @@ class BestChoice:
     level: float = 0.05
     test: str = "exact"
     ties: str = "latest"
+    tolerance: float = TIE_TOLERANCE  # loop.tie_tolerance: scores within it are equal
 
     @classmethod
     def of(cls, loop: LoopConfig | dict) -> BestChoice:
         """From a loop config (services.config.LoopConfig) or its dict in run.json (checked)."""
         get = loop.get if isinstance(loop, dict) else lambda name, default: getattr(loop, name, default)
         choice = cls(get("best_choice", "highest"), get("best_level", 0.05), get("promotion_test", "exact"),
-                     get("ties", "latest"))
+                     get("ties", "latest"), get("tie_tolerance", TIE_TOLERANCE))
         if choice.rule not in BEST_RULES or choice.test not in TESTS or choice.ties not in ("latest", "earliest") \
-                or not (isinstance(choice.level, (int, float)) and 0.0 < choice.level < 1.0):
+                or not (isinstance(choice.level, (int, float)) and 0.0 < choice.level < 1.0) \
+                or not (type(choice.tolerance) in (int, float) and 0.0 <= choice.tolerance < 1.0):
             raise ValueError(f"best choice must be one of {', '.join(BEST_RULES)} with a level between 0 and 1, "
-                             f"a test among {', '.join(TESTS)} and ties latest or earliest, got {choice}")
+                             f"a test among {', '.join(TESTS)}, ties latest or earliest and a tie tolerance from 0 "
+                             f"to below 1, got {choice}")
         return choice
 
 
 def replaces(choice: BestChoice, score: float, incumbent_score: float, rows: RowScores,
              incumbent_rows: RowScores) -> Verdict:
     """Whether a node (its mean `score`, per-row `rows`) takes the best node's place under `choice`."""
-    if not score > incumbent_score:
+    if not score > incumbent_score + choice.tolerance:
         return Verdict(False, f"{score:.3f} <= {incumbent_score:.3f}")
     mine, theirs = _shared(rows, incumbent_rows)
     if choice.rule == "highest" or not mine:
@@ -236,8 +242,7 @@ GradeOf = Callable[[_Node], "float | None"]  # a node's held-out grade (None: no
 
 def _highest(scored: list[tuple[float, _Node]], rows: Callable[[_Node], RowScores], choice: BestChoice,
              heldout: GradeOf) -> _Node:
-    newest_first = -1 if choice.ties == "earliest" else 1
-    return max(scored, key=lambda t: (t[0], newest_first * t[1].generation))[1]
+    return highest(scored, lambda t: t[0], lambda t: t[1].generation, choice.ties, choice.tolerance)[1]
 
 
 def _heldout(scored: list[tuple[float, _Node]], rows: Callable[[_Node], RowScores], choice: BestChoice,
@@ -245,7 +250,7 @@ def _heldout(scored: list[tuple[float, _Node]], rows: Callable[[_Node], RowScore
     scored.sort(key=lambda t: (t[1].generation, t[1].node_id))
     best_score, best = scored[0]
     for s, node in scored[1:]:
-        if s > best_score:
+        if s > best_score + choice.tolerance:
             mine, theirs = heldout(node), heldout(best)
             if mine is not None and (theirs is None or mine >= theirs):
                 best_score, best = s, node
@@ -258,7 +263,7 @@ def _paired(scored: list[tuple[float, _Node]], rows: Callable[[_Node], RowScores
     best_score, best = scored[0]
     best_rows = rows(best)
     for s, node in scored[1:]:
-        if s > best_score:  # the test is paid only for a node that scores higher
+        if s > best_score + choice.tolerance:  # the test is paid only for a node that scores higher
             mine = rows(node)
             if replaces(choice, s, best_score, mine, best_rows).promote:
                 best_score, best, best_rows = s, node, mine

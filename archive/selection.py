@@ -7,7 +7,8 @@ reference (utils/gl_utils.py, select_parent):
 - `score_child_prop` (default): that times exp(-(children / 8)^3), so a node that has
   already been expanded many times gives way to others;
 - `best` (equal scores: the latest node, or with ties="earliest" the earliest, as the
-  reference's `max` over the archive in order), `latest`, `random`.
+  reference's `max` over the archive in order), `latest`, `random`. Scores within
+  `Context.tolerance` of each other are equal (see `highest`).
 
 Beyond the reference (issue 30), strategies that read more than one mean score:
 
@@ -32,6 +33,14 @@ import math
 import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import TypeVar
+
+# Scores closer than this are one score, by default (loop.tie_tolerance). A selection score is a share of
+# rows, scaled by a stage's share and averaged over domains, and one value reached by two orders of
+# arithmetic differs in its last bits (0.7 x (10/100) is 0.06999999999999999, 7/100 is 0.07): about 1e-16
+# on a score of at most 1. Two scores that truly differ, shares of up to 100,000 rows a split, differ by
+# 1e-11 or more even so scaled.
+TIE_TOLERANCE = 1e-12
 
 
 @dataclass(frozen=True)
@@ -53,6 +62,7 @@ class Context:
     ties: str = "latest"  # latest | earliest: which of equal candidates is preferred
     islands: int = 4  # islands: how many sub-archives
     migrate_every: int = 10  # islands: generations between migrations
+    tolerance: float = TIE_TOLERANCE  # scores within this of each other are equal (0: the reference's float `max`)
 
 
 def _sigmoid_weights(candidates: list[Candidate]) -> list[float]:
@@ -65,10 +75,21 @@ def _child_weights(candidates: list[Candidate]) -> list[float]:
     return [w * math.exp(-((c.children / 8.0) ** 3)) for w, c in zip(_sigmoid_weights(candidates), candidates)]
 
 
-def _best(candidates: list[Candidate], ties: str) -> Candidate:
-    """The highest score; among equals the latest, or the earliest (the reference: `max` keeps the first)."""
-    newest_first = -1 if ties == "earliest" else 1
-    return max(candidates, key=lambda c: (c.score, newest_first * c.order))
+_T = TypeVar("_T")
+
+
+def highest(items: list[_T], score: Callable[[_T], float], order: Callable[[_T], int], ties: str,
+            tolerance: float) -> _T:
+    """The item of the highest score. A score within `tolerance` below the highest is equal to it, and
+    of equals `ties` takes the latest (the highest `order`) or the earliest (the reference's `max`, which
+    keeps the first of exactly equal floats: tolerance 0 is its comparison)."""
+    top = max(score(i) for i in items)
+    equal = [i for i in items if score(i) >= top - tolerance]
+    return (min if ties == "earliest" else max)(equal, key=order)
+
+
+def _best(candidates: list[Candidate], context: Context) -> Candidate:
+    return highest(candidates, lambda c: c.score, lambda c: c.order, context.ties, context.tolerance)
 
 
 def _point(chosen: Candidate, candidates: list[Candidate]) -> list[float]:
@@ -108,7 +129,7 @@ def island_members(candidates: list[Candidate], context: Context) -> list[bool]:
     for moment in range(every, context.generation, every):
         source = [c for c in candidates if c.generation <= moment and island_of(c, k) == (home - 1) % k]
         if source:
-            members[candidates.index(_best(source, context.ties))] = True
+            members[candidates.index(_best(source, context))] = True
     return members
 
 
@@ -158,7 +179,7 @@ def merge_partner(candidates: list[Candidate], first: str, parent_of: Mapping[st
 WEIGHTS: dict[str, Callable[[list[Candidate], Context], list[float]]] = {
     "random": lambda cs, ctx: [1.0] * len(cs),
     "latest": lambda cs, ctx: _point(max(cs, key=lambda c: c.order), cs),
-    "best": lambda cs, ctx: _point(_best(cs, ctx.ties), cs),
+    "best": lambda cs, ctx: _point(_best(cs, ctx), cs),
     "score_prop": lambda cs, ctx: _sigmoid_weights(cs),
     "score_child_prop": lambda cs, ctx: _child_weights(cs),
     "pareto": lambda cs, ctx: _pareto_weights(cs, ctx.ties),

@@ -77,7 +77,7 @@ def choose_parent(loop: Begins, generation: int, upto: int | None = None) -> str
             return chosen
         loop.archive.log("selection_fallback", reason=problem)
         loop.events.emit(Warned(f"select_next_parent.py failed ({problem}); using {settings.parent_selection}"))
-    context = Context(generation, settings.ties, settings.islands, settings.migrate_every)
+    context = Context(generation, settings.ties, settings.islands, settings.migrate_every, settings.tie_tolerance)
     chosen = select_parent(candidates, settings.parent_selection, _rng(loop, generation), context).node_id
     chances = probabilities(candidates, settings.parent_selection, context)
     # The scores are the selection scores, staged-only and initial nodes scaled as the run's ScoreRule says.

@@ -134,6 +134,7 @@ class LoopConfig:
     staged_score: str = "train"  # train | selection: the split a node that only passed screening is selected on, scaled by its share of the full rows (the paper's: selection, its val rows)
     scale_initial: bool = False  # the initial node's selection score is scaled by the first stage's share of the rows, as if it only passed screening (the paper's: yes, so it is rarely chosen again)
     ties: str = "latest"  # latest | earliest: which of equal scores `best` takes, as a parent and as the run's best (the paper's: earliest)
+    tie_tolerance: float = 1e-12  # scores closer than this are equal, and `ties` decides, wherever a best is taken (the `best` parent, the run's best, a node replacing the best so far) | 1e-12 (default): one value reached by two orders of arithmetic (0.7 x (10/100) = 0.06999999999999999 against 7/100 = 0.07) is one score, since float rounding is no difference between agents (archive/selection.py TIE_TOLERANCE) | 0 (the reference: utils/gl_utils.py select_parent's plain float `max`): equal only when bit-equal, the selection scores computed in the reference's order (score x share)
     no_score: str = "stop"  # what a generation starts from when no node can be a parent (none valid with a score on every domain: the initial agent did not load, or scored nothing a rule keeps) | stop (default): the run ends in one line naming the initial node's state, since a meta agent given nothing scored improves blind, one paid generation after another | initial_at_zero (the reference: utils/gl_utils.py select_parent makes the archive's first node the one candidate at 0.0): the initial node is the parent, at score 0, whatever became of it
     meta_failure: str = "child"  # a meta agent that failed (exited non-zero, timed out, every call failed): its child is recorded meta_failed and never evaluated, half-change and all (the reference writes no diff then), under both values | parent (the reference: generate_loop.py sets valid_parent false on the parent, which select_parent skips) also stops choosing its parent, never the initial node | child (default): the parent stays a parent, since one crash of a sampled run says little about the code it started from
     try_command: bool = True  # the meta agent gets a command that runs the task agent on train rows (the paper's: none)
@@ -316,6 +317,7 @@ def _loop_rules() -> dict:
         "loop.stage_splits": one_of("train", "train_and_val"),
         "loop.staged_score": one_of("train", "selection"),
         "loop.ties": one_of("latest", "earliest"),
+        "loop.tie_tolerance": between(0, 0.01),
         "loop.meta_failure": one_of("child", "parent"),
         "loop.row_error": one_of("wrong", "invalid"),
         "loop.initial_eval": one_of("full", "stage"),

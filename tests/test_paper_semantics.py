@@ -117,16 +117,38 @@ def test_ties_go_to_the_earliest_node_as_the_references_max_does(tmp_path):
         BestChoice.of({"ties": "random"})
 
 
+def test_scores_equal_but_for_float_rounding_tie_unless_the_preset_compares_floats_as_the_reference_does():
+    import random
+
+    # Mathematically equal, unequal as floats: 0.1 + 0.2 is 0.30000000000000004.
+    tied = [Candidate("1", 0.3, 0, 1), Candidate("2", 0.1 + 0.2, 0, 2)]
+    assert select_parent(tied, "best", random.Random(0), Context()).node_id == "2"  # one score: the latest
+    assert select_parent(tied, "best", random.Random(0), Context(ties="earliest")).node_id == "1"  # the earliest
+    # The reference's `max(candidates, key=candidates.get)` compares the floats: the larger wins, whatever the order.
+    assert select_parent(tied, "best", random.Random(0), Context(ties="earliest", tolerance=0)).node_id == "2"
+    # Selection scores in the reference's arithmetic: a staged node's val times its share, 0.7 x (10/100).
+    staged = node("1", "initial", 1, val=0.7, train=0.7, full=False)
+    full = node("2", "initial", 2, val=0.07, train=0.07, full=True)
+    assert selection_score(staged, GRADING, FULL, PAPER) == reference_score(staged) == 0.06999999999999999
+    score = lambda n: selection_score(n, GRADING, FULL, PAPER)  # noqa: E731
+    paper = BestChoice.of(load_config(preset="paper").loop)
+    assert (paper.ties, paper.tolerance) == ("earliest", 0)
+    assert choose_best([staged, full], score, lambda n: {}, paper).node_id == "2"  # 0.07 > 0.06999999999999999
+    assert choose_best([staged, full], score, lambda n: {}, BestChoice(ties="earliest")).node_id == "1"  # a tie
+    assert choose_best([staged, full], score, lambda n: {}, BestChoice()).node_id == "2"
+    assert choose_best([staged, full], score, lambda n: {}, BestChoice(ties="earliest", rule="paired")).node_id == "1"
+
+
 def test_the_paper_preset_sets_every_item():
     loop = load_config(preset="paper").loop
     assert (loop.initial_agent, loop.stage_splits, loop.staged_score, loop.scale_initial, loop.ties,
             loop.meta_failure, loop.try_command) == ("paper", "train_and_val", "selection", True, "earliest",
                                                      "parent", False)
-    assert (loop.reuse_evaluations, loop.row_error, loop.initial_eval, loop.no_score) == (
-        False, "invalid", "stage", "initial_at_zero")
+    assert (loop.reuse_evaluations, loop.row_error, loop.initial_eval, loop.no_score, loop.tie_tolerance) == (
+        False, "invalid", "stage", "initial_at_zero", 0)
     default = load_config().loop
-    assert (default.reuse_evaluations, default.row_error, default.initial_eval, default.no_score) == (
-        True, "wrong", "full", "stop")
+    assert (default.reuse_evaluations, default.row_error, default.initial_eval, default.no_score,
+            default.tie_tolerance) == (True, "wrong", "full", "stop", 1e-12)
     assert (loop.parent_selection, loop.promotion, loop.best_choice, loop.meta_timeout_s) == (
         "score_child_prop", "score_above", "highest", 21600)
     assert ScoreRule.of(loop, [GRADING]) == PAPER
