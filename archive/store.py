@@ -340,13 +340,18 @@ class Archive:
              heldout: Callable[[Node], float | None] | None = None) -> Node | None:
         """The run's best valid node under `choice` (archive.promotion.BestChoice; by default the
         highest selection score, the latest among equals), among the nodes of generations up to
-        `upto` (all when None). The `heldout` choice reads each node's held-out grade with `heldout`,
-        by default from the run's heldout.json."""
+        `upto` (all when None) that have a selection score on every domain (a node loop.row_error
+        invalid left unscored is no best, as it is no parent). The `heldout` choice reads each node's
+        held-out grade with `heldout`, by default from the run's heldout.json."""
         from archive.eval_store import EvalStore
 
         store, splits = EvalStore(self.run_dir), {d.name: (d.selection_split, d.score_key) for d in domains}
         with self._lock:
             nodes = [n for n in self.nodes.values() if n.valid_parent and (upto is None or n.generation <= upto)]
-        return choose_best(nodes, lambda n: mean_score(n, domains, full_sizes, rule),
-                           lambda n: selection_rows(n, splits, store), choice,
+
+        def score(node: Node) -> float | None:  # as `candidates`: a node without a score on a domain is none
+            found = [selection_score(node, d, full_sizes, rule) for d in domains]
+            return None if None in found else mean_score(node, domains, full_sizes, rule)
+
+        return choose_best(nodes, score, lambda n: selection_rows(n, splits, store), choice,
                            heldout or heldout_grades(self.run_dir, choice))

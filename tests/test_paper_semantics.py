@@ -154,6 +154,15 @@ def test_the_paper_preset_sets_every_item():
     assert ScoreRule.of(loop, [GRADING]) == PAPER
 
 
+def test_a_node_the_agent_raised_on_is_no_best_as_it_is_no_parent(tmp_path):
+    # Node 1 stopped at screening with no train score (loop.row_error invalid); the initial node scores 0.
+    archive = Archive(tmp_path)
+    archive.record(node("initial", None, 0, val=0.0, train=0.0, full=True))
+    archive.record(node("1", "initial", 1, val=None, train=None, full=False))
+    assert [c.node_id for c in archive.candidates([GRADING], FULL)] == ["initial"]
+    assert archive.best([GRADING], FULL).node_id == "initial"
+
+
 def choosing_loop(tmp_path, **loop_settings):
     """What optimizer.beginning.choose_parent reads of a loop whose initial node did not load, and
     whose one child (generation 1) changed nothing."""
