@@ -20,6 +20,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -205,13 +206,15 @@ def reference_run(tmp_path: Path, config: str) -> Path:
     return tmp_path / "ref" / "run"
 
 
-def stopped_line(code: int, err: str, run_dir: Path) -> str:
-    """The one line a run stopped by this machine ends with, checked: exit 74, the exact command that continues."""
+def stopped_line(code: int, err: str, run_dir: Path, *flags: str) -> str:
+    """The one line a run stopped by this machine ends with, checked: exit 74, the exact command that continues
+    (`flags`: those the resume must give again)."""
     assert code == EXIT_MACHINE_DOWN, err[-3000:]
     assert len(err.strip().splitlines()) == 1, err[-3000:]
     line = err.strip()
     assert line.startswith("stopped: "), line
-    assert line.endswith("; nothing in flight was recorded; to continue: " + resume_command(run_dir, RunRequest()))
+    assert line.endswith("; nothing in flight was recorded; to continue: "
+                         + " ".join([resume_command(run_dir, RunRequest()), *flags]).strip()), line
     return line
 
 
@@ -219,11 +222,12 @@ def journal_lines(run_dir: Path) -> int:
     return sum(len(p.read_text().splitlines()) for p in (run_dir / "evals").glob("*/predictions.jsonl"))
 
 
-def resumed(run_dir: Path, meta_calls: list | None = None) -> subprocess.CompletedProcess:
-    """The command the stop named, run with the provider and room back."""
+def resumed(line: str, meta_calls: list | None = None, **env: str) -> subprocess.CompletedProcess:
+    """The command the stop's `line` named, run with the provider and the machine back."""
+    argv = shlex.split(line.rsplit("; to continue: ", 1)[1])
+    assert argv[:3] == ["python", "-m", "run_optimization"] or argv[:3] == [sys.executable, "-m", "run_optimization"]
     with FakeOpenAI(script(meta_calls)) as server:
-        return run_cli("run_optimization", "--resume_from", str(run_dir), env=cli_env(server, TQDM_DISABLE="1"),
-                       timeout=600)
+        return run_cli(*argv[2:], env=cli_env(server, TQDM_DISABLE="1", **env), timeout=600)
 
 
 @pytest.mark.e2e
@@ -254,7 +258,7 @@ def test_a_run_folder_whose_disk_fills_stops_the_run_and_a_resume_ends_as_an_uni
     assert before and all(not rec["error"] for rec in before.values())
 
     started = time.monotonic()
-    r = resumed(run_dir)
+    r = resumed(line)
     resumed_s = time.monotonic() - started
     assert r.returncode == 0, r.stderr[-3000:]
     assert {k: v for k, v in finished_rows(run_dir).items() if k in before} == before  # finished rows kept as they were
@@ -293,7 +297,7 @@ def test_a_run_folder_turned_read_only_stops_the_run_and_a_resume_redoes_only_th
 
     meta_calls: list = []
     started = time.monotonic()
-    r = resumed(run_dir, meta_calls)
+    r = resumed(line, meta_calls)
     resumed_s = time.monotonic() - started
     assert r.returncode == 0, r.stderr[-3000:]
     assert meta_calls == []  # its committed change is kept: only its evaluation is redone
@@ -360,7 +364,7 @@ def test_the_local_model_server_killed_mid_run_stops_the_run_and_a_resume_finish
     assert len(before) >= 2 and all(not rec["error"] for rec in before.values())
 
     started = time.monotonic()
-    r = resumed(run_dir)
+    r = resumed(line)
     resumed_s = time.monotonic() - started
     assert r.returncode == 0, r.stderr[-3000:]
     found = nodes(run_dir)
@@ -369,3 +373,103 @@ def test_the_local_model_server_killed_mid_run_stops_the_run_and_a_resume_finish
     assert {k: v for k, v in after.items() if k in before} == before  # what finished is kept, not asked again
     assert all(not rec["error"] for rec in after.values())  # no row holds the dead server's failure
     print(f"local model killed: stopped after {stopped_s:.1f} s, resumed in {resumed_s:.1f} s")
+
+
+class PrivateEngine:
+    """A Docker engine of the test's own (as .ci/docker.sh starts one: no bridge network), with the sandbox
+    image built: this test stops it, which no other test's engine may be."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.host = f"unix://{root}/docker.sock"
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        import docker
+
+        log = (self.root / "dockerd.log").open("a")
+        self.proc = subprocess.Popen(["dockerd", "--bridge=none", "--iptables=false", "--ip-forward=false",
+                                      "--ip-masq=false", "--data-root", str(self.root / "data"), "--exec-root",
+                                      str(self.root / "exec"), "--pidfile", str(self.root / "dockerd.pid"), "-H",
+                                      self.host], stdout=log, stderr=log)
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                docker.DockerClient(base_url=self.host, timeout=2).ping()
+                return
+            except Exception:
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    log_end = (self.root / "dockerd.log").read_text()[-500:]
+                    raise RuntimeError(f"dockerd did not start: {log_end}") from None
+                time.sleep(0.1)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()  # as `systemctl stop docker` does
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+
+@pytest.fixture
+def private_engine():
+    if os.geteuid() != 0 or not shutil.which("dockerd"):
+        pytest.skip("a Docker engine of the test's own needs root and dockerd (.ci/docker.sh installs it)")
+    root = Path(tempfile.mkdtemp(prefix="hyperagents-dockerd-", dir="/tmp"))  # a socket path within 108 bytes
+    engine = PrivateEngine(root)
+    try:
+        try:
+            engine.start()
+        except RuntimeError as e:
+            pytest.skip(str(e))
+        r = run_cli("services.sandbox", "build-image", env={**os.environ, "DOCKER_HOST": engine.host})
+        if r.returncode != 0:
+            pytest.skip(f"the sandbox image could not be built: {r.stderr[-300:]}")
+        yield engine
+    finally:
+        engine.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.mark.e2e
+def test_the_docker_engine_stopped_mid_evaluation_stops_the_run_and_a_resume_ends_as_an_uninterrupted_run(
+        tmp_path, private_engine):
+    config = loop_config(tmp_path)
+    docker_config = tmp_path / "docker.yaml"
+    docker_config.write_text(Path(config).read_text().replace("backend: bwrap", "backend: docker"))
+    run_dir = tmp_path / "out" / "run"
+    started = time.monotonic()
+    with FakeOpenAI(script(), latency=0.3) as server, (tmp_path / "run.err").open("w") as err_file:
+        proc = subprocess.Popen([sys.executable, "-m", "run_optimization",
+                                 *loop_args(tmp_path / "out", str(docker_config))], cwd=REPO_ROOT,
+                                env=cli_env(server, TQDM_DISABLE="1", DOCKER_HOST=private_engine.host),
+                                stdout=subprocess.DEVNULL, stderr=err_file)
+        try:
+            wait_for(lambda: proc.poll() is not None or len(finished_rows(run_dir)) >= 3, 300, "3 rows")
+            private_engine.stop()  # its containers go with it, the worker's rows in flight among them
+            code = proc.wait(300)
+        finally:
+            proc.kill()
+    stopped_s = time.monotonic() - started
+    err = (tmp_path / "run.err").read_text()
+    line = stopped_line(code, err, run_dir)
+    assert line.startswith(f"stopped: the Docker engine stopped during the run: no Docker engine answers at "
+                           f"{private_engine.host}: "), line
+    assert nodes(run_dir) == {}  # the node under evaluation is not recorded
+    before = finished_rows(run_dir)
+    assert before and all(not rec["error"] for rec in before.values())
+
+    private_engine.start()  # the same engine again, its image kept
+    started = time.monotonic()
+    r = resumed(line, DOCKER_HOST=private_engine.host)
+    resumed_s = time.monotonic() - started
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "sandbox  docker" in r.stdout
+    assert {k: v for k, v in finished_rows(run_dir).items() if k in before} == before
+    reference = reference_run(tmp_path, config)
+    assert archive_of(run_dir) == archive_of(reference) and set(archive_of(run_dir)) == {"initial", "1"}
+    assert task_calls_paid(reference) <= task_calls_paid(run_dir) <= task_calls_paid(reference) + 7
+    print(f"docker engine stopped: stopped after {stopped_s:.1f} s, resumed in {resumed_s:.1f} s")

@@ -116,9 +116,11 @@ class Scheduler:
 
     def _finish(self, row: Row, rec: dict) -> None:
         """Finish `row` with `rec`, unless its session's calls failed at the provider meanwhile, or the
-        gateway stopped (ProviderDown, MachineDown: a lost socket fails the agent's calls before the
-        gateway sees them, so only this check tells the row's answer is no answer)."""
+        gateway or the sandbox stopped (ProviderDown, MachineDown, SandboxClosed: a lost socket, or a Docker
+        engine that stopped the worker's container, fails the agent's calls before the gateway sees them,
+        so only these checks tell the row's answer is no answer)."""
         self.agent.gateway.check_breaker()
+        self.agent.sandbox.check_stopped("the agent's worker")
         self.inflight.pop(row.token, None)
         if self._provider_failures() > row.failures_at_send and self._try_again(row):
             return

@@ -10,15 +10,22 @@ them would fill the pids limit.
 
 The engine must run on this machine: a command is killed by its host pid (see
 docker_exec), and the relay's readiness is read from the container's /proc/PID/net/tcp.
+
+An engine that stops answering once it answered this process (its daemon stopped), the image or a
+container of ours removed under a run, are this machine's failure (MachineDown), never a command's
+result: the run stops, and a resume redoes what was in flight. Before the first sandbox, a missing
+engine or image is a UserError (set-up).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
 import uuid
 import weakref
+from collections.abc import Iterator
 from pathlib import Path
 
 import docker
@@ -30,7 +37,7 @@ from docker.types import Mount as DockerMount
 from docker.types import Ulimit
 
 from services.config import SandboxConfig
-from services.errors import UserError
+from services.errors import MachineDown, UserError
 from services.sandbox.base import (
     GATEWAY_DIR,
     RELAY_PORT,
@@ -46,11 +53,17 @@ from services.sandbox.leftovers import LABEL, creator_labels  # noqa: F401 (LABE
 
 SANDBOX_UID = 65534  # nobody: who runs agent code when we are root
 HOST_PATHS = ("/usr", "/etc/ssl", "/etc/alternatives", "/etc/ld.so.cache")  # what the host's Python needs
+_ANSWERED: set[str] = set()  # engines (where) and images (tags) this process used: one gone since is the machine's
+
+
+def where_of(config: SandboxConfig) -> str:
+    """The engine `config` reaches, as messages name it."""
+    return config.docker_host or os.environ.get("DOCKER_HOST") or "the default socket"
 
 
 def connect(config: SandboxConfig, timeout: float = 60) -> docker.DockerClient:
     """A client of the configured engine that has answered a ping, or a UserError."""
-    where = config.docker_host or os.environ.get("DOCKER_HOST") or "the default socket"
+    where = where_of(config)
     try:
         if config.docker_host:
             client = docker.DockerClient(base_url=config.docker_host, timeout=timeout)
@@ -72,6 +85,30 @@ def engine_available(config: SandboxConfig) -> str | None:
     return None
 
 
+ENGINE_GONE_S = 10.0  # how long an engine that answered before has to answer again: a stopped one refuses at once
+
+
+def engine_down(config: SandboxConfig) -> MachineDown | None:
+    """MachineDown when the engine of `config` no longer answers, else None: asked after a call to it failed,
+    so the failure is told apart from a command's or a container's own (a busy engine is given time)."""
+    try:
+        connect(config, timeout=ENGINE_GONE_S).close()
+    except UserError as e:
+        return MachineDown(f"the Docker engine stopped during the run: {e}")
+    return None
+
+
+@contextlib.contextmanager
+def engine_calls(config: SandboxConfig) -> Iterator[None]:
+    """Within: a call to the engine that failed because the engine is gone is MachineDown."""
+    try:
+        yield
+    except (docker.errors.DockerException, requests.RequestException, OSError) as e:
+        if not isinstance(e, docker.errors.NotFound) and (down := engine_down(config)) is not None:
+            raise down from e
+        raise
+
+
 class DockerSandbox(Sandbox):
     name = "docker"
     relay_per_command = False  # the container's main process is the relay for all its commands
@@ -81,6 +118,7 @@ class DockerSandbox(Sandbox):
         self._client: docker.DockerClient | None = None
         self._container_name = f"hyperagents-{uuid.uuid4().hex[:16]}"  # to remove it even if create is interrupted
         self._container_id = ""
+        self._init_pid = 0  # the container's first process (docker's init): it lives as long as the container
         self._python = sys.executable
         self._handed_over: list[Path] = []  # trees chowned to the sandbox user, to give back at close
         self._spawned: weakref.WeakSet[DockerProcess] = weakref.WeakSet()  # a streaming one is kept by its thread
@@ -90,7 +128,18 @@ class DockerSandbox(Sandbox):
         return self._python
 
     def open(self) -> DockerSandbox:
-        self._client = connect(self.config)
+        where = where_of(self.config)
+        try:
+            self._client = connect(self.config)
+        except UserError as e:
+            if where in _ANSWERED:
+                raise MachineDown(f"the Docker engine stopped during the run: {e}") from None
+            raise
+        _ANSWERED.add(where)
+        with engine_calls(self.config):
+            return self._open()
+
+    def _open(self) -> DockerSandbox:
         image = self._image()
         mounts = [_bind(self.workspace, WORKSPACE, writable=True)]
         mounts += [_bind(m.source, m.target, m.writable) for m in self.all_mounts()]
@@ -122,7 +171,7 @@ class DockerSandbox(Sandbox):
         if container.status != "running":
             logs = container.logs(tail=3).decode(errors="replace").strip().replace("\n", " | ")
             raise RuntimeError(f"the sandbox container stopped at once ({command[0]}): {logs or 'no output'}")
-        pid = container.attrs["State"]["Pid"]
+        pid = self._init_pid = container.attrs["State"]["Pid"]
         if not in_container(pid, self._container_id):
             raise UserError("the docker backend needs the Docker engine on this machine "
                             "(it kills commands by their host pid); use sandbox.backend=bwrap")
@@ -134,7 +183,25 @@ class DockerSandbox(Sandbox):
         try:
             super().close()
         finally:
-            self._tear_down()
+            with engine_calls(self.config):
+                self._tear_down()
+
+    def check_stopped(self, what: str) -> None:
+        """As Sandbox's (the host closed it), and, once the container ended, MachineDown when the engine went
+        away (which stops its containers) or removed ours: no agent can do either (it reaches no engine).
+        A container that ended while the engine answers is its agent's doing (its relay killed). Cheap while
+        the container runs (a read of /proc): the harness asks before it keeps each row, since a row that
+        met the relay's end is answered before the worker dies with it."""
+        super().check_stopped(what)
+        if _running(self._init_pid, self._container_id):
+            return
+        if (down := engine_down(self.config)) is not None:
+            raise down
+        assert self._client is not None, "the sandbox is open"
+        try:
+            self._client.api.inspect_container(self._container_id)
+        except docker.errors.NotFound:
+            raise MachineDown(f"{what}: its container {self._container_name} was removed during the run") from None
 
     def _tear_down(self) -> None:
         client, self._client = self._client, None
@@ -155,10 +222,11 @@ class DockerSandbox(Sandbox):
         command = ["/usr/bin/env", "-i", *(f"{k}={v}" for k, v in env.items()), *argv]
         assert self._client is not None, "the sandbox is not open"
         api = self._client.api
-        exec_id = api.exec_create(self._container_id, command, stdin=True, stdout=True, stderr=True,
-                                  workdir=cwd, user=self._user)["Id"]
-        sock, pending = start_exec(api, exec_id)
-        proc = DockerProcess(api, exec_id, self._container_id, sock, pending, argv)
+        with engine_calls(self.config):
+            exec_id = api.exec_create(self._container_id, command, stdin=True, stdout=True, stderr=True,
+                                      workdir=cwd, user=self._user)["Id"]
+            sock, pending = start_exec(api, exec_id)
+        proc = DockerProcess(api, exec_id, self._container_id, sock, pending, argv, lambda: engine_down(self.config))
         self._spawned.add(proc)
         return proc
 
@@ -172,9 +240,12 @@ class DockerSandbox(Sandbox):
         try:
             image = self._client.images.get(tag)
         except docker.errors.ImageNotFound:
+            if f"image {tag}" in _ANSWERED:
+                raise MachineDown(f"docker image {tag} was removed during the run: {build}") from None
             raise UserError(f"docker image {tag} not found: {build}") from None
         if not image.labels.get(PYTHON_LABEL):
             raise UserError(f"docker image {tag} has no {PYTHON_LABEL} label: {build}")
+        _ANSWERED.add(f"image {tag}")
         return image
 
     def _hand_over(self, trees: list[Path]) -> None:
@@ -196,6 +267,15 @@ class DockerSandbox(Sandbox):
 
 def _bind(source: Path, target: str, writable: bool) -> DockerMount:
     return DockerMount(target, str(source), type="bind", read_only=not writable)
+
+
+def _running(pid: int, container_id: str) -> bool:
+    """Whether host pid `pid` is a live process (not a zombie) of the container."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z" and in_container(pid, container_id)
 
 
 def _wait_for_listener(pid: int, port: int, container: Container, timeout: float = 10.0) -> None:

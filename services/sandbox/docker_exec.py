@@ -17,15 +17,17 @@ import socket
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
 import docker
 import docker.errors
+import requests
 from docker.transport import UnixHTTPAdapter
 
-from services.errors import UserError
+from services.errors import MachineDown, UserError
 
 if TYPE_CHECKING:
     from typing_extensions import Buffer
@@ -38,8 +40,9 @@ class DockerProcess:
     that sandboxes use: stdin, stdout, stderr, poll, wait, kill, pid, returncode."""
 
     def __init__(self, api: docker.APIClient, exec_id: str, container_id: str, sock: socket.socket, pending: bytes,
-                 args: list[str]) -> None:
+                 args: list[str], engine_down: Callable[[], MachineDown | None] = lambda: None) -> None:
         self.args = args
+        self._engine_down = engine_down  # MachineDown once the engine no longer answers: asked when a call fails
         self.returncode: int | None = None
         self._api, self._exec_id, self._container_id, self._sock = api, exec_id, container_id, sock
         self._pid: int | None = None
@@ -113,6 +116,10 @@ class DockerProcess:
         except docker.errors.NotFound:  # its container was removed
             self.returncode = KILLED
             return
+        except (docker.errors.DockerException, requests.RequestException) as e:
+            if (down := self._engine_down()) is not None:
+                raise down from e  # the engine is gone: no exit code of the command's
+            raise
         self._pid = self._pid or info.get("Pid") or None
         if not info["Running"] and info.get("ExitCode") is not None:
             self.returncode = info["ExitCode"]
