@@ -88,6 +88,122 @@ def test_a_held_folder_gone_is_the_machines_a_file_planted_below_it_is_not(tmp_p
     assert gone.value.folder == run
 
 
+# -- the host's writes -----------------------------------------------------------------------------
+
+FILL_AND_APPEND = """
+import sys
+from pathlib import Path
+from services.errors import MachineDown
+from services.fsutil import atomic_write_text, open_append
+
+disk = Path(sys.argv[1])
+atomic_write_text(disk / "record.json", "kept")
+line = b"x" * 99 + b"\\n"
+with open_append(disk / "journal") as f:
+    try:
+        while True:
+            f.write(line)
+    except MachineDown as e:
+        print(e.reason)
+try:
+    atomic_write_text(disk / "record.json", "new " * 10000)
+except MachineDown as e:
+    print(e.reason)
+print((disk / "journal").stat().st_size, (disk / "journal").read_bytes()[-1:] == b"\\n",
+      (disk / "record.json").read_text())
+"""
+
+
+@needs_mounts
+def test_a_full_disk_is_machine_down_and_leaves_no_half_line_and_no_half_record(tmp_path):
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    quoted = shlex.quote(str(disk))
+    r = subprocess.run(["unshare", "-m", "sh", "-c", f"mount -t tmpfs -o size=256k tmpfs {quoted} && "
+                        f"{shlex.quote(sys.executable)} -c {shlex.quote(FILL_AND_APPEND)} {quoted}"],
+                       cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    appended, replaced, sizes = r.stdout.strip().splitlines()
+    assert appended == f"the disk is full: cannot write {disk}/journal (No space left on device)"
+    assert replaced == f"the disk is full: cannot write {disk}/record.json (No space left on device)"
+    size, ends_a_line, record = sizes.split(" ", 2)
+    assert int(size) % 100 == 0 and int(size) > 100_000 and ends_a_line == "True"  # whole lines only
+    assert record == "kept"  # the old record, whole
+
+
+def test_a_journal_whose_last_line_a_kill_cut_starts_its_next_record_on_a_line_of_its_own(tmp_path):
+    from domains.harness.journal import Journal, read_journal
+
+    path = tmp_path / "predictions.jsonl"
+    path.write_text('{"id": "a", "prediction": "1"}\n{"id": "b", "predic')
+    journal = Journal(path)
+    journal.append({"id": "c", "prediction": "3"})
+    journal.close()
+    assert [r["id"] for r in read_journal(path)] == ["a", "c"]  # b is answered again; c is kept
+
+
+# -- the gateway ------------------------------------------------------------------------------------
+
+def test_the_gateways_socket_removed_stops_every_call_as_the_machines_failure(gateway_factory):
+    gw = gateway_factory()
+    key = gw.new_session("n", "task", ["openai/fake"])
+    body = {"model": "openai/fake", "messages": [{"role": "user", "content": "hi"}]}
+    assert gw.handle_chat(key, body).status == 200
+    gw.check_breaker()
+    os.unlink(gw.unix_socket)  # a cleaner of the temp folder: every sandbox connects by that name
+    with pytest.raises(MachineDown) as stopped:
+        gw.check_breaker()
+    assert stopped.value.reason == f"the gateway's socket {gw.unix_socket} is gone (No such file or directory)"
+    reply = gw.handle_chat(key, body)
+    assert reply.status == 503 and reply.body["error"]["type"] == "provider_down"
+    assert gw.provider_failures(key) == 1  # so a row answered meanwhile is run again, not kept
+
+
+def test_a_ledger_the_disk_cannot_write_answers_no_call_and_stops_the_run(gateway_factory, monkeypatch):
+    gw = gateway_factory()
+    key = gw.new_session("n", "task", ["openai/fake"])
+
+    def full(call):
+        error = sqlite3.OperationalError("database or disk is full")
+        error.sqlite_errorcode = sqlite3.SQLITE_FULL
+        raise error
+
+    monkeypatch.setattr(gw.ledger, "record", full)
+    reply = gw.handle_chat(key, {"model": "openai/fake", "messages": [{"role": "user", "content": "hi"}]})
+    assert reply.status == 503 and reply.body["error"]["type"] == "provider_down"  # an answer it could not book
+    assert gw.provider_failures(key) == 1 and gw.spent().calls == 0
+    with pytest.raises(MachineDown) as stopped:
+        gw.check_breaker()
+    assert stopped.value.reason == (f"the disk is full: cannot write the ledger {gw.ledger.path} "
+                                    "(database or disk is full)")
+
+
+def test_a_dead_local_server_is_the_machines_failure_a_failed_probe_the_providers(tmp_path, fake_openai, monkeypatch):
+    from services.config import Config
+    from services.gateway import Gateway
+    from services.ledger import Ledger
+
+    monkeypatch.setenv("OPENAI_API_BASE", fake_openai.base_url)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    config = Config()
+    config.gateway.max_retries, config.gateway.breaker_failures = 0, 1
+    health: dict[str, str | None] = {"openai/fake": None}
+    body = {"model": "openai/fake", "messages": [{"role": "user", "content": "hi"}]}
+    for dead, stop in ((None, ProviderDown), ("the local model server (openai/fake) exited with SIGKILL", MachineDown)):
+        health["openai/fake"] = dead
+        gw = Gateway(config, Ledger(tmp_path / f"{stop.__name__}.sqlite"), "run", provider_health=health.get).start()
+        try:
+            gw.allow_models("openai/fake")
+            fake_openai.add_faults(["500", "500"])  # the call, then the probe
+            gw.handle_chat(gw.new_session("n", "task", ["openai/fake"]), body)
+            with pytest.raises(ProviderDown) as stopped:
+                gw.check_breaker()
+            assert type(stopped.value) is stop
+        finally:
+            gw.stop()
+            gw.ledger.close()
+
+
 # -- whole runs ---------------------------------------------------------------------------------------
 
 def loop_config(tmp_path: Path, extra: str = "") -> str:
