@@ -589,3 +589,34 @@ def test_the_docker_engine_stopped_mid_evaluation_stops_the_run_and_a_resume_end
     assert archive_of(run_dir) == archive_of(reference) and set(archive_of(run_dir)) == {"initial", "1"}
     assert task_calls_paid(reference) <= task_calls_paid(run_dir) <= task_calls_paid(reference) + 7
     print(f"docker engine stopped: stopped after {stopped_s:.1f} s, resumed in {resumed_s:.1f} s")
+
+
+@pytest.mark.e2e
+def test_the_sandbox_image_removed_mid_run_stops_the_run_at_its_next_sandbox(tmp_path, private_engine):
+    import docker
+
+    config = tmp_path / "docker.yaml"
+    config.write_text(Path(loop_config(tmp_path)).read_text().replace("backend: bwrap", "backend: docker"))
+    run_dir = tmp_path / "out" / "run"
+    with FakeOpenAI(script(), latency=0.3) as server, (tmp_path / "run.err").open("w") as err_file:
+        proc = subprocess.Popen([sys.executable, "-m", "run_optimization", *loop_args(tmp_path / "out", str(config))],
+                                cwd=REPO_ROOT, env=cli_env(server, TQDM_DISABLE="1", DOCKER_HOST=private_engine.host),
+                                stdout=subprocess.DEVNULL, stderr=err_file)
+        try:
+            wait_for(lambda: proc.poll() is not None or len(finished_rows(run_dir)) >= 1, 300, "a row")
+            client = docker.DockerClient(base_url=private_engine.host)
+            tag = "hyperagents-sandbox:latest"
+            client.images.remove(tag, force=True)  # the running container keeps it: the next sandbox has none
+            code = proc.wait(300)
+        finally:
+            proc.kill()
+    err = (tmp_path / "run.err").read_text()
+    line = stopped_line(code, err, run_dir)
+    assert line.startswith(f"stopped: docker image {tag} was removed during the run: build it with "
+                           "`python -m services.sandbox build-image`; "), line
+    assert set(nodes(run_dir)) == {"initial"}  # evaluated in the container it had; generation 1 is not recorded
+    assert run_cli("services.sandbox", "build-image", env={**os.environ, "DOCKER_HOST": private_engine.host}
+                   ).returncode == 0
+    r = resumed(line, DOCKER_HOST=private_engine.host)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert {n["status"] for n in nodes(run_dir).values()} == {"ok"} and set(nodes(run_dir)) == {"initial", "1"}
