@@ -92,7 +92,7 @@ DATA = frozenset({
     "gateway.max_output_tokens", "gateway.max_n", "gateway.max_request_mb", "gateway.local_context",
     "gateway.local_threads",
     "harness.num_workers", "harness.save_interval", "harness.row_timeout_s", "harness.start_timeout_s",
-    "harness.max_prediction_bytes",
+    "harness.max_prediction_bytes", "harness.label_case",
     "sandbox.memory_mb", "sandbox.pids", "sandbox.cpus", "sandbox.cpu_seconds", "sandbox.file_size_mb",
     "sandbox.disk_mb", "sandbox.tmp_mb", "sandbox.output_cap_mb",
     "tracking.experiment", "tracking.text_kb",

@@ -126,10 +126,25 @@ def meta_usd(model: str, gw: GatewayConfig, calls: int) -> tuple[float, float]:
     return min(full, cached), max(full - cached, 0.0)
 
 
+def initial_rows(config: Config, rows_of: RowsOf) -> RowsOf:
+    """The rows of each split the initial node is evaluated on: all of `rows_of`'s, or under
+    loop.initial_eval stage only the first screening stage's (of val too with stage_splits train_and_val)."""
+    if config.loop.initial_eval != "stage":
+        return rows_of
+
+    def staged(d: Domain, split: str) -> int:
+        first = d.screening(config.loop)
+        runs = split == "train" or (config.loop.stage_splits == "train_and_val" and split == "val")
+        return min(first[0].rows, rows_of(d, split)) if first and runs else rows_of(d, split) if not first else 0
+
+    return staged
+
+
 def estimate(domains: list[Domain], config: Config, rows_of: RowsOf) -> Estimate:
     evaluation = evaluation_usd(domains, config, rows_of)
+    initial = evaluation_usd(domains, config, initial_rows(config, rows_of))
     # With a bandit over several meta models, each generation is priced at the dearest: an upper bound.
     meta, saved = max(meta_usd(m, config.gateway, config.loop.meta_max_calls) for m in config.meta_models())
     final = 2 * evaluation_usd(domains, config, rows_of, test=True) if config.loop.final_test else 0.0
-    return Estimate(evaluation, meta, evaluation, config.loop.max_generation, final, saved,
+    return Estimate(initial, meta, evaluation, config.loop.max_generation, final, saved,
                     heldout_usd(domains, config, rows_of))

@@ -317,6 +317,7 @@ class NodeTools:
 
     def __init__(self, evaluator: Evaluator, node_id: str) -> None:
         self.evaluator = evaluator
+        self.config = evaluator.config  # what a scorer reads of the run's settings (harness.label_case)
         self.node_id = node_id
 
     def judge(self) -> GatewayJudge:

@@ -314,8 +314,8 @@ def launch(request: RunRequest) -> Path:
     use_data_files(config.harness.data_files)
     domains = run_domains(domain_names, run_dir)  # a resumed run's spec domains are kept in its folder
     # A resumed run's initial node is in its repository: the path its folder names is never read here.
-    initial_agent = None if record else get_initial_agent(config.loop.initial_agent,
-                                                          [d.task or d.name for d in domains])
+    initial_agent = None if record else get_initial_agent(
+        config.loop.initial_agent, [d.task or d.name for d in domains], config.loop.initial_meta_agent)
     if transfer is not None and transfer.keep == "meta" and isinstance(initial_agent, AgentFolder):
         raise UserError(f"--transfer meta takes the meta agent of {request.initial_from} and a task agent of this "
                         f"project; --initial_agent {config.loop.initial_agent} is a whole agent folder")

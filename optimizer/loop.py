@@ -250,7 +250,7 @@ class Loop:
         """The node's wall time, costs and published feedback, once its generation is over."""
         node.seconds["total"] = round(time.monotonic() - started, 3)
         self._book_costs(node)
-        publish_feedback(self.run_dir, self.domains, self.evaluator.store, node)
+        publish_feedback(self.run_dir, self.domains, self.evaluator.store, node, self.config)
         return node
 
     def sandbox_out(self, node_id: str, part: str) -> Path:

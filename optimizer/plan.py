@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from archive.run_state import read_state, state_text
 from optimizer.initial_agents import plan_text
 from services.config import Config, LoopConfig
+from services.departures import dry_run_lines
 from services.render import console
 
 if TYPE_CHECKING:
@@ -70,7 +71,7 @@ def plan_lines(run_dir: Path, domains: list[Domain], config: Config, backend: st
     source = initial_from and f"node {initial_from['node']} of {initial_from['run']}"
     agent = (f"all of {source}" if initial_from and initial_from["keep"] == "all" else
              f"meta agent of {source}, task agent {loop.initial_agent}" if initial_from else
-             plan_text(loop.initial_agent))
+             plan_text(loop.initial_agent, loop.initial_meta_agent))
     lines += [f"agent    {agent}",
               f"models   task {config.resolve_model('task')}, meta " + (
                   f"{config.resolve_model('meta')}" if len(config.meta_models()) == 1 else
@@ -131,6 +132,7 @@ def print_dry_run(run_dir: Path, domains: list[Domain], config: Config, initial_
     costs = estimate(domains, config, lambda d, split: split_rows(d, split, config.loop.eval_samples))
     lines = plan_lines(run_dir, domains, config, backend, (run_dir / "run.json").exists(), None, why_backend,
                        initial_from, name, tags) + [costs.line()]
+    lines += [console(line) for line in dry_run_lines(config, [d.name for d in domains])]
     if replicates:
         seed = config.loop.seed or 0
         lines.append(f"group    {replicates} replicates, seeds {seed} to {seed + replicates - 1}, each run as above: "

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import re
 import typing
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -19,6 +18,7 @@ from services.config_values import (
     DOCKER_IMAGE,
     META_MODELS,
     PRICES,
+    TRACKING_RULES,
     above_up_to,
     bad_text,
     between,
@@ -83,6 +83,7 @@ class HarnessConfig:
     start_timeout_s: float = 300.0  # a worker that has not loaded the agent by then is killed
     max_prediction_bytes: int = 1_000_000  # a row's answer longer than this (UTF-8) is recorded as an error
     data_files: dict = field(default_factory=dict)  # domain -> data file, for domains not bundled (amo_bench)
+    label_case: str = "lenient"  # how imo_proof reads a grader's labels: lenient (case and space ignored) | exact (the reference's); services/departures.py
 
 
 @dataclass
@@ -116,9 +117,9 @@ class LoopConfig:
     replayable: bool = True  # with parallel > 1: generation g picks its parent among generations <= g - parallel, waiting for them, so a seeded run replays; false: from every node finished when a slot frees (faster when generations take uneven time, not replayable)
     eval_samples: int = -1  # rows of each full evaluation split (-1 = all)
     skip_staged_eval: bool = False  # go straight to the full evaluation
-    initial_eval: str = "full"  # how the initial node is evaluated | full (default): screened, then on the full splits like any node, so the score every child is compared with rests on 100 + 100 rows | stage (the reference: setup_initial.sh runs the initial agent on --num_samples 10 of each split, and generate_loop.py copies those): the first screening stage's rows of its splits only (with stage_splits train_and_val, 10 train and 10 val), no verdict, never the full splits
-    row_error: str = "wrong"  # a row on which the task agent's own code raised (never a provider's failure, a timeout or a cap of ours), as the evaluation scores it: wrong (default): that row is a wrong answer and the run stands, since one crash on one input says what the agent does on it and not what it does on the rest | invalid (the reference: its domains/harness.py re-raises the row's exception, so no predictions.csv and no report): the run has no score of its own, and a full evaluation keeps the screening run it continued (its first rows' report), as the reference's does
-    reuse_evaluations: bool = True  # a node whose task agent's code is an earlier node's (a child that changed only the meta agent) takes that node's evaluations instead of paying again: same code, same rows, a second draw buys only noise | false (the reference: generate_loop.py evaluates every child anew): each node's evaluation is its own, so the best val score so far is a maximum over more noisy draws of equal code; a resumed evaluation still pays no row twice
+    initial_eval: str = "full"  # full: the initial node is screened, then evaluated on the full splits like any node | stage: on the first stage's rows of its splits only, no verdict; services/departures.py
+    row_error: str = "wrong"  # a row on which the task agent's own code raised (never a provider's failure, a timeout or a cap of ours): wrong: a wrong answer, the evaluation stands | invalid: the evaluation has no score of its own (a full one keeps the screening it continued); services/departures.py
+    reuse_evaluations: bool = True  # a node whose task agent's code an earlier node has takes that node's evaluations | false: each node's evaluation is its own (a resume still pays no row twice); services/departures.py
     stages: list | dict | None = None  # screening stages before the full evaluation, [[rows, above], ...] or [[rows, above, rule], ...], for every domain or by domain name ({imo_grading: [[10, 0]], ...}; a domain not named keeps its own): each runs the first rows of train and the next runs only if every domain passes the stage's promotion rule (`promotion` when the stage names none); null = each domain's own (10 rows, above 0)
     promotion: str = "score_above"  # how a stage promotes a child (archive/promotion.py): score_above (the paper's: score > above) | not_worse_than_parent (and not worse than its parent on the rows both ran, by a one-sided paired test at promotion_level) | sica (and at least the lower bound of the best node's 95% interval on those rows)
     promotion_level: float = 0.05  # not_worse_than_parent: a child is rejected when the test's p-value is below this
@@ -129,14 +130,16 @@ class LoopConfig:
     final_test: bool = False  # once the last generation is recorded, evaluate the test split once, for the node chosen on val and the initial node (the loop never reads test scores)
     edit_select_parent: bool = False  # the workspace's select_next_parent.py chooses parents
     run_baseline: str | None = None  # no_selfimprove (meta agent frozen) | no_archive (always the latest node)
+    initial_meta_agent: str = "default"  # the meta agent a run from a project task agent (--initial_agent proofautograder) starts with: default (the project's, meta_agent/) | paper (the reference's one-line meta agent and agent code, the task agent as its task_agent.py); services/departures.py
+    feedback: str = "train_reports"  # what feedback/<node>/ gives later meta agents: train_reports (patch, train scores, train reports and predictions) | paper (also the meta transcript, a generation log with val scores and each train row's transcript, bounded: optimizer/feedback.py); services/departures.py
     initial_agent: str = "default"  # the agent of node `initial`: a name of optimizer/initial_agents.py (paper: the reference's generic agents) or an agent folder's path
     stage_splits: str = "train"  # train | train_and_val: what each screening stage runs, its verdict always read on train (the paper's: the same rows of val too, so a node that stops there has a val score)
     staged_score: str = "train"  # train | selection: the split a node that only passed screening is selected on, scaled by its share of the full rows (the paper's: selection, its val rows)
     scale_initial: bool = False  # the initial node's selection score is scaled by the first stage's share of the rows, as if it only passed screening (the paper's: yes, so it is rarely chosen again)
     ties: str = "latest"  # latest | earliest: which of equal scores `best` takes, as a parent and as the run's best (the paper's: earliest)
-    tie_tolerance: float = 1e-12  # scores closer than this are equal, and `ties` decides, wherever a best is taken (the `best` parent, the run's best, a node replacing the best so far) | 1e-12 (default): one value reached by two orders of arithmetic (0.7 x (10/100) = 0.06999999999999999 against 7/100 = 0.07) is one score, since float rounding is no difference between agents (archive/selection.py TIE_TOLERANCE) | 0 (the reference: utils/gl_utils.py select_parent's plain float `max`): equal only when bit-equal, the selection scores computed in the reference's order (score x share)
-    no_score: str = "stop"  # what a generation starts from when no node can be a parent (none valid with a score on every domain: the initial agent did not load, or scored nothing a rule keeps) | stop (default): the run ends in one line naming the initial node's state, since a meta agent given nothing scored improves blind, one paid generation after another | initial_at_zero (the reference: utils/gl_utils.py select_parent makes the archive's first node the one candidate at 0.0): the initial node is the parent, at score 0, whatever became of it
-    meta_failure: str = "child"  # a meta agent that failed (exited non-zero, timed out, every call failed): its child is recorded meta_failed and never evaluated, half-change and all (the reference writes no diff then), under both values | parent (the reference: generate_loop.py sets valid_parent false on the parent, which select_parent skips) also stops choosing its parent, never the initial node | child (default): the parent stays a parent, since one crash of a sampled run says little about the code it started from
+    tie_tolerance: float = 1e-12  # scores closer than this are equal, and `ties` decides, wherever a best is taken (archive/selection.py TIE_TOLERANCE); 0: bit-equal floats only; services/departures.py
+    no_score: str = "stop"  # when no node can be a parent (none valid with a score on every domain): stop: the run ends in one line naming the initial node's state | initial_at_zero: the initial node is the parent, at score 0; services/departures.py
+    meta_failure: str = "child"  # a meta agent that failed (exited non-zero, timed out, every call failed): its child is recorded meta_failed and never evaluated under both | parent: its parent (never the initial node) is no longer chosen either; services/departures.py
     try_command: bool = True  # the meta agent gets a command that runs the task agent on train rows (the paper's: none)
     meta_timeout_s: float = 3600.0  # wall clock of one meta agent run
     meta_max_calls: int = 40  # model calls (one tool call each) of one meta agent run, enforced by the gateway
@@ -201,7 +204,6 @@ class Config:
 SANDBOX_BACKENDS = ("auto", "docker", "bwrap", "none")  # auto, then services.sandbox.backends.LOCAL_BACKENDS
 CACHE_MODES = ("temperature0", "all", "off")  # services.gateway.caching.REPLAYS
 EXECUTORS = ("local", "ray")
-TRACKERS = ("mlflow", "wandb", "tensorboard")  # each in optimizer/trackers/, installed as a pip extra of its name
 class Baseline(StrEnum):
     """The paper's baselines (loop.run_baseline)."""
 
@@ -322,6 +324,9 @@ def _loop_rules() -> dict:
         "loop.row_error": one_of("wrong", "invalid"),
         "loop.initial_eval": one_of("full", "stage"),
         "loop.no_score": one_of("stop", "initial_at_zero"),
+        "loop.initial_meta_agent": one_of("default", "paper"),  # optimizer.initial_agents.META_AGENTS
+        "loop.feedback": one_of("train_reports", "paper"),  # optimizer.feedback.FEEDBACK_MODES
+        "harness.label_case": one_of("lenient", "exact"),  # domains.metrics.LABEL_CASES
         "loop.initial_agent": (lambda v: bool(v.strip()), "an initial agent's name or an agent folder's path"),
         "loop.run_baseline": one_of(*BASELINES),
         "loop.meta_timeout_s": above_up_to(0, 10**6),
@@ -330,14 +335,7 @@ def _loop_rules() -> dict:
         "loop.try_max_calls": between(0, 10**6),
         "loop.workspace_file_mb": above_up_to(0, 1024),
         "loop.workspace_total_mb": above_up_to(0, 10240),
-        "tracking.backends": (lambda v: set(v) <= set(TRACKERS) and len(set(v)) == len(v),
-                              f"a list of distinct trackers among {', '.join(TRACKERS)}"),
-        "tracking.mlflow_uri": uri(("http", "https", "file", "sqlite")),
-        "tracking.experiment": (lambda v: bool(v.strip()) and len(v) <= 256, "a name of at most 256 characters"),
-        "tracking.wandb_mode": one_of("offline", "online"),
-        "tracking.wandb_entity": (lambda v: re.fullmatch(r"[\w.-]{1,128}", v) is not None,
-                                  "a W&B team or user name (letters, digits, _ . -)"),
-        "tracking.text_kb": count(10**5),
+        **TRACKING_RULES,
     }
 
 

@@ -113,3 +113,16 @@ def _stage_list(value: list, rules: tuple[str, ...]) -> bool:
     found = all(conforms(v, list) and len(v) in (2, 3) and type(v[0]) is int and 1 <= v[0] <= 10**7
                 and conforms(v[1], float) and -1e9 <= v[1] <= 1e9 and (len(v) == 2 or v[2] in rules) for v in value)
     return found and all(a[0] < b[0] for a, b in zip(value, value[1:]))
+
+
+TRACKERS = ("mlflow", "wandb", "tensorboard")  # each in optimizer/trackers/, installed as a pip extra of its name
+TRACKING_RULES: dict[str, Rule] = {  # services.config's rules of the tracking section
+    "tracking.backends": (lambda v: set(v) <= set(TRACKERS) and len(set(v)) == len(v),
+                          f"a list of distinct trackers among {', '.join(TRACKERS)}"),
+    "tracking.mlflow_uri": uri(("http", "https", "file", "sqlite")),
+    "tracking.experiment": (lambda v: bool(v.strip()) and len(v) <= 256, "a name of at most 256 characters"),
+    "tracking.wandb_mode": one_of("offline", "online"),
+    "tracking.wandb_entity": (lambda v: re.fullmatch(r"[\w.-]{1,128}", v) is not None,
+                              "a W&B team or user name (letters, digits, _ . -)"),
+    "tracking.text_kb": count(10**5),
+}

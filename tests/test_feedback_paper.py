@@ -8,15 +8,13 @@ next meta agent lists and reads them inside its sandbox, and no val row is among
 default they are absent.
 """
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from services.config import PROJECT_ROOT, LoopConfig
-from support.cli import REPO_ROOT, cli_env, run_loop
+from services.config import PROJECT_ROOT
+from support.cli import run_loop
 from support.scripted_loop import IMPROVE, MARKER, loop_config, nodes, responder
 
 pytestmark = pytest.mark.e2e  # whole runs of the loop
@@ -34,24 +32,8 @@ def run(tmp_path: Path, fake, mode: str | None) -> Path:
     fake.set_responder(responder(SCRIPT, []))
     config = loop_config(tmp_path)
     args = ["--max_generation", "2", "--parent_selection", "latest"]
-    if mode is None:
-        r = run_loop(tmp_path, fake, *args, config=config)
-    elif hasattr(LoopConfig(), "feedback"):
-        r = run_loop(tmp_path, fake, *args, "--set", f"loop.feedback={mode}", config=config)
-    else:
-        # Until services/config.py has loop.feedback and optimizer/loop.py hands publish_feedback its config:
-        # the same command, publish_feedback given a config whose loop.feedback is `mode`.
-        shim = ("import runpy, sys\nfrom types import SimpleNamespace\nimport optimizer.feedback as feedback\n"
-                "publish = feedback.publish_feedback\n"
-                f"given = SimpleNamespace(loop=SimpleNamespace(feedback={mode!r}))\n"
-                "feedback.publish_feedback = lambda run_dir, domains, store, node, config=None: "
-                "publish(run_dir, domains, store, node, given)\n"
-                "sys.argv = ['run_optimization', *sys.argv[1:]]\n"
-                "runpy.run_module('run_optimization', run_name='__main__')\n")
-        command = [sys.executable, "-c", shim, "--domain", "imo_grading", "--output_dir", str(tmp_path / "out"),
-                   "--run_id", "run", "--task_model", "openai/fake", "--meta_model", "openai/fake-meta",
-                   "--config", config, *args]
-        r = subprocess.run(command, env=cli_env(fake), cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
+    extra = [] if mode is None else ["--set", f"loop.feedback={mode}"]
+    r = run_loop(tmp_path, fake, *args, *extra, config=config)
     assert r.returncode == 0, r.stderr[-3000:]
     return tmp_path / "out" / "run"
 

@@ -57,7 +57,8 @@ class Backend:
         return getattr(importlib.import_module(module), name)
 
 
-# The names services.config.TRACKERS lets a run choose (tests/test_trackers.py keeps the two equal).
+# The names services.config.TRACKERS (services/config_values.py) lets a run choose (tests/test_trackers.py
+# keeps the two equal).
 BACKENDS = {
     "mlflow": Backend("mlflow", "optimizer.trackers.mlflow_tracker:MlflowTracker"),
     "wandb": Backend("wandb", "optimizer.trackers.wandb_tracker:WandbTracker"),
