@@ -83,6 +83,8 @@ def check_evaluate(nodes: dict, domains: list, node_ids: list[str], split: str) 
             raise UserError(f"--evaluate {node_id}: the run has no such node")
         if not node.valid_parent:
             raise UserError(f"--evaluate {node_id}: node {node_id} is {node.status}, it has no agent to evaluate")
+        if not node.commit:  # a handed folder's record may lack it (the loop's own always have one)
+            raise UserError(f"--evaluate {node_id}: node {node_id}'s record names no commit of its agent")
     found = [d for d in domains if split in d.splits]
     if not found:
         raise UserError(f"--split {split}: no domain of the run has it")

@@ -57,6 +57,7 @@ def published(run_dir: Path, node: Node) -> Path:
     return run_dir / "feedback" / node.node_id
 
 
+@pytest.mark.attack("a val row's transcript beside the train rows' in the task agent's folder (only the train journal's rows are published)")
 def test_only_the_train_journals_rows_are_published_by_their_ids(tmp_path):
     run_dir, node = setup(tmp_path, {"GB-1": b"first", "GB-2": b"second", "GB-3": None})
     evals = published(run_dir, node) / "imo_grading" / "agent_evals"
@@ -70,6 +71,7 @@ def test_a_reused_evaluations_transcripts_are_found_in_the_node_that_ran_it(tmp_
         "answered by node 3"
 
 
+@pytest.mark.attack("a row or meta transcript that is a link to a host file, or a fifo, published to the next meta agent")
 def test_a_link_is_not_followed_and_a_fifo_not_opened(tmp_path):
     host = tmp_path / "host_secret.txt"
     host.write_text("HOST-SECRET")
@@ -90,6 +92,7 @@ def test_a_link_is_not_followed_and_a_fifo_not_opened(tmp_path):
     assert "HOST-SECRET" not in "".join(p.read_text() for p in folder.rglob("*") if p.is_file())
 
 
+@pytest.mark.attack("a task agent's transcript folder that is a link to a host folder")
 def test_a_linked_transcript_folder_is_not_followed(tmp_path):
     run_dir, node = setup(tmp_path, {"GB-1": None})
     elsewhere = tmp_path / "elsewhere"
@@ -103,6 +106,7 @@ def test_a_linked_transcript_folder_is_not_followed(tmp_path):
     assert not (published(run_dir, node) / "imo_grading" / "agent_evals").exists()
 
 
+@pytest.mark.attack("a gigabyte transcript, and a gateway key in a transcript that the cap cuts in half")
 def test_a_huge_transcript_keeps_its_ends_and_keys_are_redacted_also_when_cut(tmp_path):
     half = MAX_TRANSCRIPT // 2
     cut_key = b"x" * (half - 52) + SECRET.encode()  # after 42 bytes: the head's cut falls inside the key
@@ -119,6 +123,7 @@ def test_a_huge_transcript_keeps_its_ends_and_keys_are_redacted_also_when_cut(tm
     assert (folder / "meta_chat_history.md").read_text() == "meta transcript with gw-[redacted]"
 
 
+@pytest.mark.attack("thousands of row transcripts, to fill the feedback folder every later sandbox reads")
 def test_a_nodes_transcripts_stop_at_their_cap_and_the_rest_are_listed(tmp_path, monkeypatch):
     monkeypatch.setattr(feedback, "MAX_ROW_TRANSCRIPTS", 2500)
     run_dir, node = setup(tmp_path, {f"GB-{n}": b"z" * 1000 for n in range(5)})
@@ -128,6 +133,7 @@ def test_a_nodes_transcripts_stop_at_their_cap_and_the_rest_are_listed(tmp_path,
     assert (evals / "LEFT_OUT.txt").read_text().splitlines()[1:] == ["GB-2", "GB-3", "GB-4"]
 
 
+@pytest.mark.attack("a journal whose row token is a path (../../../host) or not a token")
 @pytest.mark.parametrize("bad", ["../../../host", "0123456789AB", "", "x" * 12])
 def test_a_token_that_is_not_one_names_no_file(tmp_path, bad):
     run_dir, node = setup(tmp_path, {"GB-1": b"ok"})

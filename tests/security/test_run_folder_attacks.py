@@ -524,3 +524,16 @@ def test_a_run_json_that_prices_its_models_is_refused(tmp_path):
     r, _ = timed_cli("run_optimization", "--resume_from", str(run), "--budget_usd", "5", "--set",
                      'gateway.prices={"openai/o4-mini": [0, 0]}', "--dry_run")
     assert r.returncode == 0, r.stderr[-2000:]
+
+
+@pytest.mark.attack("a handed run folder whose node record names no commit of its agent, evaluated with --evaluate")
+def test_a_node_record_without_a_commit_is_refused_by_evaluate(tmp_path):
+    from archive.store import Archive
+    from domains.registry import get_domain
+    from optimizer.final_test import check_evaluate
+
+    run = handed_run(tmp_path, {})
+    nodes = Archive(run).nodes
+    assert nodes["1"].valid_parent and not nodes["1"].commit
+    with pytest.raises(UserError, match=r"^--evaluate 1: node 1's record names no commit of its agent$"):
+        check_evaluate(nodes, [get_domain("imo_grading")], ["1"], "val")
