@@ -205,11 +205,12 @@ class Gateway:
 
     # -- one request -----------------------------------------------------------------------
     def handle_chat(self, api_key: str, body: dict) -> Reply:
-        """Answer one chat request: refuse it, replay it from the cache, or forward it; each is booked (one the
-        ledger cannot book, machine.py, is answered and counted as a provider's outage)."""
+        """Answer one chat request: refuse, replay or forward it, booked; one this machine fails (machine.py)
+        is answered and counted as a provider's outage."""
         try:
             return self._handle_chat(api_key, body)
-        except MachineDown as down:  # kept by self._machine: every later call is refused
+        except MachineDown as down:  # from now on every call is refused, and check_breaker raises it
+            self._machine.failed(down)
             if session := self._sessions.get(api_key):
                 with self._lock:
                     session.provider_failures += 1
@@ -243,11 +244,9 @@ class Gateway:
         session = self._sessions.get(api_key)
         node, role = (session.node, session.role) if session else ("unknown", "unknown")
         reply = error_reply(status, message, kind)
-        try:
+        with contextlib.suppress(MachineDown):  # kept by self._machine: the run stops; the refusal is answered
             if self._refusals.count(node, role, f"{status} {kind}", message):
                 reply.headers["Connection"] = "close"
-        except MachineDown:  # kept by self._machine: the run stops; the refusal is answered still
-            reply.headers["Connection"] = "close"
         return reply
 
     def _admit(self, api_key: str, body: dict) -> tuple[Session, str, list, dict]:
