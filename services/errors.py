@@ -44,9 +44,10 @@ EXIT_PROVIDER_DOWN = 75  # EX_TEMPFAIL: the run stopped for a provider's failure
 
 
 class ProviderDown(BaseException):
-    """The gateway's breaker tripped: a provider (or the local model server) failed, so no call
-    gets through. A BaseException, as Ctrl-C is: no handler of an agent's failure catches it, so
-    nothing in flight is recorded as the agent's doing, and a resume redoes it."""
+    """The gateway's breaker tripped: a provider failed (its probe too), so no call gets through
+    (a dead local model server, this machine's, is MachineDown below). A BaseException, as Ctrl-C is:
+    no handler of an agent's failure catches it, so nothing in flight is recorded as the agent's doing,
+    and a resume redoes it."""
 
     def __init__(self, reason: str, folder: Path | None = None) -> None:
         reason = console(reason)  # a provider's or a server's words: shown as a UserError's are
