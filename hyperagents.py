@@ -8,7 +8,8 @@
 Each call goes through what the command line does (`optimizer.launch` for `run`, the harness for
 `evaluate`): the same config validation, run folder, lock and resume. Where a command would print
 one line and exit 2, a call raises `services.errors.UserError` with that line; a provider's outage
-raises `ProviderDown` (a BaseException, as Ctrl-C's KeyboardInterrupt is), after which the same
+raises `ProviderDown` (a BaseException, as Ctrl-C's KeyboardInterrupt is) and a failure of this
+machine (a full disk, the Docker engine gone) `MachineDown`, a ProviderDown too, after which the same
 call with `resume_from` goes on. The `str()` of both is the line as the command shows it: what it
 quotes from a folder or an agent has every control, bidi and newline character written visibly, so
 printing it (or a traceback of it) in a terminal or a notebook acts on nothing. Results are frozen
@@ -35,11 +36,11 @@ from archive.stats import interval
 from archive.store import Archive, observed_best, observed_sizes
 from optimizer.launch import RunRequest, launch
 from optimizer.transfer import split_spec
-from services.errors import ProviderDown, UserError
+from services.errors import MachineDown, ProviderDown, UserError
 from services.fsutil import release_folder
 
-__all__ = ["EvalResult", "NodeView", "ProviderDown", "RunView", "Score", "Spend", "UserError", "evaluate",
-           "load_run", "run"]
+__all__ = ["EvalResult", "MachineDown", "NodeView", "ProviderDown", "RunView", "Score", "Spend", "UserError",
+           "evaluate", "load_run", "run"]
 
 
 @dataclass(frozen=True)

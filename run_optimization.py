@@ -19,6 +19,7 @@ import contextlib
 import io
 import os
 import shlex
+import sys
 from datetime import datetime
 from pathlib import Path
 
@@ -35,7 +36,7 @@ from optimizer.launch import (
 )
 from optimizer.transfer import TRANSFERS
 from services.config import BASELINES, EXECUTORS, SANDBOX_BACKENDS, Config
-from services.errors import Terminated, UserError, advise, exit_on_user_error
+from services.errors import EXIT_MACHINE_DOWN, EXIT_PROVIDER_DOWN, Terminated, UserError, advise, exit_on_user_error
 from services.flags import int_flag, number_flag
 from services.fsutil import hold_folder
 
@@ -181,8 +182,16 @@ def run_replicates(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
                + shlex.join([python_command(), "-m", "run_optimization", "--resume_from", str(group_dir), *again]))
         raise
     print(f"analyze: python -m archive.analyze {group_dir}", flush=True)
+    stopped = {code: cause for code, cause in ((EXIT_MACHINE_DOWN, "a failure of this machine"),
+                                               (EXIT_PROVIDER_DOWN, "a provider's outage")) if code in failed.values()}
+    if stopped:  # the replicate's own line said what; the group's exit code says it too, the machine's first
+        code = next(iter(stopped))
+        print(f"error: {len(failed)} of {len(group['runs'])} replicates did not finish, stopped by {stopped[code]} "
+              f"(see above); mend it, then continue with python -m run_optimization --resume_from {group_dir}",
+              file=sys.stderr, flush=True)
+        raise SystemExit(code)
     if failed:
-        raise UserError(f"{failed} of {len(group['runs'])} replicates did not finish (see above)")
+        raise UserError(f"{len(failed)} of {len(group['runs'])} replicates did not finish (see above)")
 
 
 def names_a_folder(initial_agent: str) -> bool:

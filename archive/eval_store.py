@@ -84,8 +84,7 @@ class EvalStore:
                     if copied > MAX_JOURNAL:  # it grew after the check
                         raise UserError(f"{journal} is over the limit of {MAX_JOURNAL} bytes for a journal")
                     dst.write(chunk)
-                dst.flush()
-                os.fsync(dst.fileno())
+                dst.sync()
             os.replace(partial, target)
         return target.exists()
 

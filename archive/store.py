@@ -210,8 +210,7 @@ class Archive:
                 if f.read(1) != b"\n":
                     f.write(b"\n")  # end the line a kill cut short, so this record stays whole
             f.write(line)
-            f.flush()
-            os.fsync(f.fileno())
+            f.sync()  # a disk that refuses it is this machine's failure (MachineDown), never a node's
 
     def events(self) -> list[dict]:
         """The event log's records, a line a kill cut short skipped; none when there is no log yet. The

@@ -72,6 +72,7 @@ from services.config import Baseline, Config
 from services.fsutil import atomic_write_text, make_folder
 from services.sandbox import Mount, Sandbox, SandboxClosed, open_sandbox
 from services.workspace import Quota, RunRepo, discard
+from services.write_failures import write_failure
 
 if TYPE_CHECKING:
     from domains.base import Domain
@@ -324,7 +325,9 @@ class Loop:
             return node
         except SandboxClosed:
             raise  # the host stopped it (Ctrl-C): no result, the generation is redone on resume
-        except Exception as e:  # one node's evaluation never ends the run
+        except Exception as e:  # one node's evaluation never ends the run; this machine's failure does
+            if isinstance(e, OSError) and (down := write_failure(e, e.filename or self.run_dir)) is not None:
+                raise down from e  # a workspace the disk could not hold is no failure of the node's
             node.status, node.error = Status.EVAL_FAILED, f"{type(e).__name__}: {e}"[:500]
             return node
         for name, result in results.items():

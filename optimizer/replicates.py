@@ -58,10 +58,10 @@ def start_group(group_dir: Path, argv: list[str], replicates: int, first_seed: i
     return group
 
 
-def run_group(group_dir: Path, group: dict, at_once: int, resuming: Sequence[str] = ()) -> int:
-    """Run (or resume) every replicate, `at_once` together; the number that failed. Each runs with `resuming`,
-    the flags of the command that resumes the group, last (so they win): a folder's own choices of where
-    code runs and data goes are the command line's to accept or change (archive/run_folder.py)."""
+def run_group(group_dir: Path, group: dict, at_once: int, resuming: Sequence[str] = ()) -> dict[str, int]:
+    """Run (or resume) every replicate, `at_once` together; the exit code of each that failed, by name. Each
+    runs with `resuming`, the flags of the command that resumes the group, last (so they win): a folder's own
+    choices of where code runs and data goes are the command line's to accept or change (archive/run_folder.py)."""
     commands = []
     for name, seed in zip(group["runs"], group["seeds"]):
         run_dir = group_dir / name
@@ -70,7 +70,8 @@ def run_group(group_dir: Path, group: dict, at_once: int, resuming: Sequence[str
         else:
             commands.append((name, [*group["argv"], *resuming, "--output_dir", str(group_dir), "--run_id", name,
                                     "--seed", str(seed)]))
-    failed, lock = [], threading.Lock()
+    failed: dict[str, int] = {}
+    lock = threading.Lock()
     pending = list(commands)
 
     def worker() -> None:
@@ -79,9 +80,9 @@ def run_group(group_dir: Path, group: dict, at_once: int, resuming: Sequence[str
                 if not pending:
                     return
                 name, argv = pending.pop(0)
-            if _replicate(name, argv) != 0:
+            if (code := _replicate(name, argv)) != 0:
                 with lock:
-                    failed.append(name)
+                    failed[name] = code
 
     threads = [threading.Thread(target=worker, daemon=True) for _ in range(max(1, min(at_once, len(commands))))]
     for t in threads:
@@ -90,7 +91,7 @@ def run_group(group_dir: Path, group: dict, at_once: int, resuming: Sequence[str
         t.join()
     for name in failed:
         print(f"[{name}] failed; continue it with --resume_from {group_dir}", flush=True)
-    return len(failed)
+    return failed
 
 
 def _replicate(name: str, argv: list[str]) -> int:

@@ -33,6 +33,7 @@ from services.git_safety import GIT_ENV as _GIT_ENV
 from services.git_safety import GIT_OPTIONS as _GIT_OPTIONS
 from services.render import bidi_files
 from services.render import name as stored_name
+from services.write_failures import disk_down, host_write
 
 # Everything the meta agent may edit; the rest of the project is trusted core.
 EVOLVABLE_PATHS = ("agent", "task_agent", "meta_agent", "select_next_parent.py", "ensemble.py")
@@ -200,6 +201,8 @@ class RunRepo:
         result = subprocess.run(["git", *_GIT_OPTIONS, *args], cwd=self.git_dir, env=env, input=input or b"",
                                 capture_output=True, check=False, timeout=timeout)
         if result.returncode != 0:
+            if (down := disk_down(self.git_dir)) is not None:  # git's words may quote agent file names: not read
+                raise down
             raise subprocess.CalledProcessError(result.returncode, ["git", *args], result.stdout, result.stderr)
         return result.stdout
 
@@ -235,7 +238,8 @@ class RunRepo:
     def checkout(self, commit: str, dest: Path) -> Path:
         """A fresh folder `dest` holding the files of `commit` (an old one there is removed first)."""
         discard(dest)
-        dest.mkdir(parents=True)
+        with host_write(dest):
+            dest.mkdir(parents=True)
         self.export(commit, dest)
         return dest
 
@@ -253,12 +257,13 @@ class RunRepo:
             if kind == "blob" and mode in ("100644", "100755") and _safe_relative(path):
                 entries.append((mode, sha, path))
         blobs = self._blobs([sha for _, sha, _ in entries])
-        root = os.open(dest, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        try:
-            for mode, sha, path in entries:
-                _write_below(root, path, blobs[sha], 0o755 if mode == "100755" else 0o644)
-        finally:
-            os.close(root)
+        with host_write(dest):  # a disk that cannot hold the workspace is this machine's failure
+            root = os.open(dest, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            try:
+                for mode, sha, path in entries:
+                    _write_below(root, path, blobs[sha], 0o755 if mode == "100755" else 0o644)
+            finally:
+                os.close(root)
 
     def _blobs(self, shas: list[str]) -> dict[str, bytes]:
         """The contents of blobs, read in one `git cat-file --batch`."""

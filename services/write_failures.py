@@ -66,3 +66,19 @@ def host_write(path: str | Path) -> Iterator[None]:
         if down is None:
             raise
         raise down from e
+
+
+def disk_down(folder: str | Path) -> MachineDown | None:
+    """MachineDown when the file system of `folder` can take no more writes (no free block, read-only) or
+    `folder` is gone: why a command that wrote there (git) failed, told without reading its output."""
+    try:
+        info = os.statvfs(folder)
+    except FileNotFoundError:
+        return MachineDown(f"the folder {folder} is gone")
+    except OSError:
+        return None
+    if info.f_flag & os.ST_RDONLY:
+        return MachineDown(f"the file system of {folder} is read-only")
+    if info.f_bavail == 0 or (info.f_files and info.f_favail == 0):  # no block, or no inode left
+        return MachineDown(f"the file system of {folder} is full")
+    return None

@@ -131,6 +131,49 @@ def test_a_full_disk_is_machine_down_and_leaves_no_half_line_and_no_half_record(
     assert record == "kept"  # the old record, whole
 
 
+REPO_ON_A_FULL_DISK = """
+import sys
+from pathlib import Path
+from services.errors import MachineDown
+from services.workspace import RunRepo
+
+disk, source = Path(sys.argv[1]), Path(sys.argv[2])
+repo = RunRepo.create(disk / "repo", source)
+commit = repo.node_commit("initial")
+filler = disk / "filler"
+try:
+    with open(filler, "wb") as f:
+        while True:
+            f.write(b"x" * 65536)
+except OSError:
+    pass
+for what, step in (("commit", lambda: repo.commit_files({"big.txt": (False, b"y" * 200_000)}, commit, "1", "m")),
+                   ("checkout", lambda: repo.checkout(commit, disk / "ws"))):
+    try:
+        step()
+        print(what, "no failure")
+    except MachineDown as e:
+        print(what, e.reason)
+"""
+
+
+@needs_mounts
+def test_a_repository_or_workspace_the_disk_cannot_hold_is_the_machines(tmp_path):
+    disk, source = tmp_path / "disk", tmp_path / "source"
+    disk.mkdir()
+    (source / "task_agent").mkdir(parents=True)
+    (source / "task_agent" / "__init__.py").write_text("x = 1\n" * 2000)
+    quoted = shlex.quote(str(disk))
+    r = subprocess.run(["unshare", "-m", "sh", "-c", f"mount -t tmpfs -o size=2m tmpfs {quoted} && "
+                        f"{shlex.quote(sys.executable)} -c {shlex.quote(REPO_ON_A_FULL_DISK)} {quoted} "
+                        f"{shlex.quote(str(source))}"],
+                       cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr[-3000:]
+    committed, checked_out = r.stdout.strip().splitlines()
+    assert committed == f"commit the file system of {disk}/repo is full", committed
+    assert checked_out.startswith(f"checkout the disk is full: cannot write {disk}/ws"), checked_out
+
+
 def test_a_journal_whose_last_line_a_kill_cut_starts_its_next_record_on_a_line_of_its_own(tmp_path):
     from domains.harness.journal import Journal, read_journal
 
@@ -620,3 +663,25 @@ def test_the_sandbox_image_removed_mid_run_stops_the_run_at_its_next_sandbox(tmp
     r = resumed(line, DOCKER_HOST=private_engine.host)
     assert r.returncode == 0, r.stderr[-3000:]
     assert {n["status"] for n in nodes(run_dir).values()} == {"ok"} and set(nodes(run_dir)) == {"initial", "1"}
+
+
+@pytest.mark.parametrize("codes, expected", [((74, 0), 74), ((75, 0), 75), ((75, 74), 74), ((1, 0), 2)])
+def test_a_group_exits_with_the_code_of_what_stopped_its_replicates(tmp_path, monkeypatch, capsys, codes, expected):
+    import run_optimization
+    from optimizer import replicates
+    from services.errors import exit_on_user_error
+
+    given = iter(codes)
+    monkeypatch.setattr(replicates, "_replicate", lambda name, argv: next(given))
+    parser = run_optimization.build_parser()
+    args = parser.parse_args(["--domain", "imo_grading", "--replicates", "2", "--output_dir", str(tmp_path),
+                              "--run_id", "g"])
+    with pytest.raises(SystemExit) as stopped:
+        exit_on_user_error(lambda: run_optimization.run_replicates(parser, args))
+    assert stopped.value.code == expected
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    if expected != 2:
+        cause = "a failure of this machine" if expected == 74 else "a provider's outage"
+        assert f"stopped by {cause}" in err[0]
+        assert err[0].endswith(f"continue with python -m run_optimization --resume_from {tmp_path / 'g'}")

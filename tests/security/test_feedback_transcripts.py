@@ -57,7 +57,8 @@ def published(run_dir: Path, node: Node) -> Path:
     return run_dir / "feedback" / node.node_id
 
 
-@pytest.mark.attack("a val row's transcript beside the train rows' in the task agent's folder (only the train journal's rows are published)")
+@pytest.mark.attack("a val row's transcript beside the train rows' in the task agent's folder (only the train "
+                    "journal's rows are published)")
 def test_only_the_train_journals_rows_are_published_by_their_ids(tmp_path):
     run_dir, node = setup(tmp_path, {"GB-1": b"first", "GB-2": b"second", "GB-3": None})
     evals = published(run_dir, node) / "imo_grading" / "agent_evals"
@@ -71,7 +72,8 @@ def test_a_reused_evaluations_transcripts_are_found_in_the_node_that_ran_it(tmp_
         "answered by node 3"
 
 
-@pytest.mark.attack("a row or meta transcript that is a link to a host file, or a fifo, published to the next meta agent")
+@pytest.mark.attack("a row or meta transcript that is a link to a host file, or a fifo, published to the next "
+                    "meta agent")
 def test_a_link_is_not_followed_and_a_fifo_not_opened(tmp_path):
     host = tmp_path / "host_secret.txt"
     host.write_text("HOST-SECRET")
