@@ -25,6 +25,7 @@ from domains.registry import get_domain, use_domain_specs
 from services.config import Config, load_config
 from services.errors import UserError, exit_on_user_error
 from services.fsutil import atomic_write_json
+from services.local_model import is_local
 from services.sandbox import choose_backend
 from services.startup import open_services
 
@@ -37,6 +38,7 @@ class ReportTools:
         self.dname = dname
         self.config = config
         self.model = model  # the grader's model (--model), else the grading domain's role
+        self.grader: dict | None = None  # who graded (grader_of), once `grade` ran
         self._open = contextlib.ExitStack()
 
     def judge(self) -> GatewayJudge:
@@ -50,6 +52,7 @@ class ReportTools:
         services = open_services(self.config, folder, [requested])
         if line := services.why_line(requested, "--model"):
             print(line, flush=True)
+        self.grader = grader_of(grader_agent, self.config.resolve_model(requested))  # `auto` filled by now
         backend = choose_backend(self.config.sandbox)
         with run_folder(folder), services:
             # A scorer's grading domain is one of the registry's (domains.base.Domain).
@@ -65,6 +68,24 @@ class ReportTools:
         self._open.close()
 
 
+def grader_of(agent: str, model: str) -> dict:
+    """What report.json says of the grader: its agent, its model and, when that is the bundled local model
+    (services/local_model.py), that its grades mean little (it is often the model that wrote the proofs)."""
+    warning = (f"graded by {model}, the bundled local model: its grades are near chance (it may well be the "
+               "model that wrote these proofs), so this score means little; grade with a provider's model "
+               "(--model PROVIDER/MODEL, or models.grader in --config)") if is_local(model) else None
+    return {"agent": agent, "model": model, "warning": warning}
+
+
+def grader_lines(result: dict) -> list[str]:
+    """The report's lines naming who graded, and its warning; none for a report no grader made."""
+    grader = result.get("grader")
+    if not isinstance(grader, dict):
+        return []
+    return [f"grader          {grader['agent']}, model {grader['model']}",
+            *([f"warning: {grader['warning']}"] if grader.get("warning") else [])]
+
+
 def report(dname: str | Path, domain: str, config: Config | None = None, model: str | None = None) -> dict:
     dname = Path(dname)
     dom = get_domain(domain)
@@ -74,6 +95,8 @@ def report(dname: str | Path, domain: str, config: Config | None = None, model: 
     tools = ReportTools(dname, config or load_config(), model)
     try:
         result = {"domain": dom.name, **dom.scorer.score(dom, dname / PREDICTIONS, tools)}
+        if tools.grader is not None:
+            result["grader"] = tools.grader
     finally:
         tools.close()
     atomic_write_json(dname / "report.json", result)
@@ -92,7 +115,7 @@ def main(argv: list[str] | None = None) -> None:
         raise UserError("pass --domain NAME or --domain_spec FILE (one of them)")
     domain = args.domain or use_domain_specs([args.domain_spec])[0]
     result = report(args.dname, domain, load_config(args.config), args.model)
-    print(get_domain(domain).format_report(result))
+    print("\n".join([get_domain(domain).format_report(result), *grader_lines(result)]))
     print(f"report: {Path(args.dname) / 'report.json'}")
 
 
