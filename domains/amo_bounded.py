@@ -18,7 +18,7 @@ import json
 import os
 import sys
 
-from inside.answers import BoundedChild
+from inside.math_equality import BoundedChild
 from services.config import PROJECT_ROOT
 
 CHECK_LIMIT_S = 60.0  # wall clock of one check; honest answers take about a second
@@ -27,8 +27,8 @@ START_LIMIT_S = 60.0  # for the child to import sympy and math-verify and say it
 
 
 class BoundedChecker:
-    """`rule_check` of `domains.amo_grading`, in a child process (inside.answers.BoundedChild); one check
-    at a time."""
+    """`rule_check` of `domains.amo_grading`, in a child process (inside.math_equality.BoundedChild); one
+    check at a time."""
 
     def __init__(self, limit_s: float = CHECK_LIMIT_S) -> None:
         self.limit_s = limit_s

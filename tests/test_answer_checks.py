@@ -1,6 +1,7 @@
-"""inside/answers.py against the cases of issues 26 and 36: AIME 2025's two rules (the benchmark's "any number"
-and the strict final answer), and IMO-AnswerBench's rule check (math-verify, made sure of what it
-calls equal) on right and near-miss answers written for real rows of the data set."""
+"""inside/answers.py and inside/math_equality.py against the cases of issues 26 and 36: AIME 2025's two
+rules (the benchmark's "any number" and the strict final answer), and IMO-AnswerBench's rule check
+(math-verify, made sure of what it calls equal) on right and near-miss answers written for real rows
+of the data set."""
 
 import random
 import re
@@ -10,7 +11,7 @@ import time
 import pytest
 
 from domains.judge import AnswerGrader
-from inside import answers
+from inside import math_equality
 from inside.answers import (
     aime_answer,
     aime_any_number,
@@ -21,9 +22,8 @@ from inside.answers import (
     committed_integer,
     extract_boxed,
     final_answer,
-    in_words,
-    math_equal,
 )
+from inside.math_equality import in_words, math_equal
 from support.answer_cases import RIGHT, WRONG, references, truth
 
 
@@ -315,12 +315,12 @@ def test_off_the_main_thread_checks_run_bounded_in_a_child(monkeypatch):
     assert not _on_a_thread(lambda: math_equal("r - 2R", "$R-2r$"))
     started = time.monotonic()
     assert not _on_a_thread(lambda: math_equal("9^{9^{9^{9}}}", "1"))  # on a thread of its own, this never ends
-    assert time.monotonic() - started < answers.CHILD_LIMIT_S + 5
-    monkeypatch.setattr(answers, "CHILD_LIMIT_S", 0.2)
-    child = answers._BOUNDED._proc
+    assert time.monotonic() - started < math_equality.CHILD_LIMIT_S + 5
+    monkeypatch.setattr(math_equality, "CHILD_LIMIT_S", 0.2)
+    child = math_equality._BOUNDED._proc
     assert not _on_a_thread(lambda: math_equal("9^{9^{9^{9}}}", "1"))
-    assert answers._BOUNDED._proc is None and child.poll() is not None  # killed
-    monkeypatch.setattr(answers, "CHILD_LIMIT_S", 20)
+    assert math_equality._BOUNDED._proc is None and child.poll() is not None  # killed
+    monkeypatch.setattr(math_equality, "CHILD_LIMIT_S", 20)
     assert _on_a_thread(lambda: math_equal("1/2", "0.5"))
 
 
