@@ -7,13 +7,15 @@
 Which node of a run is the best grader: `--choose paper` (the default), the HyperAgents
 reference's rule, or `--choose full_eval`; archive/grader_choice.py has both and why they differ.
 
-The package holds the grader's code only, `agent/` and `task_agent/` moved under the
-`proofgrader.` namespace, and the packaging files of `proofgrader_template/`. Before it
-is put in place, two checks run on the built copy: it imports, in a sandbox, with the project's own
-`agent`/`task_agent` out of reach, and no row of the IMO grading data (whose labels the
-meta agent saw) is copied into it. The import check runs on a throwaway copy, and the built
-tree must be byte for byte the same after it: code that runs at import cannot plant a
-setup.py or edit pyproject.toml of the package that `pip install` later runs on the host.
+The package holds the grader's code only, `agent/` and the task agent (a `task_agent/` package or, in the HyperAgents
+reference's layout of a run started from an agent folder such as the paper's BetterGrader run
+`--initial_agent proofautograder --preset paper`, a top-level `task_agent.py`; either is then `proofgrader.task_agent`),
+read as data, laid out under `proofgrader/` as in the node, its imports moved under the `proofgrader.` namespace; and
+the packaging files of `proofgrader_template/`. Before it is put in place, two checks run on the built copy: it
+imports, in a sandbox, with the project's own `agent`/`task_agent` out of reach, and no row of the IMO grading data
+(whose labels the meta agent saw) is copied into it. The import check runs on a throwaway copy, and the built tree
+must be byte for byte the same after it: code that runs at import cannot plant a setup.py or edit pyproject.toml of
+the package that `pip install` later runs on the host.
 """
 
 from __future__ import annotations
@@ -32,7 +34,6 @@ from datetime import datetime
 from importlib import metadata
 from pathlib import Path
 from string import Template
-from typing import TYPE_CHECKING
 
 from archive import grader_choice
 from archive.grader_choice import GRADING_DOMAIN
@@ -43,11 +44,9 @@ from services.local_model import is_local
 from services.render import console
 from services.startup import choose_run_models
 
-if TYPE_CHECKING:
-    from archive.records import RunRecord
-
 TEMPLATE = PROJECT_ROOT / "proofgrader_template"
-PACKAGED = ("agent", "task_agent")  # the grader's code; the meta agent and the rest stay behind
+PACKAGED = ("agent", "task_agent", "task_agent.py")  # the grader's code; the meta agent and the rest stay behind
+ENTRIES = ("task_agent/__init__.py", "task_agent.py")  # its task agent's module, as Python finds it: a package first
 RESOURCES = {".py", ".txt", ".md", ".json", ".yaml", ".yml"}  # files an agent may read at run time
 LEAK_SNIPPET = 80  # letters and digits from the middle of a data set answer that must not appear in the package
 MODEL_VARIABLE = "PROOFGRADER_MODEL"  # the package reads its model from here when a call names none
@@ -55,9 +54,8 @@ MODEL_VARIABLE = "PROOFGRADER_MODEL"  # the package reads its model from here wh
 _FROM_IMPORT = re.compile(r"^(\s*)from\s+(agent|task_agent)((?:\.\w+)*)\s+import\b", re.M)
 _IMPORT = re.compile(r"^(\s*)import\s+(agent|task_agent)((?:\.\w+)*)(\s+as\s+\w+)?[ \t]*$", re.M)
 
-# Appended to proofgrader/task_agent/__init__.py: the evolved TaskAgent, whose model is chosen as
-# `proofgrader.model_for` says (the argument, PROOFGRADER_MODEL, the build's default), so
-# `TaskAgent()` works on its own wherever a model is known.
+# Appended to the module proofgrader.task_agent (ENTRIES): the evolved TaskAgent, its model chosen as `model_for`
+# says (the argument, PROOFGRADER_MODEL, the build's default), so `TaskAgent()` works wherever a model is known.
 _DEFAULT_MODEL = '''
 
 # Added by setup_proofgrader_repo: model=, else PROOFGRADER_MODEL, else the build's default model.
@@ -75,7 +73,7 @@ class TaskAgent(_EvolvedTaskAgent):
 class Grader:
     """Where a grader's code is and what is known about it."""
 
-    tree: Path  # folder holding agent/ and task_agent/
+    tree: Path  # folder holding agent/ and task_agent/ (or task_agent.py)
     title: str
     origin: str
     model: str
@@ -114,21 +112,13 @@ def namespace_imports(source: str) -> str:
 
 
 # -- where the grader comes from ------------------------------------------------------------
-def read_run_record(run_dir: Path) -> RunRecord:
-    """run.json of the run folder `run_dir`, checked; a one-line UserError when it is not one the loop wrote."""
-    from archive.run_folder import read_run_record as read_record
-
-    where = f"--generate_dir {run_dir}"
-    if not (run_dir / "repo").is_dir():
-        raise UserError(f"{where}: not a run folder (no run.json and repo/ there)")
-    return read_record(run_dir, where)
-
-
 def from_run(run_dir: Path, scratch: Path, choice: str = "paper") -> Grader:
-    from archive.run_folder import data_config, repository_read
+    from archive.run_folder import data_config, read_run_record, repository_read
     from services.workspace import RunRepo
 
-    record = read_run_record(run_dir)
+    if not (run_dir / "repo").is_dir():  # then run.json, checked: a one-line UserError when the loop did not write it
+        raise UserError(f"--generate_dir {run_dir}: not a run folder (no run.json and repo/ there)")
+    record = read_run_record(run_dir, f"--generate_dir {run_dir}")
     if GRADING_DOMAIN not in record.domains:
         raise UserError(f"--generate_dir {run_dir}: the run did not optimize {GRADING_DOMAIN} "
                         f"(its domains: {', '.join(record.domains)})")
@@ -136,8 +126,7 @@ def from_run(run_dir: Path, scratch: Path, choice: str = "paper") -> Grader:
     best = grader_choice.choose(candidates, choice)
     if best is None:
         split = grader_choice.selection_split()
-        which = ("no node has" if choice == "paper" else
-                 f"no node finished the full {GRADING_DOMAIN} evaluation with")
+        which = "no node has" if choice == "paper" else f"no node finished the full {GRADING_DOMAIN} evaluation with"
         raise UserError(f"--generate_dir {run_dir}: {which} a {split} normalized MAE yet; "
                         "resume the run or pass --proofautograder")
     for line in [*grader_choice.ranking_lines(candidates, choice),
@@ -145,8 +134,7 @@ def from_run(run_dir: Path, scratch: Path, choice: str = "paper") -> Grader:
         print(console(line))
     with repository_read(run_dir, best.commit):
         RunRepo(run_dir / "repo").export(best.commit, scratch)
-    config = data_config(record, run_dir)
-    model = config.resolve_model("task")
+    model = data_config(record, run_dir).resolve_model("task")
     keep = ("overall_accuracy", "normalized_mean_absolute_error")
     scores = {split: {k: report[k] for k in keep if k in report} for split, report in best.scores.items()}
     origin = f"node {best.node_id} (generation {best.generation}) of the run {run_dir}, commit {best.commit[:12]}"
@@ -223,17 +211,25 @@ def _write_package(grader: Grader, out: Path) -> None:
     files = {p.relative_to(TEMPLATE).as_posix(): Template(p.read_text()).safe_substitute(fields)  # path -> text
              if p.suffix in (".toml", ".md") else p.read_text()
              for p in TEMPLATE.rglob("*") if p.is_file() and "__pycache__" not in p.parts}
-    files.update((f"proofgrader/{p.relative_to(grader.tree).as_posix()}",
-                  namespace_imports(p.read_text()) if p.suffix == ".py" else p.read_text())
-                 for top in PACKAGED for p in sorted((grader.tree / top).rglob("*"))
-                 if p.is_file() and p.suffix in RESOURCES and "__pycache__" not in p.parts)
-    entry = "proofgrader/task_agent/__init__.py"
-    if entry not in files:
-        raise UserError(f"{grader.origin} has no task_agent/__init__.py to package")
-    files[entry] += _DEFAULT_MODEL
+    files.update(grader_code(grader))
     files["proofgrader/provenance.json"] = json.dumps(provenance, indent=2) + "\n"
     for relative, text in files.items():  # through no link below `out`: a planted one is refused, in one line
         write_below(out, relative, text.encode("utf-8", "backslashreplace"), sync=False)
+
+
+def grader_code(grader: Grader) -> dict[str, str]:
+    """The package's files of the grader's code (path -> text): PACKAGED's that an agent may read, as they lie in
+    `grader.tree` (read as data), below `proofgrader/`, imports moved, its task agent's module given a default model."""
+    from services.workspace import Quota, read_workspace
+
+    files = {f"proofgrader/{rel}": namespace_imports(text) if rel.endswith(".py") else text
+             for rel, (_, data) in read_workspace(grader.tree, Quota(), only=PACKAGED).files.items()
+             if Path(rel).suffix in RESOURCES for text in [data.decode("utf-8", "replace")]}
+    entry = next((f"proofgrader/{e}" for e in ENTRIES if f"proofgrader/{e}" in files), None)
+    if entry is None:
+        raise UserError(f"{grader.origin} has neither a task_agent/__init__.py nor a task_agent.py to package")
+    files[entry] += _DEFAULT_MODEL
+    return files
 
 
 def tree_digest(root: Path) -> list[tuple[str, str]]:
@@ -244,10 +240,8 @@ def tree_digest(root: Path) -> list[tuple[str, str]]:
         for name in [*dirs, *files]:
             path = Path(folder) / name
             mode = path.lstat().st_mode
-            if stat.S_ISREG(mode):
-                what = f"file {mode & 0o111:o} {hashlib.sha256(read_bounded(path, 2**31)).hexdigest()}"
-            else:
-                what = "folder" if stat.S_ISDIR(mode) else f"other {stat.S_IFMT(mode):o}"
+            what = (f"file {mode & 0o111:o} {hashlib.sha256(read_bounded(path, 2**31)).hexdigest()}"
+                    if stat.S_ISREG(mode) else "folder" if stat.S_ISDIR(mode) else f"other {stat.S_IFMT(mode):o}")
             found.append((str(path.relative_to(root)), what))
     return sorted(found)
 
@@ -301,9 +295,7 @@ _ESCAPE = re.compile(r"\\(u[0-9a-fA-F]{4}|.)", re.S)
 
 def _unescape(m: re.Match) -> str:
     code = m.group(1)
-    if code.startswith("u") and len(code) == 5:
-        return chr(int(code[1:], 16))
-    return " " if code in "ntr" else code
+    return chr(int(code[1:], 16)) if code.startswith("u") and len(code) == 5 else " " if code in "ntr" else code
 
 
 def _letters(text: str) -> str:
@@ -342,7 +334,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="setup_proofgrader_repo", description=(__doc__ or "").split("\n\n")[0])
     source = ap.add_mutually_exclusive_group(required=True)
     source.add_argument("--proofautograder", action="store_true", help="package the ProofAutoGrader baseline")
-    source.add_argument("--generate_dir", metavar="RUN", help="package the best grader of an imo_grading run")
+    source.add_argument("--generate_dir", metavar="RUN", help="package the best grader of an imo_grading run (its "
+                        "task agent a task_agent/ package, or the reference's top-level task_agent.py)")
     ap.add_argument("--dst", default="./proofgrader_repo", help="where the package goes (./proofgrader_repo)")
     ap.add_argument("--force", action="store_true", help="replace an existing --dst")
     ap.add_argument("--model", default=None,

@@ -262,3 +262,155 @@ def test_a_grader_that_carries_grading_data_or_reaches_outside_is_refused(tmp_pa
     r = setup_repo("--generate_dir", str(run.dir), cwd=tmp_path)
     assert r.returncode == 2 and "does not import on its own: ImportError: it imports agent," in r.stderr
     assert not (tmp_path / "proofgrader_repo").exists()
+
+
+# -- a node in the HyperAgents reference's layout: task_agent.py beside agent/ ----------------------------------
+MARKER = "MARKER-EVOLVED"  # what the evolved node put at the head of ProofAutoGrader's prompt
+POINTS = {"incorrect": 0, "partial": 1, "almost": 6, "correct": 7}
+# Replies and the label ProofAutoGrader reads from each: the first <points> block, 0/1/6/7 only, else "None".
+REPLIES = {"Sound.\n<points>7 out of 7</points>": "correct", "<points>6 out of 7</points> <points>0</points>": "almost",
+           "<points>1</points>": "partial", "<points>0 out of 7</points>": "incorrect",
+           "<points>3 out of 7</points>": "None", "No score at all.": "None"}
+GRADE_ALL = ("import json\nfrom proofgrader import grade\nfrom proofgrader.task_agent import TaskAgent\n"
+             f"labels = [grade(**{GRADING_INPUTS!r}) for _ in range({len(REPLIES) - 1})]\n"
+             f"labels.append(TaskAgent().forward({{'domain': 'imo_proof_grading', **{GRADING_INPUTS!r}}})[0])\n"
+             "print(json.dumps(labels))")
+
+
+def paper_layout_run(root: Path, code: str = "") -> SyntheticRun:
+    """A run folder as the paper's BetterGrader run (`--initial_agent proofautograder --preset paper`) leaves it: its
+    initial commit initial_agents/paper with ProofAutoGrader as the top-level task_agent.py, and node 1 (val MAE 0.1)
+    that commit with MARKER at the head of the grading prompt (and `code` at the end of the file)."""
+    from archive.eval_store import EvalStore
+    from archive.records import Node
+    from optimizer.initial_agents import on_paper
+    from services.workspace import RunRepo, discard
+    from support.cli import REPO_ROOT
+
+    run = SyntheticRun(root)
+    discard(run.dir / "repo")
+    repo = RunRepo.create(run.dir / "repo", REPO_ROOT, prepare=on_paper("proofautograder").apply)
+    workspace = repo.checkout(repo.node_commit("initial"), root / "workspace")
+    source = workspace / "task_agent.py"
+    source.write_text(source.read_text().replace("You are grading", f"{MARKER} You are grading", 1) + code)
+    commit = repo.capture(workspace, repo.node_commit("initial"), "1").commit
+    discard(workspace)
+    key = EvalStore.key("1", "imo_grading", "val", 0, "synthetic")
+    (run.dir / "evals" / key).mkdir(parents=True)
+    (run.dir / "evals" / key / "report.json").write_text(json.dumps(
+        {"overall_accuracy": 0.6, "normalized_mean_absolute_error": 0.1}))
+    run.archive.record(Node("1", "initial", 1, commit=commit, full_eval={"imo_grading": True},
+                            eval_keys={"imo_grading": {"val": key}}))
+    return run
+
+
+def grade_every_reply(fake_openai, package: Path, cwd: Path) -> list:
+    """The labels the package at `package` (on PYTHONPATH) gives for REPLIES, in order: each through grade() but
+    the last, through TaskAgent().forward()."""
+    fake_openai.set_replies(list(REPLIES))
+    env = {**cli_env(fake_openai), "PYTHONPATH": str(package)}
+    r = subprocess.run([sys.executable, "-c", GRADE_ALL], cwd=cwd, env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.e2e
+def test_a_node_whose_task_agent_is_a_top_level_task_agent_py_grades_as_the_packaged_default_layout(
+        tmp_path, fake_openai):
+    run = paper_layout_run(tmp_path)
+    r = setup_repo("--generate_dir", str(run.dir), "--dst", str(tmp_path / "paper"), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "chosen: node 1" in r.stdout
+    package = tmp_path / "paper" / "proofgrader"
+    code = (package / "task_agent.py").read_text()  # as in the node: beside agent/, the module proofgrader.task_agent
+    assert MARKER in code and "from proofgrader.agent.base_agent import AgentSystem\n" in code
+    assert code.rstrip().endswith("super().__init__(_model_for(model), chat_history_file)")
+    tool_chat = (package / "agent" / "tool_chat.py").read_text()
+    assert "from proofgrader.agent.llm import get_response_from_llm\n" in tool_chat
+    assert (package / "agent" / "tools" / "editor.py").is_file()  # the tool loop imports every tool module
+    assert not any((package / name).exists() for name in ("task_agent", "meta_agent.py", "README.md", "baselines"))
+    assert json.loads((package / "provenance.json").read_text())["node_id"] == "1"
+    r = setup_repo("--proofautograder", "--model", "openai/fake-task", "--dst", str(tmp_path / "default"),
+                   cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+
+    paper = grade_every_reply(fake_openai, tmp_path / "paper", tmp_path)
+    sent = [request["json"] for request in fake_openai.requests]
+    assert paper == list(REPLIES.values()) == grade_every_reply(fake_openai, tmp_path / "default", tmp_path)
+    assert len(sent) == len(REPLIES) and all(MARKER in s["messages"][-1]["content"] for s in sent)
+    assert {(s["model"], s["temperature"], s["max_tokens"]) for s in sent} == {("fake-task", 0, 16384)}
+    assert all(v in sent[0]["messages"][-1]["content"] for v in GRADING_INPUTS.values())
+
+
+@pytest.mark.e2e
+def test_a_top_level_task_agent_py_that_imports_what_the_package_leaves_behind_is_refused(tmp_path):
+    run = paper_layout_run(tmp_path, code="\nimport meta_agent\n")  # beside it in the node, not in the package
+    r = setup_repo("--generate_dir", str(run.dir), cwd=tmp_path)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "does not import on its own: ModuleNotFoundError: No module named 'meta_agent'" in r.stderr
+    assert not (tmp_path / "proofgrader_repo").exists()
+
+
+def bettergrader_responder():
+    """The fake provider as both models of the paper's BetterGrader run: the meta model puts MARKER in the grading
+    prompt (one edit); the task model gives each row its label's points once MARKER is there, and 0 points before."""
+    import pandas as pd
+
+    from services.config import PROJECT_ROOT
+
+    data = PROJECT_ROOT / "domains" / "imo" / "data"
+    rows = [(r["Response"], r["Reward"].lower()) for split in ("train", "val")
+            for r in pd.read_csv(data / f"gradingbench_filtered_100_{split}.csv").to_dict("records")]
+    edit = {"tool_name": "editor", "tool_input": {"command": "str_replace", "path": "/workspace/task_agent.py",
+                                                  "old_str": "You are grading", "new_str": f"{MARKER} You are grading"}}
+
+    def respond(request: dict) -> str:
+        messages = request["messages"]
+        if "Change any part of the code base at `/workspace`" in str(messages[0]["content"]):
+            first = not any(m["role"] == "assistant" for m in messages)
+            return f"<json>{json.dumps(edit)}</json>" if first else "Done."
+        prompt = str(messages[-1]["content"])
+        label = next((label for answer, label in rows if answer in prompt), "incorrect")
+        return f"<points>{POINTS[label] if MARKER in prompt else 0} out of 7</points>"
+
+    return respond
+
+
+@pytest.mark.e2e
+def test_the_papers_bettergrader_run_packages_installs_and_grades(tmp_path, fake_openai):
+    from support.cli import FAST_CONFIG, run_loop
+
+    fake_openai.set_responder(bettergrader_responder())
+    config = tmp_path / "paper.yaml"
+    config.write_text(FAST_CONFIG + "loop:\n  meta_timeout_s: 120\n")
+    r = run_loop(tmp_path, fake_openai, "--preset", "paper", "--initial_agent", "proofautograder",
+                 "--max_generation", "1", config=config, timeout=900)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    run_dir = tmp_path / "out" / "run"
+    node = json.loads((run_dir / "nodes" / "1" / "node.json").read_text())
+    assert node["full_eval"] == {"imo_grading": True} and node["scores"]["imo_grading"]["val"] == 1.0
+
+    r = setup_repo("--generate_dir", str(run_dir), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "chosen: node 1" in r.stdout and "default model openai/fake" in r.stdout
+    package = tmp_path / "proofgrader_repo"
+    python = fresh_venv(tmp_path / "venv")
+    install = subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+                              "--no-index", str(package)], capture_output=True, text=True, timeout=300)
+    assert install.returncode == 0, install.stderr
+    shutil.rmtree(package)
+    (elsewhere := tmp_path / "elsewhere").mkdir()
+    env = cli_env(fake_openai)
+    env.pop("PYTHONPATH", None)
+    fake_openai.set_replies(["The key lemma is unproved.\n<points>1 out of 7</points>"])
+    script = ("import json, proofgrader, proofgrader.task_agent as ta\n"
+              f"print(json.dumps([proofgrader.grade(**{GRADING_INPUTS!r}), ta.__file__]))")
+    r = subprocess.run([str(python), "-c", script], cwd=elsewhere, env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    label, location = json.loads(r.stdout.strip().splitlines()[-1])
+    assert label == "partial" and location == str(next((tmp_path / "venv" / "lib").glob(
+        "python3*/site-packages/proofgrader/task_agent.py")))  # the venv's copy, the module the node's task_agent.py
+    sent = fake_openai.requests[-1]["json"]
+    assert sent["model"] == "fake" and MARKER in sent["messages"][-1]["content"]  # node 1's grader, called directly
