@@ -25,6 +25,7 @@ row transcripts within a cap of their own (the rows past it listed in `agent_eva
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from pathlib import Path
@@ -42,6 +43,7 @@ from services.fsutil import (
     atomic_write_text,
     make_folder,
     read_below,
+    read_bounded,
     read_csv_text,
 )
 from services.gateway import redact_keys
@@ -91,7 +93,7 @@ def publish_feedback(run_dir: Path, domains: list[Domain], store: EvalStore, nod
     folder = run_dir / "feedback" / node.node_id
     make_folder(folder)
     if paper:
-        publish_generation(run_dir, node, folder)
+        publish_generation(run_dir, node, folder, domains, store)
     patch = run_dir / "nodes" / node.node_id / "patch.diff"
     if patch.is_file() and not patch.is_symlink():  # written by the core; the initial node has none
         _publish(patch, folder / "patch.diff")
@@ -124,12 +126,31 @@ def _publish(source: Path, target: Path) -> None:
 
 
 # -- loop.feedback paper: transcripts and the generation's log -------------------------------------
-def publish_generation(run_dir: Path, node: Node, folder: Path) -> None:
+def publish_generation(run_dir: Path, node: Node, folder: Path, domains: list[Domain], store: EvalStore) -> None:
     """The node's meta agent transcript and its generation's log, into its feedback `folder`."""
     transcript = agent_text(run_dir, f"{UNTRUSTED}/{node.node_id}/meta/{META_TRANSCRIPT}", MAX_META_TRANSCRIPT)
     if transcript is not None:
         atomic_write_text(folder / "meta_chat_history.md", transcript, sync=False)
-    atomic_write_text(folder / "generation.log", redact_keys(generation_log(run_dir, node)), sync=False)
+    log = generation_log(run_dir, node) + report_lines(node, domains, store)
+    atomic_write_text(folder / "generation.log", redact_keys(log), sync=False)
+
+
+def report_lines(node: Node, domains: list[Domain], store: EvalStore) -> str:
+    """Each split's report as the domain prints it (per label, MAE, distributions: figures, never rows), as
+    the reference's generate.log holds the report runs' output, val's included."""
+    parts = []
+    for domain in domains:
+        for split in ("train", "val"):
+            key = node.eval_key(domain.name, split)
+            if key is None or not store.report_path(key).is_file():
+                continue
+            try:
+                report = json.loads(read_bounded(store.report_path(key), 2**20))
+                text = domain.format_report(report)
+            except (OSError, ValueError, KeyError, TypeError):  # the core's own file; an old shape is left out
+                continue
+            parts += ["", f"--- {domain.name} {split} report ---", text.rstrip("\n")]
+    return "\n".join(parts) + "\n" if parts else ""
 
 
 def generation_log(run_dir: Path, node: Node) -> str:

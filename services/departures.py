@@ -182,6 +182,11 @@ DEPARTURES: tuple[Departure, ...] = (
     Departure("ProofAutoGrader (`--initial_agent proofautograder`, `setup_proofgrader_repo --proofautograder`)",
               "one call at temperature 0 and 16,384 tokens; the first `<points>` tag, 0/1/6/7 only, else invalid",
               "the same", "-"),
+    Departure("ProofAutoGrader's prompt",
+              "IMO-Bench's grading prompt word for word (baselines/imo_grading/proofautograder.py)",
+              "the same scale, steps and `<points>` reply, in this project's own words",
+              "this project writes every prompt in its own words; the reply is read as the reference reads it",
+              applies=_initial("proofautograder")),
     Departure("the packaged grader (`setup_proofgrader_repo --generate_dir`)",
               "the lowest val normalized MAE, ties to the earlier node",
               "the same (`--choose paper`); `--choose full_eval` takes only fully evaluated nodes", "-"),
@@ -207,26 +212,27 @@ DEPARTURES: tuple[Departure, ...] = (
               "the bundled files at the commit domains/imo/data/README.md names",
               "a run must not depend on a download", applies=_domain("imo_grading", "imo_proof")),
     Departure("IMO-AnswerBench answers",
-              "an LLM grader (AnswerAutoGrader) on every output, temperature 0 (`--domain imo_answer_judged`)",
+              "(not in the reference; IMO-Bench's own:) an LLM grader (AnswerAutoGrader) on every output, "
+              "temperature 0 (`--domain imo_answer_judged`)",
               "`imo_answer`: math-verify, right only where it is sure (decimals exact, never rounded); "
               "`imo_answer_hybrid`: math-verify where it is sure, else the grader",
               "a rule costs nothing and cannot be talked into a verdict",
               applies=_domain("imo_answer", "imo_answer_hybrid")),
     Departure("AIME 2025",
-              "any number in the output equal to the answer",
+              "(not in the reference; the benchmark's own rule:) any number in the output equal to the answer",
               "`accuracy`: the last answer the output commits to (a box or an answer marker; a later one "
               "overrides an earlier one); the benchmark's rule is reported beside it as `accuracy_any_number`",
               "an agent optimized where any number counts learns to list many numbers",
               applies=_domain("aime2025")),
     Departure("SC-TIR (`--initial_agent sc_tir_recipe`, AIME only)",
-              "the NuminaMath recipe: 48 traces at T=0.8, 4 calls of 2,048 tokens, 5 s a code block, integer "
-              "answers mod 1000, none -> 0",
+              "(not in the reference; NuminaMath's recipe:) 48 traces at T=0.8, 4 calls of 2,048 tokens, 5 s a "
+              "code block, integer answers mod 1000, none -> 0",
               "`sc_tir`: 8 traces, 5 calls, 10 s a block, any answer votes, none -> \"None\"",
               "48 x 4 long calls a problem is dollars with an API model and days with the local one",
               applies=_initial("sc_tir")),
     Departure("AMO-Bench",
-              "the official grader's semantics (extraction after `</think>`, two-way verify, a retry on an "
-              "answer cut at `\\medskip`, integer substitution points, 5 judges)", "the same", "-"),
+              "(not in the reference; AMO-Bench's official grader:) extraction after `</think>`, two-way verify, "
+              "a retry on an answer cut at `\\medskip`, integer substitution points, 5 judges", "the same", "-"),
 )
 
 
@@ -283,8 +289,8 @@ def _cell(text: str) -> str:
 def table_text() -> str:
     """The README's table, a row an item."""
     default = Config()
-    rows = ["| item | the reference (`--preset paper` where a key sets it) | this project's default | "
-            "why the default differs |", "|---|---|---|---|"]
+    rows = ["| item | the reference (`--preset paper` where a key sets it; a benchmark's own rule where the "
+            "reference has none) | this project's default | why the default differs |", "|---|---|---|---|"]
     for d in DEPARTURES:
         item = f"{d.item} (`{d.key}`)" if d.key else d.item
         reference = f"`{_shown(d.paper)}`: {d.reference}" if d.key else d.reference

@@ -8,11 +8,13 @@ next meta agent lists and reads them inside its sandbox, and no val row is among
 default they are absent.
 """
 
+import json
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
+from domains.registry import get_domain
 from services.config import PROJECT_ROOT
 from support.cli import run_loop
 from support.scripted_loop import IMPROVE, MARKER, loop_config, nodes, responder
@@ -25,6 +27,7 @@ LOOK = {"tool_name": "bash", "tool_input": {
     "command": "cd /feedback && ls -R . && grep -o 'GRADE-CAREFULLY-[0-9]' 1/meta_chat_history.md | head -1 "
                "&& grep 'imo_grading val' 1/generation.log"}}
 SCRIPT = {1: [IMPROVE], 2: [LOOK]}
+GRADING = get_domain("imo_grading")
 
 
 def run(tmp_path: Path, fake, mode: str | None) -> Path:
@@ -56,6 +59,10 @@ def test_under_paper_the_meta_agent_reads_transcripts_and_logs_of_train_rows_onl
         log = (feedback / node / "generation.log").read_text()
         assert f"imo_grading train: {found[node]['scores']['imo_grading']['train']:.3f}" in log
         assert f"imo_grading val: {found[node]['scores']['imo_grading']['val']:.3f}" in log  # a score, as there
+        # and the val report's figures as the domain prints them (per label, MAE), as the reference's log has
+        val_report = json.loads((run_dir / "evals" / found[node]["eval_keys"]["imo_grading"]["val"]
+                                 / "report.json").read_text())
+        assert f"--- imo_grading val report ---\n{GRADING.format_report(val_report).rstrip()}" in log
     assert not (feedback / "initial" / "meta_chat_history.md").exists()  # the initial node had no meta agent
     assert MARKER in (feedback / "1" / "meta_chat_history.md").read_text()  # generation 1's edit, as it made it
     assert "hyperagents-meta-summary" in (feedback / "1" / "generation.log").read_text()  # what its run printed

@@ -380,6 +380,8 @@ DRESSED = [
     pytest.param(r"\mathrm{1{,}070}", "1070", 70, id="mathrm-groups"),
     pytest.param(r"$\text{\$70}$", "70", 70, id="nested"),
     pytest.param(r"\text{\overline{70}}", "70", 70, id="nested-overline"),
+    pytest.param("+70", "70", 70, id="plus-sign"), pytest.param("070", "70", 70, id="leading-zero"),
+    pytest.param("-07", "-7", None, id="negative-leading-zero"),
     # what is not a number stays itself
     pytest.param(r"0.\overline{3}", r"0.\overline{3}", None, id="repeating-decimal"),
     pytest.param(r"\overline{AB}", r"\overline{AB}", None, id="segment"),

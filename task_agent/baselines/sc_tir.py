@@ -90,7 +90,7 @@ _BOXED = "\\boxed{"
 _FRAC = re.compile(r"^(-?)\\[dt]?frac\{(-?\d+)\}\{(-?\d+)\}$")
 _SLASH = re.compile(r"^(-?)(\d+)/(\d+)$")
 _DELIMITER_SIZE = re.compile(r"\\(?:left|right)(?![a-zA-Z])")  # not \leftarrow
-_WHOLE_FLOAT = re.compile(r"^(-?\d+)\.0*$")
+_WHOLE_FLOAT = re.compile(r"^([+-]?\d+)(?:\.0*)?$")  # 70, +70, 070, 70.0: one integer
 _TEXT = re.compile(r"\\(?:text|textbf|mbox|mathrm)\{([^{}]*)\}")
 _UNIT = re.compile(r"(?:\^\\circ|\^\{\\circ\}|\\%|%|[A-Za-z]+)$")
 # Digits in \text{}, \mathrm{} and the like, or under \overline{} (digit notation: not 0.\overline{3}, a repeating decimal).
@@ -133,7 +133,7 @@ def bare_number(text: str | None) -> str:
 
 
 def normalize_answer(text: str) -> str:
-    """The form answers are compared in: `$ 42.0 $`, `\\frac{84}{2}`, `\\text{42}` and `42` are one vote."""
+    """The form answers are compared in: `$ 42.0 $`, `\\frac{84}{2}`, `\\text{42}`, `+42`, `042` and `42` are one vote."""
     s = _DELIMITER_SIZE.sub("", bare_number(text))
     s = re.sub(r"\\[,;:!]", "", s)  # thin spaces, as in 1\,000
     s = re.sub(r"\s*([^\w\s\\])\s*", r"\1", s.strip())  # spaces around symbols carry no meaning
