@@ -2,10 +2,11 @@
 an artifact; per node, its numbers as metrics at the node's generation and its record and patch as
 artifacts under nodes/<id>/; the best node so far as best/ metrics and the `best_node` tag.
 
-Without a tracking URI the store is a file store in RUN/tracking/mlruns (`mlflow ui
---backend-store-uri` reads it). MLflow 3 keeps file stores in maintenance and refuses them unless
-MLFLOW_ALLOW_FILE_STORE is set: the one store mlflow-skinny can write without a server, so the
-variable is set for this process. A resumed run continues the MLflow run whose id it kept."""
+Its store is `tracking.mlflow_uri`, else MLFLOW_TRACKING_URI, else a file store in RUN/tracking/mlruns
+(`mlflow ui --backend-store-uri` reads it); its experiment `tracking.experiment` when set, else
+MLFLOW_EXPERIMENT_NAME, else hyperagents (environment.py). MLflow 3 keeps file stores in maintenance
+and refuses them unless MLFLOW_ALLOW_FILE_STORE is set: the one store mlflow-skinny can write without
+a server, so the variable is set for this process. A resumed run continues the MLflow run whose id it kept."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from mlflow.entities import Metric, Param
 from mlflow.tracking import MlflowClient
 
 from optimizer.trackers.content import flat_params
+from optimizer.trackers.environment import chosen
 
 PARAM_CHARS = 500  # a parameter's value as MLflow keeps it (its limit is 6000)
 BATCH = 1000  # MLflow takes at most 1000 metrics in one call
@@ -32,9 +34,9 @@ class MlflowTracker:
 
     def __init__(self, run_dir: Path, config: TrackingConfig) -> None:
         os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")  # read when the client opens its store
-        self.uri = config.mlflow_uri or (run_dir / "tracking" / "mlruns").as_uri()
+        self.uri = chosen(self.name, config, "mlflow_uri").value or (run_dir / "tracking" / "mlruns").as_uri()
         self.client = MlflowClient(tracking_uri=self.uri)
-        self.experiment, self.run_name = config.experiment, run_dir.name
+        self.experiment, self.run_name = str(chosen(self.name, config, "experiment").value), run_dir.name
         self.run_id = ""  # set by start
 
     def start(self, kept: dict, run_record: dict) -> dict:

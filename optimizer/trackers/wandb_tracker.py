@@ -4,13 +4,17 @@ come back out of order) and its record and patch as files of the run (nodes/<id>
 so far as best/ numbers and the summary's `best_node`.
 
 Offline by default: W&B keeps everything in RUN/tracking/wandb/offline-run-*/, and `wandb sync`
-uploads it later. A resumed run continues the W&B run of the id it kept (a new offline folder of
-the same id, which `wandb sync` joins). W&B does not take over the console (console off): the
+uploads it later. Its mode, project and team are `tracking.wandb_mode`, `tracking.experiment` and
+`tracking.wandb_entity` where set, else WANDB_MODE, WANDB_PROJECT and WANDB_ENTITY, else offline,
+hyperagents and the account's default; its files go to WANDB_DIR when that is set (environment.py).
+A resumed run continues the W&B run of the id it kept (a new offline folder of the same id, which
+`wandb sync` joins). W&B does not take over the console (console off): the
 run's own lines stay as they are."""
 
 from __future__ import annotations
 
 import json
+import os
 import secrets
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -20,13 +24,17 @@ if TYPE_CHECKING:
 
 import wandb
 
+from optimizer.trackers.environment import chosen
+
 
 class WandbTracker:
     name = "wandb"
 
     def __init__(self, run_dir: Path, config: TrackingConfig) -> None:
         self.config, self.run_dir = config, run_dir
-        self.folder = run_dir / "tracking"
+        self.folder = Path(os.environ["WANDB_DIR"]) if os.environ.get("WANDB_DIR") else run_dir / "tracking"
+        self.mode, self.project, self.entity = (chosen(self.name, config, key).value
+                                                for key in ("wandb_mode", "experiment", "wandb_entity"))
         self.run: wandb.Run  # opened by start
 
     def start(self, kept: dict, run_record: dict) -> dict:
@@ -34,11 +42,11 @@ class WandbTracker:
         self.folder.mkdir(parents=True, exist_ok=True)
         settings = wandb.Settings(console="off", silent=True, disable_git=True, save_code=False,
                                   x_save_requirements=False, x_disable_stats=True, x_disable_machine_info=True)
-        self.run = wandb.init(project=self.config.experiment, entity=self.config.wandb_entity, id=run_id,
+        self.run = wandb.init(project=self.project, entity=self.entity, id=run_id,
                               name=str(run_record.get("name") or self.run_dir.name),
                               tags=[str(t)[:64] for t in run_record.get("tags") or []],  # W&B's limit
                               dir=str(self.folder),
-                              mode=self.config.wandb_mode,  # type: ignore[arg-type] - a str, which the config checks is offline|online
+                              mode=self.mode,  # type: ignore[arg-type] - offline|online from the config, or WANDB_MODE's
                               resume="allow", settings=settings, reinit="create_new",
                               config={"domains": run_record.get("domains", []), "backend": run_record.get("backend"),
                                       **run_record.get("config", {})})
