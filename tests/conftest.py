@@ -20,16 +20,27 @@ from support.fake_anthropic import FakeAnthropic  # noqa: E402
 from support.fake_openai import FakeOpenAI  # noqa: E402
 
 ATTACKS = pytest.StashKey[dict]()  # description -> node ids of the attack tests collected
+COUNTS = pytest.StashKey[tuple]()  # (tests, of them e2e), when the whole suite was collected
+
+
+def whole_suite(config) -> bool:
+    """Whether this session collected every test: no path narrower than tests/, no -k, no --deselect."""
+    given = {(config.invocation_params.dir / arg.split("::")[0]).resolve() for arg in config.args}
+    return (given <= {TESTS_DIR, REPO_ROOT} and not config.option.keyword
+            and not config.getoption("deselect", None) and not config.getoption("lf", False))
 
 
 def pytest_collection_modifyitems(session, config, items):
-    """Remember the attacks collected (tests marked `attack`), for the check of SECURITY.md."""
+    """Remember the attacks collected (tests marked `attack`), for the check of SECURITY.md, and on a whole
+    run the counts of tests (before -m deselects any), for the README's (tests/test_readme_setup.py)."""
     found: dict[str, list[str]] = {}
     for item in items:
         mark = item.get_closest_marker("attack")
         if mark and mark.args:
             found.setdefault(mark.args[0], []).append(item.nodeid)
     config.stash[ATTACKS] = found
+    if whole_suite(config):
+        config.stash[COUNTS] = (len(items), sum(1 for item in items if item.get_closest_marker("e2e")))
 
 
 @pytest.fixture(scope="session")

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from support.backends import BACKENDS
-from support.cli import FAST_CONFIG, REPO_ROOT, cli_env, run_cli
+from support.cli import FAST_CONFIG, REPO_ROOT, cli_env, run_cli, run_cli_without
 
 LABEL_REPLY = 'Checked every step.\n<json>{"response": "Partial"}</json>'
 
@@ -363,8 +363,8 @@ def test_proof_report_without_proofgrader_says_how_to_install(tmp_path, fake_ope
     fake_openai.set_replies(['<json>{"response": "proof"}</json>'])
     assert harness(tmp_path, fake_openai, "--domain", "imo_proof", "--num_samples", "1",
                    config=config_file).returncode == 0
-    r = run_cli("domains.report", "--domain", "imo_proof", "--dname", str(tmp_path / "out" / "r"),
-                env=cli_env(fake_openai))
+    r = run_cli_without(("proofgrader",), "domains.report", "--domain", "imo_proof", "--dname",
+                        str(tmp_path / "out" / "r"), env=cli_env(fake_openai))
     assert r.returncode == 2
     assert "pip install -e ./proofgrader_repo" in r.stderr and len(r.stderr.strip().splitlines()) == 1
 

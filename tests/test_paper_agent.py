@@ -102,7 +102,11 @@ def test_loading_the_agents_loads_no_module_of_the_project(env):
                   "files": sorted({m.__file__ for m in list(sys.modules.values()) if getattr(m, "__file__", None)})}
     """, env)
     assert loaded["tools"] == ["bash", "editor"] and loaded["none"] == []
-    ours = [f for f in loaded["files"] if f.startswith(str(REPO_ROOT))]
+    # The interpreter's own files are no module of the project, even where it lies inside the checkout
+    # (the README's .venv, whose site-packages hold litellm).
+    interpreter = {str(path) + os.sep for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)
+                   for path in (Path(p), Path(p).resolve())}
+    ours = [f for f in loaded["files"] if f.startswith(str(REPO_ROOT)) and not f.startswith(tuple(interpreter))]
     assert ours and all(f.startswith(str(PAPER) + os.sep) for f in ours), ours
 
 

@@ -15,6 +15,7 @@ from services.config import SandboxConfig
 from services.sandbox.bwrap import CGROUP_PREFIX, BwrapSandbox, _pids_cgroup_root
 from support.backends import BACKENDS
 from support.cli import REPO_ROOT
+from support.venvs import pip_install, venv_with_these_packages
 
 pytestmark = pytest.mark.e2e  # every test here runs a whole process (the loop, a sandbox, a browser)
 
@@ -22,7 +23,7 @@ pytestmark = pytest.mark.e2e  # every test here runs a whole process (the loop, 
 def test_a_python_installed_under_tmp_runs_sandboxed_code(tmp_path_factory):
     """A virtualenv made under /tmp: bwrap's private /tmp used to hide its interpreter."""
     venv = Path("/tmp") / f"venv-{os.getpid()}-{time.monotonic_ns()}"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", str(venv)], check=True)
+    python = venv_with_these_packages(venv)
     try:
         code = textwrap.dedent(f"""
             import sys, tempfile
@@ -33,7 +34,7 @@ def test_a_python_installed_under_tmp_runs_sandboxed_code(tmp_path_factory):
                 r = box.run([box.python, "-c", "import sys; print(sys.prefix)"], box.base_env(), timeout=60)
             print(r.stdout.strip(), r.stderr.strip()[-300:])
         """)
-        out = subprocess.run([str(venv / "bin" / "python"), "-c", code], capture_output=True, text=True, timeout=120)
+        out = subprocess.run([str(python), "-c", code], capture_output=True, text=True, timeout=120)
         assert out.stdout.split()[:1] == [str(venv)], out.stdout + out.stderr
     finally:
         subprocess.run(["rm", "-rf", str(venv)], check=True)
@@ -59,18 +60,26 @@ def test_the_pids_cgroup_of_a_killed_run_is_removed_by_the_next_one(tmp_path):
     assert not left.exists()
 
 
+SKIPPED = shutil.ignore_patterns(".git", "outputs", "build", "*.egg-info", "__pycache__", ".pytest_cache",
+                                 "proofgrader_repo")
+
+
+def not_the_project(folder: str, names: list[str]) -> set[str]:
+    """What a copy of the checkout leaves out: what git ignores, and any virtual environment (the README's
+    .venv, whatever its name), whose links copytree would follow into gigabytes."""
+    return set(SKIPPED(folder, names)) | {name for name in names if (Path(folder) / name / "pyvenv.cfg").is_file()}
+
+
 @pytest.fixture(scope="module")
 def installed_copy():
     """The framework installed the ordinary way (not editable) in a virtualenv: its data sets,
     labels included, are then package data in site-packages, which sandboxes see."""
     venv = Path("/tmp") / f"venv-installed-{os.getpid()}"
     source = Path("/tmp") / f"source-{os.getpid()}"  # a copy: building in the checkout would leave build/ there
-    shutil.copytree(REPO_ROOT, source, ignore=shutil.ignore_patterns(".git", "outputs", "build", "*.egg-info",
-                                                                      "__pycache__", ".pytest_cache"))
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
+    shutil.copytree(REPO_ROOT, source, ignore=not_the_project)
+    python = venv_with_these_packages(venv)
     try:
-        subprocess.run([str(venv / "bin" / "pip"), "install", "-q", "--no-deps", "--no-build-isolation",
-                        str(source)], check=True, capture_output=True, timeout=300)
+        pip_install(python, "--no-deps", "--no-build-isolation", str(source))
         yield venv
     finally:
         subprocess.run(["rm", "-rf", str(venv), str(source)], check=True)

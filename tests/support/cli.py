@@ -23,6 +23,17 @@ def run_cli(*args, env=None, cwd=REPO_ROOT, timeout=180):
                           timeout=timeout)
 
 
+def run_cli_without(modules: tuple[str, ...], *args, env=None, cwd=REPO_ROOT, timeout=180):
+    """`run_cli` in an interpreter where `modules` are not installed, whatever this environment holds (the
+    README's proof steps install `proofgrader`): None in sys.modules is how Python marks a module that cannot
+    be imported; `import` raises ModuleNotFoundError for it and importlib.util.find_spec answers None."""
+    code = ("import runpy, sys\n"
+            f"sys.modules.update(dict.fromkeys({list(modules)!r}))\n"
+            f"runpy.run_module({args[0]!r}, run_name='__main__', alter_sys=True)\n")
+    return subprocess.run([sys.executable, "-c", code, *args[1:]], env=env, cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout)
+
+
 def run_loop(tmp_path, fake, *args, config, domains=("imo_grading",), env=None, timeout=600):
     """`python -m run_optimization` into tmp_path/out/run, the task and meta models on the fake provider."""
     return run_cli("run_optimization", "--domain", *domains, "--output_dir", str(tmp_path / "out"),
