@@ -10,6 +10,7 @@ from __future__ import annotations
 from importlib import resources
 
 from archive.dashboard import pieces, transcript
+from archive.dashboard.evaluations import Evaluation, evaluations_table
 from archive.dashboard.flight import MAX_TAIL, InFlight
 from archive.dashboard.markup import Markup, h, join, url
 from archive.dashboard.reader import RunData, RunReader, Text, known_domain
@@ -40,9 +41,10 @@ def page(title: str, body: Markup, crumbs: list[tuple[str, str | None]], live: s
           h("script", {"src": "/static/dashboard.js"})))
 
 
-def index(runs: list[tuple[str, RunData]], version: str, tag: str | None = None) -> str:
+def index(runs: list[tuple[str, RunData]], version: str, tag: str | None = None,
+          evaluations: list[Evaluation] | None = None) -> str:
     """The runs of the folder (those carrying `tag`, when given), each with a box to pick it for the
-    comparison of runs."""
+    comparison of runs; then, apart, the evaluation folders of domains.harness among them."""
     known = sorted({t for _, data in runs for t in data.tags})
     shown = [(name, data) for name, data in runs if tag is None or tag in data.tags]
     rows = []
@@ -69,7 +71,7 @@ def index(runs: list[tuple[str, RunData]], version: str, tag: str | None = None)
               h("button", {"type": "submit", "id": "compare-runs"}, "compare the runs ticked"))
     body = h("h1", {}, "Runs" + (f" tagged {tag}" if tag is not None else "")) + filters + (
         table if rows else h("p", {"class": "empty"}, "No run in this folder yet." if tag is None
-                             else "No run carries this tag."))
+                             else "No run carries this tag.")) + evaluations_table(evaluations or [])
     return page("Runs", body, [("runs", None)], url("live"), version)
 
 

@@ -143,11 +143,18 @@ def bidi_warning(node: Node) -> Markup:
 
 def progress(data: RunData) -> Markup:
     """Per domain, each split's scores over generations: a dot per node, a step line for the best so far,
-    drawn on to the run's last generation (generations whose nodes have no full score still count)."""
+    drawn on to the run's last generation (generations whose nodes have no full score still count); the train
+    (or val) scores of nodes that only went through screening as dots of their own (a run whose every node stopped
+    there, the initial one too, has nothing else to draw); where nothing is scored, why."""
     charts = []
     last = max((n.generation for n in data.nodes.values()), default=0)
     for domain in data.domains:
         dots, lines = {}, {}
+        for split in ("train", "val"):
+            screened = sorted((n.generation, score) for n in data.nodes.values() if not n.full_eval.get(domain)
+                              and (score := n.scores.get(domain, {}).get(split)) is not None)
+            if screened:
+                dots[f"{split}, screening only"] = screened
         for split in ("train", "val", "test"):
             points = sorted((n.generation, score) for n in data.nodes.values()
                             if (score := n.scores.get(domain, {}).get(split)) is not None
@@ -164,9 +171,23 @@ def progress(data: RunData) -> Markup:
             if last > running[-1][0]:
                 running.append((last, best))
             lines[f"{split} best so far"] = running
-        charts.append(h("div", {"class": "chart-box"}, h("h3", {}, domain),
-                        line_chart(lines, "generation", "score", dots=dots)))
+        chart = line_chart(lines, "generation", "score", dots=dots) if lines or dots else \
+            h("p", {"class": "empty"}, unscored(data, domain))
+        charts.append(h("div", {"class": "chart-box"}, h("h3", {}, domain), chart))
     return h("section", {"class": "charts"}, join(charts))
+
+
+def unscored(data: RunData, domain: str) -> str:
+    """Why a domain's progress has nothing to draw: no node yet, or how the recorded nodes ended."""
+    if not data.nodes:
+        return "Nothing to draw yet: no node is recorded." if data.live else \
+            "Nothing to draw: the run recorded no node."
+    counts: dict[str, int] = {}
+    for node in data.nodes.values():
+        counts[str(node.status)] = counts.get(str(node.status), 0) + 1
+    ended = ", ".join(f"{status} {count}" for status, count in sorted(counts.items()))
+    return (f"{'Nothing to draw yet' if data.live else 'Nothing to draw'}: no node has a {domain} score "
+            f"({len(data.nodes)} recorded: {ended}).")
 
 
 def heldout(data: RunData) -> Markup:

@@ -24,11 +24,13 @@ def compare_runs(runs: list[tuple[str, RunData]], version: str) -> str:
         body = h("h1", {}, "Compare runs") + h("p", {"class": "empty"}, "No run chosen: tick runs on ",
                                                  h("a", {"href": "/"}, "the list of runs"), " and compare them.")
         return page("compare runs", body, [("runs", "/"), ("compare", None)], url("live"), version)
-    series, bands = {}, {}
+    series, bands, unscored = {}, {}, []
     for name, data in runs:
         line, band = run_curve(data)
         label = f"{name} ({data.title})" if data.title else name
         series[label], bands[label] = line, band
+        if not line:
+            unscored.append(name)
     for group, curves in groups_of(runs).items():
         line, band = group_curve(curves)
         label = f"group {group}: mean of {len(curves)} replicates"
@@ -41,6 +43,8 @@ def compare_runs(runs: list[tuple[str, RunData]], version: str) -> str:
                                   "over replicates. Scores are the ones each run selects on."),
         h("div", {"class": "chart-box compare-runs"}, line_chart(series, "generation", "best score so far",
                                                                  bands=bands)),
+        h("p", {"class": "note", "id": "unscored"}, "Nothing to draw of ", ", ".join(unscored),
+          ": no node that can be a parent has a score yet.") if unscored else "",
         h("h2", {}, "Runs"), runs_table(runs)])
     return page("compare runs", body, [("runs", "/"), ("compare", None)], url("live"), version)
 

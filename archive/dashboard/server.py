@@ -1,7 +1,8 @@
 """The dashboard's web server: read-only, its own routes only, on the loopback unless told.
 
 Requests name runs and nodes; both are looked up among what exists (a run is a folder of the
-runs folder that holds a run.json, a node one the run recorded), never joined into a path, so
+runs folder that holds a run.json and no predictions of its own, which would make it an evaluation
+folder of domains.harness, listed apart: evaluations.py; a node one the run recorded), never joined into a path, so
 no request reaches a file outside the runs folder. A Host header other than the server's own
 names is refused (a web page elsewhere cannot reach it by rebinding a name to 127.0.0.1), and
 every page forbids inline script and style, so text an agent wrote can never run as code.
@@ -21,6 +22,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from archive.dashboard import pages, runs_page
 from archive.dashboard.compare import compare_page
+from archive.dashboard.evaluations import Evaluation, evaluation_marks, is_evaluation, read_evaluation
 from archive.dashboard.reader import RunData, RunReader
 from archive.experiments import read_group
 from archive.records import NODE_ID, Node
@@ -48,7 +50,8 @@ class Dashboard:
 
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
-        self.one_run = (self.root / "run.json").is_file()
+        self.one_evaluation = is_evaluation(self.root)
+        self.one_run = (self.root / "run.json").is_file() and not self.one_evaluation
         self._readers: dict[str, RunReader] = {}
         self._lock = threading.Lock()
         self.assets = {name: pages.static(name).encode() for name in ASSETS}
@@ -58,9 +61,9 @@ class Dashboard:
         folder (group.json) as "GROUP/seed-N"."""
         if self.one_run:
             return {self.root.name: self.root}
-        found = {}
-        for entry in sorted(os.scandir(self.root), key=lambda e: e.name) if self.root.is_dir() else []:
-            if not entry.is_dir(follow_symlinks=False):
+        found: dict[str, Path] = {}
+        for entry in self._entries():
+            if is_evaluation(entry.path):
                 continue
             if os.path.isfile(os.path.join(entry.path, "run.json")):
                 found[entry.name] = Path(entry.path)
@@ -74,6 +77,21 @@ class Dashboard:
                 if not path.is_symlink() and (path / "run.json").is_file():
                     found[f"{entry.name}/{run}"] = path
         return found
+
+    def _entries(self) -> list[os.DirEntry]:
+        """The folders of the runs folder (links to folders are no runs of it), by name."""
+        if self.one_run or self.one_evaluation or not self.root.is_dir():
+            return []
+        return sorted((e for e in os.scandir(self.root) if e.is_dir(follow_symlinks=False)), key=lambda e: e.name)
+
+    def evaluation_folders(self) -> dict[str, Path]:
+        """The evaluation folders of domains.harness here (or the root, when it is one), by name."""
+        if self.one_evaluation:
+            return {self.root.name: self.root}
+        return {e.name: Path(e.path) for e in self._entries() if is_evaluation(e.path)}
+
+    def evaluations(self) -> list[Evaluation]:
+        return [read_evaluation(name, path) for name, path in self.evaluation_folders().items()]
 
     def reader(self, name: str) -> RunReader:
         path = self.runs().get(name)
@@ -110,7 +128,7 @@ class Dashboard:
         html = "text/html; charset=utf-8"
         if not segments:
             runs = [(n, self.reader(n).read()) for n in self.runs()]
-            return 200, html, pages.index(runs, self._version(), query.get("tag")).encode()
+            return 200, html, pages.index(runs, self._version(), query.get("tag"), self.evaluations()).encode()
         if segments == ["compare"]:
             names = list(dict.fromkeys(lists.get("run", [])))[:runs_page.MAX_COMPARED]
             runs = [(n, self.reader(n).read()) for n in names]
@@ -141,9 +159,11 @@ class Dashboard:
         raise NotFound("no such page")
 
     def _version(self) -> str:
-        """The versions of all runs in one, of the same two parts (records-spend)."""
+        """The versions of all runs in one, of the same two parts (records-spend); the evaluation
+        folders' files count among the records."""
         parts = [(name, *self.reader(name).version().split("-")) for name in self.runs()]
-        records, spend = hash(tuple(p[:2] for p in parts)), hash(tuple(p[2] for p in parts))
+        records = hash((tuple(p[:2] for p in parts), evaluation_marks(list(self.evaluation_folders().values()))))
+        spend = hash(tuple(p[2] for p in parts))
         return f"{records & 0xFFFFFFFFFFFF:x}-{spend & 0xFFFFFFFFFFFF:x}"
 
     @staticmethod

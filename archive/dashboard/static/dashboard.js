@@ -79,6 +79,18 @@ function setUpTree() {
   });
 }
 
+// The live transcript (a meta agent at work, its page's #transcript-live note) is shown at its newest
+// turn, and kept there as it grows; once the reader scrolls up, it stays where they are.
+function liveTranscript() {
+  return document.getElementById("transcript-live") ? document.getElementById("transcript") : null;
+}
+
+function atEnd(pre) { return pre.scrollHeight - pre.scrollTop - pre.clientHeight < 24; }
+
+function follow(pre, toEnd, kept) {
+  if (pre) pre.scrollTop = toEnd ? pre.scrollHeight : kept;
+}
+
 function zoom(svg, factor, event) {
   const [x, y, w, h] = view;
   let fx = 0.5, fy = 0.5;
@@ -110,10 +122,13 @@ async function poll() {
       const page = await fetch(window.location.href, { cache: "no-store" });
       const fresh = new DOMParser().parseFromString(await page.text(), "text/html").getElementById("main");
       if (fresh) {
+        const before = liveTranscript();
+        const toEnd = !before || atEnd(before), kept = before ? before.scrollTop : 0;
         main.replaceChildren(...fresh.childNodes);
         main.dataset.version = fresh.dataset.version;
         shown = Date.now();
         setUpTree();
+        follow(liveTranscript(), toEnd, kept);
       }
     }
   } catch (err) {
@@ -124,4 +139,5 @@ async function poll() {
 }
 
 setUpTree();
+follow(liveTranscript(), true, 0);
 setTimeout(poll, POLL_MS);
