@@ -35,6 +35,7 @@ from optimizer.launch import (
     start_dashboard,  # noqa: F401  (where tests and older callers find it)
 )
 from optimizer.transfer import TRANSFERS
+from services.cli_parser import ArgumentParser
 from services.config import BASELINES, EXECUTORS, SANDBOX_BACKENDS, Config
 from services.errors import EXIT_MACHINE_DOWN, EXIT_PROVIDER_DOWN, Terminated, UserError, advise, exit_on_user_error
 from services.flags import int_flag, number_flag
@@ -44,7 +45,7 @@ from services.fsutil import hold_folder
 def build_parser() -> argparse.ArgumentParser:
     from archive.selection import STRATEGIES
 
-    ap = argparse.ArgumentParser(prog="python -m run_optimization", description=(__doc__ or "").split("\n\n")[0])
+    ap = ArgumentParser(prog="python -m run_optimization", description=(__doc__ or "").split("\n\n")[0])
     ap.add_argument("--domain", nargs="+", default=None, help="one or more domains (imo_grading, imo_proof, ...)")
     ap.add_argument("--domain_spec", action="append", type=os.path.abspath, default=None, metavar="FILE",
                     help="a domain of your own, written as a YAML spec (README, Your own task); repeatable. With "

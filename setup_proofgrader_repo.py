@@ -37,6 +37,7 @@ from string import Template
 
 from archive import grader_choice
 from archive.grader_choice import GRADING_DOMAIN
+from services.cli_parser import ArgumentParser
 from services.config import PROJECT_ROOT, load_config
 from services.errors import Terminated, UserError, advise, exit_on_user_error
 from services.fsutil import read_bounded, write_below
@@ -331,7 +332,7 @@ def _litellm_requirement() -> str:
 
 # -- command line ------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="setup_proofgrader_repo", description=(__doc__ or "").split("\n\n")[0])
+    ap = ArgumentParser(prog="setup_proofgrader_repo", description=(__doc__ or "").split("\n\n")[0])
     source = ap.add_mutually_exclusive_group(required=True)
     source.add_argument("--proofautograder", action="store_true", help="package the ProofAutoGrader baseline")
     source.add_argument("--generate_dir", metavar="RUN", help="package the best grader of an imo_grading run (its "

@@ -39,6 +39,7 @@ from pathlib import Path
 from archive.run_folder import ledger_of
 from archive.run_groups import Group, Run, load_groups
 from archive.stats import Estimate, bootstrap_band, bootstrap_mean, paired_p, permutation_p
+from services.cli_parser import ArgumentParser
 from services.errors import UserError, exit_on_user_error
 from services.fsutil import atomic_write_bytes, atomic_write_text, guard_folder, make_folder
 from services.render import console, csv_cell
@@ -275,7 +276,7 @@ def _ks(text: str) -> list[int]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m archive.analyze", description=(__doc__ or "").split("\n\n")[0],
+    ap = ArgumentParser(prog="python -m archive.analyze", description=(__doc__ or "").split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("paths", nargs="*", metavar="RUN_OR_GROUP", help="a run folder, or a folder of runs")
     ap.add_argument("--label", action="append", default=[], metavar="NAME=PATH[,NAME=PATH...]",

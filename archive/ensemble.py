@@ -52,6 +52,7 @@ from archive.records import Node, RunRecord
 from archive.run_folder import data_config, read_run_record, repository_read
 from archive.stats import interval, paired_p
 from archive.store import Archive, observed_rule, observed_score, observed_sizes
+from services.cli_parser import ArgumentParser
 from services.config import PROJECT_ROOT
 from services.errors import UserError, exit_on_user_error
 from services.fsutil import atomic_write_csv, atomic_write_json, csv_values, guard_folder, read_bounded
@@ -333,7 +334,7 @@ def lines(summary: dict) -> list[str]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m archive.ensemble", description=(__doc__ or "").split("\n\n")[0])
+    ap = ArgumentParser(prog="python -m archive.ensemble", description=(__doc__ or "").split("\n\n")[0])
     ap.add_argument("run", metavar="RUN", help="a run folder")
     ap.add_argument("--split", default="val", help="the split to combine predictions on (default val)")
     ap.add_argument("--domain", help="the domain, when the run has several")

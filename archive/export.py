@@ -27,6 +27,7 @@ from archive.promotion import BestChoice
 from archive.records import NODE_ID, Node
 from archive.run_folder import read_run_record, repository_read
 from archive.store import Archive, observed_best, observed_sizes
+from services.cli_parser import ArgumentParser
 from services.errors import UserError, exit_on_user_error
 from services.fsutil import make_folder, write_below
 from services.render import console
@@ -45,7 +46,7 @@ class Chosen:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m archive.export", description=(__doc__ or "").split("\n\n")[0])
+    ap = ArgumentParser(prog="python -m archive.export", description=(__doc__ or "").split("\n\n")[0])
     ap.add_argument("run", metavar="RUN", help="a run folder of run_optimization")
     ap.add_argument("--node", default="best",
                     help="a node id (initial, 3, ...) or best: the run's best as the run chose it (default: best)")

@@ -12,7 +12,6 @@ grader agent (the `proofgrader` package for imo_proof), run over the predictions
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 from pathlib import Path
 from typing import cast
@@ -22,6 +21,7 @@ from domains.base import Domain
 from domains.harness import GRADINGS, PREDICTIONS, grade_run, run_folder
 from domains.judge import GatewayJudge
 from domains.registry import get_domain, use_domain_specs
+from services.cli_parser import ArgumentParser
 from services.config import Config, load_config
 from services.errors import UserError, exit_on_user_error
 from services.fsutil import atomic_write_json
@@ -104,7 +104,7 @@ def report(dname: str | Path, domain: str, config: Config | None = None, model: 
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m domains.report", description="Score a harness run.")
+    ap = ArgumentParser(prog="python -m domains.report", description="Score a harness run.")
     ap.add_argument("--domain", default=None)
     ap.add_argument("--domain_spec", default=None, metavar="FILE", help="instead of --domain: a domain's YAML spec")
     ap.add_argument("--dname", required=True, help="the harness output folder")

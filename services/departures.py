@@ -14,12 +14,12 @@ tests/test_departures.py fails while either differs from what it would write.
 
 from __future__ import annotations
 
-import argparse
 import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from services.cli_parser import ArgumentParser
 from services.config import PRESETS_DIR, PROJECT_ROOT, Config
 
 _NONE = object()  # an item no config key sets
@@ -314,7 +314,7 @@ def readme_with_table(readme: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m services.departures", description=__doc__.split("\n\n")[0])
+    ap = ArgumentParser(prog="python -m services.departures", description=(__doc__ or "").split("\n\n")[0])
     ap.add_argument("--write", action="store_true", help="rewrite configs/presets/paper.yaml and README.md's table")
     args = ap.parse_args(argv)
     if not args.write:

@@ -26,6 +26,7 @@ from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 
+from services.cli_parser import ArgumentParser
 from services.local_model import INSTALL
 from services.render import console
 
@@ -177,4 +178,5 @@ def main(install: str = INSTALL) -> int:
 
 
 if __name__ == "__main__":
+    ArgumentParser(prog="python -m services.install", description=(__doc__ or "").split("\n\n")[0]).parse_args()
     sys.exit(main())

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from services.cli_parser import ArgumentParser
 from services.errors import Terminated, UserError, exit_on_user_error
 from services.render import console
 
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m archive.dashboard", description=(__doc__ or "").split("\n\n")[0])
+    ap = ArgumentParser(prog="python -m archive.dashboard", description=(__doc__ or "").split("\n\n")[0])
     ap.add_argument("path", nargs="?", default="outputs", help="a folder of runs, or one run (default: outputs)")
     ap.add_argument("--port", type=int, default=8765, help="port to listen on (0: any free port; default 8765)")
     ap.add_argument("--host", default="127.0.0.1",

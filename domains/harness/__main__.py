@@ -25,6 +25,7 @@ from domains.harness.rows import load_rows
 from domains.harness.split import run_folder, run_split
 from domains.harness.worker_client import open_agent_worker
 from domains.registry import get_domain, use_domain_specs
+from services.cli_parser import ArgumentParser
 from services.config import SANDBOX_BACKENDS, Config, load_config, validate
 from services.errors import MachineDown, UserError, exit_on_user_error
 from services.flags import apply_settings, int_flag, number_flag, parse_data_flags
@@ -41,7 +42,7 @@ if TYPE_CHECKING:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m domains.harness", description="Evaluate a task agent on a domain.")
+    ap = ArgumentParser(prog="python -m domains.harness", description="Evaluate a task agent on a domain.")
     ap.add_argument("--domain", default=None,
                     help="imo_grading, imo_proof, imo_proof_grading, imo_answer, aime2025 or amo_bench")
     ap.add_argument("--domain_spec", default=None, metavar="FILE",

@@ -15,13 +15,13 @@ DIR / the input file's stem (DIR defaults to the input's folder).
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
 
 from domains.imo.data import load_csv
+from services.cli_parser import ArgumentParser
 from services.errors import UserError, exit_on_user_error
 from services.fsutil import atomic_write_csv
 
@@ -101,7 +101,7 @@ def curate(path: str | Path, out_dir: str | Path | None = None) -> dict[str, Pat
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m domains.imo.curate_subsets",
+    p = ArgumentParser(prog="python -m domains.imo.curate_subsets",
                                 description=(__doc__ or "").splitlines()[0])
     p.add_argument("path", type=Path, help="gradingbench.csv (e.g. from `python -m domains.imo.setup`)")
     p.add_argument("--out", type=Path, default=None, help="output folder (default: the input's folder)")

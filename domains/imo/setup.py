@@ -24,6 +24,7 @@ from domains.imo.data import (
     read_checksums,
     verify_folder,
 )
+from services.cli_parser import ArgumentParser
 from services.errors import UserError, exit_on_user_error
 from services.fsutil import atomic_write_bytes, atomic_write_text
 
@@ -89,7 +90,7 @@ def download_upstream(dest: str | Path, base_url: str | None = None, files: Iter
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m domains.imo.setup", description=(__doc__ or "").splitlines()[0])
+    p = ArgumentParser(prog="python -m domains.imo.setup", description=(__doc__ or "").splitlines()[0])
     p.add_argument("--dest", type=Path, default=DEFAULT_DEST,
                    help=f"where the upstream files go (default: {DEFAULT_DEST})")
     p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT,

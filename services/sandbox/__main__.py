@@ -5,7 +5,6 @@ killed) and
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import os
 import shutil
@@ -16,6 +15,7 @@ import docker
 import docker.errors
 import requests
 
+from services.cli_parser import ArgumentParser
 from services.config import SandboxConfig
 from services.errors import UserError, exit_on_user_error
 from services.render import console
@@ -101,7 +101,7 @@ def check() -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m services.sandbox", description=__doc__)
+    parser = ArgumentParser(prog="python -m services.sandbox", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("check", help="which sandbox backend works on this machine (with docker: also remove "
                                       "the containers of killed runs)")
