@@ -13,21 +13,25 @@ grader agent (the `proofgrader` package for imo_proof), run over the predictions
 from __future__ import annotations
 
 import contextlib
+import shlex
 from pathlib import Path
 from typing import cast
 
 from domains import scoring
 from domains.base import Domain
-from domains.harness import GRADINGS, PREDICTIONS, grade_run, run_folder
+from domains.harness import GRADINGS, JOURNAL, PREDICTIONS, grade_run, run_folder
 from domains.judge import GatewayJudge
 from domains.registry import get_domain, use_domain_specs
 from services.cli_parser import ArgumentParser
 from services.config import Config, load_config
 from services.errors import UserError, exit_on_user_error
-from services.fsutil import atomic_write_json
+from services.fsutil import atomic_write_json, read_bounded
 from services.local_model import is_local
 from services.sandbox import choose_backend
 from services.startup import open_services
+from services.user_files import parse_json
+
+MAX_RUN_RECORD = 2**20  # an evaluation folder's run.json is a few hundred bytes
 
 
 class ReportTools:
@@ -86,11 +90,47 @@ def grader_lines(result: dict) -> list[str]:
             *([f"warning: {grader['warning']}"] if grader.get("warning") else [])]
 
 
-def report(dname: str | Path, domain: str, config: Config | None = None, model: str | None = None) -> dict:
+def evaluations_of(run_dir: Path, domain: str) -> list[Path]:
+    """The evaluation folders of a loop run (`RUN/evals/<key>/`, each a harness run) of `domain`, newest first."""
+    found = []
+    for folder in (run_dir / "evals").iterdir():
+        try:
+            record = parse_json(read_bounded(folder / "run.json", MAX_RUN_RECORD))
+        except (OSError, ValueError):
+            continue  # not a finished evaluation: nothing to score
+        if isinstance(record, dict) and record.get("domain") == domain and (folder / PREDICTIONS).is_file():
+            found.append(folder)
+    return sorted(found, key=lambda folder: (folder / PREDICTIONS).stat().st_mtime, reverse=True)
+
+
+def no_predictions(dname: Path, domain: str, named: str) -> str:
+    """Why `dname` has nothing to score, with a command that works: one that makes, completes or names a
+    folder that has. `named` is the flags that name the domain (a spec domain is known by its file only)."""
+    where = shlex.quote(str(dname))
+    if (dname / "group.json").is_file():  # replicates of the loop (run_optimization --replicates)
+        return f"{dname} is a group of runs of the loop: `python -m archive.analyze {where}` reads their scores"
+    if (dname / "evals").is_dir():  # a run of the loop: its evaluations are harness runs, scored already
+        analyze = f"`python -m archive.analyze {where}` reads its scores"
+        found = evaluations_of(dname, domain)
+        if not found:
+            return f"{dname} is a run of the loop with no evaluation of {domain}: {analyze}"
+        return (f"{dname} is a run of the loop, not of the harness: {analyze}; each of its {len(found)} "
+                f"evaluation(s) of {domain} is a harness run to score, the latest: "
+                f"`python -m domains.report {named} --dname {shlex.quote(str(found[0]))}`")
+    if (dname / JOURNAL).is_file():  # a harness run stopped before it wrote its predictions
+        return (f"{dname} has no predictions.csv yet: finish it with `python -m domains.harness {named} "
+                f"--resume_from {where}`")
+    return (f"{dname} has no predictions.csv: make it with `python -m domains.harness {named} --output_dir "
+            f"{shlex.quote(str(dname.parent))} --run_id {shlex.quote(dname.name)}`")
+
+
+def report(dname: str | Path, domain: str, config: Config | None = None, model: str | None = None,
+           named: str | None = None) -> dict:
+    """Score the harness run in `dname`; `named`: how the user named the domain (`--domain_spec FILE`), for hints."""
     dname = Path(dname)
     dom = get_domain(domain)
     if not (dname / PREDICTIONS).is_file():
-        raise UserError(f"{dname} has no predictions.csv: run `python -m domains.harness --domain {domain}` first")
+        raise UserError(no_predictions(dname, dom.name, named or f"--domain {shlex.quote(dom.name)}"))
     dom.scorer.check_ready(dom)
     tools = ReportTools(dname, config or load_config(), model)
     try:
@@ -114,7 +154,8 @@ def main(argv: list[str] | None = None) -> None:
     if (args.domain is None) == (args.domain_spec is None):
         raise UserError("pass --domain NAME or --domain_spec FILE (one of them)")
     domain = args.domain or use_domain_specs([args.domain_spec])[0]
-    result = report(args.dname, domain, load_config(args.config), args.model)
+    named = f"--domain_spec {shlex.quote(args.domain_spec)}" if args.domain_spec else None
+    result = report(args.dname, domain, load_config(args.config), args.model, named)
     print("\n".join([get_domain(domain).format_report(result), *grader_lines(result)]))
     print(f"report: {Path(args.dname) / 'report.json'}")
 

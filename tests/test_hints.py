@@ -1,0 +1,174 @@
+"""The commands the project prints as advice work: each is run as printed, or parsed by its entry point's parser.
+
+`python -m domains.report --dname RUN` on a loop run of a spec domain used to advise
+`python -m domains.harness --domain capitals`, which stops with "unknown domain": a spec domain is named
+by its file. Each hint of domains.report is run here as printed. The other commands printed in messages
+(`python -m ...` in the core's f-strings) are parsed by their entry point's own parser, with the values a
+message puts in them.
+"""
+
+import importlib
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from services.cli_parser import ArgumentParser
+from support.cli import FAST_CONFIG, REPO_ROOT, cli_env, run_cli
+
+EXAMPLE = REPO_ROOT / "examples" / "capitals"
+
+
+def answer(request: dict) -> str:
+    return '<json>{"response": "Paris"}</json>'
+
+
+def one_line_error(r: subprocess.CompletedProcess) -> str:
+    assert r.returncode == 2, (r.stdout[-2000:], r.stderr[-2000:])
+    assert r.stderr.count("\n") == 1 and r.stderr.startswith("error: "), r.stderr
+    return r.stderr.strip()
+
+
+def commands_in(line: str) -> list[str]:
+    return re.findall(r"`(python -m [^`]+)`", line)
+
+
+def run_as_printed(command: str, env: dict, cwd: Path) -> subprocess.CompletedProcess:
+    """`command` as a person pastes it into a shell in `cwd`, `python` being this interpreter."""
+    argv = shlex.split(command)
+    assert argv[:2] == ["python", "-m"], command
+    return subprocess.run([sys.executable, *argv[1:]], env=env, cwd=cwd, capture_output=True, text=True, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def capitals_run(tmp_path_factory, fake_openai_session):
+    """A loop run of the README's spec domain (the initial node's evaluations only), its spec, the provider's env."""
+    root = tmp_path_factory.mktemp("hints")
+    shutil.copytree(EXAMPLE, root / "my_task")
+    config = root / "c.yaml"
+    config.write_text(FAST_CONFIG + "loop:\n  eval_samples: 6\n")
+    fake_openai_session.set_responder(answer)
+    env = cli_env(fake_openai_session)
+    r = run_cli("run_optimization", "--domain_spec", str(root / "my_task" / "capitals.yaml"), "--max_generation", "0",
+                "--output_dir", str(root / "out"), "--run_id", "run", "--task_model", "openai/fake", "--meta_model",
+                "openai/fake-meta", "--config", str(config), env=env, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return root, root / "my_task" / "capitals.yaml", env
+
+
+@pytest.mark.e2e
+def test_the_report_of_a_loop_run_names_commands_that_work(capitals_run, fake_openai):
+    root, spec, env = capitals_run
+    line = one_line_error(run_cli("domains.report", "--domain_spec", str(spec), "--dname", str(root / "out" / "run"),
+                                  env=env))
+    commands = commands_in(line)
+    assert [c.split()[2] for c in commands] == ["archive.analyze", "domains.report"], line
+    assert f"--domain_spec {spec}" in commands[1]
+    for command in commands:
+        r = run_as_printed(command, env, root)
+        assert r.returncode == 0, (command, r.stderr[-3000:])
+    assert "accuracy" in r.stdout  # the evaluation it named was scored
+
+
+@pytest.mark.e2e
+def test_the_report_of_a_missing_or_stopped_harness_run_names_the_harness_command_that_makes_it(capitals_run,
+                                                                                                  fake_openai):
+    root, spec, env = capitals_run
+    fake_openai.set_responder(answer)
+    folder = root / "out" / "h"
+    report = ("domains.report", "--domain_spec", str(spec), "--dname", str(folder))
+    [make] = commands_in(one_line_error(run_cli(*report, env=env)))
+    assert make.startswith(f"python -m domains.harness --domain_spec {spec} ")
+    made = run_as_printed(make, env, root)
+    assert made.returncode == 0, made.stderr[-3000:]
+    assert run_cli(*report, env=env).returncode == 0
+
+    (folder / "predictions.csv").unlink()  # as a harness run stopped before it wrote them: its journal is there
+    [finish] = commands_in(one_line_error(run_cli(*report, env=env)))
+    assert "--resume_from" in finish
+    finished = run_as_printed(finish, env, root)
+    assert finished.returncode == 0, finished.stderr[-3000:]
+    assert run_cli(*report, env=env).returncode == 0
+
+
+def test_a_group_of_runs_is_named_to_archive_analyze(tmp_path):
+    from domains.report import no_predictions
+
+    (tmp_path / "group.json").write_text("{}")
+    [command] = commands_in(no_predictions(tmp_path, "capitals", "--domain_spec x.yaml"))
+    assert command == f"python -m archive.analyze {tmp_path}"
+
+
+class Parsed(Exception):
+    pass
+
+
+def parsed(monkeypatch, command: str):
+    """The namespace `command`'s entry point parses it into; nothing runs past its parser."""
+    argv = shlex.split(command)
+    module = argv[2] if argv[:2] == ["python", "-m"] else argv[0]
+    original = ArgumentParser.parse_args
+
+    def parse_only(self, args=None, namespace=None):
+        raise Parsed(original(self, args, namespace))
+
+    monkeypatch.setattr(ArgumentParser, "parse_args", parse_only)
+    entry = importlib.import_module(module)
+    if hasattr(entry, "__path__"):  # a package: `python -m` runs its __main__
+        entry = importlib.import_module(f"{module}.__main__")
+    try:
+        entry.main(argv[3:] if module != argv[0] else argv[1:])
+    except Parsed as e:
+        return e.args[0]
+    except SystemExit as e:
+        pytest.fail(f"{command}: its parser refused it (exit {e.code})")
+    pytest.fail(f"{command}: its entry point parsed no command line")
+
+
+# Each command a message prints (file: the message), with the values the message fills in.
+PRINTED = {
+    "archive/analyze.py: a run whose test split was not evaluated":
+        "python -m run_optimization --resume_from /runs/r --final_test",
+    "archive/run_groups.py: a replicate that has not started": "python -m run_optimization --resume_from /runs/g/s1",
+    "run_optimization.py: a group's replicate failed": "python -m run_optimization --resume_from /runs/g",
+    "run_optimization.py: a group's analysis": "python -m archive.analyze /runs/g",
+    "run_optimization.py and archive/report.py: the dashboard": "python -m archive.dashboard /runs/g",
+    "archive/export.py: the exported folder's README": "python -m run_optimization --initial_agent /x/code",
+    "domains/data.py: a data file whose checksum changed": "python -m domains.imo.setup",
+    "services/sandbox (check, docker backend): the image is missing": "python -m services.sandbox build-image",
+    "setup_proofgrader_repo.py: the package README's measure": (
+        "python -m domains.harness --domain imo_grading --subset val --agent_path proofgrader.task_agent"),
+    "domains/scoring.py: no proofgrader installed": "setup_proofgrader_repo --proofautograder",
+    "optimizer/launch.py: --resume_from a harness folder": "python -m domains.harness --resume_from /runs/h",
+    "archive/dashboard/evaluations.py: the evaluations' note": "python -m domains.report --dname /runs/h",
+}
+
+
+@pytest.mark.parametrize("where", sorted(PRINTED))
+def test_a_printed_command_parses_with_its_entry_points_parser(monkeypatch, where):
+    parsed(monkeypatch, PRINTED[where])
+
+
+def test_the_printed_commands_are_the_ones_in_the_messages():
+    """Each command of PRINTED is still what its message prints (a message that changes its command is
+    checked again here), with the values the message fills in left out."""
+    core = "\n".join(p.read_text() for top in ("services", "domains", "archive", "optimizer")
+                     for p in (REPO_ROOT / top).rglob("*.py"))
+    core += "\n".join(p.read_text() for p in REPO_ROOT.glob("*.py"))
+    flat = re.sub(r'"\s*\n\s*f?"', "", core)  # the message's literal pieces joined
+    for where, command in PRINTED.items():
+        fixed = [part for part in re.split(r" /\S+", command) if part]  # the parts no value fills in
+        assert all(part.strip() in flat for part in fixed), (where, command)
+
+
+def test_the_pip_extras_a_message_names_are_the_projects():
+    extras = set(tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"])
+    core = "\n".join(p.read_text() for top in ("services", "domains", "archive", "optimizer", ".")
+                     for p in (REPO_ROOT / top).glob("**/*.py" if top != "." else "*.py"))
+    named = {name for group in re.findall(r"""pip install -e ['"]?\.\[([\w,]+)\]""", core) for name in group.split(",")}
+    assert named and named <= extras, named - extras
