@@ -1,9 +1,11 @@
 """The Python API: run the loop, evaluate an agent, read a run, from a script or a notebook.
 
-    from hyperagents import evaluate, load_run, run
+    from hyperagents import Task, evaluate, load_run, run
 
     result = run("imo_grading", max_generation=2, settings={"loop.promotion": "not_worse_than_parent"})
     print(result.best.scores["imo_grading"]["val"])
+    task = Task(train=[{"q": "2+2?", "a": "4"}], inputs=["q"], label="a", metric=lambda p, e: e["a"] in p)
+    print(run(task=task, max_generation=1).best)
 
 Each call goes through what the command line does (`optimizer.launch` for `run`, the harness for
 `evaluate`): the same config validation, run folder, lock and resume. Where a command would print
@@ -20,9 +22,13 @@ ledger), so a run started on the command line reads the same as one started here
 from __future__ import annotations
 
 import argparse
+import copy
+import hashlib
+import inspect
+import json
 import os
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, fields, replace
 from datetime import datetime
 from pathlib import Path
 from typing import cast
@@ -34,13 +40,19 @@ from archive.run_folder import ledger_of, read_run_record
 from archive.run_state import read_state
 from archive.stats import interval
 from archive.store import Archive, observed_best, observed_sizes
+from domains.base import Domain
+from domains.registry import register
+from domains.spec import DomainSpec, check_data, checked, differs, run_specs
+from domains.spec_scoring import SpecScorer
 from optimizer.launch import RunRequest, launch
 from optimizer.transfer import split_spec
 from services.errors import MachineDown, ProviderDown, UserError
-from services.fsutil import release_folder
+from services.fsutil import make_folder, release_folder, write_below
 
-__all__ = ["EvalResult", "MachineDown", "NodeView", "ProviderDown", "RunView", "Score", "Spend", "UserError",
+__all__ = ["EvalResult", "MachineDown", "NodeView", "ProviderDown", "RunView", "Score", "Spend", "Task", "UserError",
            "evaluate", "load_run", "run"]
+TASK_DATA = "task_data"  # RUN/task_data/<split>.jsonl: a Task's examples as its run keeps them
+ROW_ID = "row_id"  # the column of a Task's row ids, made here ("train-0", ...): examples need none
 
 
 @dataclass(frozen=True)
@@ -144,6 +156,117 @@ def load_run(path: str | Path) -> RunView:
                    sum(s.cost_usd for s in spend.values()), sum(s.tokens for s in spend.values()), record.config)
 
 
+@dataclass(frozen=True, kw_only=True)
+class Task:
+    """A task of your own from examples in memory and a metric, run (`run(task=...)`) as a domain written as a
+    spec (domains/spec.py) whose examples the run keeps in RUN/task_data/. Examples map keys to JSON values:
+    `inputs` are the keys the task agent is given, `label` the expected answer's; it and every other key never
+    reach an agent (train labels reach the meta agent as feedback, as for every domain). `metric(prediction,
+    example) -> bool | float in [0, 1]` is your code, called on the host by the process that scores, never in
+    a sandbox, with a copy of the example; a run's record names it, never imports it: a resume takes the same
+    Task again (`run(task=..., resume_from=RUN)`)."""
+
+    train: Sequence[Mapping[str, object]]
+    metric: Callable[[str, dict], object]
+    inputs: Sequence[str]
+    label: str | None = None
+    val: Sequence[Mapping[str, object]] = ()
+    test: Sequence[Mapping[str, object]] = ()
+    name: str = "task"  # the domain's name in the run (lower-case letters, digits, _)
+    score_key: str = "score"  # the mean of the metric over rows, as reports name it
+
+
+@dataclass(frozen=True)
+class _MetricScorer(SpecScorer):
+    """A Task's scorer: the spec's, calling the Task's metric (a field a record never holds)."""
+
+    call: Callable[[str, dict], object] | None = field(default=None, compare=False, repr=False)
+
+    def _function(self, name: str) -> Callable:
+        return cast(Callable, self.call)
+
+
+@dataclass(frozen=True)
+class _TaskSpec(DomainSpec):
+    """A Task's spec; its metric is an attribute (`_call`), so neither its record nor a comparison holds it."""
+
+    def domain(self) -> Domain:
+        base, call = super().domain(), getattr(self, "_call", None)
+        s = cast(SpecScorer, base.scorer)
+        return replace(base, scorer=_MetricScorer(s.rule, s.score_key, s.label, s.inputs, call=call),
+                       score_note=f"the mean of the rows' scores by the metric of hyperagents.Task {self.name}")
+
+
+def _examples(task: Task, where: str) -> dict[str, list[dict]]:
+    """Per split, the task's examples with their row ids, each checked: text keys, the inputs and the label."""
+    needed, splits = [*task.inputs, *([task.label] if task.label is not None else [])], {}
+    for split, rows in (("train", task.train), ("val", task.val), ("test", task.test)):
+        for i, example in enumerate(rows or ()):
+            if not isinstance(example, Mapping) or not all(isinstance(k, str) for k in example):
+                raise UserError(f"{where}: {split} example {i} is not a mapping of text keys")
+            if (missing := [k for k in needed if k not in example]) or ROW_ID in example:
+                raise UserError(f"{where}: {split} example {i} " + (f"has no key {missing[0]!r}" if missing else
+                                                                     f"has the key {ROW_ID!r}, the task's row id"))
+            splits.setdefault(split, []).append({ROW_ID: f"{split}-{i}", **example})
+    if "train" not in splits:
+        raise UserError(f"{where}: train holds no example")
+    return splits
+
+
+def _task_spec(task: Task, run_dir: Path) -> tuple[_TaskSpec, dict[str, bytes]]:
+    """The spec of `task` whose data is in `run_dir`, and each split's data file."""
+    where = f"Task {task.name!r}"
+    if not callable(task.metric) or isinstance(task.inputs, str) or task.label in task.inputs:
+        raise UserError(f"{where}: metric must be a function (prediction, example), inputs a list of keys "
+                        "and the label none of them")
+    splits = _examples(task, where)
+    try:
+        files = {s: "".join(json.dumps(e, ensure_ascii=False) + "\n" for e in rows).encode()
+                 for s, rows in splits.items()}
+    except (TypeError, ValueError) as e:
+        raise UserError(f"{where}: an example holds a value JSON cannot write ({e})") from None
+    shown, name = {*task.inputs, task.label, ROW_ID}, getattr(task.metric, "__name__", "")
+    spec = checked({"name": task.name, "data": {s: f"{s}.jsonl" for s in files}, "id": ROW_ID,
+                    "inputs": {k: k for k in task.inputs}, "label": task.label, "score_key": task.score_key,
+                    "scorer": "task:" + (name if name.isidentifier() else "metric"),
+                    "hidden": sorted({k for rows in splits.values() for e in rows for k in e} - shown)},
+                   where, run_dir / TASK_DATA, files=False)
+    try:
+        source = hashlib.sha256(inspect.getsource(task.metric).encode()).hexdigest()
+    except (OSError, TypeError):
+        source = ""  # defined where its source cannot be read (python -c, a REPL): not compared on resume
+    spec = _TaskSpec(**{**{f.name: getattr(spec, f.name) for f in fields(spec)}, "scorer_sha256": source,
+                        "sha256": {s: hashlib.sha256(data).hexdigest() for s, data in files.items()},
+                        "source": str(run_dir / TASK_DATA / "hyperagents.Task")})
+    originals, metric = {e[ROW_ID]: e for rows in splits.values() for e in rows}, task.metric
+
+    def call(prediction: str, row: dict) -> object:
+        example = copy.deepcopy(originals.get(str(row.get(ROW_ID)), row))
+        example.pop(ROW_ID, None)
+        return metric(prediction, example)
+
+    object.__setattr__(spec, "_call", call)
+    return spec, files
+
+
+def _use_task(task: Task, run_dir: Path, resumed: bool) -> str:
+    """Check `task`, keep its examples in `run_dir`, make its domain known; its name. A resumed run's must match."""
+    if not isinstance(task, Task):
+        raise UserError(f"run: task must be a hyperagents.Task, got {type(task).__name__}")
+    spec, files = _task_spec(task, run_dir)
+    kept = {s.name: s for s in run_specs(run_dir)} if resumed else {}
+    if resumed and (task.name not in kept or (what := differs(kept[task.name], spec)) is not None):
+        raise UserError(f"run: the run {run_dir} was not started with this Task (" + (
+            f"it kept no task {task.name})" if task.name not in kept else f"{what} differs)"))
+    if not resumed and (run_dir / "run.json").exists():
+        raise UserError(f"{run_dir} already holds a run: pass resume_from={str(run_dir)!r}, or another run_id")
+    make_folder(run_dir)
+    for split, data in files.items():  # a resumed run's, when the Task is the same, the same bytes again
+        write_below(run_dir, f"{TASK_DATA}/{split}.jsonl", data)
+    check_data(spec, f"Task {task.name!r}")
+    return register(spec, replace=True).name
+
+
 def _settings(settings: Mapping[str, object] | Sequence[str] | None) -> tuple:
     """`settings` as apply_settings takes them: a mapping's items, or SECTION.KEY=VALUE texts."""
     if settings is None:
@@ -157,10 +280,11 @@ def run(domain: str | Sequence[str] | None = None, config: str | Path | Mapping 
         run_id: str | None = None, resume_from: str | Path | None = None, name: str | None = None,
         tags: Sequence[str] | None = None,
         data: Mapping[str, str] | None = None, initial_from: str | None = None, transfer: str | None = None,
-        dashboard: int | None = None, **overrides: object) -> RunView:
+        dashboard: int | None = None, task: Task | None = None, **overrides: object) -> RunView:
     """Run the loop as `python -m run_optimization` does, and return the run read back.
 
-    `domain_spec` adds domains of one's own (YAML specs, as --domain_spec). `config` is a YAML file or a
+    `domain_spec` adds domains of one's own (YAML specs, as --domain_spec), `task` one from examples in
+    memory and a metric (`Task`). `config` is a YAML file or a
     mapping shaped like one; `settings` sets single fields ({"loop.promotion": "sica"}, as --set), after
     `preset` and `config`; `overrides` are the command line's options by name (max_generation=2,
     eval_samples=20, task_model=..., budget_usd=..., track=[...]), applied last. `resume_from` continues
@@ -173,6 +297,9 @@ def run(domain: str | Sequence[str] | None = None, config: str | Path | Mapping 
         domain_spec = [domain_spec]
     run_id = run_id or datetime.now().strftime("%Y%m%d_%H%M%S_%f")
     folder = Path(resume_from) if resume_from else Path(output_dir) / run_id
+    if task is not None:
+        named = _use_task(task, folder.resolve(), resume_from is not None)
+        domain = list(domain or ()) if resume_from else [*(domain or ()), named]
     request = RunRequest(
         domains=tuple(domain or ()), domain_specs=tuple(map(str, domain_spec or ())),
         config=dict(config) if isinstance(config, Mapping) else config, preset=preset,
