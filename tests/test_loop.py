@@ -8,11 +8,15 @@ agent scores 1.0 and must be found, fully evaluated and selected.
 """
 
 import json
+import os
+import random
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from support.cli import cli_env, run_cli, run_loop
+from support.kill_points import CallGate, start_and_kill_at_call
 from support.scripted_loop import (
     IMPROVE,
     MARKER,
@@ -174,6 +178,111 @@ def test_kills_at_any_step_lose_nothing_and_pay_nothing_twice(tmp_path, fake_ope
     paid = db.execute("SELECT COUNT(*) FROM calls WHERE role = 'task' AND cache_hit = 0").fetchone()[0]
     rows = journal_rows(run_dir) - 2 * 10
     assert rows <= paid <= rows + 3 * 5
+
+
+SECOND_LOOK = {"tool_name": "editor", "tool_input": {  # a change of the task agent's prompt that keeps the marker
+    "command": "str_replace", "path": "/workspace/task_agent/task_agent.py",
+    "old_str": "You are an expert grader", "new_str": "You are an expert grader, on a second look,"}}
+CHAOS_KILLS = 5
+
+
+def archive_of(run_dir: Path) -> dict:
+    """What a run leaves that a kill must not change: each node's record (less its times, costs and
+    commit hash), its change and its commit's tree, and the rows of each evaluation."""
+    from domains.harness.journal import read_journal
+
+    found = {}
+    for node_id, node in nodes(run_dir).items():
+        tree = subprocess.run(["git", "--git-dir", str(run_dir / "repo"), "rev-parse", f"{node['commit']}^{{tree}}"],
+                              capture_output=True, text=True, check=True).stdout.strip() if node["commit"] else None
+        diff = run_dir / "nodes" / node_id / "patch.diff"
+        found[node_id] = {**{k: v for k, v in node.items() if k not in ("commit", "cost_usd", "tokens", "seconds",
+                                                                         "created_at")},
+                          "tree": tree, "patch.diff": diff.read_text() if diff.exists() else None}
+    for journal in sorted((run_dir / "evals").glob("*/predictions.jsonl")):
+        rows = [(r["id"], r["prediction"], r["error"]) for r in read_journal(journal)]
+        found[f"eval {journal.parent.name}"] = sorted(rows)
+    return found
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("parallel", [1, 2])
+def test_a_run_killed_at_random_moments_ends_as_an_uninterrupted_one_and_pays_again_only_what_was_in_flight(
+        parallel, tmp_path, fake_openai):
+    """Issue 36's chaos test: a seeded run is SIGKILLed at CHAOS_KILLS moments drawn at random, counted in
+    provider calls so they land at a point of the run and not of the clock (support/kill_points.py): the
+    n-th call of a start, or of its meta agent, held unanswered or answered and the next ones held, then
+    the kill after a random delay (during a call, writing a row, the meta agent's tools, a commit, recording
+    a node). Resumed after each kill, it must end with the archive of the same run left alone, having made
+    the same calls, each again at most once per kill that caught it in flight: at most `--eval_workers`
+    rows of each generation in flight, and of a meta agent only its call in flight (those it had answered,
+    at temperature 0, come back from the gateway's cache). CHAOS_SEED=<seed> replays a draw."""
+    seed = int(os.environ.get("CHAOS_SEED") or random.SystemRandom().randrange(10**6))
+    rng = random.Random(f"{seed}/{parallel}")
+    workers = 2
+    # By iterations left: generation 1 improves the task agent, 2 changes only the meta agent, 3 rewords the
+    # task agent's prompt (so that no two evaluations ask the same).
+    script = {2: [IMPROVE], 1: [MUTATE_META], 0: [SECOND_LOOK]}
+    config = loop_config(tmp_path)
+    with open(config, "a") as f:
+        # With --eval_samples 4: 4 train rows, then 4 val rows a node; the pictures drawn at the end only.
+        f.write("  stages: [[4, 0]]\n  pictures_every_s: 86400\n")
+    env = cli_env(fake_openai)
+
+    def first(out: Path) -> list[str]:
+        return ["--domain", "imo_grading", "--output_dir", str(out), "--run_id", "run", "--task_model", "openai/fake",
+                "--meta_model", "openai/fake-meta", "--config", config, "--max_generation", "3", "--seed", "11",
+                "--eval_samples", "4", "--eval_workers", str(workers), "--parallel", str(parallel)]
+
+    reference = CallGate(responder(script, [], by_iterations_left=True))
+    reference.arm(None)
+    fake_openai.set_responder(reference)
+    r = run_cli("run_optimization", *first(tmp_path / "reference"), env=env, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    asked = {c.key for c in reference.calls}
+    assert len(asked) == reference.count()  # no call asks what another asked: a repeat is a call paid again
+    total, meta_total = reference.count(), sum(c.meta for c in reference.calls)
+
+    gate = CallGate(responder(script, [], by_iterations_left=True))
+    fake_openai.set_responder(gate)
+    run_dir = tmp_path / "chaos" / "run"
+    kills: list[dict] = []
+    at_meta = rng.sample(range(CHAOS_KILLS), 2)  # kills at a meta agent's call while it has calls left
+    for k in range(CHAOS_KILLS):
+        # Drawn among the calls not answered yet, all of which the run still has to make: a held call,
+        # or an answered one with another left after it, keeps it from ending before the kill and
+        # leaves a call for the next kill.
+        left = CHAOS_KILLS - k
+        meta_only = k in at_meta and gate.answered(meta_only=True) < meta_total
+        pool = (meta_total - gate.answered(meta_only=True)) if meta_only else total - gate.answered()
+        answer_it = pool > 1 and rng.random() < 0.5
+        spread = pool if meta_only else -(-2 * pool // (left + 1))  # over the run, not all in its beginning
+        nth = rng.randint(1, min(pool - answer_it, spread))
+        argv = first(tmp_path / "chaos") if k == 0 else ["--resume_from", str(run_dir)]
+        kills.append(start_and_kill_at_call(gate, argv, env, nth, meta_only, answer_it, rng.uniform(0, 0.6),
+                                            tmp_path / f"kill-{k + 1}.log"))
+    gate.arm(None)
+    r = run_cli("run_optimization", "--resume_from", str(run_dir), env=env, timeout=300)
+    told = f"replay with CHAOS_SEED={seed}; kills: {kills}"
+    assert r.returncode == 0, f"{told}\n{r.stderr[-3000:]}"
+
+    assert archive_of(run_dir) == archive_of(tmp_path / "reference" / "run"), told
+    recorded = [e["node_id"] for e in events(run_dir) if e["event"] == "node_recorded"]
+    assert all(recorded.count(n) == 1 for n in recorded), told  # no node counted twice
+    committed = [e["node_id"] for e in events(run_dir) if e["event"] == "meta_done"]
+    assert sorted(committed) == ["1", "2", "3"], told  # no meta agent redone once its change was committed
+    # The same calls, and each repeat a call that a kill caught in flight: after the k-th kill, the
+    # calls asked again are at most the rows in flight then, of a meta agent at most its one call.
+    assert {c.key for c in gate.calls} == asked, told
+    again = []
+    for k in range(1, CHAOS_KILLS + 1):
+        before = {c.key for c in gate.calls if c.attempt <= k}
+        repeats = [c for c in gate.calls if c.attempt == k + 1 and c.key in before]
+        again.append((len(repeats), sum(c.meta for c in repeats)))
+    told += f"; paid again after each kill (calls, of them the meta agent's): {again}"
+    assert sum(n for n, _ in again) == gate.count() - total, told  # no call asked twice within a start
+    assert all(n <= workers * parallel and meta <= parallel for n, meta in again), told
+    print(told)
 
 
 def selector(returns: str) -> dict:
