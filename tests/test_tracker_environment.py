@@ -4,6 +4,7 @@ command's settings (a config, --set) come first, the environment next, the defau
 folder's tracker settings are never taken on their own (archive/run_folder.py GUARDED)."""
 
 import json
+import time
 
 import pytest
 
@@ -93,8 +94,16 @@ def test_wandb_takes_its_project_team_and_folder_from_its_environment(tmp_path, 
     assert not [e for e in told if isinstance(e, Warned)]
     assert not (run_dir / "tracking" / "wandb").exists()
     (path,) = (tmp_path / "wandb-home").glob("wandb/offline-run-*/run-*.wandb")
-    runs = [r.run for r in wandb_records(path) if r.WhichOneof("record_type") == "run"]
-    assert runs and (runs[0].project, runs[0].entity) == ("env-project", "env-team")
+    runs: list = []
+    deadline = time.monotonic() + 60
+    while not runs and time.monotonic() < deadline:  # W&B's service writes the file after finish() returns
+        try:
+            runs = [r.run for r in wandb_records(path) if r.WhichOneof("record_type") == "run"]
+        except AssertionError:  # a record half written yet
+            pass
+        time.sleep(0.2)
+    assert runs
+    assert (runs[0].project, runs[0].entity) == ("env-project", "env-team")
 
 
 def test_wandb_mode_disabled_in_the_environment_writes_nothing(tmp_path, monkeypatch):
