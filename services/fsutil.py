@@ -247,7 +247,19 @@ def open_regular(path: str | Path, limit: int, follow_links: bool = False) -> IO
     with `follow_links` (a user may link the config they name, never a run's records). For a file too
     large to read whole: the caller streams it and stops at `limit` (it may grow after this check)."""
     flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow_links else os.O_NOFOLLOW)
-    fd = os.open(path, flags)
+    below = None if follow_links else guarded(path)
+    if below is None:
+        fd = os.open(path, flags)
+    else:  # below a held run: no folder on the way is a link either (evals/<key> planted as one)
+        parts = _parts(*below)
+        try:
+            folder = _folder_below(below[0], parts[:-1], create=False)
+        except NotWritable as e:
+            raise OSError(str(e).replace("nothing is written through it", "nothing is read through it")) from None
+        try:
+            fd = os.open(parts[-1], flags, dir_fd=folder)
+        finally:
+            os.close(folder)
     f = os.fdopen(fd, "rb")
     try:
         info = os.fstat(fd)

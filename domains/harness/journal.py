@@ -11,8 +11,9 @@ gets a leading `'`: `services.render.csv_cell`); the project's readers undo that
 from __future__ import annotations
 
 import json
+import json.scanner
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -28,31 +29,81 @@ PREDICTIONS = "predictions.csv"
 RESULT_COLUMNS = ["prediction", "error", "seconds", "prompt_tokens", "completion_tokens", "cost_usd"]
 
 
-MAX_JOURNAL = 2**31  # bytes: 100 rows of 1 MB predictions, retried ten times each, fit twenty times over
-MAX_LINE = 2**26  # bytes of one record; a longer one (a prediction of over ~10 MB) is read as a cut line
+MAX_JOURNAL = 2**30  # bytes: 100 rows of 1 MB predictions, retried ten times each, fit ten times over
+MAX_LINE = 6 * 2**20 + 65536  # bytes of one record: a prediction at the default cap (harness.max_prediction_bytes),
+# each byte spelled in up to 6 characters of JSON, and its few short fields; a longer line is read as a cut one
+MAX_FIELDS = 64  # of a record's object and of its usage: a record has 7
+# Each field a record may have, and the types its value may take (a handed journal's other fields are dropped).
+_FIELDS = {"id": (str, int), "prediction": (str, type(None)), "error": (str, type(None)),
+           "seconds": (int, float, type(None)), "usage": (dict,), "token": (str,), "inputs_sha": (str, type(None))}
 
 
-def read_journal(path: Path) -> Iterator[dict]:
+class _FlatRecords(json.JSONDecoder):
+    """JSON of a record's shape only: an object of at most MAX_FIELDS values, each text, a number, null or
+    one such object (usage). An array, an object below that or one more field is refused where it starts,
+    so a hostile line cannot make the parser build millions of containers (64 MiB of `[[],[],...]` took
+    1.7 GB and 25 s) or of fields."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        depth, plain = [0], self.parse_object
+
+        def parse_object(s_and_end: tuple, strict: bool, scan_once: Callable, *rest: object) -> tuple:
+            if depth[0] >= 2:
+                raise ValueError("an object below a record's usage")
+            values = [0]
+
+            def counted(s: str, end: int) -> tuple:
+                values[0] += 1
+                if values[0] > MAX_FIELDS:
+                    raise ValueError(f"an object of more than {MAX_FIELDS} fields")
+                return scan_once(s, end)
+
+            depth[0] += 1
+            try:
+                return plain(s_and_end, strict, counted, *rest)
+            finally:
+                depth[0] -= 1
+
+        def parse_array(*args: object) -> tuple:
+            raise ValueError("an array: no field of a record holds one")
+
+        self.parse_object, self.parse_array = parse_object, parse_array
+        self.scan_once = json.scanner.py_make_scanner(self)  # the pure scanner reads the two above
+
+
+def _record(line: bytes) -> dict | None:
+    """The record a journal line holds, with only the fields a record has, each of its type; None if none."""
+    try:
+        rec = _FlatRecords().decode(line.decode("utf-8"))
+    except (ValueError, RecursionError):
+        return None
+    if type(rec) is not dict or type(rec.get("id")) not in (str, int):
+        return None
+    rec = {k: v for k, v in rec.items() if k in _FIELDS and type(v) in _FIELDS[k]}
+    if "usage" in rec:
+        rec["usage"] = {k: v for k, v in rec["usage"].items() if type(v) in (int, float)}
+    return rec
+
+
+def read_journal(path: Path, max_line: int = MAX_LINE) -> Iterator[dict]:
     """The records of the journal at `path`, in order, as bounded data: the journal of a run folder
-    someone handed over (`--evaluate`, a resume) may be a link to a file of this host, a fifo or
-    gigabytes; a one-line UserError naming the path for each. A line that is cut short (a kill), too long or not
-    a record is skipped: its row is answered again."""
+    someone handed over (`--evaluate`, a resume) may be a link to a file of this host (or sit in a folder
+    that is one), a fifo, gigabytes, or lines of any JSON; a one-line UserError naming the path for the
+    first ones. A line that is cut short (a kill), longer than `max_line` or not a record is skipped: its
+    row is answered again."""
     try:
         f = open_regular(path, MAX_JOURNAL)
     except OSError as e:
         raise UserError(f"{path} cannot be read as a journal: {e.strerror or e}") from None
     with f:
-        while line := f.readline(MAX_LINE + 1):
+        while line := f.readline(max_line + 1):
             if not line.endswith(b"\n"):
-                if len(line) > MAX_LINE:  # too long: its rest is skipped too
-                    while (rest := f.readline(MAX_LINE)) and not rest.endswith(b"\n"):
+                if len(line) > max_line:  # too long: its rest is skipped too
+                    while (rest := f.readline(max_line)) and not rest.endswith(b"\n"):
                         pass
                 continue
-            try:
-                rec = json.loads(line)
-            except (ValueError, RecursionError):
-                continue
-            if type(rec) is dict and type(rec.get("id")) in (str, int):
+            if (rec := _record(line)) is not None:
                 yield rec
 
 
@@ -60,12 +111,13 @@ class Journal:
     """Append-only record of finished rows; the last record of an id wins. `sync=False` leaves each
     line unsynced (see services.fsutil.atomic_write_bytes): same lines, for journals made at will."""
 
-    def __init__(self, path: Path, sync: bool = True) -> None:
+    def __init__(self, path: Path, sync: bool = True, max_prediction_bytes: int | None = None) -> None:
         self.path = path
         self.sync = sync
         self.records: dict[str, dict] = {}
         if path.exists() or path.is_symlink():
-            for rec in read_journal(path):
+            max_line = MAX_LINE if max_prediction_bytes is None else 6 * max_prediction_bytes + 65536
+            for rec in read_journal(path, max_line):
                 self.records[str(rec["id"])] = rec
         self._file: AppendFile | None = None
 

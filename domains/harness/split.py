@@ -99,7 +99,7 @@ def run_split(domain: Domain, rows: pd.DataFrame, worker: AgentWorker, out_dir: 
     settings, gateway = worker.config.harness, worker.gateway
     started_at = datetime.now().isoformat(timespec="seconds")
     with run_folder(out_dir):
-        journal = Journal(out_dir / JOURNAL)
+        journal = Journal(out_dir / JOURNAL, max_prediction_bytes=settings.max_prediction_bytes)
         keep = _Keeper(journal, domain, rows, out_dir, settings, gateway)
         try:
             stopped_by = _run_rows(domain, rows, worker, keep, label or domain.name, show_progress)

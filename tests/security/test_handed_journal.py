@@ -91,3 +91,44 @@ def test_a_journal_over_its_size_is_refused_unread(tmp_path, monkeypatch):
     with pytest.raises(UserError, match=r"predictions.jsonl cannot be read as a journal: .*over the limit of "):
         Journal(path)
     assert time.monotonic() - started < 1
+
+
+@pytest.mark.attack("a handed run whose evals/<key> folder is a link to a folder of the user holding a journal, "
+                    "seeded by --evaluate (its records were copied into the run and scored)")
+def test_a_linked_evaluation_folder_is_never_read_through(tmp_path):
+    from services.fsutil import hold_folder, release_folder
+
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "predictions.jsonl").write_text(json.dumps({"id": "1", "prediction": SECRET}) + "\n")
+    run = tmp_path / "run"
+    store = EvalStore(run)
+    screen, full = "a" * 24, "b" * 24
+    store.folder(screen).parent.mkdir(parents=True)
+    os.symlink(victim, store.folder(screen))
+    hold_folder(run, "run")  # as a resume and --evaluate do, before they read
+    try:
+        with pytest.raises(UserError, match="is a link or not a folder: nothing is read through it"):
+            store.seed(full, screen)
+        with pytest.raises(UserError, match="is a link or not a folder: nothing is read through it"):
+            Journal(store.folder(screen) / "predictions.jsonl")
+    finally:
+        release_folder(run)
+    assert not os.path.lexists(store.folder(full) / "predictions.jsonl")
+
+
+@pytest.mark.attack("a handed journal whose lines are JSON built to be costly to parse: 20 MB of nested empty "
+                    "arrays, half a million fields, 100,000 nested objects, usage of the wrong type")
+def test_a_journal_of_costly_json_is_read_fast_and_keeps_only_record_fields(tmp_path):
+    path = tmp_path / "predictions.jsonl"
+    lines = [b'{"id":"1","x":[' + b"[]," * 2_000_000 + b"[]]}",
+             b'{"id":"2",' + b",".join(b'"k%d":1' % i for i in range(500_000)) + b"}",
+             b'{"id":"3","usage":' + b'{"a":' * 100_000 + b"1" + b"}" * 100_000 + b"}",
+             json.dumps({"id": "4", "prediction": "kept", "usage": "x", "seconds": "slow", "extra": 1}).encode(),
+             json.dumps({"id": "5", "prediction": "also", "usage": {"calls": 2, "cost_usd": "free"}}).encode()]
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    started = time.monotonic()
+    records = Journal(path, max_prediction_bytes=2_000_000).records
+    assert time.monotonic() - started < 2
+    assert records == {"4": {"id": "4", "prediction": "kept"},
+                       "5": {"id": "5", "prediction": "also", "usage": {"calls": 2}}}
