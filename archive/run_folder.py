@@ -105,6 +105,7 @@ NAMED_LIKE_A_PLACE = {
     "loop.initial_agent": "read only when a run starts: a resumed run's initial node is in its repository, and "
                           "--initial_from takes the new run's own",
     "loop.try_command": "whether the meta agent may run the task agent on train rows, in its own sandbox",
+    "loop.initial_meta_agent": "read only when a run starts, and only names a bundled meta agent (default or paper)",
 }
 
 
