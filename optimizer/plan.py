@@ -81,12 +81,17 @@ def plan_lines(run_dir: Path, domains: list[Domain], config: Config, backend: st
                 if why_models else []),
               f"sandbox  {backend}" + (f" ({why_backend})" if why_backend else ""),
               "budget   " + (f"${config.gateway.budget_usd:g}" if config.gateway.budget_usd is not None else "none"),
-              f"loop     {loop.max_generation} generations, parent selection {loop.parent_selection}"
+              f"loop     {count(loop.max_generation, 'generation')}, parent selection {loop.parent_selection}"
               + (f", seed {loop.seed}" if loop.seed is not None else "")
               + (f", {loop.parallel} in flight" + ("" if loop.replayable else " (not replayable)")
                  if loop.parallel > 1 else "")
               + (f", baseline {loop.run_baseline}" if loop.run_baseline else "")]
     return [console(line) for line in lines]  # a resumed run's config, a spec's names: a folder's text
+
+
+def count(n: int, thing: str) -> str:
+    """`n` things, in the plural unless one."""
+    return f"{n} {thing}{'' if n == 1 else 's'}"
 
 
 def label_text(name: str, tags: Sequence[str]) -> str:
@@ -127,10 +132,12 @@ def print_dry_run(run_dir: Path, domains: list[Domain], config: Config, initial_
     from optimizer.estimate import estimate
     from optimizer.evaluation import split_rows
     from services.sandbox import choose_backend_why
+    from services.startup import choose_run_models
 
     backend, why_backend = choose_backend_why(config.sandbox, dry_run=True)
+    why_models = choose_run_models(config)  # the models `auto` resolves to here, as the run would (no call)
     costs = estimate(domains, config, lambda d, split: split_rows(d, split, config.loop.eval_samples))
-    lines = plan_lines(run_dir, domains, config, backend, (run_dir / "run.json").exists(), None, why_backend,
+    lines = plan_lines(run_dir, domains, config, backend, (run_dir / "run.json").exists(), why_models, why_backend,
                        initial_from, name, tags) + [costs.line()]
     lines += [console(line) for line in dry_run_lines(config, [d.name for d in domains])]
     if replicates:

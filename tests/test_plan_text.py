@@ -1,0 +1,47 @@
+"""The plan as a new user reads it (optimizer/plan.py, issue 37): a count in the singular when it is one, and with
+--dry_run the models `auto` resolves to, as the run's own plan names them."""
+
+import os
+
+import pytest
+
+from services.config import Config
+from support.cli import run_cli
+
+
+def env_without_keys() -> dict:
+    return {k: v for k, v in os.environ.items() if not k.endswith(("_API_KEY", "_API_BASE"))} | {
+        "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+
+
+@pytest.mark.e2e
+def test_the_dry_run_names_the_models_auto_resolves_to_and_counts_one_generation_in_the_singular(tmp_path):
+    r = run_cli("run_optimization", "--domain", "imo_grading", "--output_dir", str(tmp_path / "out"), "--preset",
+                "quick", "--max_generation", "1", "--dry_run", env=env_without_keys())
+    assert r.returncode == 0, r.stderr[-2000:]
+    lines = r.stdout.splitlines()
+    assert "models   task local/smollm2-135m, meta local/smollm2-135m" in lines
+    assert any(line.startswith("         chosen because no provider key is set") for line in lines)
+    assert "loop     1 generation, parent selection score_child_prop" in lines
+    assert lines[-1] == "dry run: nothing started" and not (tmp_path / "out").exists()
+
+    r = run_cli("run_optimization", "--domain", "imo_grading", "--output_dir", str(tmp_path / "out"), "--task_model",
+                "openai/o4-mini", "--meta_model", "openai/o4-mini", "--max_generation", "2", "--dry_run",
+                env=env_without_keys() | {"OPENAI_API_KEY": "sk-not-used"})
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "models   task openai/o4-mini, meta openai/o4-mini" in r.stdout
+    assert "loop     2 generations, parent selection score_child_prop" in r.stdout
+
+
+def test_the_loop_line_counts_generations(tmp_path):
+    from domains.registry import get_domain
+    from optimizer.plan import plan_lines
+
+    config = Config()
+    config.models.task = config.models.meta = "openai/x"
+    for generations, expected in ((1, "loop     1 generation, parent selection score_child_prop"),
+                                  (0, "loop     0 generations, parent selection score_child_prop"),
+                                  (3, "loop     3 generations, parent selection score_child_prop")):
+        config.loop.max_generation = generations
+        lines = plan_lines(tmp_path, [get_domain("imo_grading")], config, "bwrap", False)
+        assert expected in lines
