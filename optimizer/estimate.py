@@ -10,10 +10,15 @@ its provider caches prompts (Anthropic's models while `gateway.prompt_caching` i
 provider that caches by itself, OpenAI's, always), each call reads the history the call
 before wrote at the cached read price, and writes only its own new turn. A task agent's row
 prompt is estimated shorter than a provider caches (1,024 tokens), so evaluations are not.
+
+Time is estimated the same way, from the same tokens and an assumed speed per call (the constants
+below): rows run `harness.num_workers` at once on a provider, one at a time on the bundled local
+model, whose one server does the work; a generation's meta agent uses all its calls.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -21,6 +26,7 @@ from typing import TYPE_CHECKING
 from optimizer.heldout import graded_domains, heldout_models
 from services.gateway.caching import takes_marks
 from services.gateway.pricing import pricing_of
+from services.local_model import is_local
 
 if TYPE_CHECKING:
     from domains.base import Domain
@@ -35,6 +41,19 @@ META_PROMPT_TOKENS = 12000  # one meta agent call, averaged over a conversation 
 META_FIRST_PROMPT_TOKENS = 3000  # its first call: the tool instructions and the task, before any turn
 META_COMPLETION_TOKENS = 800
 
+# The speed of a call, assumed: a provider's model reads the prompt in about API_FIRST_TOKEN_S and writes
+# API_TOKENS_PER_S (hosted o4-mini, Claude Sonnet and Gemini Pro write 50-150 tokens/s, reasoning included).
+API_FIRST_TOKEN_S = 2.0
+API_TOKENS_PER_S = 60.0
+# The bundled local model (local/smollm2-135m served with its default 1 thread on 2 cores, context 2048), measured
+# with bench/local_model.py's requests (1,000-token prompts, 128-token stories): 127-142 prompt tokens and 61-66
+# written tokens per CPU second of its server (on a shared machine, whose wall clock gave 40-62 and 20-26). A
+# prompt is cut to gateway.local_context; under a JSON schema a task agent's answer is about LOCAL_ANSWER_TOKENS.
+# The server reuses a prompt prefix it has cached (a task agent's instructions), so rows may go faster than this.
+LOCAL_PROMPT_TOKENS_PER_S = 130.0
+LOCAL_TOKENS_PER_S = 63.0
+LOCAL_ANSWER_TOKENS = 20
+
 
 @dataclass
 class Estimate:
@@ -45,6 +64,7 @@ class Estimate:
     final_test_usd: float = 0.0  # the test split, once, for the chosen node and the initial one (loop.final_test)
     caching_saves_usd: float = 0.0  # what prompt caching saves on one meta agent run (already taken off meta_usd)
     heldout_usd: float = 0.0  # held-out grading of a new best's proofs: the initial node's, at most each child's
+    timing: Timing | None = None  # the run's wall clock, at the speeds assumed above
 
     @property
     def generation_usd(self) -> float:
@@ -62,7 +82,95 @@ class Estimate:
                  if self.caching_saves_usd >= 0.005 else "")
         return (f"estimate ~${self.run_usd:.2f} for the run: initial evaluation ~${self.initial_usd:.2f}, "
                 f"each generation up to ~${self.generation_usd:.2f} (meta agent ~${self.meta_usd:.2f}, "
-                f"evaluation ~${self.evaluation_usd:.2f}{heldout}){final}{saved}")
+                f"evaluation ~${self.evaluation_usd:.2f}{heldout}){final}{saved}"
+                + (f"\n{self.timing.line()}" if self.timing else ""))
+
+
+@dataclass
+class Timing:
+    """The run's wall clock by the assumed speeds above, in seconds."""
+
+    initial_s: float  # the initial node's evaluation
+    meta_s: float  # one meta agent run, all its calls used
+    evaluation_s: float  # one child's staged and full evaluation
+    generations: int
+    at_once: int  # generations that go faster together: loop.parallel on a provider, 1 on the local model
+    final_test_s: float
+    basis: str  # the assumption, in words
+
+    @property
+    def generation_s(self) -> float:
+        return self.meta_s + self.evaluation_s
+
+    @property
+    def run_s(self) -> float:
+        return self.initial_s + math.ceil(self.generations / self.at_once) * self.generation_s + self.final_test_s
+
+    def line(self) -> str:
+        final = f", final test ~{minutes(self.final_test_s)}" if self.final_test_s else ""
+        together = f", {self.at_once} at once" if self.at_once > 1 else ""
+        return (f"time     ~{minutes(self.run_s)} for the run: initial evaluation ~{minutes(self.initial_s)}, each "
+                f"generation up to ~{minutes(self.generation_s)} (meta agent up to ~{minutes(self.meta_s)}, "
+                f"evaluation ~{minutes(self.evaluation_s)}{together}){final}; assuming {self.basis}")
+
+
+def minutes(seconds: float) -> str:
+    """A duration as the plan writes it: "12 min", "<1 min", or "900 min (15 h)"."""
+    if seconds < 30:
+        return "<1 min" if seconds else "0 min"
+    shown = f"{round(seconds / 60):,} min"
+    return f"{shown} ({seconds / 3600:.1f} h)" if seconds >= 2 * 3600 else shown
+
+
+def call_seconds(model: str, config: Config, prompt_tokens: float, completion_tokens: float) -> float:
+    """One call's wall clock at the speeds assumed above."""
+    if is_local(model):
+        return min(prompt_tokens, config.gateway.local_context) / LOCAL_PROMPT_TOKENS_PER_S \
+            + completion_tokens / LOCAL_TOKENS_PER_S
+    return API_FIRST_TOKEN_S + completion_tokens / API_TOKENS_PER_S
+
+
+def row_seconds(model: str, config: Config, prompt_tokens: float) -> float:
+    """One row's call (a task agent's answer, or a grade of it): on the local model, an answer under a schema."""
+    return call_seconds(model, config, prompt_tokens, LOCAL_ANSWER_TOKENS if is_local(model) else COMPLETION_TOKENS)
+
+
+def speed_basis(models: list[str]) -> str:
+    """The assumption of call_seconds for `models`, in words."""
+    said = [f"{API_TOKENS_PER_S:g} tokens/s written by a provider's model after {API_FIRST_TOKEN_S:g} s"] if any(
+        not is_local(m) for m in models) else []
+    if any(is_local(m) for m in models):
+        said.append(f"the local model reading {LOCAL_PROMPT_TOKENS_PER_S:g} and writing {LOCAL_TOKENS_PER_S:g} "
+                    "tokens/s, one call at a time (measured on 2 cores)")
+    return "; ".join(said)
+
+
+def evaluation_s(domains: list[Domain], config: Config, rows_of: RowsOf, test: bool = False) -> float:
+    """One node's evaluation, staged and full, as `evaluation_usd` counts it, in seconds: its rows `harness.num_workers`
+    at once (at most gateway.max_concurrent_calls), one at a time on the local model."""
+    task = config.resolve_model("task")
+    workers = min(config.harness.num_workers, config.gateway.max_concurrent_calls or config.harness.num_workers)
+    total = 0.0
+    for d in domains:
+        row_tokens = _row_tokens(d)
+        rows = sum(rows_of(d, s) for s in (["test"] if test else d.full_splits()) if s in d.splits)
+        row_s = row_seconds(task, config, row_tokens) + sum(
+            row_seconds(m, config, 3 * row_tokens + COMPLETION_TOKENS) for m in d.scorer.models(config))
+        at_once = 1 if is_local(task) else workers
+        total += math.ceil(rows / at_once) * row_s
+    return total
+
+
+def timing(domains: list[Domain], config: Config, rows_of: RowsOf) -> Timing:
+    """The run's time at the assumed speeds: as `estimate`, with each meta agent run using all its calls."""
+    meta = max(config.loop.meta_max_calls * call_seconds(m, config, META_PROMPT_TOKENS, META_COMPLETION_TOKENS)
+               for m in config.meta_models())
+    models = [config.resolve_model("task"), *config.meta_models(),
+              *(model for d in domains for model in d.scorer.models(config))]
+    final = 2 * evaluation_s(domains, config, rows_of, test=True) if config.loop.final_test else 0.0
+    return Timing(evaluation_s(domains, config, initial_rows(config, rows_of)), meta,
+                  evaluation_s(domains, config, rows_of), config.loop.max_generation,
+                  1 if any(is_local(m) for m in models) else config.loop.parallel, final, speed_basis(models))
 
 
 def call_usd(model: str, prices: dict, prompt_tokens: float, completion_tokens: float) -> float:
@@ -147,4 +255,4 @@ def estimate(domains: list[Domain], config: Config, rows_of: RowsOf) -> Estimate
     meta, saved = max(meta_usd(m, config.gateway, config.loop.meta_max_calls) for m in config.meta_models())
     final = 2 * evaluation_usd(domains, config, rows_of, test=True) if config.loop.final_test else 0.0
     return Estimate(initial, meta, evaluation, config.loop.max_generation, final, saved,
-                    heldout_usd(domains, config, rows_of))
+                    heldout_usd(domains, config, rows_of), timing(domains, config, rows_of))

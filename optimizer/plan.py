@@ -3,21 +3,32 @@ starting), and its summary when it stops. Text only: nothing here starts or chan
 
 from __future__ import annotations
 
+import math
+import random
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from statistics import NormalDist
+from typing import TYPE_CHECKING, cast
 
+from archive.promotion import RowScores, row_scores
 from archive.run_state import read_state, state_text
+from archive.stats import bootstrap_mean
 from optimizer.initial_agents import plan_text
 from services.config import Config, LoopConfig
 from services.departures import dry_run_lines
+from services.errors import UserError
 from services.render import console
 
 if TYPE_CHECKING:
+    from archive.eval_store import EvalStore
+    from archive.records import Node
     from domains.base import Domain, Stage
     from optimizer.loop import Loop
     from services.ledger import Totals
+
+
+RESAMPLES = 2000  # bootstrap draws of the closing line's unpaired interval
 
 
 def promotion_text(domain: Domain, stage: Stage, loop: LoopConfig) -> str:
@@ -121,8 +132,82 @@ def summary_lines(loop: Loop, name: str = "", tags: Sequence[str] = ()) -> list[
         how = {"paired": f", chosen by paired tests at level {loop.config.loop.best_level:g}",
                "heldout": ", its held-out grade not below an earlier best's"}.get(loop.config.loop.best_choice, "")
         lines.append(f"best node {best.node_id} (generation {best.generation}{how}): {best.scores_text()}")
+    initial = loop.archive.nodes.get("initial")
+    if best and initial:
+        lines += [gain_line(d, best, initial, loop.evaluator.store) for d in loop.domains]
+    lines.append(generations_line(nodes, loop.config.loop.max_generation))
     lines.append(f"report: {loop.run_dir / 'report.html'}")
     return [console(line) for line in lines]
+
+
+def gain_line(domain: Domain, best: Node, initial: Node, store: EvalStore) -> str:
+    """The best node against the initial one on the domain's selection split: both scores, the difference and its
+    95% interval (`difference`)."""
+    split = domain.selection_split
+    head = f"best vs initial on {domain.name}/{split}: "
+    scores = [n.scores.get(domain.name, {}).get(split) for n in (best, initial)]
+    if None in scores:
+        return head + "not both scored on it"
+    if best is initial:
+        return head + f"the best node is the initial node ({scores[0]:.3f}), no gain"
+    rows = [evaluated_rows(n, domain, store) for n in (best, initial)]
+    bands = [n.intervals.get(domain.name, {}).get(split) for n in (best, initial)]
+    gain, low, high, how = difference(*rows, *cast("tuple[float, float]", scores), *bands)
+    band = f" [{low:+.3f}, {high:+.3f}] (95%, {how})" if low is not None else f" ({how})"
+    return head + f"node {best.node_id} {scores[0]:.3f} vs initial {scores[1]:.3f}, difference {gain:+.3f}{band}"
+
+
+def evaluated_rows(node: Node, domain: Domain, store: EvalStore) -> RowScores | None:
+    """The node's per-row scores on the domain's selection split, from its full evaluation's report; None without."""
+    key = node.eval_key(domain.name, domain.selection_split)
+    if not (key and node.full_eval.get(domain.name)):
+        return None
+    try:
+        report = store.report(key)
+    except UserError:  # a garbled report: compared without its rows
+        return None
+    return row_scores(report, domain.score_key) if report else None
+
+
+def difference(mine: RowScores | None, theirs: RowScores | None, score: float, their_score: float,
+               band: list[float] | None = None, their_band: list[float] | None = None,
+               ) -> tuple[float, float | None, float | None, str]:
+    """mine - theirs, with a 95% interval and how it was made: paired over the rows both answered (the rows' own
+    difficulty cancels out; the mean of the differences with its percentile bootstrap, archive/stats.py), else
+    unpaired: a bootstrap of each side's rows drawn apart, else the normal approximation from the two scores' own
+    intervals, else none. Seeded: the same records give the same line."""
+    shared = sorted(set(mine or {}) & set(theirs or {}))
+    if mine and theirs and shared:
+        gaps = [mine[q] - theirs[q] for q in shared]
+        low, high = bootstrap_mean(gaps)
+        return sum(gaps) / len(gaps), low, high, f"paired over {len(shared)} shared rows"
+    if mine and theirs:
+        rng, a, b = random.Random(0), list(mine.values()), list(theirs.values())
+        draws = sorted(sum(rng.choices(a, k=len(a))) / len(a) - sum(rng.choices(b, k=len(b))) / len(b)
+                       for _ in range(RESAMPLES))
+        low, high = draws[int(0.025 * RESAMPLES)], draws[int(0.975 * RESAMPLES) - 1]
+        return score - their_score, low, high, "unpaired: no rows shared"
+    if band and their_band:
+        z = NormalDist().inv_cdf(0.975)
+        half = z * math.hypot((band[1] - band[0]) / (2 * z), (their_band[1] - their_band[0]) / (2 * z))
+        return score - their_score, score - their_score - half, score - their_score + half, \
+            "unpaired, from the two scores' intervals: no per-row results"
+    return score - their_score, None, None, "no interval: no per-row results"
+
+
+def generations_line(nodes: list[Node], max_generation: int) -> str:
+    """How many generations the run has done, and their mean wall time (the initial node's apart)."""
+    done = [n for n in nodes if n.generation > 0]
+    times = [n.seconds["total"] for n in done if "total" in n.seconds]
+    first = next((n.seconds.get("total") for n in nodes if n.generation == 0), None)
+    return (f"generations {len(done)} of {max_generation} done"
+            + (f", {duration(sum(times) / len(times))} each on average" if times else "")
+            + (f" (the initial node's evaluation {duration(first)})" if first is not None else ""))
+
+
+def duration(seconds: float) -> str:
+    return f"{seconds:.1f} s" if seconds < 120 else f"{seconds / 60:.1f} min" if seconds < 7200 else \
+        f"{seconds / 3600:.1f} h"
 
 
 def print_dry_run(run_dir: Path, domains: list[Domain], config: Config, initial_from: dict | None,

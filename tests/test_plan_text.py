@@ -23,6 +23,7 @@ def test_the_dry_run_names_the_models_auto_resolves_to_and_counts_one_generation
     assert "models   task local/smollm2-135m, meta local/smollm2-135m" in lines
     assert any(line.startswith("         chosen because no provider key is set") for line in lines)
     assert "loop     1 generation, parent selection score_child_prop" in lines
+    assert any(line.startswith("time     ~") and "the local model reading 130" in line for line in lines)
     assert lines[-1] == "dry run: nothing started" and not (tmp_path / "out").exists()
 
     r = run_cli("run_optimization", "--domain", "imo_grading", "--output_dir", str(tmp_path / "out"), "--task_model",
