@@ -84,7 +84,7 @@ def test_a_resume_of_a_linked_or_fifo_event_log_ends_in_one_line(tmp_path):
         line = one_line(r, f"{run / 'archive.jsonl'}")
         # refused by the first that meets it: the loop's first write ("... is a link: nothing is written through
         # it", "... is a fifo") or, where a reader of the run's state comes first, its read ("not the run's event log")
-        assert f"{run / 'archive.jsonl'} is a" in line or "archive.jsonl: not the run's event log: a" in line, line
+        assert f"{run / 'archive.jsonl'} is a" in line or "archive.jsonl: not the run's event log: " in line, line
         assert time.monotonic() - started < RESUME_SECONDS
     assert victim.read_text() == "{}\n"
 
