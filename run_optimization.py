@@ -61,12 +61,13 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--tag", action="append", default=None, dest="tags", metavar="TAG",
                     help="a label to find and group runs by (repeatable)")
     ap.add_argument("--run_id", default=None, help="run folder name (default: a timestamp)")
-    ap.add_argument("--output_dir", default="./outputs", help="parent folder of runs")
-    ap.add_argument("--resume_from", default=None, help="a run folder to continue")
+    ap.add_argument("--output_dir", default=None, help="parent folder of runs (./outputs)")
+    ap.add_argument("--resume_from", default=None, help="a run folder to continue; a flag given with it counts from "
+                    "there on, or is refused in one line (README, What a resume takes from the run folder)")
     ap.add_argument("--dashboard", nargs="?", type=int_flag(0), const=8765, default=None, metavar="PORT",
                     help="serve this run's live dashboard on 127.0.0.1:PORT (8765; 0: any free port) while it runs")
     ap.add_argument("--max_generation", type=int_flag(0), default=None,
-                    help="generations after the initial node (10)")
+                    help="generations after the initial node (10); with --resume_from, lower or higher than the run's")
     ap.add_argument("--eval_samples", type=int_flag(1, also=-1), default=None,
                     help="rows per full evaluation split (-1 = all)")
     ap.add_argument("--eval_workers", type=int_flag(1), default=None, help="rows evaluated in parallel")
@@ -108,6 +109,12 @@ def build_parser() -> argparse.ArgumentParser:
                          "(--resume_from it continues them all; python -m archive.analyze reads it)")
     ap.add_argument("--replicates_at_once", type=int_flag(1), default=None, metavar="N",
                     help="with --replicates: runs at once (default 1; all K with --executor ray)")
+    return add_where_flags(ap)
+
+
+def add_where_flags(ap: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The flags of where agent code runs and what the run reports to (archive/run_folder.py GUARDED: a resume
+    takes them from its command line alone)."""
     ap.add_argument("--track", action="extend", type=lambda text: [t for t in text.split(",") if t], default=None,
                     metavar="TRACKER[,TRACKER...]", help="also log the run to mlflow, wandb or tensorboard "
                     "(repeatable; each a pip extra: pip install -e \".[mlflow]\"); see README, Tracking")
@@ -137,7 +144,14 @@ def check_flags(args: argparse.Namespace) -> bool:
         raise UserError("--evaluate evaluates nodes of a run: pass --resume_from RUN (no --replicates, no --dry_run)")
     if args.evaluate is not None:
         args.evaluate = [n for n in args.evaluate.split(",") if n]
+    if args.resume_from and (args.run_id or args.output_dir) and os.path.realpath(
+            Path(args.output_dir or "./outputs") / (args.run_id or Path(args.resume_from).name)) != os.path.realpath(
+            args.resume_from):
+        raise UserError("--output_dir and --run_id name a new run's folder; --resume_from continues a run in its own "
+                        f"folder ({args.resume_from}): drop them")
     group = bool(args.resume_from) and (Path(args.resume_from) / "group.json").exists()
+    if args.replicates_at_once is not None and not (args.replicates or group):
+        raise UserError("--replicates_at_once goes with --replicates K, or --resume_from a folder of replicates")
     if args.dry_run and group:
         raise UserError(f"--dry_run plans a run before it starts; {args.resume_from} is a group that has started "
                         "(pass --dry_run --resume_from one of its seed-<s> runs)")
@@ -160,8 +174,9 @@ def run_replicates(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
         if not (args.domain or args.domain_spec):
             raise UserError("pass --domain (e.g. --domain imo_grading) or --domain_spec FILE, "
                             "or --resume_from GROUP_DIR")
-        group_dir = (Path(args.output_dir) / (args.run_id or datetime.now().strftime("%Y%m%d_%H%M%S"))).resolve()
-        check_writable(group_dir, f"--output_dir {args.output_dir}")
+        output_dir = args.output_dir or "./outputs"
+        group_dir = (Path(output_dir) / (args.run_id or datetime.now().strftime("%Y%m%d_%H%M%S"))).resolve()
+        check_writable(group_dir, f"--output_dir {output_dir}")
         group = start_group(group_dir, replicate_argv(parser, args), args.replicates, args.seed or 0)
         resuming = []
     hold_folder(group_dir, "group")  # its runs are held each by its own process
@@ -261,7 +276,7 @@ def request_of(args: argparse.Namespace) -> RunRequest:
         domains=tuple(args.domain or ()), domain_specs=tuple(args.domain_spec or ()), config=args.config,
         preset=args.preset, settings=tuple(args.settings or ()),
         overrides={option: getattr(args, option) for option in FLAG_FIELDS}, data=tuple(args.data or ()),
-        output_dir=args.output_dir, run_id=args.run_id, resume_from=args.resume_from, name=args.name,
+        output_dir=args.output_dir or "./outputs", run_id=args.run_id, resume_from=args.resume_from, name=args.name,
         tags=None if args.tags is None else tuple(args.tags), initial_from=args.initial_from,
         transfer=args.transfer, evaluate=None if args.evaluate is None else tuple(args.evaluate), split=args.split,
         dry_run=args.dry_run, replicates=args.replicates, dashboard=args.dashboard)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import shlex
 import subprocess
 from collections.abc import Callable, Iterator
@@ -99,6 +100,22 @@ DATA = frozenset({
     *(f"loop.{f.name}" for f in dataclasses.fields(Config().loop)),
 })
 
+# What a resume may not change, and why: the measure every node of the run was scored with, and what is
+# read only when a run starts. Every other field of DATA a resume's command line changes from then on.
+FIXED_ON_RESUME = {
+    "models.task": "every node of the run was scored with it",
+    "models.grader": "every node of the run was graded with it",
+    "models.judge": "every node of the run was judged with it",
+    "models.heldout_grader": "the run's held-out grades are all of it",
+    "loop.eval_samples": "every node of the run was scored on that many rows",
+    "loop.row_error": "every node of the run was scored under it",
+    "harness.label_case": "every node of the run was scored under it",
+    "loop.seed": "the run's parent choices replay from it",
+    "loop.run_baseline": "the run measures that baseline",
+    "loop.initial_agent": "it is read when a run starts: the run's initial node is in its repository",
+    "loop.initial_meta_agent": "it is read when a run starts: the run's initial node is in its repository",
+}
+
 # Fields named like an address, a path or a backend that are data all the same, and why.
 NAMED_LIKE_A_PLACE = {
     "gateway.port": "a port of the gateway's own host (gateway.host decides which host)",
@@ -173,6 +190,39 @@ def resumed_config(saved: Config, command: Config, source: Path, refuse: bool = 
         raise UserError(f"{source} asks for {wants}; pass {flags} to accept "
                         f"{'it' if len(asked) == 1 else 'them'}")
     return config
+
+
+def _same(key: str, theirs: object, mine: object) -> bool:
+    """Whether a resume's value of `key` is the run's: an agent folder named by another path to it is."""
+    if key == "loop.initial_agent" and isinstance(theirs, str) and isinstance(mine, str):
+        return os.path.realpath(os.path.expanduser(theirs)) == os.path.realpath(os.path.expanduser(mine))
+    return theirs == mine
+
+
+def settle_resume(run: Config, config: Config, command: Config, flags: dict[str, str],
+                  resume_from: object) -> str | None:
+    """A resume's `config` (the run's own, `run`, with the command's --set and flags over it) made final: a
+    UserError in one line for a field of FIXED_ON_RESUME it changes
+    (`flags`: key -> the flag that gave it, when one did; a model role given as auto keeps the run's model); and
+    a note of what --config or --preset ask for that a resume does not take (their fields of DATA count for a new
+    run only: each field `command` sets off its default that `config` does not hold), or None."""
+    for key in FIXED_ON_RESUME:
+        theirs, mine = value_of(run, key), value_of(config, key)
+        if key.startswith("models.") and mine == "auto":
+            _set_value(config, key, theirs)
+        elif not _same(key, theirs, mine):
+            given = f"{flags[key]} {mine}" if key in flags else f"--set {key}={mine}"
+            raise UserError(f"{given}: a resume cannot change {key} (the run's: {theirs}): {FIXED_ON_RESUME[key]}; "
+                            f"for another, start a new run (--initial_from {resume_from} starts it from this run's "
+                            "best node)")
+    defaults = load_config()
+    skipped = [(key, value_of(command, key), value_of(config, key)) for key in sorted(DATA)
+               if value_of(command, key) != value_of(defaults, key) and value_of(config, key) != value_of(command, key)]
+    if not skipped:
+        return None
+    return ("note: a resume keeps the run's own " + ", ".join(f"{k} {kept!s}" for k, _, kept in skipped)
+            + " where --config or --preset ask for " + ", ".join(f"{asked!s}" for _, asked, _ in skipped)
+            + " (on a resume they decide where code runs and data goes; --set or a flag changes the rest)")
 
 
 def accepting_flags(config: Config) -> list[str]:

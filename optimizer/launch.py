@@ -6,6 +6,7 @@ input with the same one-line UserError before anything is made or paid for."""
 from __future__ import annotations
 
 import atexit
+import copy
 import os
 import select
 import shlex
@@ -21,16 +22,9 @@ from typing import IO, TYPE_CHECKING, cast
 from urllib.parse import quote
 
 from archive.records import RUN_JSON, RunRecord, check_labels
-from archive.run_folder import accepting_flags, ledger_of, read_run_record, resumed_config, saved_config
+from archive.run_folder import accepting_flags, ledger_of, read_run_record, resumed_config, saved_config, settle_resume
 from optimizer.plan import plan_lines, print_dry_run, summary_lines
-from services.config import (
-    PROJECT_ROOT,
-    Config,
-    apply_mapping,
-    load_config,
-    show,
-    validate,
-)
+from services.config import PROJECT_ROOT, Config, apply_mapping, load_config, show, validate
 from services.errors import ProviderDown, Terminated, UserError, advise
 from services.flags import apply_settings, parse_data_flags
 from services.fsutil import atomic_write_json, hold_folder
@@ -282,11 +276,27 @@ def run_of(request: RunRequest, command: Config, specs: list[str]) -> tuple[Path
     """The run's folder, its record when it resumes, its domains and its config."""
     if request.resume_from:
         run_dir, record, resumed = open_run(request.resume_from, command)
-        return run_dir, record, record.domains, with_flags(resumed, request)
+        given = list(dict.fromkeys(n for arg in request.domains for n in arg.split(",") if n))
+        if given and set(given) != set(record.domains):
+            raise UserError(f"--domain {' '.join(given)}: a resume keeps the run's domains "
+                            f"({', '.join(record.domains)}); for others, start a new run (--initial_from "
+                            f"{request.resume_from} starts it from this run's best node)")
+        return run_dir, record, record.domains, resume_config(resumed, command, request)
     domain_names = list(dict.fromkeys([n for arg in request.domains for n in arg.split(",") if n] + specs))
     if not domain_names:
         raise UserError("pass --domain (e.g. --domain imo_grading) or --domain_spec FILE, or --resume_from RUN_DIR")
     return new_run_dir(request), None, domain_names, command
+
+
+def resume_config(run: Config, command: Config, request: RunRequest) -> Config:
+    """A resumed run's config: its own (`run`, where code runs and data goes already the command's) with the
+    command's --set and flags over it, checked for what a resume cannot change, with a note of what --config or
+    --preset asked for that a resume does not take (archive/run_folder.py settle_resume)."""
+    config = with_flags(copy.deepcopy(run), request)
+    flags = {".".join(FLAG_FIELDS[o]): f"--{o}" for o, v in request.overrides.items() if v is not None}
+    if note := settle_resume(run, config, command, flags, request.resume_from):
+        print(console(note), flush=True)
+    return config
 
 
 def launch(request: RunRequest) -> Path:

@@ -2,24 +2,23 @@
 
 One generation, as DESIGN.md describes it:
 
-1. select a parent among the archive's valid, scored nodes (a named strategy, or the
-   workspace's own `select_next_parent.py` with --edit_select_parent);
+1. select a parent among the archive's valid, scored nodes (a named strategy, or the workspace's own
+   `select_next_parent.py` with --edit_select_parent);
 2. check out the parent's commit into a plain folder (no git metadata);
-3. run the meta agent in a sandbox on it, through the gateway, with the train split
-   and earlier train results read-only and a command to try the task agent;
-4. read the folder back as data (regular files of the evolvable paths, within a quota)
-   and commit it; an empty diff is a `no_change` node;
+3. run the meta agent in a sandbox on it, through the gateway, with the train split and earlier train
+   results read-only and a command to try the task agent;
+4. read the folder back as data (regular files of the evolvable paths, within a quota) and commit it;
+   an empty diff is a `no_change` node;
 5. import the new TaskAgent and MetaAgent in the sandbox;
 6. staged, then full evaluation (optimizer.evaluation);
 7. record the node atomically.
 
-What a sandbox may write goes to `untrusted/<node>/`; the node's records (node.json,
-patch.diff, logs) are written by the core alone, in `nodes/<node>/`, where no sandbox
-can write.
+What a sandbox may write goes to `untrusted/<node>/`; the node's records (node.json, patch.diff, logs)
+are written by the core alone, in `nodes/<node>/`, where no sandbox can write.
 
-Every step leaves a trace in `archive.jsonl` before the next starts, so a run killed
-anywhere resumes with `--resume_from`: finished nodes stay, the meta agent's committed
-change is not asked for again, evaluations continue from their journals.
+Every step leaves a trace in `archive.jsonl` before the next starts, so a run killed anywhere resumes
+with `--resume_from`: finished nodes stay, the meta agent's committed change is not asked for again,
+evaluations continue from their journals.
 """
 
 from __future__ import annotations
@@ -40,14 +39,7 @@ from archive.tamper import NOT_SCREENED, read_text
 from archive.tamper import flags as tamper_flags
 from archive.text_pass import TooLarge
 from optimizer.beginning import choose_meta_model, choose_parent, choose_partner
-from optimizer.evaluation import (
-    BudgetStop,
-    Evaluator,
-    LoadFailed,
-    NodeSandbox,
-    Peers,
-    split_rows,
-)
+from optimizer.evaluation import BudgetStop, Evaluator, LoadFailed, NodeSandbox, Peers, split_rows
 from optimizer.events import (
     CostBooked,
     Event,
@@ -85,15 +77,22 @@ FROZEN_META = "/opt/frozen_meta"  # baseline no_selfimprove: the initial agent c
 OTHER_PARENT = "/other_parent"  # a merge's second parent's code, read-only inside
 
 
+class RunArchive(Archive):
+    """The run's archive as its slots read it: the generations to redo stop at `last` (loop.max_generation),
+    so one that a resume lowered it below stays started, for a resume that raises it again."""
+
+    last: int | None = None
+
+    def pending_generations(self) -> list[GenStart]:
+        return [s for s in super().pending_generations() if self.last is None or s.generation <= self.last]
+
+
 class Loop:
     def __init__(self, run_dir: Path, config: Config, domains: list[Domain], gateway: Gateway, backend: str,
                  events: Events | None = None) -> None:
-        self.run_dir = run_dir
-        self.config = config
-        self.domains = domains
-        self.gateway = gateway
-        self.backend = backend
-        self.archive = Archive(run_dir)
+        self.run_dir, self.config, self.domains, self.gateway, self.backend = run_dir, config, domains, gateway, backend
+        self.archive = RunArchive(run_dir)
+        self.archive.last = config.loop.max_generation
         self.repo = RunRepo(run_dir / "repo")
         self.workspaces = run_dir / "workspaces"  # plain folders of agent code, one per sandbox
         loop = config.loop

@@ -97,12 +97,25 @@ def plan_lines(run_dir: Path, domains: list[Domain], config: Config, backend: st
               + (f", {loop.parallel} in flight" + ("" if loop.replayable else " (not replayable)")
                  if loop.parallel > 1 else "")
               + (f", baseline {loop.run_baseline}" if loop.run_baseline else "")]
+    lines += left_over(run_dir, loop.max_generation) if resumed else []
     return [console(line) for line in lines]  # a resumed run's config, a spec's names: a folder's text
 
 
 def count(n: int, thing: str) -> str:
     """`n` things, in the plural unless one."""
     return f"{n} {thing}{'' if n == 1 else 's'}"
+
+
+def left_over(run_dir: Path, max_generation: int) -> list[str]:
+    """A line for generations a kill left in flight that a resume's lower --max_generation does not redo."""
+    from archive.store import Archive
+
+    beyond = [s.node_id for s in Archive(run_dir).pending_generations() if s.generation > max_generation]
+    if not beyond:
+        return []
+    return [f"         {count(len(beyond), 'generation')} in flight when the run stopped ({', '.join(beyond)}) "
+            f"{'is' if len(beyond) == 1 else 'are'} past --max_generation {max_generation}: left as started, for a "
+            "resume with a higher --max_generation"]
 
 
 def label_text(name: str, tags: Sequence[str]) -> str:

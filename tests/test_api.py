@@ -11,7 +11,7 @@ import time
 import pytest
 
 from services.errors import UserError
-from support.cli import FAST_CONFIG, REPO_ROOT, cli_env, run_loop
+from support.cli import FAST_CONFIG, REPO_ROOT, cli_env, run_cli
 
 
 def readme_example() -> str:
@@ -55,7 +55,8 @@ def test_the_readme_example_runs_and_reads_its_run_back(tmp_path, fake_openai):
     # the lock was let go when run() returned: the command line resumes the run
     config = tmp_path / "c.yaml"
     config.write_text(FAST_CONFIG)
-    r = run_loop(tmp_path, fake_openai, "--resume_from", str(run_dir), config=config)
+    r = run_cli("run_optimization", "--resume_from", str(run_dir), "--config", str(config), env=cli_env(fake_openai),
+                timeout=600)  # the run's own models and folder: a resume refuses others
     assert r.returncode == 0 and "in use by another process" not in r.stderr, r.stderr
 
 
