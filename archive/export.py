@@ -146,8 +146,9 @@ def readme(record: dict) -> str:
             lines.append(f"- {domain} {split}: {value}{band}" + (f", {s['rows']} rows" if s["rows"] else "") +
                          ("" if record["full_eval"].get(domain) else " (screening only)"))
     lines += ["", f"`{CODE}/` is the node's agent code: `python -m run_optimization --initial_agent "
-              f"THIS_FOLDER/{CODE} ...` starts a run from it.", f"`{PATCH}` is its change from the run's initial agent (`git apply` it to "
-              "a copy of that code).", f"`{RECORD}` holds the same facts as data.", ""]
+              f"THIS_FOLDER/{CODE} ...` starts a run from it.",
+              f"`{PATCH}` is its change from the run's initial agent (`git apply` it to a copy of that code).",
+              f"`{RECORD}` holds the same facts as data.", ""]
     return "\n".join(lines)
 
 
