@@ -91,8 +91,9 @@ class Loop:
     def __init__(self, run_dir: Path, config: Config, domains: list[Domain], gateway: Gateway, backend: str,
                  events: Events | None = None) -> None:
         self.run_dir, self.config, self.domains, self.gateway, self.backend = run_dir, config, domains, gateway, backend
-        self.archive = RunArchive(run_dir)
-        self.archive.last = config.loop.max_generation
+        archive = RunArchive(run_dir)
+        archive.last = config.loop.max_generation
+        self.archive: Archive = archive  # as the protocols read it (Begins, Graders)
         self.repo = RunRepo(run_dir / "repo")
         self.workspaces = run_dir / "workspaces"  # plain folders of agent code, one per sandbox
         loop = config.loop
@@ -343,6 +344,7 @@ class Loop:
         shared with every node of the same code under loop.reuse_evaluations, else its own (the node's id
         too), so each node is evaluated anew as in the reference, and a resumed evaluation still finds
         its journal."""
+        assert node.commit is not None, f"node {node.node_id} has no commit"  # evaluated nodes have one
         code = self.repo.task_agent_hash(node.commit)
         return code if self.config.loop.reuse_evaluations else f"{code}/node/{node.node_id}"
 

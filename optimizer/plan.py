@@ -165,7 +165,8 @@ def gain_line(domain: Domain, best: Node, initial: Node, store: EvalStore) -> st
         return head + f"the best node is the initial node ({scores[0]:.3f}), no gain"
     rows = [evaluated_rows(n, domain, store) for n in (best, initial)]
     bands = [n.intervals.get(domain.name, {}).get(split) for n in (best, initial)]
-    gain, low, high, how = difference(*rows, *cast("tuple[float, float]", scores), *bands)
+    mine, theirs = cast("tuple[float, float]", scores)
+    gain, low, high, how = difference(rows[0], rows[1], mine, theirs, bands[0], bands[1])
     band = f" [{low:+.3f}, {high:+.3f}] (95%, {how})" if low is not None else f" ({how})"
     return head + f"node {best.node_id} {scores[0]:.3f} vs initial {scores[1]:.3f}, difference {gain:+.3f}{band}"
 

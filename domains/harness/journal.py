@@ -69,7 +69,8 @@ class _FlatRecords(json.JSONDecoder):
             raise ValueError("an array: no field of a record holds one")
 
         self.parse_object, self.parse_array = parse_object, parse_array
-        self.scan_once = json.scanner.py_make_scanner(self)  # the pure scanner reads the two above
+        # the pure scanner reads the two above (typeshed lists only the C one)
+        self.scan_once = json.scanner.py_make_scanner(self)  # pyright: ignore[reportAttributeAccessIssue]
 
 
 def _record(line: bytes) -> dict | None:
