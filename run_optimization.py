@@ -68,6 +68,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="serve this run's live dashboard on 127.0.0.1:PORT (8765; 0: any free port) while it runs")
     ap.add_argument("--max_generation", type=int_flag(0), default=None,
                     help="generations after the initial node (10); with --resume_from, lower or higher than the run's")
+    ap.add_argument("--max_minutes", type=number_flag(0), default=None, metavar="N", help="stop the run N minutes "
+                    "after this command started (a resume counts afresh, with no limit unless given one): generations "
+                    "in flight stop as on Ctrl-C, resumably, and the last line is the command that continues")
     ap.add_argument("--eval_samples", type=int_flag(1, also=-1), default=None,
                     help="rows per full evaluation split (-1 = all)")
     ap.add_argument("--eval_workers", type=int_flag(1), default=None, help="rows evaluated in parallel")

@@ -115,6 +115,8 @@ FIXED_ON_RESUME = {
     "loop.initial_agent": "it is read when a run starts: the run's initial node is in its repository",
     "loop.initial_meta_agent": "it is read when a run starts: the run's initial node is in its repository",
 }
+# What a resume takes from its own command alone, never from the folder: a limit counted from the command's start.
+PER_COMMAND = ("loop.max_minutes",)
 
 # Fields named like an address, a path or a backend that are data all the same, and why.
 NAMED_LIKE_A_PLACE = {
@@ -201,11 +203,13 @@ def _same(key: str, theirs: object, mine: object) -> bool:
 
 def settle_resume(run: Config, config: Config, command: Config, flags: dict[str, str],
                   resume_from: object) -> str | None:
-    """A resume's `config` (the run's own, `run`, with the command's --set and flags over it) made final: a
-    UserError in one line for a field of FIXED_ON_RESUME it changes
+    """A resume's `config` (the run's own, `run`, with the command's --set and flags over it) made final: the fields
+    of PER_COMMAND from `command` alone; a UserError in one line for a field of FIXED_ON_RESUME it changes
     (`flags`: key -> the flag that gave it, when one did; a model role given as auto keeps the run's model); and
     a note of what --config or --preset ask for that a resume does not take (their fields of DATA count for a new
     run only: each field `command` sets off its default that `config` does not hold), or None."""
+    for key in PER_COMMAND:
+        _set_value(config, key, value_of(command, key))
     for key in FIXED_ON_RESUME:
         theirs, mine = value_of(run, key), value_of(config, key)
         if key.startswith("models.") and mine == "auto":

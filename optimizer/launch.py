@@ -13,6 +13,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -33,6 +34,7 @@ from services.render import console
 if TYPE_CHECKING:
     from domains.base import Domain
     from optimizer.initial_agents import AgentFolder, InitialAgent
+    from optimizer.loop import Loop
     from optimizer.transfer import Transfer
     from services.gateway import Gateway
 
@@ -41,7 +43,7 @@ if TYPE_CHECKING:
 FLAG_FIELDS = {
     **{name: ("loop", name) for name in ("max_generation", "eval_samples", "parent_selection", "seed", "parallel",
                                          "skip_staged_eval", "final_test", "edit_select_parent", "run_baseline",
-                                         "initial_agent")},
+                                         "initial_agent", "max_minutes")},
     "budget_usd": ("gateway", "budget_usd"), "eval_workers": ("harness", "num_workers"),
     "meta_model": ("models", "meta"), "task_model": ("models", "task"), "sandbox": ("sandbox", "backend"),
     "executor": ("sandbox", "executor"), "ray_address": ("sandbox", "ray_address"),
@@ -299,8 +301,34 @@ def resume_config(run: Config, command: Config, request: RunRequest) -> Config:
     return config
 
 
+def run_or_evaluate(loop: Loop, request: RunRequest, started: float, name: str, tags: list[str]) -> None:
+    """What a run does once it is open: --evaluate's evaluations, or the loop within its time limit (counted from
+    `started`) and its summary; then the line that continues a run the budget or the time limit stopped."""
+    from optimizer.time_limit import run_within, stopped_line
+
+    run_dir, config = loop.run_dir, loop.config
+    if request.evaluate is not None:
+        from optimizer.final_test import run_evaluations
+        from services.workspace import discard
+
+        discard(run_dir / "workspaces")  # a killed run's, or a link a handed folder planted there
+
+        print("\n".join(map(console, run_evaluations(loop, list(request.evaluate), cast(str, request.split)))))
+    else:
+        limited = run_within(config.loop.max_minutes, started, loop.run)
+        print("\n".join(summary_lines(loop, name, tags)))
+        if limited:
+            print(console(stopped_line(cast(float, config.loop.max_minutes),
+                                       resume_command(run_dir, request, config))), flush=True)
+    stopped = loop.gateway.budget_left_message()
+    if stopped:
+        print(console(f"stopped: {stopped}; to continue with more: {resume_command(run_dir, request, config)} "
+                      "--budget_usd USD"))
+
+
 def launch(request: RunRequest) -> Path:
     """Start, resume or evaluate the run `request` names; its folder (nothing is made for a dry run)."""
+    started = time.monotonic()  # where loop.max_minutes counts from
     from domains.base import use_data_files
     from domains.registry import keep_specs, run_domains, use_domain_specs
     from optimizer.estimate import estimate
@@ -363,19 +391,5 @@ def launch(request: RunRequest) -> Path:
         keep_specs(run_dir, domains)
         if request.dashboard is not None:
             start_dashboard(run_dir, request.dashboard)
-        loop = Loop(run_dir, config, domains, gateway, backend)
-        if request.evaluate is not None:
-            from optimizer.final_test import run_evaluations
-            from services.workspace import discard
-
-            discard(run_dir / "workspaces")  # a killed run's, or a link a handed folder planted there
-
-            print("\n".join(map(console, run_evaluations(loop, list(request.evaluate), cast(str, request.split)))))
-        else:
-            loop.run()
-            print("\n".join(summary_lines(loop, name, tags)))
-        stopped = gateway.budget_left_message()
-        if stopped:
-            print(console(f"stopped: {stopped}; to continue with more: {resume_command(run_dir, request, config)} "
-                          "--budget_usd USD"))
+        run_or_evaluate(Loop(run_dir, config, domains, gateway, backend), request, started, name, tags)
     return run_dir

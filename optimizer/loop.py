@@ -128,7 +128,8 @@ class Loop:
             why = self.gateway.budget_left_message()
             state = RunState.STOPPED if why else RunState.FINISHED
         except BaseException as e:
-            why = "Ctrl-C" if isinstance(e, KeyboardInterrupt) else f"{type(e).__name__}: {str(e)[:200]}"
+            why = ("Ctrl-C" if isinstance(e, KeyboardInterrupt) else getattr(e, "why", None)  # a time limit's
+                   or f"{type(e).__name__}: {str(e)[:200]}")
             raise
         finally:
             self.archive.log("run_end", state=str(state), **({"why": why} if why else {}))

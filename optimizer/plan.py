@@ -96,7 +96,8 @@ def plan_lines(run_dir: Path, domains: list[Domain], config: Config, backend: st
               + (f", seed {loop.seed}" if loop.seed is not None else "")
               + (f", {loop.parallel} in flight" + ("" if loop.replayable else " (not replayable)")
                  if loop.parallel > 1 else "")
-              + (f", baseline {loop.run_baseline}" if loop.run_baseline else "")]
+              + (f", baseline {loop.run_baseline}" if loop.run_baseline else "")
+              + (f", time limit {loop.max_minutes:g} min from this command's start" if loop.max_minutes else "")]
     lines += left_over(run_dir, loop.max_generation) if resumed else []
     return [console(line) for line in lines]  # a resumed run's config, a spec's names: a folder's text
 

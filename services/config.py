@@ -16,6 +16,7 @@ from pathlib import Path
 
 from services.config_values import (
     DOCKER_IMAGE,
+    LIMIT_RULES,
     META_MODELS,
     PRICES,
     TRACKING_RULES,
@@ -106,6 +107,7 @@ class SandboxConfig:
 @dataclass
 class LoopConfig:
     max_generation: int = 10  # generations after the initial node
+    max_minutes: float | None = None  # wall clock of one command (run_optimization, or a resume of it) before it stops the run as Ctrl-C does, resumably; counted from the command's start; a resume keeps no limit unless given one (archive/run_folder.py PER_COMMAND); null = none
     parent_selection: str = "score_child_prop"  # random | latest | best | score_prop | score_child_prop (the paper's) | pareto (GEPA's per-row front) | islands (score_child_prop within loop.islands sub-archives); see archive/selection.py
     islands: int = 4  # parent_selection islands: how many sub-archives (generation g draws from island g mod islands)
     migrate_every: int = 10  # parent_selection islands: every this many generations each island's best node joins the next island
@@ -267,22 +269,8 @@ def _rules() -> dict:
         "gateway.local_context": count(10**6),
         "gateway.local_threads": between(0, 4096),
         "gateway.prices": PRICES,
-        "harness.num_workers": count(1024),
-        "harness.save_interval": count(10**9),
-        "harness.row_timeout_s": above_up_to(0, 10**7),
-        "harness.start_timeout_s": above_up_to(0, 10**6),
-        "harness.max_prediction_bytes": count(2**30),
-        "harness.data_files": (lambda v: conforms(v, dict[str, str]) and all(k and p for k, p in v.items()),
-                               "domain -> data file path"),
+        **LIMIT_RULES,
         "sandbox.backend": one_of(*SANDBOX_BACKENDS),
-        "sandbox.memory_mb": count(2**22),
-        "sandbox.pids": count(2**22),
-        "sandbox.cpus": above_up_to(0, 4096),
-        "sandbox.cpu_seconds": count(10**8),
-        "sandbox.file_size_mb": count(2**22),
-        "sandbox.tmp_mb": count(2**22),
-        "sandbox.output_cap_mb": above_up_to(0, 2**14),
-        "sandbox.disk_mb": above_up_to(0, 2**30),
         "sandbox.docker_image": DOCKER_IMAGE,
         "sandbox.docker_host": uri(("unix", "tcp", "ssh", "http", "https")),
         "sandbox.executor": one_of(*EXECUTORS),
@@ -296,6 +284,7 @@ def _loop_rules() -> dict:
     """The rules of the loop's and the trackers' fields (the rest of `_rules`)."""
     return {
         "loop.max_generation": between(0, 100_000),
+        "loop.max_minutes": above_up_to(0, 10**7),
         "loop.parent_selection": one_of(*PARENT_SELECTIONS),
         "loop.islands": (lambda v: 1 <= v <= 64, "from 1 to 64"),
         "loop.migrate_every": count(10**6),

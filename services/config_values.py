@@ -115,6 +115,24 @@ def _stage_list(value: list, rules: tuple[str, ...]) -> bool:
     return found and all(a[0] < b[0] for a, b in zip(value, value[1:]))
 
 
+LIMIT_RULES: dict[str, Rule] = {  # services.config's rules of the harness's and the sandbox's sizes, counts and times
+    "harness.num_workers": count(1024),
+    "harness.save_interval": count(10**9),
+    "harness.row_timeout_s": above_up_to(0, 10**7),
+    "harness.start_timeout_s": above_up_to(0, 10**6),
+    "harness.max_prediction_bytes": count(2**30),
+    "harness.data_files": (lambda v: conforms(v, dict[str, str]) and all(k and p for k, p in v.items()),
+                           "domain -> data file path"),
+    "sandbox.memory_mb": count(2**22),
+    "sandbox.pids": count(2**22),
+    "sandbox.cpus": above_up_to(0, 4096),
+    "sandbox.cpu_seconds": count(10**8),
+    "sandbox.file_size_mb": count(2**22),
+    "sandbox.tmp_mb": count(2**22),
+    "sandbox.output_cap_mb": above_up_to(0, 2**14),
+    "sandbox.disk_mb": above_up_to(0, 2**30),
+}
+
 TRACKERS = ("mlflow", "wandb", "tensorboard")  # each in optimizer/trackers/, installed as a pip extra of its name
 TRACKING_RULES: dict[str, Rule] = {  # services.config's rules of the tracking section
     "tracking.backends": (lambda v: set(v) <= set(TRACKERS) and len(set(v)) == len(v),

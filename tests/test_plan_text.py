@@ -34,15 +34,16 @@ def test_the_dry_run_names_the_models_auto_resolves_to_and_counts_one_generation
     assert "loop     2 generations, parent selection score_child_prop" in r.stdout
 
 
-def test_the_loop_line_counts_generations(tmp_path):
+def test_the_loop_line_counts_generations_and_shows_a_time_limit(tmp_path):
     from domains.registry import get_domain
     from optimizer.plan import plan_lines
 
     config = Config()
     config.models.task = config.models.meta = "openai/x"
-    for generations, expected in ((1, "loop     1 generation, parent selection score_child_prop"),
-                                  (0, "loop     0 generations, parent selection score_child_prop"),
-                                  (3, "loop     3 generations, parent selection score_child_prop")):
-        config.loop.max_generation = generations
+    for generations, limit, expected in ((1, None, "loop     1 generation, parent selection score_child_prop"),
+                                         (0, None, "loop     0 generations, parent selection score_child_prop"),
+                                         (3, 90.0, "loop     3 generations, parent selection score_child_prop, "
+                                                   "time limit 90 min from this command's start")):
+        config.loop.max_generation, config.loop.max_minutes = generations, limit
         lines = plan_lines(tmp_path, [get_domain("imo_grading")], config, "bwrap", False)
         assert expected in lines

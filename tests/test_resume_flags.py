@@ -99,12 +99,12 @@ def test_a_config_file_on_a_resume_is_named_where_it_is_not_taken(tmp_path, fake
     assert "loop     2 generations, parent selection score_child_prop, seed 1, 2 in flight" in r.stdout
 
 
-def test_a_model_given_as_auto_keeps_the_runs():
-    run = Config.from_dict(RUN_CONFIG)
-    resumed = Config.from_dict(RUN_CONFIG | {"loop": {**RUN_CONFIG["loop"], "max_generation": 5}})
+def test_a_model_given_as_auto_keeps_the_runs_and_the_time_limit_is_the_commands_alone():
+    run = Config.from_dict(RUN_CONFIG | {"loop": {**RUN_CONFIG["loop"], "max_minutes": 30}})
+    resumed = Config.from_dict(RUN_CONFIG | {"loop": {**RUN_CONFIG["loop"], "max_minutes": 30, "max_generation": 5}})
     resumed.models.task = "auto"
     assert settle_resume(run, resumed, Config(), {}, "RUN") is None
-    assert resumed.models.task == "openai/fake"
+    assert resumed.models.task == "openai/fake" and resumed.loop.max_minutes is None  # none given: no limit
     assert resumed.loop.max_generation == 5
     resumed.models.judge = "openai/other"
     with pytest.raises(UserError, match=r"^--set models.judge=openai/other: a resume cannot change models.judge"):
