@@ -98,8 +98,7 @@ class Loop:
         self.workspaces = run_dir / "workspaces"  # plain folders of agent code, one per sandbox
         loop = config.loop
         self.quota = Quota(int(loop.workspace_file_mb * 2**20), int(loop.workspace_total_mb * 2**20))
-        self.task_model = config.resolve_model("task")
-        self.meta_model = config.resolve_model("meta")
+        self.task_model, self.meta_model = config.resolve_model("task"), config.resolve_model("meta")
         self.meta_models = config.meta_models()  # the bandit's arms (one: no bandit)
         self.events = events or Events(console)
         self.evaluator = Evaluator(run_dir, config, gateway, backend, self.task_model, self.events)
@@ -125,8 +124,7 @@ class Loop:
         state, why = RunState.STOPPED, None
         try:
             self._run()
-            why = self.gateway.budget_left_message()
-            state = RunState.STOPPED if why else RunState.FINISHED
+            state = RunState.STOPPED if (why := self.gateway.budget_left_message()) else RunState.FINISHED
         except BaseException as e:
             why = ("Ctrl-C" if isinstance(e, KeyboardInterrupt) else getattr(e, "why", None)  # a time limit's
                    or f"{type(e).__name__}: {str(e)[:200]}")
