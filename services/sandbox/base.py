@@ -27,6 +27,7 @@ from typing import IO, Protocol
 
 import inside
 from services.config import SandboxConfig
+from services.sandbox.disk_room import DiskRoom
 
 WORKSPACE = "/workspace"  # where the workspace appears inside an isolating sandbox
 TRUSTED_DIR = "/opt/hyperagents"  # where the trusted scripts of inside/ appear, read-only
@@ -34,6 +35,7 @@ GATEWAY_DIR = "/run/gateway"  # the gateway's socket folder inside
 RELAY_PORT = 18080  # the relay's port on the sandbox's own loopback
 INSIDE = Path(inside.__file__).resolve().parent  # the trusted scripts' folder on the host
 DISK_CHECK_S = 1.0  # how often the folders a sandbox may write are measured
+FREE_CHECK_S = 0.05  # how often the free space of the disks under them is asked (services/sandbox/disk_room.py)
 MAX_ENTRIES = 100_000  # files and folders a sandbox may make there
 _OPEN: weakref.WeakValueDictionary = weakref.WeakValueDictionary()  # id -> every sandbox entered, not yet closed
 
@@ -139,6 +141,7 @@ class Sandbox:
     name = "base"
     isolated = True  # False only for `none`: paths are host paths, no relay
     relay_per_command = True  # False where one relay serves the whole sandbox (docker)
+    measures_disk = True  # False where the folders here are copies the host writes (ray: the node's sandbox measures)
 
     def __post_init__(self) -> None:
         self.workspace = Path(self.workspace).resolve()
@@ -148,13 +151,17 @@ class Sandbox:
         self.disk_capped: str | None = None  # set when the watch below killed everything inside
         self.lost = False  # the machine it ran on is gone (a remote backend sets it): nothing inside ran to an end
         self._stop_watch = threading.Event()
+        self._room: DiskRoom | None = None  # the disks under its writable folders, once open
+        self._disk_lock = threading.Lock()
 
     # -- lifecycle: backends extend these ---------------------------------------------------
     def open(self) -> Sandbox:
         return self
 
     def close(self) -> None:
-        """Kill every process still running; idempotent."""
+        """Kill every process still running; idempotent. A disk under its folders that its writes left short
+        of the host's reserve is still found then, and given the reserve back (a host write that met the full
+        disk first stopped the run as this machine's failure: a resume finds the room, not the agent's files)."""
         if self._closed:
             return
         self._closed = True
@@ -162,10 +169,14 @@ class Sandbox:
         self._stop_watch.set()
         for proc in self._procs:
             _kill(proc)
+        self._check_disk(settle=True)
 
     def __enter__(self) -> Sandbox:
         try:
             self.open()
+            if self.measures_disk:  # MachineDown when a disk under its folders is short of the host's reserve
+                trees = self._writable_trees()
+                self._room = DiskRoom(trees, disk_use(trees)[1])
         except BaseException:
             self.close()
             raise
@@ -173,24 +184,71 @@ class Sandbox:
         _OPEN[id(self)] = self
         return self
 
+    def _writable_trees(self) -> list[Path]:
+        return [self.workspace, *(m.source for m in self.mounts if m.writable)]
+
     def _watch_disk(self) -> None:
         """Kill everything inside once the folders it may write hold more than `config.disk_mb`
-        (or MAX_ENTRIES files): the file size limit bounds one file, this bounds them all."""
-        limit = int(self.config.disk_mb * 2**20)
-        trees = [self.workspace, *(m.source for m in self.mounts if m.writable)]
-        while not self._stop_watch.wait(DISK_CHECK_S):
-            over = disk_over(trees, limit)
-            if over:
-                self.disk_capped = over
+        (or MAX_ENTRIES files), or once it filled a disk under them into the host's reserve
+        (services/sandbox/disk_room.py): the file size limit bounds one file, this bounds them all.
+        Once stopped, whatever starts there is killed too."""
+        measured = time.monotonic()
+        while not self._stop_watch.wait(FREE_CHECK_S):
+            due = time.monotonic() - measured >= DISK_CHECK_S
+            if due:
+                measured = time.monotonic()
+            if not self.disk_capped:
+                self._check_disk(measure=due)
+            elif due:
                 for proc in list(self._procs):
                     _kill(proc)
+
+    def _check_disk(self, measure: bool = False, settle: bool = False) -> None:
+        """Measure the folders if `measure`, or if a disk under them is short of the host's reserve (a statvfs
+        each, otherwise); past a cap, kill everything inside (`disk_capped` says why) and give a short disk
+        its reserve back from what the sandbox wrote there. Called by the watch, and where the host is
+        about to keep what agent code did (`run`, `check_stopped`, the gateway asking `closed`), so a
+        disk filled between two rounds of the watch is found before the host's own write meets it;
+        `settle` (at close): measured whenever a disk is short."""
+        room = self._room
+        if room is None:
+            return
+        with self._disk_lock:  # held while room is made: whoever asks next finds it made
+            if self.disk_capped:
+                return
+            short = room.short()
+            if not (measure or (settle and short) or room.measure_due(short, DISK_CHECK_S)):
+                return
+            over, used = disk_use(room.trees, int(self.config.disk_mb * 2**20))
+            if over and short:  # counted in full: what it wrote on each disk
+                used = disk_use(room.trees)[1]
+            found = room.culprit(used, short, self._sharing) if short else None
+            if over:
+                self.disk_capped = over
+            elif found is not None:
+                self.disk_capped = found[0]
+            else:
+                return
+            for proc in list(self._procs):
+                _kill(proc)
+            if found is not None:
+                room.make_room(found[1], MAX_ENTRIES)
+
+    def _sharing(self, device: int) -> int:
+        """The sandboxes of this process open with writable folders on `device`."""
+        return sum(1 for box in list(_OPEN.values()) if box._room is not None and device in box._room.disks)
 
     def __exit__(self, *exc: object) -> None:
         self.close()
 
     @property
     def closed(self) -> bool:
-        return self._closed
+        """Closed by the host, or stopped for good for what it wrote: the gateway asks before each call of
+        a session opened for it, and refuses the call then (a call whose answer would be booked on a disk
+        its agent filled is where the host writes first)."""
+        if not self._closed:
+            self._check_disk()
+        return self._closed or self.disk_capped is not None
 
     def check_stopped(self, what: str) -> None:
         """Raise SandboxLost or SandboxClosed if `what` (a process inside) ended because the host closed
@@ -199,6 +257,7 @@ class Sandbox:
             raise SandboxLost(f"{what}: the machine of its sandbox is gone")
         if self._closed:
             raise SandboxClosed(f"{what}: its sandbox was closed")
+        self._check_disk()  # the harness asks before it keeps each row: a disk its agent filled is found first
 
     def adopt(self, tree: Path) -> None:
         """Files the host put into the writable `tree` after open: let commands inside write them.
@@ -300,6 +359,7 @@ class Sandbox:
             reader.join(2.0)
         if self._closed:
             raise SandboxClosed(f"the sandbox was closed while {Path(argv[0]).name} ran")
+        self._check_disk()  # what it wrote in its last moments, before the caller keeps its result
         capped = self.disk_capped
         return RunResult(None if (timed_out or over.is_set() or capped) else code, out.text(), err.text(),
                          time.monotonic() - started, timed_out, over.is_set(), capped)
@@ -340,24 +400,33 @@ class _CappedReader(threading.Thread):
 
 def disk_over(trees: list[Path], limit: int) -> str | None:
     """Why `trees` hold too much (bytes on disk, or entries), or None. Links are not followed."""
-    used, entries = 0, 0
-    stack = [str(t) for t in trees]
-    while stack:
-        try:
-            with os.scandir(stack.pop()) as it:
-                for entry in it:
-                    entries += 1
-                    if entries > MAX_ENTRIES:
-                        return f"making more than {MAX_ENTRIES} files in its folders"
-                    info = entry.stat(follow_symlinks=False)
-                    used += info.st_blocks * 512
-                    if used > limit:
-                        return f"writing more than {limit // 2**20} MB to its folders"
-                    if entry.is_dir(follow_symlinks=False):
-                        stack.append(entry.path)
-        except OSError:
-            continue  # removed while we looked
-    return None
+    return disk_use(trees, limit)[0]
+
+
+def disk_use(trees: list[Path], limit: int | None = None) -> tuple[str | None, list[int]]:
+    """(why `trees` hold too much, bytes on disk or entries past `limit` or MAX_ENTRIES, else None; the bytes
+    on disk under each tree, as far as counted). Links are not followed."""
+    used, entries, total = [0] * len(trees), 0, 0
+    for i, tree in enumerate(trees):
+        stack = [str(tree)]
+        while stack:
+            try:
+                with os.scandir(stack.pop()) as it:
+                    for entry in it:
+                        entries += 1
+                        if entries > MAX_ENTRIES:  # counted no further
+                            return (f"making more than {MAX_ENTRIES} files in its folders" if limit is not None
+                                    else None), used
+                        info = entry.stat(follow_symlinks=False)
+                        used[i] += info.st_blocks * 512
+                        total += info.st_blocks * 512
+                        if limit is not None and total > limit:
+                            return f"writing more than {limit // 2**20} MB to its folders", used
+                        if entry.is_dir(follow_symlinks=False):
+                            stack.append(entry.path)
+            except OSError:
+                continue  # removed while we looked
+    return None, used
 
 
 def _kill(proc: Process) -> None:

@@ -32,7 +32,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from services.config import Config, SandboxConfig
-from services.errors import UserError
+from services.errors import MachineDown, UserError
 from services.sandbox.base import RunResult, Sandbox, SandboxClosed, SandboxLost
 from services.sandbox.ray_files import checked, less, quota_of, read_to_send, replace_tree
 from services.workspace import EVOLVABLE_PATHS
@@ -163,6 +163,7 @@ class RaySandbox(Sandbox):
 
     name = "ray"
     relay_per_command = False  # the node's own sandbox starts the relay
+    measures_disk = False  # the folders here are copies `pull` writes: the node's sandbox measures what it writes
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -226,6 +227,8 @@ class RaySandbox(Sandbox):
             cause = e.cause
             if isinstance(cause, (SandboxClosed, UserError)):
                 raise type(cause)(str(cause)) from None
+            if isinstance(cause, MachineDown):  # the node's disk short of its reserve as the sandbox opened there
+                raise MachineDown(f"{cause.reason}, on {self.where}"[:1000]) from None
             raise RuntimeError(f"the sandbox host ({self.where}) failed in {method}: {cause!r}"[:1000]) from None
         except ray.exceptions.RayError as e:
             self.lost = True
