@@ -15,19 +15,18 @@ from __future__ import annotations
 import os
 import signal
 import site
-import subprocess
 import sys
 import threading
 import time
 import weakref
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Protocol
 
 import inside
 from services.config import SandboxConfig
-from services.sandbox.disk_room import DiskRoom
+from services.sandbox.disk_room import MAX_ENTRIES, DiskRoom, disk_use
+from services.sandbox.processes import kill_tree
 
 WORKSPACE = "/workspace"  # where the workspace appears inside an isolating sandbox
 TRUSTED_DIR = "/opt/hyperagents"  # where the trusted scripts of inside/ appear, read-only
@@ -36,7 +35,6 @@ RELAY_PORT = 18080  # the relay's port on the sandbox's own loopback
 INSIDE = Path(inside.__file__).resolve().parent  # the trusted scripts' folder on the host
 DISK_CHECK_S = 1.0  # how often the folders a sandbox may write are measured
 FREE_CHECK_S = 0.05  # how often the free space of the disks under them is asked (services/sandbox/disk_room.py)
-MAX_ENTRIES = 100_000  # files and folders a sandbox may make there
 _OPEN: weakref.WeakValueDictionary = weakref.WeakValueDictionary()  # id -> every sandbox entered, not yet closed
 
 
@@ -168,7 +166,7 @@ class Sandbox:
         _OPEN.pop(id(self), None)
         self._stop_watch.set()
         for proc in self._procs:
-            _kill(proc)
+            kill_tree(proc)
         self._check_disk(settle=True)
 
     def __enter__(self) -> Sandbox:
@@ -201,7 +199,7 @@ class Sandbox:
                 self._check_disk(measure=due)
             elif due:
                 for proc in list(self._procs):
-                    _kill(proc)
+                    kill_tree(proc)
 
     def _check_disk(self, measure: bool = False, settle: bool = False) -> None:
         """Measure the folders if `measure`, or if a disk under them is short of the host's reserve (a statvfs
@@ -230,7 +228,7 @@ class Sandbox:
             else:
                 return
             for proc in list(self._procs):
-                _kill(proc)
+                kill_tree(proc)
             if found is not None:
                 room.make_room(found[1], MAX_ENTRIES)
 
@@ -353,7 +351,7 @@ class Sandbox:
                 break
             over.wait(0.02)
         if proc.poll() is None:
-            _kill(proc)
+            kill_tree(proc)
         code = proc.wait()
         for reader in (out, err):
             reader.join(2.0)
@@ -397,62 +395,3 @@ class _CappedReader(threading.Thread):
     def text(self) -> str:
         return "".join(self.parts)
 
-
-def disk_over(trees: list[Path], limit: int) -> str | None:
-    """Why `trees` hold too much (bytes on disk, or entries), or None. Links are not followed."""
-    return disk_use(trees, limit)[0]
-
-
-def disk_use(trees: list[Path], limit: int | None = None) -> tuple[str | None, list[int]]:
-    """(why `trees` hold too much, bytes on disk or entries past `limit` or MAX_ENTRIES, else None; the bytes
-    on disk under each tree, as far as counted). Links are not followed."""
-    used, entries, total = [0] * len(trees), 0, 0
-    for i, tree in enumerate(trees):
-        stack = [str(tree)]
-        while stack:
-            try:
-                with os.scandir(stack.pop()) as it:
-                    for entry in it:
-                        entries += 1
-                        if entries > MAX_ENTRIES:  # counted no further
-                            return (f"making more than {MAX_ENTRIES} files in its folders" if limit is not None
-                                    else None), used
-                        info = entry.stat(follow_symlinks=False)
-                        used[i] += info.st_blocks * 512
-                        total += info.st_blocks * 512
-                        if limit is not None and total > limit:
-                            return f"writing more than {limit // 2**20} MB to its folders", used
-                        if entry.is_dir(follow_symlinks=False):
-                            stack.append(entry.path)
-            except OSError:
-                continue  # removed while we looked
-    return None, used
-
-
-def _kill(proc: Process) -> None:
-    """Kill a sandboxed process and what it started (each backend's `kill` does the whole tree)."""
-    if proc.poll() is None:
-        try:
-            proc.kill()
-        except OSError:
-            pass
-    try:
-        proc.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-        pass
-
-
-class GroupPopen(subprocess.Popen):
-    """A Popen in a session of its own whose `kill` takes its whole process group."""
-
-    def __init__(self, argv: list[str], env: dict[str, str], cwd: str | None = None,
-                 preexec_fn: Callable[[], object] | None = None) -> None:
-        super().__init__(argv, start_new_session=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True, encoding="utf-8", errors="replace", bufsize=1,
-                         env=env, cwd=cwd, preexec_fn=preexec_fn)
-
-    def kill(self) -> None:
-        try:
-            os.killpg(self.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            super().kill()

@@ -22,11 +22,11 @@ from pathlib import Path
 
 from services.sandbox.base import (
     WORKSPACE,
-    GroupPopen,
     Sandbox,
     hidden_core_paths,
     python_paths,
 )
+from services.sandbox.processes import GroupPopen
 
 SANDBOX_UID = 65534  # nobody
 CGROUP_PREFIX = "hyperagents-"  # then the pid of the process that made it

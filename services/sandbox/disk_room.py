@@ -196,3 +196,36 @@ def _unlink_at(top: Path, folder: tuple[str, ...], name: str, inode: int) -> boo
         return False
     finally:
         os.close(fd)
+
+
+MAX_ENTRIES = 100_000  # files and folders a sandbox may make there
+
+def disk_over(trees: list[Path], limit: int) -> str | None:
+    """Why `trees` hold too much (bytes on disk, or entries), or None. Links are not followed."""
+    return disk_use(trees, limit)[0]
+
+
+def disk_use(trees: list[Path], limit: int | None = None) -> tuple[str | None, list[int]]:
+    """(why `trees` hold too much, bytes on disk or entries past `limit` or MAX_ENTRIES, else None; the bytes
+    on disk under each tree, as far as counted). Links are not followed."""
+    used, entries, total = [0] * len(trees), 0, 0
+    for i, tree in enumerate(trees):
+        stack = [str(tree)]
+        while stack:
+            try:
+                with os.scandir(stack.pop()) as it:
+                    for entry in it:
+                        entries += 1
+                        if entries > MAX_ENTRIES:  # counted no further
+                            return (f"making more than {MAX_ENTRIES} files in its folders" if limit is not None
+                                    else None), used
+                        info = entry.stat(follow_symlinks=False)
+                        used[i] += info.st_blocks * 512
+                        total += info.st_blocks * 512
+                        if limit is not None and total > limit:
+                            return f"writing more than {limit // 2**20} MB to its folders", used
+                        if entry.is_dir(follow_symlinks=False):
+                            stack.append(entry.path)
+            except OSError:
+                continue  # removed while we looked
+    return None, used

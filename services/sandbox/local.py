@@ -8,7 +8,8 @@ provider keys stay out.
 
 from __future__ import annotations
 
-from services.sandbox.base import GroupPopen, Sandbox
+from services.sandbox.base import Sandbox
+from services.sandbox.processes import GroupPopen
 
 
 class LocalSandbox(Sandbox):

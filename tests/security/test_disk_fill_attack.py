@@ -48,6 +48,9 @@ def held(root: Path) -> int:
 def small_disk(tmp_path, monkeypatch):
     """tmp_path/disk as a disk of SIZE bytes, as far as the sandboxes see: its free space is SIZE less what
     the folder holds."""
+    from services.sandbox.bwrap import bwrap_unavailable
+
+    bwrap_unavailable()  # its one self-test sandbox, on the real disk: done before the disk is made small
     root = tmp_path / "disk"
     root.mkdir()
     monkeypatch.setattr(disk_room, "disk_space", lambda path: (SIZE, max(0, SIZE - held(root))))
