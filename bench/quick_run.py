@@ -1,4 +1,5 @@
-"""The README's first try, timed: `python -m run_optimization --domain imo_grading --preset quick`.
+"""The README's first tries, timed: `python -m run_optimization --domain imo_grading --preset quick`, or with
+`--demo` the README's first command, `python -m run_optimization --preset demo`.
 
 Runs that command as a new user would, with no provider key (so the bundled local model is what
 runs, as the README's quick run says) and the sandbox `auto` chooses, in a fresh folder that
@@ -8,9 +9,9 @@ this checkout's). Prints the whole command's wall time and the CPU time of its w
 (VmHWM, polled from /proc) of the controller, of the model server and summed over every process of
 the tree (an upper bound: the peaks need not coincide), and the machine's load average before and
 after: on a machine shared with other jobs the wall time grows with their load, the CPU time
-hardly. The README and configs/presets/quick.yaml quote its wall time.
+hardly. The README and configs/presets/quick.yaml (demo.yaml, with --demo) quote its wall time.
 
-    python bench/quick_run.py [--repeat 1]
+    python bench/quick_run.py [--repeat 1] [--demo]
 """
 
 from __future__ import annotations
@@ -34,9 +35,20 @@ from harness_throughput import MemoryPeaks, watch_memory  # noqa: E402
 from services.providers import AUTO_MODELS  # noqa: E402
 
 COMMAND = ["-m", "run_optimization", "--domain", "imo_grading", "--preset", "quick"]
+DEMO_PRESET = ROOT / "configs" / "presets" / "demo.yaml"
 
 
-def run_once(folder: Path) -> dict:
+def demo_command() -> list[str]:
+    """The README's first command; with --domain_spec of examples/capitals while the preset cannot name its
+    domain (before loop.domains)."""
+    import yaml
+
+    names_its_domain = bool((yaml.safe_load(DEMO_PRESET.read_text()).get("loop") or {}).get("domains"))
+    return ["-m", "run_optimization", "--preset", "demo"] + (
+        [] if names_its_domain else ["--domain_spec", str(ROOT / "examples" / "capitals" / "capitals.yaml")])
+
+
+def run_once(folder: Path, command: list[str]) -> dict:
     keys = {key for names, _, _ in AUTO_MODELS for key in names}
     env = {k: v for k, v in os.environ.items() if k not in keys}
     env.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -46,7 +58,7 @@ def run_once(folder: Path) -> dict:
     cpu_before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.monotonic()
     with open(folder / "console.log", "wb") as log:
-        proc = subprocess.Popen([sys.executable, *COMMAND], cwd=folder, env=env, stdout=log,
+        proc = subprocess.Popen([sys.executable, *command], cwd=folder, env=env, stdout=log,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         watcher = threading.Thread(target=watch_memory, args=(proc, peaks), daemon=True)
         watcher.start()
@@ -70,18 +82,22 @@ def run_once(folder: Path) -> dict:
         "server_mb": max((peaks.peak_kb.get(pid, 0) for pid in server), default=0) / 1024,
         "sum_mb": sum(kb for pid, kb in peaks.peak_kb.items() if pid not in peaks.forks) / 1024,
         "tail": (folder / "console.log").read_text(errors="replace").splitlines()[-4:],
+        "best": [line for line in (folder / "console.log").read_text(errors="replace").splitlines()
+                 if line.startswith(("best node", "best vs initial"))],
     }
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--repeat", type=int, default=1, help="runs, one after the other, each in a fresh folder")
+    ap.add_argument("--demo", action="store_true", help="time python -m run_optimization --preset demo instead")
     args = ap.parse_args()
-    print(f"command  python {' '.join(COMMAND)}  (no provider key; {os.cpu_count()} CPUs)")
+    command = demo_command() if args.demo else COMMAND
+    print(f"command  python {' '.join(command)}  (no provider key; {os.cpu_count()} CPUs)")
     failed = False
     for round_ in range(1, args.repeat + 1):
         with tempfile.TemporaryDirectory(prefix="quick_run_") as tmp:
-            got = run_once(Path(tmp))
+            got = run_once(Path(tmp), command)
         minutes, seconds = divmod(round(got["wall_s"]), 60)
         nodes = ", ".join(f"{status} {count}" for status, count in sorted(got["statuses"].items()))
         print(f"run {round_}  wall {got['wall_s']:.0f} s ({minutes} min {seconds:02d} s), CPU {got['cpu_s']:.0f} s, "
@@ -89,6 +105,8 @@ def main() -> int:
         print(f"       load average {got['load'][0]:.1f} before, {got['load'][1]:.1f} after (on {os.cpu_count()} CPUs)")
         print(f"       peak RSS: controller {got['controller_mb']:.0f} MB, model server {got['server_mb']:.0f} MB, "
               f"all processes summed {got['sum_mb']:.0f} MB")
+        for line in got["best"]:
+            print(f"       {line}")
         if got["returncode"] != 0 or not got["statuses"]:
             failed = True
             print("       console's last lines:\n         " + "\n         ".join(got["tail"]))

@@ -36,6 +36,8 @@ AGENT_FOLDERS = PROJECT_ROOT / "initial_agents"
 NOT_AGENT_CODE = ("domains", "baselines", "outputs", "analysis", "misc", "tests", "docs", "venv", ".venv",
                   "Dockerfile", "setup_initial.sh", "requirements.txt", "requirements_dev.txt")
 META_AGENTS = ("default", "paper")  # loop.initial_meta_agent
+DEMO = "demo"  # the initial agent of --preset demo (configs/presets/demo.yaml)
+DEMO_SCRIPT = "meta_agent/demo_script.py"  # the edits its meta agent replays (meta_agent/replay.py)
 PAPER = "paper"  # the bundled folder of the reference's agents
 # A project task agent the reference starts a run from -> its version on the paper folder's agent code,
 # kept (like the reference's) under the folder's baselines/, which no workspace holds.
@@ -49,6 +51,7 @@ class InitialAgent:
     about: str
     cls: str = "TaskAgent"  # the class of `module` that is the task agent
     only: tuple[str, ...] | None = None  # the domains it is for, when fewer than its module's DOMAINS
+    meta_module: str | None = None  # where its MetaAgent is defined, when not the project's meta_agent/meta_agent.py
 
     @cached_property
     def domains(self) -> tuple[str, ...] | None:
@@ -63,9 +66,12 @@ class InitialAgent:
         return None
 
     def apply(self, workspace: Path) -> None:
-        """Make this agent the entry point of the task agent in `workspace` (the default already is)."""
-        if self.name != "default":
+        """Make this agent the entry point of the task agent in `workspace` (the default already is), and its
+        meta agent the meta agent's."""
+        if self.module != INITIAL_AGENTS["default"].module or self.cls != "TaskAgent":
             (workspace / "task_agent" / "__init__.py").write_text(entry_source(self))
+        if self.meta_module is not None:
+            (workspace / "meta_agent" / "__init__.py").write_text(meta_entry_source(self))
 
 
 INITIAL_AGENTS = {
@@ -81,6 +87,11 @@ INITIAL_AGENTS = {
         InitialAgent("sc_tir_recipe", "task_agent.baselines.sc_tir",
                      "SC-TIR with the NuminaMath recipe's constants: 48 traces at T=0.8, 4 calls of 2048 tokens, "
                      "integer answers mod 1000 (AIMO's, so AIME only)", "RecipeTaskAgent", ("aime2025",)),
+        # --preset demo: the default task agent; its meta agent replays meta_agent/demo_script.py when the meta
+        # model is the bundled local one (which cannot drive the tool loop), and is the project's otherwise.
+        InitialAgent(DEMO, "task_agent.task_agent",
+                     "the default task agent, with a meta agent that replays scripted edits under the bundled model",
+                     meta_module="meta_agent.replay"),
     )
 }
 
@@ -179,8 +190,28 @@ def entry_source(agent: InitialAgent) -> str:
             f'__all__ = ["TaskAgent"]\n')
 
 
-def plan_text(name: str, meta_agent: str = "default") -> str:
-    """What the run's plan says of the agent it starts from (`meta_agent`: loop.initial_meta_agent)."""
+def meta_entry_source(agent: InitialAgent) -> str:
+    """`meta_agent/__init__.py` for a workspace that starts from `agent`, whose meta agent is its own."""
+    return (f'"""The meta agent the loop evolves. The optimizer loads `MetaAgent` from here\n'
+            f'(initial agent: {agent.name}, {agent.about})."""\n\n'
+            f"from {agent.meta_module} import MetaAgent\n\n"
+            f'__all__ = ["MetaAgent"]\n')
+
+
+def plan_text(name: str, meta_agent: str = "default", meta_model: str | None = None) -> str:
+    """What the run's plan says of the agent it starts from (`meta_agent`: loop.initial_meta_agent; `meta_model`:
+    the meta agent's model, when known)."""
+    if name == DEMO and not paired(name, meta_agent):
+        if meta_model is None or meta_model == "auto":
+            return (f"initial task agent default; meta agent: the project's, except that with the bundled local "
+                    f"model as meta model its edits are REPLAYED from {DEMO_SCRIPT}, written in advance by people "
+                    "(that model cannot drive the meta agent's tools), then committed, evaluated and recorded like any")
+        if meta_model.startswith("local/"):  # meta_agent/replay.py's own test
+            return (f"initial task agent default; meta agent: its edits are REPLAYED from {DEMO_SCRIPT}, written in "
+                    f"advance by people ({meta_model} cannot drive the meta agent's tools), then committed, "
+                    "evaluated and recorded like any")
+        return (f"initial task agent default, with the project's meta agent (it replays {DEMO_SCRIPT} only with the "
+                "bundled local model as meta model)")
     if paired(name, meta_agent):
         return (f"initial task agent {name} as the reference's task_agent.py, with the reference's one-line "
                 f"meta agent and agent code (initial_agents/{PAPER}; loop.initial_meta_agent {meta_agent})")

@@ -19,6 +19,21 @@ _ANSWER_FORMAT = """Give your answer as JSON of this shape:
     "response": {schema}
 }}
 </json>"""
+# Where the answer is free text, the format is said in words, never shown with a placeholder value: a
+# small model (the bundled local one) copies a placeholder such as "your final answer" word for word.
+_FREE_FORMAT = """Give your answer as JSON with one key, "response", whose value is {what}, \
+between <json> and </json> tags."""
+# A task of the user's own: a sentence of reasoning, then the answer alone, shown after one filled
+# example of the exchange, so the model sees the format with a real answer in it (the bundled local
+# model, shown the format alone, answered none of examples/capitals; with the example, a third).
+_GENERIC_FORMAT = """Give your answer as JSON with two keys, between <json> and </json> tags: "reasoning", \
+one short sentence that answers the task, then "response", the final answer alone, exactly as it should be checked."""
+EXAMPLE_INPUTS = {"question": "What is the chemical symbol of gold?"}
+EXAMPLE_REPLY = '<json>\n{"reasoning": "The chemical symbol of gold is Au.", "response": "Au"}\n</json>'
+# What a model that copies the format instead of answering returns (lower case, no quotes or final dot):
+# never an answer, so the agent predicts nothing rather than this.
+PLACEHOLDERS = {"your final answer", "your answer", "final answer", "the final answer", "answer", "response",
+                "your complete proof", "your proof", "...", "…", "<answer>", "answer here", "your answer here"}
 
 
 def grading_instruction(inputs: dict) -> str:
@@ -57,7 +72,7 @@ State the answer clearly if the problem asks for one, justify every step, and do
 {inputs.get("problem", "")}
 
 Put the whole proof, as it should be graded, in the "response" field.
-""" + _ANSWER_FORMAT.format(schema='"your complete proof"')
+""" + _FREE_FORMAT.format(what="the whole proof, as one string")
 
 
 def answer_instruction(inputs: dict) -> str:
@@ -68,7 +83,7 @@ Reason step by step and check your work. The problem has a short final answer (a
 {inputs.get("problem", "")}
 
 Put only the final answer, in LaTeX, in the "response" field.
-""" + _ANSWER_FORMAT.format(schema='"your final answer"')
+""" + _FREE_FORMAT.format(what="the final answer alone, in LaTeX")
 
 
 def generic_instruction(inputs: dict) -> str:
@@ -80,13 +95,27 @@ Answer it from the input below. Think it through first; then give only the final
 
 {fields}
 
-""" + _ANSWER_FORMAT.format(schema='"your final answer"')
+""" + _GENERIC_FORMAT
 
 
-def answer_schema(values: list[str] | None = None) -> dict:
-    """The JSON shape of an answer, {"response": ...}, for models that need it enforced."""
+def example_exchange(domain: str) -> list[dict]:
+    """One filled example of a task of the user's own and its answer, as the turns before the task."""
+    return [{"role": "user", "content": generic_instruction({"domain": "example", **EXAMPLE_INPUTS})},
+            {"role": "assistant", "content": EXAMPLE_REPLY}] if domain not in INSTRUCTIONS else []
+
+
+def copies_format(value: object) -> bool:
+    """Whether an extracted answer is only a copy of the answer format's words (a placeholder), not an answer."""
+    bare = value.strip().strip("\"'`*").strip().lower() if isinstance(value, str) else None
+    return bare is not None and (bare in PLACEHOLDERS or bare.rstrip(".") in PLACEHOLDERS)
+
+
+def answer_schema(values: list[str] | None = None, reasoning: bool = False) -> dict:
+    """The JSON shape of an answer, {"response": ...} (after "reasoning" when asked), for models that need
+    it enforced."""
     response = {"type": "string", "enum": values} if values else {"type": "string"}
-    return {"type": "object", "properties": {"response": response}, "required": ["response"]}
+    keys = {"reasoning": {"type": "string"}} if reasoning else {}
+    return {"type": "object", "properties": {**keys, "response": response}, "required": [*keys, "response"]}
 
 
 INSTRUCTIONS = {
@@ -104,8 +133,8 @@ class TaskAgent(AgentSystem):
     def forward(self, inputs: dict):
         domain = inputs.get("domain", "")
         instruction = INSTRUCTIONS.get(domain, generic_instruction)(inputs)
-        messages = [{"role": "user", "content": instruction}]
-        schema = answer_schema(LABELS.get(domain)) if domain in INSTRUCTIONS else None
+        messages = example_exchange(domain) + [{"role": "user", "content": instruction}]
+        schema = answer_schema(LABELS.get(domain), reasoning=domain not in INSTRUCTIONS)
         reply = get_response(messages, model=self.model, schema=schema)
         history = messages + [{"role": "assistant", "content": reply.text}]
         self.log_messages(history)
@@ -116,6 +145,8 @@ class TaskAgent(AgentSystem):
             value = extract_field(reply.text)
             # A proof that did not come back as JSON is still a proof: keep the text.
             prediction = value if value is not None else reply.text.strip()
-        prediction = "None" if prediction in (None, "") else str(prediction)
+        if prediction in (None, "") or copies_format(prediction):
+            prediction = "None"  # a copied placeholder is no answer
+        prediction = str(prediction)
         self.log(f"## prediction\n\n{prediction}")
         return prediction, history
