@@ -262,7 +262,7 @@ def test_each_tracker_a_run_can_choose_is_registered_with_a_tracker_class_that_l
     """The config's choices and the registry name the same backends, and each names a class that
     exists and has the Tracker methods (all three extras are installed for the tests)."""
     from optimizer.trackers import BACKENDS
-    from services.config import TRACKERS
+    from services.config_values import TRACKERS
 
     assert sorted(BACKENDS) == sorted(TRACKERS)
     for name, backend in BACKENDS.items():

@@ -57,7 +57,7 @@ class Backend:
         return getattr(importlib.import_module(module), name)
 
 
-# The names services.config.TRACKERS (services/config_values.py) lets a run choose (tests/test_trackers.py
+# The names services.config_values.TRACKERS lets a run choose (tests/test_trackers.py
 # keeps the two equal).
 BACKENDS = {
     "mlflow": Backend("mlflow", "optimizer.trackers.mlflow_tracker:MlflowTracker"),
