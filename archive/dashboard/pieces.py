@@ -380,7 +380,7 @@ def plan(data: RunData) -> Markup:
     config = data.record.config
     models = config.get("models", {}) if isinstance(config, dict) else {}
     facts = [("domains", ", ".join(data.record.domains)), ("sandbox", data.record.sandbox or "?"),
-             *((f"model {role}", str(model)) for role, model in models.items()),
+             *((f"model {role}", "off" if model is None else str(model)) for role, model in models.items()),
              ("updated", data.record.updated_at)]
     return h("section", {"class": "plan"},
              h("dl", {}, join(h("div", {}, h("dt", {}, k), h("dd", {}, v)) for k, v in facts)),
