@@ -3,7 +3,9 @@ the outages that stop a run resumably: a provider's (exit 75) and this machine's
 
 from __future__ import annotations
 
+import atexit
 import errno
+import os
 import signal
 import sqlite3
 import sys
@@ -159,19 +161,60 @@ def exit_on_user_error(main: Callable[[], _T]) -> _T:
     (ProviderDown) one line and exit 75, this machine's failure (MachineDown) one line and exit 74,
     Ctrl-C exit 130, SIGTERM exit 143, each after the cleanup of whatever was open. A message may carry
     agent text (a worker's fatal line, an agent's stderr): it is printed through `services.render.console`,
-    so no control in it reaches the terminal."""
+    so no control in it reaches the terminal.
+
+    Called from the top level of the program (`exit_on_user_error(main)` in the `__main__` of a command),
+    such an end is the process's: it ends at once (`_end_process`). Called from anywhere else (a test, a
+    command inside another), it raises SystemExit with the code."""
     signal.signal(signal.SIGTERM, _raise_stop)
     signal.signal(signal.SIGINT, _raise_stop)
     try:
         return main()
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)  # str() of a UserError is made visible already
-        raise SystemExit(2) from None
+        code = 2
     except ProviderDown as e:  # a MachineDown too
         print(f"stopped: {console(e.line())}", file=sys.stderr)
-        raise SystemExit(EXIT_MACHINE_DOWN if isinstance(e, MachineDown) else EXIT_PROVIDER_DOWN) from None
+        code = EXIT_MACHINE_DOWN if isinstance(e, MachineDown) else EXIT_PROVIDER_DOWN
     except (KeyboardInterrupt, Terminated) as e:
         stop_was_caught(e)
         advice = advice_of(e) or "progress so far is saved; rerun with --resume_from to continue"
         print(f"interrupted: {console(advice)}", file=sys.stderr)
-        raise SystemExit(143 if isinstance(e, Terminated) else 130) from None
+        code = 143 if isinstance(e, Terminated) else 130
+    if _is_top_level(sys._getframe(1)):
+        _end_process(code)
+    raise SystemExit(code)
+
+
+def _is_top_level(frame: FrameType | None) -> bool:
+    """Whether `frame` runs the program's own module (`python -m run_optimization`, a script, `python -c`)
+    at its top level: what follows there is the interpreter's exit."""
+    return frame is not None and frame.f_code.co_name == "<module>" and frame.f_globals.get("__name__") == "__main__"
+
+
+def _end_process(code: int) -> NoReturn:
+    """End this process with `code` once its atexit handlers ran and stdout and stderr are flushed, without
+    the interpreter's teardown.
+
+    The teardown could hang for good (issue 37): as a run on the local model stops, its server's end fails
+    the gateway's requests in flight, whose threads (daemons) then import fastapi in litellm's error mapping;
+    the teardown freezes daemon threads where they stand, one of them holding the import lock, and litellm's
+    `AsyncHTTPHandler.__del__`, which imports as the teardown finalizes it, waited on that lock with
+    RUN/.lock held. Even when it did not hang, tearing litellm's thousands of modules down took seconds on
+    a busy machine. tests/test_ctrl_c.py presses Ctrl-C at 50 random moments of runs.
+
+    Nothing is lost by it: the cleanup is done (sandboxes, the gateway, the local model's server, the
+    ledger closed), every record was written whole and synced by its writer (services/fsutil.py's atomic
+    writes, the event log's AppendFile.sync), and a thread cut here is cut as a kill would cut it, which a
+    run survives by design. RUN/.lock is a descriptor the kernel closes as the process ends, so its flock
+    is released then and not before: no other process takes the run while a thread of this one still runs.
+    A second Ctrl-C or SIGTERM meanwhile ends the process by that signal."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    atexit._run_exitfuncs()  # as at a normal exit (the dashboard a run started stops with it)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # closed, or a reader that went away
+            pass
+    os._exit(code)
