@@ -25,7 +25,8 @@ from typing import IO, Protocol
 
 import inside
 from services.config import SandboxConfig
-from services.sandbox.disk_room import MAX_ENTRIES, DiskRoom, disk_use
+from services.sandbox import disk_room
+from services.sandbox.disk_room import DiskRoom, disk_use
 from services.sandbox.processes import kill_tree
 
 WORKSPACE = "/workspace"  # where the workspace appears inside an isolating sandbox
@@ -187,7 +188,7 @@ class Sandbox:
 
     def _watch_disk(self) -> None:
         """Kill everything inside once the folders it may write hold more than `config.disk_mb`
-        (or MAX_ENTRIES files), or once it filled a disk under them into the host's reserve
+        (or disk_room.MAX_ENTRIES files), or once it filled a disk under them into the host's reserve
         (services/sandbox/disk_room.py): the file size limit bounds one file, this bounds them all.
         Once stopped, whatever starts there is killed too."""
         measured = time.monotonic()
@@ -230,7 +231,7 @@ class Sandbox:
             for proc in list(self._procs):
                 kill_tree(proc)
             if found is not None:
-                room.make_room(found[1], MAX_ENTRIES)
+                room.make_room(found[1], disk_room.MAX_ENTRIES)
 
     def _sharing(self, device: int) -> int:
         """The sandboxes of this process open with writable folders on `device`."""

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from services.config import SandboxConfig
 from services.errors import UserError
-from services.sandbox.base import MAX_ENTRIES
+from services.sandbox.disk_room import MAX_ENTRIES
 from services.workspace import Quota, read_workspace, write_files
 
 FileMap = dict[str, tuple[bool, bytes]]

@@ -119,9 +119,10 @@ FILL = {"bytes": "for i in range(100):\n    open(f'/workspace/f{i}', 'wb').write
                     "in files under the size limit)")
 def test_writing_too_much_to_the_sandbox_folders_kills_the_command(backend, fill, tmp_path, monkeypatch):
     import services.sandbox.base as base
+    import services.sandbox.disk_room as disk_room
     from services.sandbox import open_sandbox
 
-    monkeypatch.setattr(base, "MAX_ENTRIES", 1000)
+    monkeypatch.setattr(disk_room, "MAX_ENTRIES", 1000)
     monkeypatch.setattr(base, "DISK_CHECK_S", 0.2)
     config = SandboxConfig(backend=backend, disk_mb=20)
     with open_sandbox(config, tmp_path) as box:
