@@ -174,7 +174,7 @@ def run_replicates(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
         check_group_argv(parser, args, group_dir, group["argv"])
         resuming = replicate_argv(parser, args)  # a started replicate is resumed with what this command accepts
     else:
-        if not (args.domain or args.domain_spec):
+        if not (args.domain or args.domain_spec or command_config(request_of(args)).loop.domains):
             raise UserError("pass --domain (e.g. --domain imo_grading) or --domain_spec FILE, "
                             "or --resume_from GROUP_DIR")
         output_dir = args.output_dir or "./outputs"
@@ -242,6 +242,7 @@ def check_group_argv(parser: argparse.ArgumentParser, args: argparse.Namespace, 
     this command does not (a spec's scorer is code the host runs: domains/spec_scoring.py)."""
     from archive.experiments import GROUP
     from archive.run_folder import resumed_config
+    from domains.registry import config_domains
     from optimizer.replicates import GROUP_FLAGS
 
     try:
@@ -266,8 +267,8 @@ def check_group_argv(parser: argparse.ArgumentParser, args: argparse.Namespace, 
     if names_a_folder(agent) and agent != given_config.loop.initial_agent:
         raise UserError(f"{group_dir / GROUP} asks for --initial_agent {shlex.quote(agent)} (a folder of this host, "
                         f"copied into every replicate); pass --initial_agent {shlex.quote(agent)} to accept it")
-    mine = {os.path.realpath(p) for p in args.domain_spec or ()}
-    for spec in theirs.domain_spec or ():
+    mine = {os.path.realpath(p) for p in [*(args.domain_spec or ()), *config_domains(given_config.loop.domains)[1]]}
+    for spec in [*(theirs.domain_spec or ()), *config_domains(wanted.loop.domains)[1]]:
         if os.path.realpath(spec) not in mine:
             raise UserError(f"{group_dir / GROUP} asks for --domain_spec {shlex.quote(spec)} (a scorer of that "
                             f"spec's folder, run on this host); pass --domain_spec {shlex.quote(spec)} to accept it")

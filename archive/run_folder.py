@@ -112,6 +112,7 @@ FIXED_ON_RESUME = {
     "harness.label_case": "every node of the run was scored under it",
     "loop.seed": "the run's parent choices replay from it",
     "loop.run_baseline": "the run measures that baseline",
+    "loop.domains": "a resume keeps the run's domains",
     "loop.initial_agent": "it is read when a run starts: the run's initial node is in its repository",
     "loop.initial_meta_agent": "it is read when a run starts: the run's initial node is in its repository",
 }
@@ -125,6 +126,8 @@ NAMED_LIKE_A_PLACE = {
                           "--initial_from takes the new run's own",
     "loop.try_command": "whether the meta agent may run the task agent on train rows, in its own sandbox",
     "loop.initial_meta_agent": "read only when a run starts, and only names a bundled meta agent (default or paper)",
+    "loop.domains": "read only when a new run names no domain, from the command's own config (a resume keeps its "
+                    "run's domains; a group's replicates take a spec file only when the command names it)",
 }
 
 

@@ -166,3 +166,13 @@ def use_domain_specs(paths: list[str] | None, run_dir: str | Path | None = None)
     # The specs this command names are the ones that count: one an earlier call of this process made known
     # under the same name (the Python API, run again on edited or moved data) is replaced.
     return [register(spec, replace=True).name for spec in specs]
+
+
+def config_domains(entries: Iterable[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """loop.domains as (domain names, spec files): an entry ending .yaml or .yml is a spec's path (a relative one
+    is the current folder's: a config file's own are made absolute as it is read, services/config.py)."""
+    from services.config import SPEC_SUFFIXES
+
+    names = tuple(e for e in entries if not e.endswith(SPEC_SUFFIXES))
+    specs = tuple(str(Path(e).expanduser().absolute()) for e in entries if e.endswith(SPEC_SUFFIXES))
+    return names, specs

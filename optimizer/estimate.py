@@ -23,7 +23,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from optimizer.feedback import TRY_ROWS
 from optimizer.heldout import graded_domains, heldout_models
+from optimizer.initial_agents import replays_demo
 from services.gateway.caching import takes_marks
 from services.gateway.pricing import pricing_of
 from services.local_model import is_local
@@ -107,11 +109,11 @@ class Timing:
         return self.initial_s + math.ceil(self.generations / self.at_once) * self.generation_s + self.final_test_s
 
     def line(self) -> str:
-        final = f", final test ~{minutes(self.final_test_s)}" if self.final_test_s else ""
+        final = f", final test {about(self.final_test_s)}" if self.final_test_s else ""
         together = f", {self.at_once} at once" if self.at_once > 1 else ""
-        return (f"time     ~{minutes(self.run_s)} for the run: initial evaluation ~{minutes(self.initial_s)}, each "
-                f"generation up to ~{minutes(self.generation_s)} (meta agent up to ~{minutes(self.meta_s)}, "
-                f"evaluation ~{minutes(self.evaluation_s)}{together}){final}; assuming {self.basis}")
+        return (f"time     {about(self.run_s)} for the run: initial evaluation {about(self.initial_s)}, each "
+                f"generation up to {about(self.generation_s)} (meta agent up to {about(self.meta_s)}, "
+                f"evaluation {about(self.evaluation_s)}{together}){final}; assuming {self.basis}")
 
 
 def minutes(seconds: float) -> str:
@@ -120,6 +122,12 @@ def minutes(seconds: float) -> str:
         return "<1 min" if seconds else "0 min"
     shown = f"{round(seconds / 60):,} min"
     return f"{shown} ({seconds / 3600:.1f} h)" if seconds >= 2 * 3600 else shown
+
+
+def about(seconds: float) -> str:
+    """`minutes`, marked as an estimate: "~12 min", or "<1 min"."""
+    shown = minutes(seconds)
+    return shown if shown.startswith(("<", "0 ")) else f"~{shown}"
 
 
 def call_seconds(model: str, config: Config, prompt_tokens: float, completion_tokens: float) -> float:
@@ -165,6 +173,8 @@ def timing(domains: list[Domain], config: Config, rows_of: RowsOf) -> Timing:
     """The run's time at the assumed speeds: as `estimate`, with each meta agent run using all its calls."""
     meta = max(config.loop.meta_max_calls * call_seconds(m, config, META_PROMPT_TOKENS, META_COMPLETION_TOKENS)
                for m in config.meta_models())
+    if replays_demo(config):  # no model call: the try command's rows are the meta agent's time
+        meta = sum(TRY_ROWS * row_seconds(config.resolve_model("task"), config, _row_tokens(d)) for d in domains)
     models = [config.resolve_model("task"), *config.meta_models(),
               *(model for d in domains for model in d.scorer.models(config))]
     final = 2 * evaluation_s(domains, config, rows_of, test=True) if config.loop.final_test else 0.0

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from archive.promotion import BestChoice
 from archive.records import MetaResult, Node
 from archive.store import ScoreRule
+from optimizer.initial_agents import DEMO_SCRIPT
 from services.render import console as visible
 
 if TYPE_CHECKING:
@@ -39,6 +40,7 @@ class GenerationStarted:
     meta_timeout_s: float
     meta_max_calls: int
     meta_model: str = ""  # named on the console when a bandit chose it among several
+    replayed: bool = False  # the meta agent replays the demo's script (optimizer/initial_agents.replays_demo)
 
 
 @dataclass(frozen=True)
@@ -154,8 +156,11 @@ def console_line(event: Event) -> str | None:
     """The line a person watching the run reads for `event` (None: nothing to say)."""
     if isinstance(event, GenerationStarted):
         on = f" on {event.meta_model}" if event.meta_model else ""
-        return (f"generation {event.generation}: node {event.node_id} from parent {event.parent}; the meta agent "
-                f"is at work{on} (up to {event.meta_timeout_s:g} s and {event.meta_max_calls} model calls)")
+        head = f"generation {event.generation}: node {event.node_id} from parent {event.parent}; the meta agent"
+        if event.replayed:
+            return (f"{head} replays the next step of {DEMO_SCRIPT} (edits written in advance by people, no model "
+                    f"call; up to {event.meta_timeout_s:g} s)")
+        return f"{head} is at work{on} (up to {event.meta_timeout_s:g} s and {event.meta_max_calls} model calls)"
     if isinstance(event, MetaFinished):
         patch = event.result.patch
         return (f"node {event.node_id}: {event.result.status}; changed {patch.get('files', 0)} files "

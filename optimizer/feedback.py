@@ -55,6 +55,7 @@ if TYPE_CHECKING:
     from services.config import Config
 
 FEEDBACK_MODES = ("train_reports", "paper")  # loop.feedback
+TRY_ROWS = 5  # train rows the meta agent's try command runs the task agent on
 MAX_TRANSCRIPT = 256 * 2**10  # bytes kept of one row's transcript (its first and last halves when longer)
 MAX_ROW_TRANSCRIPTS = 16 * 2**20  # bytes of a node's row transcripts of one domain together
 MAX_META_TRANSCRIPT = 2 * 2**20  # bytes kept of a node's meta agent transcript

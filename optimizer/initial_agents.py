@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
-from services.config import PROJECT_ROOT
+from services.config import PROJECT_ROOT, Config
 from services.errors import UserError
 from services.workspace import Quota, discard, read_workspace, write_files
 
@@ -198,6 +198,12 @@ def meta_entry_source(agent: InitialAgent) -> str:
             f'__all__ = ["MetaAgent"]\n')
 
 
+def replays_demo(config: Config) -> bool:
+    """Whether the run's meta agent replays DEMO_SCRIPT instead of asking a model: the initial agent `demo` with
+    only bundled local models as meta models (meta_agent/replay.py)."""
+    return config.loop.initial_agent == DEMO and all(m.startswith("local/") for m in config.meta_models())
+
+
 def plan_text(name: str, meta_agent: str = "default", meta_model: str | None = None) -> str:
     """What the run's plan says of the agent it starts from (`meta_agent`: loop.initial_meta_agent; `meta_model`:
     the meta agent's model, when known)."""
@@ -205,11 +211,12 @@ def plan_text(name: str, meta_agent: str = "default", meta_model: str | None = N
         if meta_model is None or meta_model == "auto":
             return (f"initial task agent default; meta agent: the project's, except that with the bundled local "
                     f"model as meta model its edits are REPLAYED from {DEMO_SCRIPT}, written in advance by people "
-                    "(that model cannot drive the meta agent's tools), then committed, evaluated and recorded like any")
+                    "(that model cannot drive the meta agent's tools), then committed, evaluated and recorded like any "
+                    "other change")
         if meta_model.startswith("local/"):  # meta_agent/replay.py's own test
             return (f"initial task agent default; meta agent: its edits are REPLAYED from {DEMO_SCRIPT}, written in "
                     f"advance by people ({meta_model} cannot drive the meta agent's tools), then committed, "
-                    "evaluated and recorded like any")
+                    "evaluated and recorded like any other change")
         return (f"initial task agent default, with the project's meta agent (it replays {DEMO_SCRIPT} only with the "
                 "bundled local model as meta model)")
     if paired(name, meta_agent):

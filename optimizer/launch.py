@@ -16,7 +16,7 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, cast
@@ -330,7 +330,7 @@ def launch(request: RunRequest) -> Path:
     """Start, resume or evaluate the run `request` names; its folder (nothing is made for a dry run)."""
     started = time.monotonic()  # where loop.max_minutes counts from
     from domains.base import use_data_files
-    from domains.registry import keep_specs, run_domains, use_domain_specs
+    from domains.registry import config_domains, keep_specs, run_domains, use_domain_specs
     from optimizer.estimate import estimate
     from optimizer.evaluation import split_rows
     from optimizer.heldout import check_heldout, heldout_models
@@ -341,8 +341,11 @@ def launch(request: RunRequest) -> Path:
     from services.startup import open_services
     from services.workspace import RunRepo
 
-    specs = use_domain_specs([os.path.abspath(p) for p in request.domain_specs], request.resume_from)
     config = command_config(request)
+    if not (request.resume_from or request.domains or request.domain_specs) and config.loop.domains:
+        names, files = config_domains(config.loop.domains)  # a new run naming no domain: its config's
+        request = replace(request, domains=names, domain_specs=files)
+    specs = use_domain_specs([os.path.abspath(p) for p in request.domain_specs], request.resume_from)
     transfer = transfer_of(request, config, lambda ds, cfg: {d.name: split_rows(d, d.selection_split,
                                                                                  cfg.loop.eval_samples) for d in ds})
     run_dir, record, domain_names, config = run_of(request, config, specs)

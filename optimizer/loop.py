@@ -55,8 +55,9 @@ from optimizer.events import (
     Warned,
     console,
 )
-from optimizer.feedback import publish_feedback, write_train_data
+from optimizer.feedback import TRY_ROWS, publish_feedback, write_train_data
 from optimizer.heldout import HeldOut
+from optimizer.initial_agents import replays_demo
 from optimizer.meta_outcome import META_LOG, meta_log, meta_result
 from optimizer.slots import Slots, horizon, run_generation
 from optimizer.trackers import Trackers
@@ -190,9 +191,9 @@ class Loop:
         parent_commit = self.repo.node_commit(parent)
         done = self.archive.meta_result(node_id)
         if done is None:
-            loop = self.config.loop
+            loop, named = self.config.loop, meta_model if len(self.meta_models) > 1 else ""
             self.events.emit(GenerationStarted(node_id, parent, generation, loop.meta_timeout_s, loop.meta_max_calls,
-                                               meta_model if len(self.meta_models) > 1 else ""))
+                                               named, replays_demo(self.config)))
             done = self.run_meta_agent(node_id, parent_commit, generation, meta_model, start.other_parent)
             self.archive.log_meta_result(node_id, done)
             self.events.emit(MetaFinished(node_id, done))
@@ -305,7 +306,7 @@ class Loop:
                 "--transcript", f"{NODE_OUT}/{META_TRANSCRIPT}",
                 "--max_tool_calls", str(self.config.loop.meta_max_calls)]
         if self.config.loop.try_command:
-            argv += ["--try_command", f"python {box.trusted_script('try_agent.py')} --rows 5"]
+            argv += ["--try_command", f"python {box.trusted_script('try_agent.py')} --rows {TRY_ROWS}"]
         return argv + (["--agent_root", FROZEN_META] if frozen else [])
 
     def _evaluate_new(self, node: Node, first_stage_only: bool = False) -> Node:

@@ -82,7 +82,7 @@ def plan_lines(run_dir: Path, domains: list[Domain], config: Config, backend: st
     source = initial_from and f"node {initial_from['node']} of {initial_from['run']}"
     agent = (f"all of {source}" if initial_from and initial_from["keep"] == "all" else
              f"meta agent of {source}, task agent {loop.initial_agent}" if initial_from else
-             plan_text(loop.initial_agent, loop.initial_meta_agent))
+             plan_text(loop.initial_agent, loop.initial_meta_agent, config.resolve_model('meta')))
     lines += [f"agent    {agent}",
               f"models   task {config.resolve_model('task')}, meta " + (
                   f"{config.resolve_model('meta')}" if len(config.meta_models()) == 1 else

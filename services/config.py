@@ -41,6 +41,7 @@ if typing.TYPE_CHECKING:
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG = PROJECT_ROOT / "configs" / "default.yaml"
 PRESETS_DIR = PROJECT_ROOT / "configs" / "presets"
+SPEC_SUFFIXES = (".yaml", ".yml")  # an entry of loop.domains ending so names a spec file, not a domain
 
 
 @dataclass
@@ -134,6 +135,7 @@ class LoopConfig:
     run_baseline: str | None = None  # no_selfimprove (meta agent frozen) | no_archive (always the latest node)
     initial_meta_agent: str = "default"  # the meta agent a run from a project task agent (--initial_agent proofautograder) starts with: default (the project's, meta_agent/) | paper (the reference's one-line meta agent and agent code, the task agent as its task_agent.py); services/departures.py
     feedback: str = "train_reports"  # what feedback/<node>/ gives later meta agents: train_reports (patch, train scores, train reports and predictions) | paper (also the meta transcript, a generation log with val scores and each train row's transcript, bounded: optimizer/feedback.py); services/departures.py
+    domains: list[str] = field(default_factory=list)  # the domains of a new run that names none (--domain, --domain_spec): names, and spec files (.yaml/.yml; a relative path is in the folder of the config file that names it, else the current folder); never read on a resume
     initial_agent: str = "default"  # the agent of node `initial`: a name of optimizer/initial_agents.py (paper: the reference's generic agents) or an agent folder's path
     stage_splits: str = "train"  # train | train_and_val: what each screening stage runs, its verdict always read on train (the paper's: the same rows of val too, so a node that stops there has a val score)
     staged_score: str = "train"  # train | selection: the split a node that only passed screening is selected on, scaled by its share of the full rows (the paper's: selection, its val rows)
@@ -316,6 +318,7 @@ def _loop_rules() -> dict:
         "loop.initial_meta_agent": one_of("default", "paper"),  # optimizer.initial_agents.META_AGENTS
         "loop.feedback": one_of("train_reports", "paper"),  # optimizer.feedback.FEEDBACK_MODES
         "harness.label_case": one_of("lenient", "exact"),  # domains.metrics.LABEL_CASES
+        "loop.domains": (lambda v: all(isinstance(d, str) and d.strip() for d in v), "names of domains or spec files"),
         "loop.initial_agent": (lambda v: bool(v.strip()), "an initial agent's name or an agent folder's path"),
         "loop.run_baseline": one_of(*BASELINES),
         "loop.meta_timeout_s": above_up_to(0, 10**6),
@@ -375,8 +378,14 @@ def load_config(path: str | Path | None = None, preset: str | None = None) -> Co
 
 
 def _apply_file(config: Config, path: Path) -> None:
-    """Merge one YAML file into `config` and validate it at once, so an error names the file it came from."""
-    apply_mapping(config, read_yaml(path), f"config {path}")
+    """Merge one YAML file into `config` and validate it at once, so an error names the file it came from.
+    A relative spec file in its loop.domains is in the file's folder."""
+    data = read_yaml(path)
+    loop = data.get("loop")
+    if isinstance(loop, dict) and isinstance(loop.get("domains"), list):
+        loop["domains"] = [str(Path(path).absolute().parent / d) if isinstance(d, str) and d.endswith(SPEC_SUFFIXES)
+                           and not Path(d).expanduser().is_absolute() else d for d in loop["domains"]]
+    apply_mapping(config, data, f"config {path}")
 
 
 def apply_mapping(config: Config, data: dict, where: str) -> Config:

@@ -17,13 +17,10 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 
 from services.config import PROJECT_ROOT, load_config
 from support.cli import REPO_ROOT, run_cli
 
-DEMO_PRESET = PROJECT_ROOT / "configs" / "presets" / "demo.yaml"
-CAPITALS = PROJECT_ROOT / "examples" / "capitals" / "capitals.yaml"
 LOCAL = "local/smollm2-135m"
 # What the default task agent used to show as the answer's value, which the local model copied word for word.
 OLD_PLACEHOLDERS = ("your final answer", "your complete proof")
@@ -40,10 +37,8 @@ def no_keys_env() -> dict:
 
 
 def demo_command() -> list[str]:
-    """The README's first command. Until services/config.py has loop.domains (the preset's domain), the
-    preset cannot name examples/capitals and the command names it itself."""
-    names_its_domain = bool((yaml.safe_load(DEMO_PRESET.read_text()).get("loop") or {}).get("domains"))
-    return ["run_optimization", "--preset", "demo"] + ([] if names_its_domain else ["--domain_spec", str(CAPITALS)])
+    """The README's first command: the preset names its domain (loop.domains)."""
+    return ["run_optimization", "--preset", "demo"]
 
 
 # -- the default task agent and its placeholder ------------------------------------------------------------
@@ -184,6 +179,8 @@ def test_the_demo_runs_with_no_key_in_under_three_minutes_and_a_child_beats_the_
     plan = next(line for line in r.stdout.splitlines() if line.startswith("agent "))
     assert "REPLAYED from meta_agent/demo_script.py" in plan, plan
     assert f"task {LOCAL}, meta {LOCAL}" in r.stdout
+    assert "domain   capitals:" in r.stdout  # named by the preset
+    assert r.stdout.count("the meta agent replays the next step of meta_agent/demo_script.py") == 2, r.stdout
     run = tmp_path / "out" / "demo"
     nodes = {p.parent.name: json.loads(p.read_text()) for p in (run / "nodes").glob("*/node.json")}
     assert set(nodes) == {"initial", "1", "2"}, r.stdout[-3000:]

@@ -402,3 +402,34 @@ def test_a_spec_named_again_in_one_process_replaces_the_earlier_one_and_two_at_o
     assert str(get_domain("capitals").data_dir) == str(tmp_path / "b")
     with pytest.raises(UserError, match="two different domains are named capitals"):
         use_domain_specs(copies)
+
+
+# -- loop.domains: a config that names its run's domains ----------------------------------------------------
+def domain_lines(r) -> list[str]:
+    assert r.returncode == 0, r.stderr[-2000:]
+    return [line.split(":")[0].split()[1] for line in r.stdout.splitlines() if line.startswith("domain ")]
+
+
+def test_a_config_names_the_domains_of_a_new_run_and_a_flag_names_others(tmp_path):
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    (folder / "capitals.yaml").write_text((EXAMPLE / "capitals.yaml").read_text().replace("name: capitals",
+                                                                                          "name: my_capitals"))
+    for name in ("train", "val", "test"):
+        shutil.copy(EXAMPLE / f"capitals_{name}.csv", folder)
+    (folder / "run.yaml").write_text("loop:\n  domains: [capitals.yaml, imo_grading]\n")  # beside it
+    r = run_cli("run_optimization", "--config", str(folder / "run.yaml"), "--dry_run", cwd=tmp_path, timeout=120)
+    assert domain_lines(r) == ["imo_grading", "my_capitals"]
+    r = run_cli("run_optimization", "--set=loop.domains=[mine/capitals.yaml]", "--dry_run", cwd=tmp_path, timeout=120)
+    assert domain_lines(r) == ["my_capitals"]  # --set: the current folder's
+    r = run_cli("run_optimization", "--config", str(folder / "run.yaml"), "--domain", "imo_answer", "--dry_run",
+                cwd=tmp_path, timeout=120)
+    assert domain_lines(r) == ["imo_answer"]  # a flag names the run's domains: the config's are not added
+    (tmp_path / "examples" / "capitals").mkdir(parents=True)  # a folder of the same name here is not the preset's
+    shutil.copy(folder / "capitals.yaml", tmp_path / "examples" / "capitals")
+    r = run_cli("run_optimization", "--preset", "demo", "--dry_run", cwd=tmp_path, timeout=120)
+    assert domain_lines(r) == ["capitals"]
+    r = run_cli("run_optimization", "--set", "loop.domains=[' ']", "--dry_run", cwd=tmp_path, timeout=120)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "loop.domains" in r.stderr, r.stderr
+    r = run_cli("run_optimization", "--dry_run", cwd=tmp_path, timeout=120)
+    assert r.returncode == 2 and "pass --domain (e.g. --domain imo_grading) or --domain_spec FILE" in r.stderr

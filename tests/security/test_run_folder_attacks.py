@@ -223,12 +223,38 @@ def test_a_group_json_that_names_a_spec_of_its_own_is_refused(tmp_path):
     refused(r, f"{group}/group.json asks for --domain_spec {group / 'evil.yaml'}",
             f"pass --domain_spec {group / 'evil.yaml'} to accept it", seconds=seconds)
     assert not marker.exists() and not (group / "seed-0").exists()
+    # The same spec named by the config's loop.domains (a new run naming no domain takes them) instead.
+    atomic_write_json(group / "group.json", {"schema_version": 1, "runs": ["seed-0"], "seeds": [0], "argv": [
+        "--set", f"loop.domains=[{group / 'evil.yaml'}]", "--max_generation", "0"]})
+    r, seconds = timed_cli("run_optimization", "--resume_from", str(group))
+    refused(r, f"{group}/group.json asks for --domain_spec {group / 'evil.yaml'}", seconds=seconds)
+    assert not marker.exists() and not (group / "seed-0").exists()
     # A command line that is not one run_optimization takes: one line, no usage echoing its text.
     atomic_write_json(group / "group.json", {"schema_version": 1, "runs": ["seed-0"], "seeds": [0],
                                             "argv": ["--no_such_flag\x1b]0;owned\x07"]})
     r, seconds = timed_cli("run_optimization", "--resume_from", str(group))
     assert "\x1b" not in r.stderr and "usage" not in r.stderr
     refused(r, "its command line is not one run_optimization takes", seconds=seconds)
+
+
+@pytest.mark.e2e
+@pytest.mark.attack("a handed run folder whose run.json names, in loop.domains, a spec in the handed folder whose "
+                    "scorer (module:function beside it) would run on the host")
+def test_a_run_json_whose_config_names_a_spec_runs_no_scorer(tmp_path):
+    run = handed_run(tmp_path, {})
+    marker = tmp_path / "scorer-ran"
+    (run / "evil.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\ndef score(p, row):\n    return 1.0\n")
+    (run / "train.csv").write_text("qid,q,a\nx1,1+1,2\nx2,2+2,4\n")
+    (run / "evil.yaml").write_text("name: evil\ndata: {train: train.csv}\nid: qid\ninputs: {question: q}\n"
+                                   "label: a\nscorer: evil:score\n")
+    atomic_write_json(run / "run.json", RunRecord(["imo_grading"], {"loop": {"domains": [str(run / "evil.yaml")]}},
+                                                  "bwrap").to_dict())
+    r, _ = timed_cli("run_optimization", "--resume_from", str(run), "--dry_run")
+    assert r.returncode == 0 and "domain   imo_grading:" in r.stdout and "evil" not in r.stdout, r.stderr[-2000:]
+    r, seconds = timed_cli("run_optimization", "--resume_from", str(run), "--set", "loop.domains=[imo_proof]",
+                           "--dry_run")
+    refused(r, "a resume cannot change loop.domains", seconds=seconds)
+    assert not marker.exists()
 
 
 # -- ledger.sqlite -------------------------------------------------------------------------------------
