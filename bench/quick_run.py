@@ -35,17 +35,11 @@ from harness_throughput import MemoryPeaks, watch_memory  # noqa: E402
 from services.providers import AUTO_MODELS  # noqa: E402
 
 COMMAND = ["-m", "run_optimization", "--domain", "imo_grading", "--preset", "quick"]
-DEMO_PRESET = ROOT / "configs" / "presets" / "demo.yaml"
 
 
 def demo_command() -> list[str]:
-    """The README's first command; with --domain_spec of examples/capitals while the preset cannot name its
-    domain (before loop.domains)."""
-    import yaml
-
-    names_its_domain = bool((yaml.safe_load(DEMO_PRESET.read_text()).get("loop") or {}).get("domains"))
-    return ["-m", "run_optimization", "--preset", "demo"] + (
-        [] if names_its_domain else ["--domain_spec", str(ROOT / "examples" / "capitals" / "capitals.yaml")])
+    """The README's first command (the preset names its domain, examples/capitals)."""
+    return ["-m", "run_optimization", "--preset", "demo"]
 
 
 def run_once(folder: Path, command: list[str]) -> dict:

@@ -163,11 +163,12 @@ def console_line(event: Event) -> str | None:
         return f"{head} is at work{on} (up to {event.meta_timeout_s:g} s and {event.meta_max_calls} model calls)"
     if isinstance(event, MetaFinished):
         patch = event.result.patch
-        return (f"node {event.node_id}: {event.result.status}; changed {patch.get('files', 0)} files "
+        files = patch.get('files', 0)
+        return (f"node {event.node_id}: {event.result.status}; changed {files} file{'' if files == 1 else 's'} "
                 f"(+{patch.get('insertions', 0)} -{patch.get('deletions', 0)}){_dropped(patch)}{_bidi(patch)}")
     if isinstance(event, SplitDone):
         return event.summary
-    if isinstance(event, CostBooked) and event.cached_tokens:
+    if isinstance(event, CostBooked) and event.cached_tokens and event.cost_usd + event.cache_saved_usd > 0:
         return (f"node {event.node_id}: {event.role} read {event.cached_tokens:,} prompt tokens from the provider's "
                 f"cache, saving ${event.cache_saved_usd:.4f} of ${event.cost_usd + event.cache_saved_usd:.4f}")
     if isinstance(event, NodeFinished):

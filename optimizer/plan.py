@@ -140,7 +140,7 @@ def summary_lines(loop: Loop, name: str = "", tags: Sequence[str] = ()) -> list[
     lines = [f"run {state_text(*read_state(loop.run_dir))}" + (f" ({label})" if label else ""),
              f"{len(nodes)} nodes: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())),
              f"cost ${spent.cost_usd:.4f} in {spent.calls} model calls ({spent.cache_hits} replayed)"
-             + (caching_text(spent) if spent.cached_tokens or spent.cache_write_tokens else "")]
+             + (caching_text(spent) if spent.cache_saved_usd or spent.cache_write_tokens else "")]
     best = loop.best()
     if best:
         how = {"paired": f", chosen by paired tests at level {loop.config.loop.best_level:g}",

@@ -64,7 +64,7 @@ def test_an_improving_edit_is_found_fully_evaluated_and_selected(tmp_path, fake_
     told = [next(i for i, line in enumerate(lines) if line.startswith(start))
             for start in ("node initial (parent None): ok; imo_grading/train=",
                           "generation 1: node 1 from parent initial",
-                          "node 1: ok; changed 1 files (+1 -1)",
+                          "node 1: ok; changed 1 file (+1 -1)",
                           "node 1 (parent initial): ok; imo_grading/train=1.000")]
     assert told == sorted(told)
     # The meta agent was told where things are and how many generations are left.

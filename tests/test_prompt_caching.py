@@ -324,6 +324,8 @@ def test_the_console_says_what_caching_saved():
     assert console_line(CostBooked("3", "meta", 0.25, 10)) is None
     assert console_line(CostBooked("3", "meta", 0.25, 50000, cached_tokens=40000, cache_saved_usd=0.108)) == (
         "node 3: meta read 40,000 prompt tokens from the provider's cache, saving $0.1080 of $0.3580")
+    # A free model (the bundled one, whose server reuses its own prompt cache): nothing saved, nothing said.
+    assert console_line(CostBooked("3", "task", 0.0, 4000, cached_tokens=3730, cache_saved_usd=0.0)) is None
     assert caching_text(Totals(cached_tokens=40000, cache_write_tokens=5000, cache_saved_usd=0.1)) == (
         "; prompt caching: 40,000 prompt tokens read from the providers' caches, 5,000 written, $0.1000 saved")
 
