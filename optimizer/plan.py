@@ -139,7 +139,8 @@ def summary_lines(loop: Loop, name: str = "", tags: Sequence[str] = ()) -> list[
     label = label_text(name, tags)
     lines = [f"run {state_text(*read_state(loop.run_dir))}" + (f" ({label})" if label else ""),
              f"{len(nodes)} nodes: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())),
-             f"cost ${spent.cost_usd:.4f} in {spent.calls} model calls ({spent.cache_hits} replayed)"
+             f"cost ${spent.cost_usd:.4f} in {spent.calls} model calls ({spent.cache_hits} answered from the response "
+             "cache)"
              + (caching_text(spent) if spent.cache_saved_usd or spent.cache_write_tokens else "")]
     best = loop.best()
     if best:
@@ -150,6 +151,8 @@ def summary_lines(loop: Loop, name: str = "", tags: Sequence[str] = ()) -> list[
     if best and initial:
         lines += [gain_line(d, best, initial, loop.evaluator.store) for d in loop.domains]
     lines.append(generations_line(nodes, loop.config.loop.max_generation))
+    if (note := no_edit_note(nodes, loop.config)) is not None:
+        lines.append(note)
     lines.append(f"report: {loop.run_dir / 'report.html'}")
     return [console(line) for line in lines]
 
@@ -218,6 +221,17 @@ def generations_line(nodes: list[Node], max_generation: int) -> str:
     return (f"generations {len(done)} of {max_generation} done"
             + (f", {duration(sum(times) / len(times))} each on average" if times else "")
             + (f" (the initial node's evaluation {duration(first)})" if first is not None else ""))
+
+
+def no_edit_note(nodes: list[Node], config: Config) -> str | None:
+    """Why no child was scored, when every child's meta agent, on the bundled local model, changed nothing."""
+    children = [n for n in nodes if n.generation > 0]
+    if not children or any(n.status != "no_change" for n in children) or not all(
+            m.startswith("local/") for m in config.meta_models()):
+        return None
+    return ("no child: the bundled local model, as meta model, made no edit (it is too small to drive the meta "
+            "agent's tools); python -m run_optimization --preset demo shows the loop with edits replayed from a "
+            "script, and a provider key (README, Models) runs a real meta agent")
 
 
 def duration(seconds: float) -> str:

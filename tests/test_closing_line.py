@@ -126,3 +126,18 @@ def test_a_run_ends_with_best_against_initial_and_the_generations_mean_time(tmp_
     timing = next(x for x in lines if x.startswith("time     ~"))
     assert "for the run: initial evaluation ~" in timing and "assuming 60 tokens/s written by a provider's model" \
         in timing
+
+
+def test_a_run_whose_local_meta_model_made_no_edit_says_why_and_what_to_try():
+    from archive.records import Node, Status
+    from optimizer.plan import no_edit_note
+    from services.config import Config
+
+    local = Config.from_dict({"models": {"meta": "local/smollm2-135m"}})
+    run = [Node("initial", None, 0, status=Status.OK), Node("1", "initial", 1, status=Status.NO_CHANGE),
+           Node("2", "initial", 2, status=Status.NO_CHANGE)]
+    note = no_edit_note(run, local)
+    assert note is not None and "--preset demo" in note and "made no edit" in note
+    assert no_edit_note(run, Config.from_dict({"models": {"meta": "openai/gpt-4o"}})) is None  # a real model: no excuse
+    assert no_edit_note([*run, Node("3", "2", 3, status=Status.OK)], local) is None  # a child was made
+    assert no_edit_note(run[:1], local) is None  # no generation yet

@@ -52,7 +52,7 @@ class SplitResult:
 
     def line(self, whose: str = "cost") -> str:
         return (f"{self.done}/{self.rows} rows done, {self.errors} errors, {whose} ${self.spent.cost_usd:.4f} "
-                f"({self.spent.calls} calls, {self.spent.cache_hits} replayed); "
+                f"({self.spent.calls} calls, {self.spent.cache_hits} from the response cache); "
                 f"predictions: {self.folder / PREDICTIONS}")
 
     def stop_message(self) -> str:
