@@ -38,7 +38,6 @@ import argparse
 import json
 import os
 import resource
-import shutil
 import sqlite3
 import statistics
 import subprocess
@@ -51,6 +50,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from support.fake_openai import FakeOpenAI  # noqa: E402
+from support.gnu_time import gnu_time  # noqa: E402
 
 GENERATIONS = 8
 # Speed-up of --parallel 4 over --parallel 1: (executor, whether calls take 10 s or more) -> target.
@@ -75,18 +75,6 @@ def respond(request: dict) -> str:
             return "Done."
         return f"<json>{json.dumps(action)}</json>"
     return '<json>{"response": "partial"}</json>'
-
-
-def gnu_time() -> str | None:
-    """GNU time, which reports the peak RSS (%M, kB) of the command it runs and of all that command waited
-    for, from its own wait4 of it: it is a small process, so the command inherits no large peak at exec."""
-    found = shutil.which("time")
-    try:
-        works = bool(found) and subprocess.run([found, "-q", "-f", "%M", "-o", os.devnull, "true"],
-                                               capture_output=True, timeout=10).returncode == 0
-    except (OSError, subprocess.SubprocessError):
-        works = False
-    return found if works else None
 
 
 def run(server: FakeOpenAI, out: Path, parallel: int, args, ray_address: str | None) -> dict:

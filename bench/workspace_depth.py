@@ -23,17 +23,17 @@ import resource
 import shlex
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from services.config import PROJECT_ROOT  # noqa: E402
 from services.workspace import RunRepo, discard  # noqa: E402
+from support.gnu_time import gnu_time  # noqa: E402
 
 TARGET = 1.2
 
@@ -62,18 +62,6 @@ def time_checkout(repo: RunRepo, commit: str, dest: Path) -> float:
     elapsed = time.perf_counter() - started
     discard(dest)
     return elapsed
-
-
-def gnu_time() -> str | None:
-    """GNU time, which reports the peak RSS (%M, kB) of the command it runs from its own wait4 of it: it is a
-    small process, so the command inherits no large peak at exec."""
-    found = shutil.which("time")
-    try:
-        works = bool(found) and subprocess.run([found, "-q", "-f", "%M", "-o", os.devnull, "true"],
-                                               capture_output=True, timeout=10).returncode == 0
-    except (OSError, subprocess.SubprocessError):
-        works = False
-    return found if works else None
 
 
 def largest_git_kb(repo: RunRepo, commits: list[str], scratch: Path) -> int | None:

@@ -8,6 +8,7 @@ the transcript.
 from __future__ import annotations
 
 from agent.base_agent import AgentSystem
+from agent.llm import Usage
 from agent.tool_loop import chat_with_tools
 from agent.tools import bash, editor
 
@@ -58,15 +59,19 @@ class MetaAgent(AgentSystem):
         other_node: str | None = None,
     ) -> list[dict]:
         prompt = instruction(repo_path, eval_path, iterations_left, try_command, other_parent, other_node)
+        messages, usage = self.edit(prompt, repo_path, max_tool_calls)
+        self.log(f"## usage\n\n{usage.calls} model calls, {usage.prompt_tokens} prompt tokens, "
+                 f"{usage.completion_tokens} completion tokens")
+        return messages
+
+    def edit(self, prompt: str, repo_path: str, max_tool_calls: int) -> tuple[list[dict], Usage]:
+        """The tool loop on `prompt`, its tools (bash, the editor) working in `repo_path`: (messages, usage)."""
         bash.reset(cwd=repo_path)
         editor.reset()
         try:
-            messages, usage = chat_with_tools(
+            return chat_with_tools(
                 [{"role": "user", "content": prompt}], model=self.model, tools=[bash, editor],
                 max_tool_calls=max_tool_calls, log=self.log, temperature=0.0,
             )
         finally:
             bash.close()  # background jobs it started must not outlive the generation
-        self.log(f"## usage\n\n{usage.calls} model calls, {usage.prompt_tokens} prompt tokens, "
-                 f"{usage.completion_tokens} completion tokens")
-        return messages

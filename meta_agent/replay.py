@@ -21,7 +21,6 @@ from pathlib import Path
 
 from agent import tool_loop
 from agent.llm import LLMReply
-from agent.tools import bash, editor
 from meta_agent.demo_script import STEPS
 from meta_agent.meta_agent import MetaAgent as ProjectMetaAgent
 from meta_agent.meta_agent import instruction
@@ -133,16 +132,11 @@ class MetaAgent(ProjectMetaAgent):
                  "tool loop and tools. Every reply below comes from that script, not from a model.")
         prompt = instruction(repo_path, eval_path, iterations_left, try_command, other_parent, other_node)
         scripted = Scripted(script_replies(repo_path, number, step, try_command, max_tool_calls))
-        bash.reset(cwd=repo_path)
-        editor.reset()
         model_call = tool_loop.get_response
         tool_loop.get_response = scripted  # this process is the meta agent's own, and it ends with this run
         try:
-            messages, _ = tool_loop.chat_with_tools([{"role": "user", "content": prompt}], model=self.model,
-                                                    tools=[bash, editor], max_tool_calls=max_tool_calls,
-                                                    log=self.log, temperature=0.0)
+            messages, _ = self.edit(prompt, repo_path, max_tool_calls)
         finally:
             tool_loop.get_response = model_call
-            bash.close()
         self.log(f"## usage\n\n0 model calls: {scripted.given} replies replayed from {SCRIPT}")
         return messages

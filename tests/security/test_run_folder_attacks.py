@@ -34,6 +34,15 @@ def handed_run(tmp_path, config: dict, backend: str = "bwrap"):
     return run
 
 
+def evil_spec(folder, marker):
+    """evil.yaml in `folder`: a spec whose scorer, a module beside it, writes `marker` when imported."""
+    (folder / "evil.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\ndef score(p, row):\n    return 1.0\n")
+    (folder / "train.csv").write_text("qid,q,a\nx1,1+1,2\nx2,2+2,4\n")
+    (folder / "evil.yaml").write_text("name: evil\ndata: {train: train.csv}\nid: qid\ninputs: {question: q}\n"
+                                      "label: a\nscorer: evil:score\n")
+    return marker
+
+
 def listing(folder) -> dict:
     return {str(p.relative_to(folder)): p.lstat().st_mtime_ns for p in folder.rglob("*")}
 
@@ -212,11 +221,7 @@ def test_a_group_json_that_asks_for_no_sandbox_is_refused(tmp_path):
 def test_a_group_json_that_names_a_spec_of_its_own_is_refused(tmp_path):
     group = tmp_path / "group"
     group.mkdir()
-    marker = tmp_path / "scorer-ran"
-    (group / "evil.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\ndef score(p, row):\n    return 1.0\n")
-    (group / "train.csv").write_text("qid,q,a\nx1,1+1,2\nx2,2+2,4\n")
-    (group / "evil.yaml").write_text("name: evil\ndata: {train: train.csv}\nid: qid\ninputs: {question: q}\n"
-                                     "label: a\nscorer: evil:score\n")
+    marker = evil_spec(group, tmp_path / "scorer-ran")
     atomic_write_json(group / "group.json", {"schema_version": 1, "runs": ["seed-0"], "seeds": [0], "argv": [
         "--domain_spec", str(group / "evil.yaml"), "--max_generation", "0"]})
     r, seconds = timed_cli("run_optimization", "--resume_from", str(group))
@@ -242,11 +247,7 @@ def test_a_group_json_that_names_a_spec_of_its_own_is_refused(tmp_path):
                     "scorer (module:function beside it) would run on the host")
 def test_a_run_json_whose_config_names_a_spec_runs_no_scorer(tmp_path):
     run = handed_run(tmp_path, {})
-    marker = tmp_path / "scorer-ran"
-    (run / "evil.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\ndef score(p, row):\n    return 1.0\n")
-    (run / "train.csv").write_text("qid,q,a\nx1,1+1,2\nx2,2+2,4\n")
-    (run / "evil.yaml").write_text("name: evil\ndata: {train: train.csv}\nid: qid\ninputs: {question: q}\n"
-                                   "label: a\nscorer: evil:score\n")
+    marker = evil_spec(run, tmp_path / "scorer-ran")
     atomic_write_json(run / "run.json", RunRecord(["imo_grading"], {"loop": {"domains": [str(run / "evil.yaml")]}},
                                                   "bwrap").to_dict())
     r, _ = timed_cli("run_optimization", "--resume_from", str(run), "--dry_run")
