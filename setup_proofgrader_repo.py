@@ -305,8 +305,10 @@ def _letters(text: str) -> str:
 
 def _scores_table(scores: dict) -> str:
     if not scores:
-        return ("Not evaluated by this build. Measure it with `python -m domains.harness --domain imo_grading "
-                "--subset val --agent_path proofgrader.task_agent` and `python -m domains.report`.")
+        return ("Not evaluated by this build. Measure it once installed: `python -m domains.harness --domain "
+                "imo_grading --subset val --agent_path proofgrader.task_agent --output_dir outputs --run_id "
+                "proofgrader_val` answers the val split into outputs/proofgrader_val, and `python -m domains.report "
+                "--domain imo_grading --dname outputs/proofgrader_val` scores it.")
     lines = ["| split | accuracy | normalized MAE |", "|---|---|---|"]
     for split in ("train", "val", "test"):
         if split in scores:

@@ -113,8 +113,8 @@ def open_run(resume_from: str | Path, command: Config, where: str | None = None,
     if not run_dir.is_dir():
         raise UserError(f"{where}: no such folder")
     if (run_dir / "predictions.jsonl").exists() or (run_dir / "predictions.csv").exists():
-        raise UserError(f"{where} is an evaluation folder of domains.harness, not a run of run_optimization "
-                        f"(continue it with python -m domains.harness --resume_from {resume_from})")
+        raise UserError(f"{where} is an evaluation folder of domains.harness, not a run of run_optimization: "
+                        f"continue it with `python -m domains.harness --resume_from {shlex.quote(str(resume_from))}`")
     record = read_run_record(run_dir, where)
     config = resumed_config(saved_config(record, Path(resume_from)), command, Path(resume_from) / RUN_JSON)
     Archive(run_dir)  # reads every node record: a garbled one stops the resume before the gateway starts

@@ -2,12 +2,16 @@
 
 `python -m domains.report --dname RUN` on a loop run of a spec domain used to advise
 `python -m domains.harness --domain capitals`, which stops with "unknown domain": a spec domain is named
-by its file. Each hint of domains.report is run here as printed. The other commands printed in messages
-(`python -m ...` in the core's f-strings) are parsed by their entry point's own parser, with the values a
-message puts in them.
+by its file. Each hint of domains.report is run here as printed, and so are run_optimization's on a harness
+folder, the dashboard's note on evaluation folders and the measure a proofgrader package's README gives. The
+other commands printed in messages (`python -m ...` in the core's f-strings) are parsed by their entry point's
+own parser, with the values a message puts in them.
 """
 
+import csv
 import importlib
+import json
+import os
 import re
 import shlex
 import shutil
@@ -96,6 +100,69 @@ def test_the_report_of_a_missing_or_stopped_harness_run_names_the_harness_comman
     assert run_cli(*report, env=env).returncode == 0
 
 
+def grade(request: dict) -> str:
+    return '<json>{"response": "Partial"}</json>'
+
+
+@pytest.fixture
+def grading_eval(tmp_path, fake_openai):
+    """A harness evaluation of imo_grading's first val rows (not the domain's default split, train) in a folder
+    whose name needs quoting in a shell, and the provider's env."""
+    fake_openai.set_responder(grade)
+    env = cli_env(fake_openai)
+    config = tmp_path / "c.yaml"
+    config.write_text(FAST_CONFIG)
+    r = run_cli("domains.harness", "--domain", "imo_grading", "--subset", "val", "--num_samples", "3", "--output_dir",
+                str(tmp_path / "out"), "--run_id", "val h", "--model", "openai/fake", "--config", str(config), env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return tmp_path / "out" / "val h", env
+
+
+@pytest.mark.e2e
+def test_run_optimization_on_a_harness_folder_names_the_harness_command_that_finishes_it(grading_eval, fake_openai):
+    folder, env = grading_eval
+    fake_openai.set_responder(grade)
+    lines = (folder / "predictions.jsonl").read_text().splitlines(keepends=True)
+    asked = sorted(str(json.loads(line)["id"]) for line in lines)
+    (folder / "predictions.jsonl").write_text(lines[0])  # as a run stopped by its budget after one row
+    (folder / "predictions.csv").unlink()
+    [finish] = commands_in(one_line_error(run_cli("run_optimization", "--resume_from", str(folder), env=env)))
+    finished = run_as_printed(finish, env, folder.parent)
+    assert finished.returncode == 0, (finish, finished.stderr[-3000:])
+    with open(folder / "predictions.csv", newline="") as f:
+        done = sorted(row["Grading ID"] for row in csv.DictReader(f))
+    assert done == asked and len(done) == 3  # the run's own split and rows, not the domain's default ones
+
+
+@pytest.mark.e2e
+def test_the_dashboards_note_scores_an_evaluation_folder_as_printed(grading_eval):
+    from archive.dashboard.evaluations import evaluations_table, read_evaluation
+
+    folder, env = grading_eval
+    listed = read_evaluation(folder.name, folder)
+    [command] = re.findall(r"<code>(python -m [^<]+)</code>", str(evaluations_table([listed])))
+    command = command.replace("DOMAIN", shlex.quote(listed.facts["domain"])).replace("FOLDER", shlex.quote(str(folder)))
+    r = run_as_printed(command, env, folder.parent)
+    assert r.returncode == 0, (command, r.stderr[-3000:])
+    assert json.loads((folder / "report.json").read_text())["domain"] == "imo_grading"
+
+
+@pytest.mark.e2e
+def test_the_proofgrader_readme_measures_the_package_as_printed(tmp_path, fake_openai):
+    fake_openai.set_responder(lambda request: "Step 2 has a gap.\n<points>6 out of 7</points>")
+    env = cli_env(fake_openai)
+    built = run_cli("setup_proofgrader_repo", "--proofautograder", "--model", "openai/fake-grader", "--dst",
+                    str(tmp_path / "pg"), env=env, timeout=600)
+    assert built.returncode == 0, built.stderr[-3000:]
+    measure = commands_in((tmp_path / "pg" / "README.md").read_text())
+    assert [c.split()[2] for c in measure] == ["domains.harness", "domains.report"], measure
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(tmp_path / "pg"), env.get("PYTHONPATH")) if p)  # installed
+    for command in measure:
+        r = run_as_printed(command, env, tmp_path)
+        assert r.returncode == 0, (command, r.stderr[-3000:])
+    assert "accuracy" in r.stdout
+
+
 def test_a_group_of_runs_is_named_to_archive_analyze(tmp_path):
     from domains.report import no_predictions
 
@@ -142,10 +209,14 @@ PRINTED = {
     "domains/data.py: a data file whose checksum changed": "python -m domains.imo.setup",
     "services/sandbox (check, docker backend): the image is missing": "python -m services.sandbox build-image",
     "setup_proofgrader_repo.py: the package README's measure": (
-        "python -m domains.harness --domain imo_grading --subset val --agent_path proofgrader.task_agent"),
+        "python -m domains.harness --domain imo_grading --subset val --agent_path proofgrader.task_agent "
+        "--output_dir outputs --run_id proofgrader_val"),
+    "setup_proofgrader_repo.py: the package README's score": (
+        "python -m domains.report --domain imo_grading --dname outputs/proofgrader_val"),
     "domains/scoring.py: no proofgrader installed": "setup_proofgrader_repo --proofautograder",
     "optimizer/launch.py: --resume_from a harness folder": "python -m domains.harness --resume_from /runs/h",
-    "archive/dashboard/evaluations.py: the evaluations' note": "python -m domains.report --dname /runs/h",
+    "archive/dashboard/evaluations.py: the evaluations' note": (
+        "python -m domains.report --domain DOMAIN --dname FOLDER"),
 }
 
 

@@ -7,7 +7,7 @@ nodes", "run.json: not a run record"). Its run.json is the harness's own record 
 followed, within MAX_RECORD bytes, each value shown only when it has the type the harness writes, text
 as one line with every control and bidi character written visibly (services.render.console), cut to
 MAX_TEXT characters, and escaped on the page. Nothing here opens a page of its own for it: its
-predictions are in the folder, and `python -m domains.report` scores it.
+predictions are in the folder, and SCORE_COMMAND, which the page shows, scores it.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ MAX_TEXT = 200  # characters of a text value shown
 MAX_JOURNAL = 2**25  # predictions.jsonl, read for its rows (as the run pages read a split's journal)
 TEXTS = ("domain", "subset", "agent_path", "model", "sandbox", "started_at", "finished_at", "stopped_by")
 COUNTS = ("rows", "done", "errors", "not_run")
+SCORE_COMMAND = "python -m domains.report --domain DOMAIN --dname FOLDER"  # the note's, DOMAIN as listed
 
 
 def is_evaluation(folder: str | Path) -> bool:
@@ -114,6 +115,7 @@ def evaluations_table(evaluations: list[Evaluation]) -> Markup:
         rows.append(h("tr", {"class": "evaluation", "data-evaluation": e.name}, h("td", {}, e.name), *cells))
     note = h("p", {"class": "note"}, "Folders of python -m domains.harness: an agent evaluated once on a domain's "
                                      "rows, not a run of the loop (no nodes, no archive). Their predictions are in "
-                                     "the folder; python -m domains.report --dname FOLDER scores them.")
+                                     "the folder; ", h("code", {}, SCORE_COMMAND), " scores them, DOMAIN being the "
+                                     "folder's domain above (a domain of your own: --domain_spec FILE in its place).")
     return join([h("h2", {"id": "evaluations"}, "Evaluations"), note,
                  h("table", {"class": "evaluations"}, head, join(rows))])

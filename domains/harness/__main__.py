@@ -29,10 +29,12 @@ from services.cli_parser import ArgumentParser
 from services.config import SANDBOX_BACKENDS, Config, load_config, validate
 from services.errors import MachineDown, UserError, exit_on_user_error
 from services.flags import apply_settings, int_flag, number_flag, parse_data_flags
+from services.fsutil import read_below
 from services.providers import _litellm
 from services.render import console
 from services.sandbox import SandboxLost, choose_backend
 from services.startup import open_services
+from services.user_files import parse_json
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -52,12 +54,16 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--agent_path", default="task_agent", help="a .py file or a module path with a TaskAgent")
     ap.add_argument("--output_dir", default="./outputs", help="parent folder of run folders")
     ap.add_argument("--run_id", default=None, help="run folder name (default: a timestamp)")
-    ap.add_argument("--num_samples", type=int_flag(1, also=-1), default=-1, help="first N rows only; -1 = all")
+    ap.add_argument("--num_samples", type=int_flag(1, also=-1), default=None,
+                    help="first N rows only; -1 = all (the default; a resume's: its run's)")
     ap.add_argument("--save_interval", type=int_flag(1), default=None, help="rewrite predictions.csv every N rows")
     ap.add_argument("--num_workers", type=int_flag(1), default=None, help="rows evaluated in parallel")
-    ap.add_argument("--resume_from", default=None, help="an earlier output folder to complete")
-    ap.add_argument("--subset", default="",
-                    help="split (train/val/test) or the seed's suffix, e.g. _filtered_100_train")
+    ap.add_argument("--resume_from", default=None,
+                    help="an earlier output folder to complete (its domain, subset and rows from its run.json "
+                         "unless --domain or --domain_spec is given)")
+    ap.add_argument("--subset", default=None,
+                    help="split (train/val/test) or the seed's suffix, e.g. _filtered_100_train (default: the "
+                         "domain's; a resume's: its run's)")
     ap.add_argument("--proofs_dname", default=None, help="imo_proof_grading: a run folder whose proofs to grade")
     ap.add_argument("--model", default=None, help="litellm model string or a role alias from the config")
     ap.add_argument("--config", default=None, help="YAML config overriding configs/default.yaml")
@@ -72,6 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
+MAX_RUN_RECORD = 2**16  # bytes of an evaluation folder's run.json (a few hundred)
 FLAGS = {"budget_usd": ("gateway", "budget_usd"), "budget_tokens": ("gateway", "budget_tokens"),
          "save_interval": ("harness", "save_interval"), "num_workers": ("harness", "num_workers"),
          "sandbox": ("sandbox", "backend")}
@@ -148,6 +155,40 @@ def import_litellm_meanwhile() -> None:
     threading.Thread(target=run, name="import-litellm", daemon=True).start()
 
 
+def completed(args: argparse.Namespace) -> argparse.Namespace:
+    """`args` with the subset and rows it left out: a resume that names no domain takes them, and the domain, from
+    its folder's run.json (split.run_record); anything else, all rows of the domain's default subset."""
+    if args.resume_from and args.domain is None and args.domain_spec is None:
+        recorded(args)
+    args.subset = args.subset or ""
+    args.num_samples = -1 if args.num_samples is None else args.num_samples
+    return args
+
+
+def recorded(args: argparse.Namespace) -> None:
+    """Fill in `args` from run.json of the folder it resumes. A handed folder's record says only what its run was
+    about: the agent, its model and the config stay the command's. Read as data: a regular file, no link
+    followed, within MAX_RUN_RECORD bytes, each value used only with the type the harness writes."""
+    where = f"--resume_from {args.resume_from}"
+    try:
+        data, cut = read_below(args.resume_from, "run.json", MAX_RUN_RECORD)
+        record = None if cut else parse_json(data)
+    except FileNotFoundError:
+        raise UserError(f"{where}: no run.json there naming its domain (a run stopped before its end has none): "
+                        "pass --domain NAME or --domain_spec FILE") from None
+    except (OSError, ValueError) as e:
+        raise UserError(f"{where}: its run.json is unreadable ({str(e)[:200]}): pass --domain NAME or "
+                        "--domain_spec FILE") from None
+    if not isinstance(record, dict) or not isinstance(record.get("domain"), str):
+        raise UserError(f"{where}: its run.json names no domain: pass --domain NAME or --domain_spec FILE")
+    args.domain = record["domain"]
+    if args.subset is None and isinstance(record.get("subset"), str):
+        args.subset = record["subset"]
+    rows = record.get("num_samples")
+    if args.num_samples is None and type(rows) is int and (rows >= 1 or rows == -1):
+        args.num_samples = rows
+
+
 def domain_of(args: argparse.Namespace) -> Domain:
     """The domain --domain names, or the one --domain_spec defines."""
     if (args.domain is None) == (args.domain_spec is None):
@@ -199,7 +240,7 @@ def config_of(args: argparse.Namespace) -> Config:
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     import_litellm_meanwhile()  # the longest part of the start, for the gateway and the key check
-    evaluate(args, config_of(args))
+    evaluate(completed(args), config_of(args))
 
 
 def exit_without_teardown(run: Callable[[], object]) -> None:
