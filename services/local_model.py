@@ -201,9 +201,9 @@ class LocalServer:
             cmd = [sys.executable, str(SERVE), "--model", str(weights), "--alias", self.alias,
                    "--port", str(self.port), "--n_ctx", str(self.n_ctx), "--threads", str(self.threads)]
             log = open_append(self.log_path) if self.log_path else subprocess.DEVNULL  # no link of a handed folder
-            try:
+            try:  # a session of its own: a Ctrl-C in the terminal reaches the run, which stops it (`stop`) in turn
                 self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                             env={**os.environ, LOCAL_KEY_ENV: self.api_key})
+                                             env={**os.environ, LOCAL_KEY_ENV: self.api_key}, start_new_session=True)
             finally:
                 if not isinstance(log, int):  # subprocess.DEVNULL is an int
                     log.close()
