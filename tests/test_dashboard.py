@@ -11,7 +11,6 @@ import subprocess
 import sys
 import threading
 import time
-from contextlib import contextmanager
 from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import urlencode
@@ -21,7 +20,7 @@ import pytest
 from archive.dashboard.server import serve
 from services.ledger import Call, Ledger
 from support.cli import REPO_ROOT
-from support.dashboard import Elements, assert_inert, get, pages_of
+from support.dashboard import Elements, assert_inert, get, pages_of, serving
 from support.synthetic_run import ATTACKS, make_run
 
 
@@ -50,9 +49,7 @@ def test_the_ledger_is_read_while_the_loop_writes_it(tmp_path):
 
     make_run(tmp_path / "live", nodes=6, seed=4)
     ledger = Ledger(tmp_path / "live" / "ledger.sqlite")  # the run's writer, WAL mode, as the gateway holds it
-    srv = serve(tmp_path / "live", "127.0.0.1", 0)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    port, problems, written, seen = srv.server_address[1], [], [], []
+    problems, written, seen = [], [], []
 
     def write() -> None:
         try:
@@ -64,15 +61,14 @@ def test_the_ledger_is_read_while_the_loop_writes_it(tmp_path):
         except Exception as e:  # a reader that locked the writer out
             problems.append(e)
 
-    writer = threading.Thread(target=write)
-    writer.start()
-    reader = LedgerReader(tmp_path / "live" / "ledger.sqlite")
-    while writer.is_alive():
-        assert get(port, "/runs/live")[0] == 200
-        seen.append(sum(r["calls"] for r in reader.spend("9999")))
-    writer.join()
-    srv.shutdown()
-    srv.server_close()
+    with serving(tmp_path / "live") as port:
+        writer = threading.Thread(target=write)
+        writer.start()
+        reader = LedgerReader(tmp_path / "live" / "ledger.sqlite")
+        while writer.is_alive():
+            assert get(port, "/runs/live")[0] == 200
+            seen.append(sum(r["calls"] for r in reader.spend("9999")))
+        writer.join()
     seen.append(sum(r["calls"] for r in reader.spend("9999")))
     ledger.close()
     assert problems == [] and len(written) > 100
@@ -115,10 +111,7 @@ def test_a_running_run_shows_its_generations_in_flight_and_their_rows(tmp_path):
     same generations are cut short, not in flight."""
     live = make_run(tmp_path / "runs" / "live", nodes=20, seed=6, in_flight=2)
     make_run(tmp_path / "runs" / "dead", nodes=20, seed=6, in_flight=2, pid=2**22 + 1)  # no such process
-    srv = serve(tmp_path / "runs", "127.0.0.1", 0)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    port = srv.server_address[1]
-    try:
+    with serving(tmp_path / "runs") as port:
         status, _, page = get(port, "/runs/live")
         assert status == 200 and "running, 2 in flight" in page
         parser = Elements()
@@ -135,9 +128,6 @@ def test_a_running_run_shows_its_generations_in_flight_and_their_rows(tmp_path):
         assert 0 < lines < start["rows"]
         _, _, dead = get(port, "/runs/dead")
         assert "stopped" in dead and "cut short" in dead and 'class="in-flight"' not in dead
-    finally:
-        srv.shutdown()
-        srv.server_close()
 
 
 def test_a_run_goes_on_when_its_dashboard_cannot_start(tmp_path, capsys):
@@ -156,27 +146,11 @@ def test_a_record_that_is_not_one_is_listed_as_a_problem_not_shown(tmp_path):
     make_run(tmp_path / "runs" / "odd", nodes=8, seed=8)
     forged = tmp_path / "runs" / "odd" / "nodes" / "3" / "node.json"
     forged.write_text('{"node_id": "3", "status": "<b>best</b>", "parent": "initial", "generation": 3}')
-    srv = serve(tmp_path / "runs", "127.0.0.1", 0)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    try:
-        status, _, page = get(srv.server_address[1], "/runs/odd")
+    with serving(tmp_path / "runs") as port:
+        status, _, page = get(port, "/runs/odd")
         assert status == 200 and "nodes/3/node.json: not a node record" in page and "&lt;b&gt;best" in page
         assert 'data-node="3"' not in page  # not in the tree, not in the table
-        assert get(srv.server_address[1], "/runs/odd/nodes/3")[0] == 404
-    finally:
-        srv.shutdown()
-        srv.server_close()
-
-
-@contextmanager
-def serving(root: Path):
-    srv = serve(root, "127.0.0.1", 0)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    try:
-        yield srv.server_address[1]
-    finally:
-        srv.shutdown()
-        srv.server_close()
+        assert get(port, "/runs/odd/nodes/3")[0] == 404
 
 
 class Tables(HTMLParser):

@@ -8,7 +8,6 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
-import time
 import urllib.request
 
 import pytest
@@ -16,6 +15,7 @@ import pytest
 from support.browser import chromium_missing, js_errors, open_browser, screenshot
 from support.cli import REPO_ROOT, cli_env
 from support.scripted_loop import IMPROVE, MARKER, loop_config, responder
+from support.waiting import wait_for
 
 pytestmark = [pytest.mark.e2e,
               pytest.mark.skipif(chromium_missing() is not None, reason=str(chromium_missing()))]
@@ -29,16 +29,6 @@ def read_lines(stream, lines: list[str]) -> threading.Thread:
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
     return thread
-
-
-def wait_for(condition, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_watch_a_run_open_a_node_compare_and_see_the_next_node_arrive(tmp_path, fake_openai):
@@ -161,15 +151,13 @@ def test_hostile_text_never_runs_and_the_tree_pans_and_zooms(tmp_path):
     from selenium.webdriver.common.action_chains import ActionChains
     from selenium.webdriver.common.by import By
 
-    from archive.dashboard.server import serve
+    from support.dashboard import serving
     from support.synthetic_run import make_run
 
     summary = make_run(tmp_path / "runs" / "hostile", nodes=60, seed=5, hostile=True)
     attacks = summary["hostile"]["patch"]
-    srv = serve(tmp_path / "runs", "127.0.0.1", 0)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    base = f"http://127.0.0.1:{srv.server_address[1]}/runs/hostile"
-    try:
+    with serving(tmp_path / "runs") as port:
+        base = f"http://127.0.0.1:{port}/runs/hostile"
         with open_browser() as driver:
             driver.get(base)
             tree = driver.find_element(By.CSS_SELECTOR, ".tree-view svg.tree")
@@ -191,9 +179,6 @@ def test_hostile_text_never_runs_and_the_tree_pans_and_zooms(tmp_path):
             driver.get(f"{base}/nodes/{attacks}")
             assert "<script>window.__pwned=1</script>" in driver.find_element(By.ID, "patch").text
             screenshot(driver, "dashboard-hostile-node")
-    finally:
-        srv.shutdown()
-        srv.server_close()
 
 
 def test_pick_runs_by_tag_tick_them_and_compare_their_progress(tmp_path):
@@ -201,39 +186,33 @@ def test_pick_runs_by_tag_tick_them_and_compare_their_progress(tmp_path):
     line and one band per run, and none of the names or tags runs as script."""
     from selenium.webdriver.common.by import By
 
-    from archive.dashboard.server import serve
+    from support.dashboard import serving
     from support.synthetic_run import ATTACKS, make_run
 
     root = tmp_path / "runs"
     make_run(root / "baseline", nodes=20, seed=2, name="baseline " + ATTACKS["svg"], tags=["lr-sweep", ATTACKS["img"]])
     make_run(root / "higher-lr", nodes=16, seed=3, name="lr x2", tags=["lr-sweep"])
     make_run(root / "unrelated", nodes=6, seed=4, name=ATTACKS["script"], tags=[ATTACKS["javascript_url"]])
-    srv = serve(root, "127.0.0.1", 0)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    try:
-        with open_browser() as driver:
-            driver.get(f"http://127.0.0.1:{srv.server_address[1]}/")
-            assert len(driver.find_elements(By.CSS_SELECTOR, "tr.run")) == 3
-            driver.find_element(By.XPATH, "//p[@class='tag-filter']/a[text()='lr-sweep']").click()
-            wait_for(lambda: len(driver.find_elements(By.CSS_SELECTOR, "tr.run")) == 2, 10, "the runs tagged lr-sweep")
-            assert "baseline " + ATTACKS["svg"] in driver.find_element(By.CSS_SELECTOR, "table.runs").text
-            for box in driver.find_elements(By.CSS_SELECTOR, "tr.run input[type=checkbox]"):
-                box.click()
-            driver.find_element(By.ID, "compare-runs").click()
-            wait_for(lambda: driver.find_elements(By.CSS_SELECTOR, ".compare-runs svg"), 10, "the comparison")
-            assert driver.find_element(By.TAG_NAME, "h1").text == "Compare 2 runs"
-            lines = driver.find_elements(By.CSS_SELECTOR, ".compare-runs polyline.series")
-            bands = driver.find_elements(By.CSS_SELECTOR, ".compare-runs polygon.band")
-            assert len(lines) == len(bands) == 2
-            assert all(b.size["height"] > 0 for b in bands)  # drawn, not collapsed to a line
-            rows = driver.find_elements(By.CSS_SELECTOR, "table.compared tr[data-run]")
-            assert [r.get_attribute("data-run") for r in rows] == ["baseline", "higher-lr"]
-            assert all("[" in r.find_element(By.CSS_SELECTOR, "td.best").text for r in rows)  # best with interval
-            screenshot(driver, "dashboard-compare-runs")
-            for page in ("/", "/?tag=" + ATTACKS["javascript_url"], "/compare?run=unrelated&run=baseline"):
-                driver.get(f"http://127.0.0.1:{srv.server_address[1]}{page}")
-                assert driver.execute_script("return window.__pwned") is None, page
-            assert js_errors(driver) == []
-    finally:
-        srv.shutdown()
-        srv.server_close()
+    with serving(root) as port, open_browser() as driver:
+        driver.get(f"http://127.0.0.1:{port}/")
+        assert len(driver.find_elements(By.CSS_SELECTOR, "tr.run")) == 3
+        driver.find_element(By.XPATH, "//p[@class='tag-filter']/a[text()='lr-sweep']").click()
+        wait_for(lambda: len(driver.find_elements(By.CSS_SELECTOR, "tr.run")) == 2, 10, "the runs tagged lr-sweep")
+        assert "baseline " + ATTACKS["svg"] in driver.find_element(By.CSS_SELECTOR, "table.runs").text
+        for box in driver.find_elements(By.CSS_SELECTOR, "tr.run input[type=checkbox]"):
+            box.click()
+        driver.find_element(By.ID, "compare-runs").click()
+        wait_for(lambda: driver.find_elements(By.CSS_SELECTOR, ".compare-runs svg"), 10, "the comparison")
+        assert driver.find_element(By.TAG_NAME, "h1").text == "Compare 2 runs"
+        lines = driver.find_elements(By.CSS_SELECTOR, ".compare-runs polyline.series")
+        bands = driver.find_elements(By.CSS_SELECTOR, ".compare-runs polygon.band")
+        assert len(lines) == len(bands) == 2
+        assert all(b.size["height"] > 0 for b in bands)  # drawn, not collapsed to a line
+        rows = driver.find_elements(By.CSS_SELECTOR, "table.compared tr[data-run]")
+        assert [r.get_attribute("data-run") for r in rows] == ["baseline", "higher-lr"]
+        assert all("[" in r.find_element(By.CSS_SELECTOR, "td.best").text for r in rows)  # best with interval
+        screenshot(driver, "dashboard-compare-runs")
+        for page in ("/", "/?tag=" + ATTACKS["javascript_url"], "/compare?run=unrelated&run=baseline"):
+            driver.get(f"http://127.0.0.1:{port}{page}")
+            assert driver.execute_script("return window.__pwned") is None, page
+        assert js_errors(driver) == []

@@ -7,28 +7,18 @@ from __future__ import annotations
 
 import json
 import shutil
-import threading
-import time
 from pathlib import Path
 
 import pytest
 
-from support.browser import chromium_missing, js_errors, open_browser, screenshot
-from support.dashboard import get
+# `driver`: one browser for the module, a fixture its tests name.
+from support.browser import chromium_missing, driver, js_errors, screenshot  # noqa: F401
+from support.dashboard import get, serving
 from support.synthetic_run import make_run
+from support.waiting import wait_for
 
 pytestmark = [pytest.mark.e2e,
               pytest.mark.skipif(chromium_missing() is not None, reason=str(chromium_missing()))]
-
-
-def wait_for(condition, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def rewrite_initial(run: Path, **fields) -> None:
@@ -41,8 +31,6 @@ def served(tmp_path_factory):
     """A dashboard over: runs of five nodes and of one node, a finished run whose initial node stopped at
     screening (train 0.0 on its first rows), one whose initial node was never scored, a live run with a meta
     agent at work, and two folders of domains.harness (a finished evaluation and one still at work)."""
-    from archive.dashboard.server import serve
-
     root = tmp_path_factory.mktemp("dash")
     make_run(root / "five", nodes=5, seed=1)
     make_run(root / "one", nodes=1, seed=1)
@@ -60,19 +48,8 @@ def served(tmp_path_factory):
     shutil.copytree(evaluation, root / "harness-eval")
     shutil.copytree(evaluation, root / "harness-at-work")
     (root / "harness-at-work" / "run.json").unlink()  # written when the harness ends
-    srv = serve(root, "127.0.0.1", 0)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{srv.server_address[1]}", root, live
-    finally:
-        srv.shutdown()
-        srv.server_close()
-
-
-@pytest.fixture(scope="module")
-def driver():
-    with open_browser() as browser:
-        yield browser
+    with serving(root) as port:
+        yield f"http://127.0.0.1:{port}", root, live
 
 
 def test_harness_folders_are_listed_apart_as_evaluations_never_as_broken_runs(served, driver):
@@ -99,18 +76,11 @@ def test_harness_folders_are_listed_apart_as_evaluations_never_as_broken_runs(se
 
 
 def test_a_dashboard_of_one_harness_folder_lists_it_as_an_evaluation(served):
-    from archive.dashboard.server import serve
-
     _, root, _ = served
-    srv = serve(root / "harness-eval", "127.0.0.1", 0)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    try:
-        status, _, page = get(srv.server_address[1], "/")
+    with serving(root / "harness-eval") as port:
+        status, _, page = get(port, "/")
         assert status == 200 and 'data-evaluation="harness-eval"' in page and 'class="run"' not in page
-        assert "not a run record" not in page and get(srv.server_address[1], "/runs/harness-eval")[0] == 404
-    finally:
-        srv.shutdown()
-        srv.server_close()
+        assert "not a run record" not in page and get(port, "/runs/harness-eval")[0] == 404
 
 
 def test_comparing_one_run_draws_its_curve_or_says_why_not(served, driver):

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import math
 import re
-import threading
 from pathlib import Path
 
 import pytest
 
-from support.browser import chromium_missing, js_errors, open_browser, screenshot
+# `driver`: one browser for the module, a fixture its tests name.
+from support.browser import chromium_missing, driver, js_errors, screenshot  # noqa: F401
 from support.cli import FAST_CONFIG, run_loop
+from support.dashboard import serving
 from support.scripted_loop import IMPROVE, responder
 from support.synthetic_run import make_run
 
@@ -34,8 +35,6 @@ INTERVAL = re.compile(r"(\d+\.\d{3}) (\[\d+\.\d{3}, \d+\.\d{3}\]) n=(\d+)")
 @pytest.fixture(scope="module")
 def served(tmp_path_factory, fake_openai_session):
     """A dashboard over a runs folder holding `quick` and `forty`: (base URL, runs folder, forty's summary)."""
-    from archive.dashboard.server import serve
-
     tmp = tmp_path_factory.mktemp("pages")
     config = tmp / "quick.yaml"
     config.write_text(FAST_CONFIG)
@@ -47,19 +46,8 @@ def served(tmp_path_factory, fake_openai_session):
     root = tmp / "out"
     (root / "run").rename(root / "quick")
     forty = make_run(root / "forty", nodes=40, seed=3, in_flight=2)
-    srv = serve(root, "127.0.0.1", 0)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{srv.server_address[1]}", root, forty
-    finally:
-        srv.shutdown()
-        srv.server_close()
-
-
-@pytest.fixture(scope="module")
-def driver():
-    with open_browser() as browser:
-        yield browser
+    with serving(root) as port:
+        yield f"http://127.0.0.1:{port}", root, forty
 
 
 def read(root: Path, name: str):

@@ -31,6 +31,7 @@ from services.errors import EXIT_MACHINE_DOWN, MachineDown, ProviderDown, machin
 from support.cli import FAST_CONFIG, REPO_ROOT, cli_env, run_cli
 from support.fake_openai import FakeOpenAI
 from support.scripted_loop import IMPROVE, responder
+from support.waiting import wait_for
 
 
 def _can_mount() -> str | None:
@@ -301,13 +302,6 @@ def archive_of(run_dir: Path) -> dict[str, dict]:
 def task_calls_paid(run_dir: Path) -> int:
     with sqlite3.connect(run_dir / "ledger.sqlite") as db:
         return db.execute("SELECT COUNT(*) FROM calls WHERE role = 'task' AND cache_hit = 0").fetchone()[0]
-
-
-def wait_for(condition, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 class NamespacedRun:

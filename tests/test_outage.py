@@ -22,6 +22,7 @@ from services.errors import EXIT_PROVIDER_DOWN
 from support.cli import FAST_CONFIG, REPO_ROOT, cli_env, run_cli
 from support.fake_openai import FakeOpenAI
 from support.scripted_loop import IMPROVE, MARKER, responder
+from support.waiting import wait_for
 
 pytestmark = pytest.mark.e2e  # every test here runs a whole process (the loop, a sandbox, a browser)
 
@@ -69,13 +70,6 @@ def asked_rows(server: FakeOpenAI) -> list[str]:
 def journal(folder: Path) -> list[dict]:
     path = folder / "predictions.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
-
-
-def wait_for(condition, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 def harness_args(tmp_path, agent: str, config: str, rows: int) -> list[str]:

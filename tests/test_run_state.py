@@ -6,17 +6,15 @@ import os
 import socket
 import subprocess
 import sys
-import threading
 
 import pytest
 
 from archive.dashboard import pages
 from archive.dashboard.reader import RunReader, in_flight_of
-from archive.dashboard.server import serve
 from archive.report import write_report
 from archive.run_state import Phase, RunState
 from support.cli import FAST_CONFIG, REPO_ROOT, cli_env, run_cli, run_loop
-from support.dashboard import get
+from support.dashboard import get, serving
 from support.small_runs import write_run
 from support.synthetic_run import make_run
 
@@ -80,11 +78,8 @@ def test_the_initial_node_in_flight_is_being_evaluated():
 @pytest.fixture
 def in_flight_server(tmp_path):
     made = make_run(tmp_path / "runs" / "live", nodes=4, in_flight=2)
-    srv = serve(tmp_path / "runs", "127.0.0.1", 0)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    yield srv.server_address[1], made
-    srv.shutdown()
-    srv.server_close()
+    with serving(tmp_path / "runs") as port:
+        yield port, made
 
 
 def test_a_node_in_flight_has_a_page(in_flight_server):

@@ -5,13 +5,11 @@ shows a control character raw; a wrong type is left out, not shown as what it cl
 
 import json
 import os
-import threading
 import time
 
 import pytest
 
-from archive.dashboard.server import serve
-from support.dashboard import assert_inert, get
+from support.dashboard import assert_inert, get, serving
 
 SECRET = "SECRET-OF-THE-USER-7Q"
 
@@ -46,15 +44,10 @@ def test_hostile_evaluation_folders_are_listed_as_data(tmp_path):
     (at_work / "predictions.csv").write_text("id,prediction\n")
     elsewhere = evaluation(tmp_path, "elsewhere", {"domain": SECRET})
     os.symlink(elsewhere, root / "linked-folder")
-    srv = serve(root, "127.0.0.1", 0)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    try:
+    with serving(root) as port:
         started = time.monotonic()
-        status, _, page = get(srv.server_address[1], "/")
+        status, _, page = get(port, "/")
         assert time.monotonic() - started < 5  # a fifo would have blocked the read
-    finally:
-        srv.shutdown()
-        srv.server_close()
     assert status == 200
     assert_inert(page)
     listed = {n for n in ("linked-record", "fifo-record", "huge-record", "hostile-record", "fifo-journal",

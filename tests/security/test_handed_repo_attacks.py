@@ -117,10 +117,7 @@ def test_git_runs_no_remote_even_unchecked(tmp_path, monkeypatch):
 @pytest.mark.attack("a handed run whose repo/ runs a shell command when read, given to setup_proofgrader_repo "
                     "--generate_dir and shown on the dashboard's compare page")
 def test_readers_of_a_handed_run_refuse_its_repository_in_one_line(tmp_path):
-    import threading
-
-    from archive.dashboard.server import serve
-    from support.dashboard import get
+    from support.dashboard import get, serving
     from support.synthetic_run import make_run
 
     run = tmp_path / "runs" / "handed"
@@ -134,13 +131,8 @@ def test_readers_of_a_handed_run_refuse_its_repository_in_one_line(tmp_path):
     assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr[-1500:]
     assert f"{run / 'repo'}: not a repository this project made" in r.stderr, r.stderr
     assert not marker.exists() and not (tmp_path / "pg").exists()
-    srv = serve(tmp_path / "runs", "127.0.0.1", 0)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    try:
-        status, _, page = get(srv.server_address[1], f"/runs/handed/compare?a=initial&b={best}")
-    finally:
-        srv.shutdown()
-        srv.server_close()
+    with serving(tmp_path / "runs") as port:
+        status, _, page = get(port, f"/runs/handed/compare?a=initial&b={best}")
     assert status == 200 and "not a repository this project made" in page
     assert not marker.exists()
 

@@ -15,7 +15,6 @@ import json
 import re
 import subprocess
 import sys
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,7 +23,7 @@ import pytest
 
 from support.backends import BACKENDS
 from support.cli import FAST_CONFIG, REPO_ROOT, backend_config, cli_env
-from support.dashboard import assert_inert, get, pages_of
+from support.dashboard import assert_inert, get, pages_of, serving
 from support.hostile_model import responder
 
 # What a terminal acts on: ESC, BEL, CSI (C1), and the bidi controls, as UTF-8 bytes; a byte that is
@@ -144,19 +143,11 @@ def test_the_ensembles_stderr_is_shown_visibly(meta_run):
 @pytest.mark.e2e
 @pytest.mark.attack("meta agent: a bidi override hidden in its change (Trojan Source), shown on the dashboard")
 def test_bidi_controls_in_a_change_are_marked_and_flag_the_node(meta_run):
-    from archive.dashboard.server import serve
-
     assert meta_run.node("1")["patch"]["bidi"] == ["task_agent/task_agent.py"]
     assert "warning: bidi control characters in task_agent/task_agent.py" in assert_clean(meta_run.first)
-    srv = serve(meta_run.dir.parent, "127.0.0.1", 0)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    try:
-        port = srv.server_address[1]
+    with serving(meta_run.dir.parent) as port:
         paths = pages_of(port, "run")
         bodies = {path: get(port, path)[2] for path in ["/", "/runs/run", *paths]}
-    finally:
-        srv.shutdown()
-        srv.server_close()
     for path, body in bodies.items():
         assert_inert(body)
         assert not re.search("[\u202a-\u202e\u2066-\u2069]", body), path

@@ -272,9 +272,8 @@ def sqlite_ledger(path, *statements: str) -> None:
 
 def readers_answer_in_one_line(tmp_path, run, expected: str) -> None:
     """load_run, archive.analyze and a resume each refuse in one line; the dashboard's run page shows it."""
-    from archive.dashboard.server import serve
     from hyperagents import load_run
-    from support.dashboard import get
+    from support.dashboard import get, serving
 
     started = time.monotonic()
     with pytest.raises(UserError) as e:
@@ -286,17 +285,12 @@ def readers_answer_in_one_line(tmp_path, run, expected: str) -> None:
                                                                    "--dry_run")):
         r, seconds = timed_cli(*args)
         refused(r, "ledger.sqlite: not a ledger this project wrote: " + expected, seconds=seconds)
-    srv = serve(run.parent, "127.0.0.1", 0)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    try:
+    with serving(run.parent) as port:
         started = time.monotonic()
-        status, _, body = get(srv.server_address[1], f"/runs/{run.name}")
+        status, _, body = get(port, f"/runs/{run.name}")
         assert status == 200 and time.monotonic() - started < SECONDS
         assert re.search(r"ledger\.sqlite: not a ledger this project wrote: " + re.escape(expected),
                          html.unescape(body)), body[-3000:]
-    finally:
-        srv.shutdown()
-        srv.server_close()
 
 
 @pytest.mark.e2e

@@ -14,6 +14,8 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+
 ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"  # tests/artifacts
 # Debian's /usr/bin/chromium is a shell script that sources /etc/chromium.d (Google API keys,
 # remote extensions, a /dev/shm check that fails on some machines) before it runs this binary.
@@ -100,6 +102,13 @@ def open_browser(width: int = 1400, height: int = 900, page_load_timeout: float 
         if driver is not None:
             driver.quit()
         shutil.rmtree(profile, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def driver():
+    """One browser (open_browser's defaults) for a module's tests: a module imports this fixture to name it."""
+    with open_browser() as browser:
+        yield browser
 
 
 def _size_viewport(driver, width: int, height: int) -> None:

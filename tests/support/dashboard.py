@@ -1,13 +1,17 @@
 """The dashboard served over real HTTP from synthetic runs full of hostile text, and the checks
 its tests (tests/test_dashboard.py, tests/security/) make of every page.
 
-`runs` and `server` are fixtures: conftest.py imports them, so any test may name them."""
+`runs` and `server` are fixtures: conftest.py imports them, so any test may name them. `serving` serves
+a runs folder of a test's own for a block."""
 
+import contextlib
 import http.client
 import os
 import re
 import threading
+from collections.abc import Iterator
 from html.parser import HTMLParser
+from pathlib import Path
 
 import pytest
 
@@ -32,12 +36,21 @@ def runs(tmp_path_factory):
 def server(runs):
     """The port of a dashboard serving `runs`, for the module."""
     root, _ = runs
+    with serving(root) as port:
+        yield port
+
+
+@contextlib.contextmanager
+def serving(root: Path) -> Iterator[int]:
+    """The dashboard of the runs folder `root`, served from a thread on a free loopback port for the
+    block: yields the port; the server is shut down and its socket closed on the way out."""
     srv = serve(root, "127.0.0.1", 0)
-    thread = threading.Thread(target=srv.serve_forever, daemon=True)
-    thread.start()
-    yield srv.server_address[1]
-    srv.shutdown()
-    srv.server_close()
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        yield srv.server_address[1]
+    finally:
+        srv.shutdown()
+        srv.server_close()
 
 
 def get(port: int, path: str, host: str | None = None, method: str = "GET") -> tuple[int, dict, str]:
