@@ -40,11 +40,10 @@ from services.config import BASELINES, EXECUTORS, SANDBOX_BACKENDS, Config
 from services.errors import EXIT_MACHINE_DOWN, EXIT_PROVIDER_DOWN, Terminated, UserError, advise, exit_on_user_error
 from services.flags import int_flag, number_flag
 from services.fsutil import hold_folder
+from services.strategy_names import strategy_names
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from archive.selection import STRATEGIES
-
     ap = ArgumentParser(prog="python -m run_optimization", description=(__doc__ or "").split("\n\n")[0])
     ap.add_argument("--domain", nargs="+", default=None, help="one or more domains (imo_grading, imo_proof, ...)")
     ap.add_argument("--domain_spec", action="append", type=os.path.abspath, default=None, metavar="FILE",
@@ -74,7 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--eval_samples", type=int_flag(1, also=-1), default=None,
                     help="rows per full evaluation split (-1 = all)")
     ap.add_argument("--eval_workers", type=int_flag(1), default=None, help="rows evaluated in parallel")
-    ap.add_argument("--parent_selection", choices=sorted(STRATEGIES), default=None,
+    ap.add_argument("--parent_selection", choices=strategy_names("parent_selection"), default=None,
                     help="how the next parent is chosen (score_child_prop)")
     ap.add_argument("--seed", type=int, default=None, help="seed of parent selection, to replay a run")
     ap.add_argument("--parallel", type=int_flag(1), default=None,

@@ -22,8 +22,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
-from archive.selection import TIE_TOLERANCE, highest
 from archive.stats import interval, paired_p
+from search.parent_selection import TIE_TOLERANCE, highest
 
 if TYPE_CHECKING:
     from services.config import LoopConfig

@@ -24,7 +24,7 @@ from archive.heldout import read_heldout
 from archive.promotion import BestChoice, RowScores, choose_best, row_scores
 from archive.records import GenStart, MetaResult, Node, Status
 from archive.run_state import MAX_LOG
-from archive.selection import Candidate
+from search.parent_selection import Candidate
 from services.errors import UserError
 from services.fsutil import atomic_write_json, make_folder, open_append, read_bounded, read_regular
 from services.user_files import parse_json

@@ -35,7 +35,8 @@ from services.gateway import Gateway  # noqa: F401
 from optimizer.loop import Loop  # noqa: F401
 from archive.plots import write_plots
 from archive.report import write_report
-from archive.selection import STRATEGIES, select_parent
+from archive.selection import select_parent
+from services.strategy_names import strategy_names
 from archive.store import Archive
 from domains.registry import get_domain
 
@@ -45,7 +46,7 @@ sizes = {"imo_grading": 100}
 archive = Archive(run_dir)
 candidates = archive.candidates(domains, sizes)
 rng = random.Random(0)
-for name in STRATEGIES:
+for name in strategy_names("parent_selection"):
     select_parent(candidates, name, rng)
 write_plots(archive, domains, sizes, candidates[0].node_id, run_dir)
 write_report(run_dir, run_dir / "report.html")

@@ -96,15 +96,15 @@ sys.path.insert(0, str(ROOT))
 from archive.promotion import BestChoice, Promotion, choose_best, decide  # noqa: E402
 from archive.records import Status  # noqa: E402
 from archive.selection import (  # noqa: E402
-    NEEDS_ROWS,
-    STRATEGIES,
     Candidate,
     Context,
     lineage,
     merge_partner,
+    needs_rows,
     select_parent,
 )
 from archive.stats import bootstrap_mean, interval, interval_text, paired_p  # noqa: E402
+from services.strategy_names import strategy_names  # noqa: E402
 
 PAPER = "score_child_prop"
 DOMAIN = "imo_grading"  # whose sizes and stage the simulation takes; the name its rows are keyed under
@@ -162,7 +162,8 @@ class Variant:
 
 # The paper's first: every other row is compared with it. random, latest and best are the baselines. Merges and
 # novelty screening on the paper's rule and on pareto, alone and together.
-VARIANTS = [Variant(PAPER, PAPER)] + [Variant(name, name) for name in STRATEGIES if name != PAPER] + [
+VARIANTS = [Variant(PAPER, PAPER)] + [Variant(name, name) for name in strategy_names("parent_selection")
+                                      if name != PAPER] + [
     Variant(strategy + suffix, strategy, merge_every=merge_every, novelty=novelty)
     for strategy in (PAPER, "pareto")
     for suffix, merge_every, novelty in (("+merge", MERGE_EVERY, False), ("+novelty", 0, True),
@@ -343,7 +344,7 @@ def simulate(variant: Variant, world: World, seed: int, generations: int, budget
         if found.spent + world.worst_generation_usd() > budget_usd:
             break
         merging = bool(variant.merge_every) and g % variant.merge_every == 0
-        pool = candidates(found.nodes, world, merging or variant.strategy in NEEDS_ROWS)
+        pool = candidates(found.nodes, world, merging or needs_rows(variant.strategy))
         chosen = select_parent(pool, variant.strategy,
                                random.Random(f"{seed}/{g}"),  # the loop's generator for generation g of a seeded run
                                variant.context(g))

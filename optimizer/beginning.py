@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from archive.bandit import Pull, arms, choose, pulls_of
-from archive.selection import NEEDS_ROWS, Candidate, Context, merge_partner, probabilities, select_parent
+from archive.selection import Candidate, Context, merge_partner, needs_rows, probabilities, select_parent
 from archive.store import Archive, ScoreRule, mean_score
 from optimizer.events import Events, Warned
 from services.config import Baseline, Config
@@ -61,7 +61,7 @@ def choose_parent(loop: Begins, generation: int, upto: int | None = None) -> str
         return max(visible, key=lambda n: (n.valid_parent, n.generation)).node_id
     candidates = loop.archive.candidates(loop.domains, loop.full_sizes, upto, loop.score_rule,
                                          failed_meta_bars_parent=settings.meta_failure == "parent",
-                                         with_rows=settings.parent_selection in NEEDS_ROWS)
+                                         with_rows=needs_rows(settings.parent_selection))
     if not candidates and settings.no_score == "initial_at_zero":
         # The reference's select_parent (utils/gl_utils.py): no valid node with a score, so the archive's
         # first node is the one candidate, at 0.0, whatever became of it.

@@ -32,6 +32,7 @@ from services.config_values import (
     uri,
 )
 from services.errors import UserError
+from services.strategy_names import strategy_names
 from services.plain_data import conforms, describe, show
 from services.user_files import read_yaml
 
@@ -109,7 +110,7 @@ class SandboxConfig:
 class LoopConfig:
     max_generation: int = 10  # generations after the initial node
     max_minutes: float | None = None  # wall clock of one command (run_optimization, or a resume of it) before it stops the run as Ctrl-C does, resumably; counted from the command's start; a resume keeps no limit unless given one (archive/run_folder.py PER_COMMAND); null = none
-    parent_selection: str = "score_child_prop"  # random | latest | best | score_prop | score_child_prop (the paper's) | pareto (GEPA's per-row front) | islands (score_child_prop within loop.islands sub-archives); see archive/selection.py
+    parent_selection: str = "score_child_prop"  # random | latest | best | score_prop | score_child_prop (the paper's) | pareto (GEPA's per-row front) | islands (score_child_prop within loop.islands sub-archives) | an installed plug-in's; each a file of search/parent_selection/
     islands: int = 4  # parent_selection islands: how many sub-archives (generation g draws from island g mod islands)
     migrate_every: int = 10  # parent_selection islands: every this many generations each island's best node joins the next island
     merge_every: int = 0  # every this many generations, a merge: its meta agent gets a second parent of another lineage that is better on rows the first is not, and is asked to combine them; 0 = never (the paper's)
@@ -216,7 +217,6 @@ class Baseline(StrEnum):
 
 
 BASELINES = tuple(Baseline)
-PARENT_SELECTIONS = ("random", "latest", "best", "score_prop", "score_child_prop", "pareto", "islands")  # each in archive/selection.py
 PROMOTION_RULES = ("score_above", "not_worse_than_parent", "sica")  # each in archive/promotion.py
 PROMOTION_TESTS = ("exact", "bootstrap")
 BEST_CHOICES = ("highest", "paired", "heldout")  # each in archive/promotion.py
@@ -287,7 +287,7 @@ def _loop_rules() -> dict:
     return {
         "loop.max_generation": between(0, 100_000),
         "loop.max_minutes": above_up_to(0, 10**7),
-        "loop.parent_selection": one_of(*PARENT_SELECTIONS),
+        "loop.parent_selection": one_of(*strategy_names("parent_selection")),  # search/parent_selection/, plug-ins
         "loop.islands": (lambda v: 1 <= v <= 64, "from 1 to 64"),
         "loop.migrate_every": count(10**6),
         "loop.meta_bandit": one_of("ucb1", "thompson"),

@@ -8,6 +8,7 @@ they are the same dependency, paid later):
                (and math_verify for answer checks)
     services/  config, errors, files, gateway, ledger, providers, sandbox, workspace
     domains/   data, labels, metrics, scoring, the harness
+    search/    the search's strategies, one file each (parent selection), and their registry
     archive/   nodes, lineage, selection, plots
     optimizer/ the loop, staged evaluation, estimate, initial agents
     entry points: run_optimization.py, setup_proofgrader_repo.py
@@ -24,10 +25,11 @@ from pathlib import Path
 
 import pytest
 
-from services.config import PARENT_SELECTIONS, PROJECT_ROOT
+from services.config import PROJECT_ROOT, Config
+from services.strategy_names import strategy_names
 
-LAYERS = {"inside": 0, "services": 1, "domains": 2, "archive": 3, "optimizer": 4,
-          "run_optimization": 5, "setup_proofgrader_repo": 5, "hyperagents": 5}
+LAYERS = {"inside": 0, "services": 1, "domains": 2, "search": 3, "archive": 4, "optimizer": 5,
+          "run_optimization": 6, "setup_proofgrader_repo": 6, "hyperagents": 6}
 AGENT_CODE = ("agent", "task_agent", "meta_agent", "select_next_parent", "ensemble")
 TRUSTED = tuple(LAYERS)
 MAX_MODULE_LINES = 400
@@ -184,10 +186,20 @@ def test_modules_and_functions_stay_short(module):
     assert not long, f"{path.name}: " + ", ".join(long)
 
 
-def test_config_accepts_exactly_the_selection_strategies_the_archive_has():
-    from archive.selection import STRATEGIES
+def test_config_and_the_command_line_offer_exactly_the_strategies_the_search_has():
+    import pkgutil
 
-    assert set(STRATEGIES) == set(PARENT_SELECTIONS)
+    import run_optimization
+    from search.registry import strategy
+    from services.config import LoopConfig, validate
+
+    files = sorted(m.name for m in pkgutil.iter_modules([str(PROJECT_ROOT / "search" / "parent_selection")]))
+    assert strategy_names("parent_selection")[:len(files)] == tuple(files) and "score_child_prop" in files
+    action = next(a for a in run_optimization.build_parser()._actions if a.dest == "parent_selection")
+    assert tuple(action.choices) == strategy_names("parent_selection")
+    for name in files:
+        assert strategy("parent_selection", name).weights is not None  # each file is a strategy that loads
+        validate(Config(loop=LoopConfig(parent_selection=name)))
 
 
 def test_config_accepts_exactly_the_promotion_rules_the_archive_has():

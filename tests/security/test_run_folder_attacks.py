@@ -258,6 +258,18 @@ def test_a_run_json_whose_config_names_a_spec_runs_no_scorer(tmp_path):
     assert not marker.exists()
 
 
+@pytest.mark.e2e
+@pytest.mark.attack("a handed run folder whose run.json names as its parent selection strategy a module of the "
+                    "strategies' package that is none (__init__), another module (os.path, a path out of the "
+                    "folder) or a plug-in this host does not have, so that resuming it would import that")
+def test_a_run_json_names_only_strategies_of_the_search_or_of_installed_plug_ins(tmp_path):
+    for name in ("__init__", "os.path", "../../services/install", "search.parent_selection.best", "oldest"):
+        run = handed_run(tmp_path / name.replace("/", "_"), {"loop": {"parent_selection": name}})
+        r, seconds = timed_cli("run_optimization", "--resume_from", str(run), "--dry_run")
+        refused(r, "loop.parent_selection must be one of best, islands, latest, pareto, random, score_child_prop, "
+                   "score_prop", seconds=seconds)
+
+
 # -- ledger.sqlite -------------------------------------------------------------------------------------
 CALLS = ("id INTEGER PRIMARY KEY, ts REAL, run_id TEXT, node TEXT, role TEXT, model TEXT, prompt_tokens INTEGER, "
          "completion_tokens INTEGER, cost_usd REAL, latency_s REAL, cache_hit INTEGER, attempts INTEGER, error TEXT")

@@ -1,0 +1,47 @@
+"""The search's strategies by name: a bundled one is `STRATEGY` of search/<kind>/<name>.py, a plug-in's the
+object (or class, made with no arguments) its entry point names in the group `hyperagents_imo.<kind>`.
+A name no strategy has, a plug-in that does not load, or an object without the kind's methods is one line
+(UserError), said before a run starts. Names are listed in services/strategy_names.py, without imports."""
+
+from __future__ import annotations
+
+import importlib
+from functools import cache
+from importlib.metadata import entry_points
+
+from search.parent_selection import ParentSelection
+from services.errors import UserError
+from services.strategy_names import bundled_names, group, strategy_names
+
+# Each kind's protocol (services.strategy_names.KINDS) and what it asks of a strategy, in words.
+PROTOCOLS = {"parent_selection": (ParentSelection, "needs_rows, weights(candidates, context), choose(candidates, rng, "
+                                                   "context)")}
+
+
+@cache
+def strategy(kind: str, name: str) -> object:
+    """The strategy of `kind` called `name`, loaded once."""
+    protocol, attributes = PROTOCOLS[kind]
+    if name in bundled_names(kind):
+        return importlib.import_module(f"search.{kind}.{name}").STRATEGY
+    points = [p for p in entry_points(group=group(kind)) if p.name == name]
+    if not points:
+        raise UserError(f"{kind.replace('_', ' ')} {name!r} is no strategy of this project or of an installed "
+                        f"plug-in (known: {', '.join(strategy_names(kind))})")
+    where = f"plug-in {name} ({points[0].value}, entry point group {group(kind)})"
+    try:
+        value = points[0].load()
+        value = value() if isinstance(value, type) else value
+    except Exception as e:  # a plug-in is someone's code: anything may go wrong in it
+        raise UserError(f"{where} does not load: {type(e).__name__}: {str(e)[:200]}") from None
+    if not isinstance(value, protocol):
+        raise UserError(f"{where} gave {type(value).__name__}, which lacks what a {kind.replace('_', ' ')} "
+                        f"strategy has ({attributes})")
+    return value
+
+
+def parent_selection(name_or_strategy: str | ParentSelection) -> ParentSelection:
+    """A parent selection strategy: by name, or an instance as it is."""
+    if isinstance(name_or_strategy, str):
+        return strategy("parent_selection", name_or_strategy)  # type: ignore[return-value]
+    return name_or_strategy
