@@ -164,7 +164,7 @@ def exit_on_user_error(main: Callable[[], _T]) -> _T:
     so no control in it reaches the terminal.
 
     Called from the top level of the program (`exit_on_user_error(main)` in the `__main__` of a command),
-    such an end is the process's: it ends at once (`_end_process`). Called from anywhere else (a test, a
+    such an end is the process's: it ends at once (`end_process`). Called from anywhere else (a test, a
     command inside another), it raises SystemExit with the code."""
     signal.signal(signal.SIGTERM, _raise_stop)
     signal.signal(signal.SIGINT, _raise_stop)
@@ -182,7 +182,7 @@ def exit_on_user_error(main: Callable[[], _T]) -> _T:
         print(f"interrupted: {console(advice)}", file=sys.stderr)
         code = 143 if isinstance(e, Terminated) else 130
     if _is_top_level(sys._getframe(1)):
-        _end_process(code)
+        end_process(code)
     raise SystemExit(code)
 
 
@@ -192,7 +192,7 @@ def _is_top_level(frame: FrameType | None) -> bool:
     return frame is not None and frame.f_code.co_name == "<module>" and frame.f_globals.get("__name__") == "__main__"
 
 
-def _end_process(code: int) -> NoReturn:
+def end_process(code: int) -> NoReturn:
     """End this process with `code` once its atexit handlers ran and stdout and stderr are flushed, without
     the interpreter's teardown.
 

@@ -9,10 +9,8 @@ done and pays nothing for them. The gateway's ledger lives in the output folder.
 from __future__ import annotations
 
 import argparse
-import atexit
 import contextlib
 import gc
-import os
 import sys
 import threading
 from datetime import datetime
@@ -27,7 +25,7 @@ from domains.harness.worker_client import open_agent_worker
 from domains.registry import get_domain, use_domain_specs
 from services.cli_parser import ArgumentParser
 from services.config import SANDBOX_BACKENDS, Config, load_config, validate
-from services.errors import MachineDown, UserError, exit_on_user_error
+from services.errors import MachineDown, UserError, end_process, exit_on_user_error
 from services.flags import apply_settings, int_flag, number_flag, parse_data_flags
 from services.fsutil import read_below
 from services.providers import _litellm
@@ -244,12 +242,12 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def exit_without_teardown(run: Callable[[], object]) -> None:
-    """Run `run` (main under exit_on_user_error), then end the process with its exit code at once.
+    """Run `run` (main under exit_on_user_error), then end the process with its exit code at once
+    (services.errors.end_process: atexit handlers run, streams flushed, no interpreter teardown).
 
-    By then every file, sandbox and server of the run is closed; the atexit handlers still run.
-    What is skipped is the interpreter's teardown of litellm's thousands of modules and objects,
-    which the gateway's import put in this process: about 0.25 s of a 3 s command on 2 busy cores
-    (bench/harness_throughput.py's command, measured side by side), with nothing left to do.
+    By then every file, sandbox and server of the run is closed. What is skipped is the teardown of
+    litellm's thousands of modules and objects, which the gateway's import put in this process: about
+    0.25 s of a 3 s command on 2 busy cores (bench/harness_throughput.py's command, measured side by side).
     """
     try:
         run()
@@ -258,13 +256,7 @@ def exit_without_teardown(run: Callable[[], object]) -> None:
         code = e.code if isinstance(e.code, int) else 0 if e.code is None else 1
         if not isinstance(e.code, (int, type(None))):
             print(console(e.code), file=sys.stderr)
-    atexit._run_exitfuncs()  # as at a normal exit
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):  # closed, or a reader that went away
-            pass
-    os._exit(code)
+    end_process(code)
 
 
 if __name__ == "__main__":
