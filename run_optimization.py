@@ -183,8 +183,7 @@ def run_replicates(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
         resuming = []
     hold_folder(group_dir, "group")  # its runs are held each by its own process
     argv = group["argv"]
-    ray = "--executor" in argv[:-1] and argv[argv.index("--executor") + 1] == "ray"
-    at_once = args.replicates_at_once or (len(group["runs"]) if ray else 1)
+    at_once = args.replicates_at_once or replicates_at_once(parser, argv, len(group["runs"]))
     print(f"group    {group_dir}: {len(group['runs'])} replicates, seeds {', '.join(map(str, group['seeds']))}, "
           f"{at_once} at once" + ("; watch them with python -m archive.dashboard " + str(group_dir)
                                   if args.dashboard is not None else ""), flush=True)
@@ -210,6 +209,13 @@ def run_replicates(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
         raise SystemExit(code)
     if failed:
         raise UserError(f"{len(failed)} of {len(group['runs'])} replicates did not finish (see above)")
+
+
+def replicates_at_once(parser: argparse.ArgumentParser, argv: list[str], runs: int) -> int:
+    """How many of a group's `runs` replicates run at once by default: all on a Ray cluster (the config its
+    command line `argv` makes names executor ray, by a flag, --set or a file), else one."""
+    return runs if command_config(request_of(parser.parse_args([str(a) for a in argv]))).sandbox.executor == "ray" \
+        else 1
 
 
 def names_a_folder(initial_agent: str) -> bool:

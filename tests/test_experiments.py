@@ -204,6 +204,7 @@ def test_replicates_run_into_one_folder_and_resume_together(tmp_path, fake_opena
         assert record["config"]["loop"]["seed"] == seed
         assert os.listdir(group_dir / name / "nodes") == ["initial"]  # --max_generation 0 reached each replicate
     assert "[seed-5] " in r.stdout and "[seed-6] " in r.stdout
+    assert f"{group_dir}: 2 replicates, seeds 5, 6, 1 at once" in r.stdout  # the local executor: one at a time
     assert f"analyze: python -m archive.analyze {group_dir}" in r.stdout
     # A replicate killed before it began starts on resume; the finished one resumes and pays nothing.
     import shutil
@@ -294,3 +295,14 @@ def test_a_run_another_process_holds_is_refused_before_any_call(fake_openai, sou
                 env=cli_env(fake_openai))
     assert r.returncode == 0, r.stderr[-2000:]
     assert json.loads((source_run / "evaluations.json").read_text())["nodes"]["initial"]["imo_grading"]["test"]
+
+
+def test_replicates_run_all_at_once_on_a_ray_cluster_however_the_executor_is_named(tmp_path):
+    from run_optimization import build_parser, replicates_at_once
+
+    config = tmp_path / "ray.yaml"
+    config.write_text("sandbox:\n  executor: ray\n")
+    base = ["--domain", "imo_grading"]
+    assert replicates_at_once(build_parser(), base, 3) == 1
+    for ray in (["--executor", "ray"], ["--set", "sandbox.executor=ray"], ["--config", str(config)]):
+        assert replicates_at_once(build_parser(), base + ray, 3) == 3, ray
