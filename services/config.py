@@ -158,8 +158,8 @@ class LoopConfig:
 class TrackingConfig:
     backends: list[str] = field(default_factory=list)  # experiment trackers the run also logs to (--track): mlflow | wandb | tensorboard, each a pip extra (pip install -e ".[mlflow]")
     mlflow_uri: str | None = None  # MLflow tracking URI (http://HOST:PORT; sqlite:///PATH with the full mlflow package); null = a file store in RUN/tracking/mlruns
-    experiment: str = "hyperagents"  # the MLflow experiment and the W&B project a run is logged under
-    wandb_mode: str = "offline"  # offline: W&B's files in RUN/tracking/wandb (upload later with `wandb sync`) | online (needs WANDB_API_KEY)
+    experiment: str | None = None  # the MLflow experiment and the W&B project a run is logged under; null = MLFLOW_EXPERIMENT_NAME or WANDB_PROJECT when set, else hyperagents
+    wandb_mode: str | None = None  # offline: W&B's files in RUN/tracking/wandb (upload later with `wandb sync`) | online (needs WANDB_API_KEY); null = WANDB_MODE when set, else offline
     wandb_entity: str | None = None  # the W&B team or user; null = the account's default
     text_kb: int = 256  # agent-written text (a patch, an error) is cut to this many KiB before a tracker gets it
 

@@ -13,6 +13,8 @@ from archive.run_folder import resumed_config, saved_config
 from optimizer.events import RunEnded, RunStarted, Warned
 from optimizer.trackers.environment import Chosen, chosen
 from services.config import Config, TrackingConfig, load_config
+from services.errors import UserError
+from services.flags import apply_settings
 from support.cli import cli_env, run_loop
 from support.scripted_loop import IMPROVE, loop_config, responder
 from support.synthetic_run import make_run
@@ -127,10 +129,59 @@ def test_a_handed_folders_tracker_uri_is_not_taken_though_the_environment_is(tmp
     theirs.tracking.mlflow_uri, theirs.tracking.wandb_mode = "http://attacker.example:5000", "online"
     config = resumed_config(saved_config(RunRecord(record.domains, theirs.to_dict()), run_dir), load_config(),
                             run_dir / "run.json", refuse=False)
-    assert config.tracking.mlflow_uri is None and config.tracking.wandb_mode == "offline"
+    assert config.tracking.mlflow_uri is None and config.tracking.wandb_mode is None
     monkeypatch.setenv("MLFLOW_TRACKING_URI", (tmp_path / "users-store").as_uri())
     assert chosen("mlflow", config.tracking, "mlflow_uri").value == (tmp_path / "users-store").as_uri()
     assert chosen("wandb", config.tracking, "wandb_mode").value == "offline"
+
+
+def test_a_setting_given_at_the_old_default_still_beats_the_environment(tmp_path, monkeypatch):
+    """`--set tracking.wandb_mode=offline` (or experiment hyperagents) is the user's choice: it used to read as
+    the default, so WANDB_MODE=online in the environment sent the run to W&B all the same."""
+    from optimizer.trackers.wandb_tracker import WandbTracker
+
+    monkeypatch.setenv("WANDB_MODE", "online")
+    monkeypatch.setenv("WANDB_PROJECT", "theirs")
+    monkeypatch.setenv("MLFLOW_EXPERIMENT_NAME", "exp")
+    given = apply_settings(load_config(), ["tracking.wandb_mode=offline", "tracking.experiment=hyperagents"])
+    assert chosen("wandb", given.tracking, "wandb_mode") == Chosen("offline", "tracking.wandb_mode")
+    assert chosen("wandb", given.tracking, "experiment") == Chosen("hyperagents", "tracking.experiment")
+    assert chosen("mlflow", given.tracking, "experiment") == Chosen("hyperagents", "tracking.experiment")
+    assert (WandbTracker(tmp_path, given.tracking).mode, WandbTracker(tmp_path, given.tracking).project) == \
+        ("offline", "hyperagents")
+    unset = load_config()
+    assert (unset.tracking.wandb_mode, unset.tracking.experiment) == (None, None)
+    assert chosen("wandb", unset.tracking, "wandb_mode") == Chosen("online", "WANDB_MODE")
+    assert chosen("mlflow", unset.tracking, "experiment") == Chosen("exp", "MLFLOW_EXPERIMENT_NAME")
+    for name in ENVIRONMENT:
+        monkeypatch.delenv(name, raising=False)
+    assert chosen("wandb", unset.tracking, "wandb_mode") == Chosen("offline", "default")
+    assert chosen("wandb", unset.tracking, "experiment") == Chosen("hyperagents", "default")
+    assert chosen("mlflow", unset.tracking, "experiment") == Chosen("hyperagents", "default")
+
+
+def test_null_settings_are_valid_and_the_rules_still_hold(tmp_path):
+    config = tmp_path / "c.yaml"
+    config.write_text("tracking:\n  wandb_mode: null\n  experiment: null\n")
+    assert (load_config(config).tracking.wandb_mode, load_config(config).tracking.experiment) == (None, None)
+    assert apply_settings(load_config(), ["tracking.wandb_mode=online"]).tracking.wandb_mode == "online"
+    for setting, expected in (("tracking.wandb_mode=sometimes", "one of offline, online"),
+                              ("tracking.experiment=' '", "a name of at most 256 characters")):
+        with pytest.raises(UserError, match=expected):
+            apply_settings(load_config(), [setting])
+
+
+def test_a_resume_that_says_offline_is_not_asked_to_accept_a_folders_online(tmp_path):
+    run_dir = tmp_path / "handed"
+    make_run(run_dir, nodes=2, seed=4)
+    record = RunRecord.read(run_dir)
+    theirs = Config.from_dict(record.config)
+    theirs.tracking.wandb_mode = "online"
+    saved = saved_config(RunRecord(record.domains, theirs.to_dict()), run_dir)
+    with pytest.raises(UserError, match="pass --set tracking.wandb_mode=online to accept it"):
+        resumed_config(saved, load_config(), run_dir / "run.json")
+    offline = apply_settings(load_config(), ["tracking.wandb_mode=offline"])
+    assert resumed_config(saved, offline, run_dir / "run.json").tracking.wandb_mode == "offline"
 
 
 @pytest.mark.e2e

@@ -2,8 +2,8 @@
 library's own environment variable as that library's users set it (MLFLOW_TRACKING_URI, WANDB_MODE, ...),
 then the project's default.
 
-A setting at its default value counts as not given: TrackingConfig cannot tell `wandb_mode: offline`
-written in a config from the default offline, so WANDB_MODE=online in the environment wins over both.
+A setting is given when it is not null (every tracker setting's default): `wandb_mode: offline` written in a
+config keeps a run offline whatever WANDB_MODE says, and with none written WANDB_MODE decides.
 A handed run folder's settings never reach here on their own: a resume takes every tracker setting from
 its command, refusing a folder's URI, mode or team unless the command gives it (archive/run_folder.py
 GUARDED); the environment is the user's own, like the command line.
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from services.config import TrackingConfig
 
-DEFAULTS = TrackingConfig()
+DEFAULTS = {"experiment": "hyperagents", "wandb_mode": "offline"}  # a setting given nowhere (others: None)
 # Each tracker setting -> the environment variables its library reads for it, by tracker.
 VARIABLES = {
     "mlflow": {"mlflow_uri": ("MLFLOW_TRACKING_URI",), "experiment": ("MLFLOW_EXPERIMENT_NAME",)},
@@ -31,12 +31,12 @@ class Chosen:
 
 
 def chosen(tracker: str, config: TrackingConfig, name: str) -> Chosen:
-    """The value of tracking setting `name` for `tracker`: the config's where it is not the default, else the
-    first of the library's variables that is set (not empty), else the default."""
+    """The value of tracking setting `name` for `tracker`: the config's where it is set, else the first of the
+    library's variables that is set (not empty), else the default."""
     value = getattr(config, name)
-    if value != getattr(DEFAULTS, name):
+    if value is not None:
         return Chosen(value, f"tracking.{name}")
     for variable in VARIABLES[tracker].get(name, ()):
         if os.environ.get(variable):
             return Chosen(os.environ[variable], variable)
-    return Chosen(value, "default")
+    return Chosen(DEFAULTS.get(name), "default")
