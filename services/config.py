@@ -32,8 +32,8 @@ from services.config_values import (
     uri,
 )
 from services.errors import UserError
-from services.strategy_names import strategy_names
 from services.plain_data import conforms, describe, show
+from services.strategy_names import strategy_names
 from services.user_files import read_yaml
 
 if typing.TYPE_CHECKING:
