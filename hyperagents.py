@@ -15,7 +15,7 @@ machine (a full disk, the Docker engine gone) `MachineDown`, a ProviderDown too,
 call with `resume_from` goes on. The `str()` of both is the line as the command shows it: what it
 quotes from a folder or an agent has every control, bidi and newline character written visibly, so
 printing it (or a traceback of it) in a terminal or a notebook acts on nothing. Results are frozen
-dataclasses read back from the run's own records (archive.store, archive.records, archive.stats, the
+dataclasses read back from the run's own records (archive.store, archive.records, search.stats, the
 ledger), so a run started on the command line reads the same as one started here.
 """
 
@@ -38,7 +38,6 @@ from archive.promotion import row_scores
 from archive.records import DomainEval, Node
 from archive.run_folder import ledger_of, read_run_record
 from archive.run_state import read_state
-from archive.stats import interval
 from archive.store import Archive, observed_best, observed_sizes
 from domains.base import Domain
 from domains.registry import register
@@ -46,6 +45,7 @@ from domains.spec import DomainSpec, check_data, checked, differs, run_specs
 from domains.spec_scoring import SpecScorer
 from optimizer.launch import RunRequest, launch
 from optimizer.transfer import split_spec
+from search.stats import interval
 from services.errors import MachineDown, ProviderDown, UserError
 from services.fsutil import make_folder, release_folder, write_below
 

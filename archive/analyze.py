@@ -38,7 +38,7 @@ from pathlib import Path
 
 from archive.run_folder import ledger_of
 from archive.run_groups import Group, Run, load_groups
-from archive.stats import Estimate, bootstrap_band, bootstrap_mean, paired_p, permutation_p
+from search.stats import Estimate, bootstrap_band, bootstrap_mean, paired_p, permutation_p
 from services.cli_parser import ArgumentParser
 from services.errors import UserError, exit_on_user_error
 from services.fsutil import atomic_write_bytes, atomic_write_text, guard_folder, make_folder

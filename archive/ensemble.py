@@ -50,8 +50,8 @@ from archive.experiments import EVALUATIONS, FINAL_TEST, read_evaluations, read_
 from archive.promotion import row_scores
 from archive.records import Node, RunRecord
 from archive.run_folder import data_config, read_run_record, repository_read
-from archive.stats import interval, paired_p
 from archive.store import Archive, observed_rule, observed_score, observed_sizes
+from search.stats import interval, paired_p
 from services.cli_parser import ArgumentParser
 from services.config import PROJECT_ROOT
 from services.errors import UserError, exit_on_user_error

@@ -12,7 +12,7 @@ and 0.543 by another on one long run).
   atomically by the loop (optimizer/heldout.py), read back checked: a file that is not one is a
   one-line UserError.
 
-The best-node rule `heldout` (archive/promotion.py) reads `HeldOutRecord.node_grade`; the report, the
+The best-node rule `heldout` (search/best_choice/heldout.py) reads `HeldOutRecord.node_grade`; the report, the
 dashboard and the plots read the record as it is.
 """
 
@@ -27,7 +27,7 @@ from pathlib import Path
 
 from archive.eval_store import EvalStore
 from archive.records import EVAL_KEY, NODE_ID
-from archive.stats import bootstrap_mean
+from search.stats import bootstrap_mean
 from services.errors import UserError
 from services.fsutil import atomic_write_json, read_bounded
 from services.plain_data import conforms, describe, show

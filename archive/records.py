@@ -16,7 +16,7 @@ from datetime import datetime
 from enum import StrEnum
 from pathlib import Path
 
-from archive.stats import interval_text
+from search.stats import interval_text
 from services.fsutil import read_bounded
 from services.plain_data import conforms, describe, show
 from services.render import BIDI_PATTERN

@@ -25,6 +25,7 @@ from archive.promotion import BestChoice, RowScores, choose_best, row_scores
 from archive.records import GenStart, MetaResult, Node, Status
 from archive.run_state import MAX_LOG
 from search.parent_selection import Candidate
+from search.registry import best_choice_rule
 from services.errors import UserError
 from services.fsutil import atomic_write_json, make_folder, open_append, read_bounded, read_regular
 from services.user_files import parse_json
@@ -158,7 +159,7 @@ def observed_best(nodes: list[Node], sizes: dict[str, tuple[str, int]], run_dir:
 
     choice = BestChoice.of(loop if isinstance(loop, dict) else {})
     store, splits, rule = EvalStore(run_dir), {}, observed_rule(loop, list(sizes))
-    if choice.rule == "paired":
+    if best_choice_rule(choice.rule).reads_rows:
         splits = {d: (split, get_domain(d).score_key) for d, (split, _) in sizes.items()}
     return choose_best([n for n in nodes if n.valid_parent], lambda n: observed_score(n, sizes, rule),
                        lambda n: selection_rows(n, splits, store), choice, heldout_grades(run_dir, choice))
@@ -167,7 +168,7 @@ def observed_best(nodes: list[Node], sizes: dict[str, tuple[str, int]], run_dir:
 def heldout_grades(run_dir: Path, choice: BestChoice) -> Callable[[Node], float | None] | None:
     """A node's held-out grade (archive/heldout.py) as the `heldout` best choice reads it; None for another
     choice. A record that cannot be read is a UserError."""
-    if choice.rule != "heldout":
+    if not best_choice_rule(choice.rule).reads_heldout:
         return None
     record = read_heldout(run_dir)
     return (lambda n: record.node_grade(n.node_id)) if record else (lambda n: None)

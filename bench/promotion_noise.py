@@ -1,7 +1,7 @@
 """How often each promotion rule lets a worse child through, or stops a better one, at a stage's size.
 
 A simulation, no model calls. Agents answer synthetic rows with a known true accuracy, and each
-rule of archive/promotion.py judges a child against its parent (true accuracy 0.5) on a screening
+rule of search/promotion/ judges a child against its parent (true accuracy 0.5) on a screening
 stage of 10 rows, then of 100 rows. Real agents fail on the same hard questions, so the answers
 on a row are correlated through the row's difficulty:
 

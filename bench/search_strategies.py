@@ -1,7 +1,7 @@
 """Parent-selection strategies compared on the same budget, in a simulation (issue 30).
 
 No model and no sandbox: agents are vectors of latent per-row skills, and a run is the loop's
-search with archive/selection.py choosing the parents, archive/promotion.py screening the
+search with archive/selection.py choosing the parents, archive/promotion.py (search/promotion/) screening the
 children and choosing the run's best node, as a real run calls them.
 
 The task. Three splits of `--rows` rows each (train, val, test, as imo_grading's 100/100/100).
@@ -53,7 +53,7 @@ chance p_r (one Bernoulli draw per row); promoted by `score_above` 0 (the paper'
 loop.promotion's default), then the rest of train and all of val. Selection reads val: a
 fully evaluated node's val score and its per-row val scores (for pareto), a node that stopped
 at screening its 10-row train score x 10/100 (loop.staged_score train), the initial node its
-val score (loop.scale_initial off). The best node is archive.promotion's `highest` choice.
+val score (loop.scale_initial off). The best node is search/best_choice/highest.py.
 
 Budget. Every variant gets the same generations and the same dollars: a meta call costs
 `--meta_usd`, a row `--row_usd` (imo_grading with o4-mini is about $0.01 a row); a generation
@@ -64,7 +64,7 @@ Outcome, per run: the true skill (mean p_r over the test rows: the expected test
 sampling noise) of the node the run names best, and of the archive's truly best node (the
 oracle: what a perfect final choice would get). Over `--seeds` seeds, with 95% bootstrap
 intervals, and per seed the difference from the paper's strategy with a two-sided paired
-sign-flip test (archive.stats). Variants are paired: a seed is one task and one initial agent,
+sign-flip test (search.stats). Variants are paired: a seed is one task and one initial agent,
 and generation g draws the same mutation and evaluation noise in every variant (common random
 numbers), so the differences are the strategies', not the draws'. Each variant with merges or
 novelty is also compared, the same way, with its strategy alone: what the feature adds.
@@ -103,7 +103,7 @@ from archive.selection import (  # noqa: E402
     needs_rows,
     select_parent,
 )
-from archive.stats import bootstrap_mean, interval, interval_text, paired_p  # noqa: E402
+from search.stats import bootstrap_mean, interval, interval_text, paired_p  # noqa: E402
 from services.strategy_names import strategy_names  # noqa: E402
 
 PAPER = "score_child_prop"
@@ -327,7 +327,7 @@ class Run:
     generations: int = 0  # generations run before either limit
 
     def best(self, world: World) -> Node:
-        """The node the run names best: archive.promotion's `highest` choice, the loop's default."""
+        """The node the run names best: search/best_choice/highest.py, the loop's default."""
         valid = [n for n in self.nodes if n.valid_parent]
         found = choose_best(valid, lambda n: n.selection_score(world), lambda n: n.val_rows, BestChoice())
         assert found is not None, "the initial node is always a valid parent with a score"

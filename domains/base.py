@@ -30,7 +30,7 @@ def use_data_files(files: dict[str, str]) -> None:
 class Stage:
     """A screening stage of the evaluation: the first `rows` train rows, after which the evaluation
     goes on only if every domain of the run scores above `above` (its `score_key`) and passes the
-    stage's promotion `rule` (archive/promotion.py; None: the run's `loop.promotion`)."""
+    stage's promotion `rule` (search/promotion/; None: the run's `loop.promotion`)."""
 
     rows: int
     above: float = 0.0

@@ -3,7 +3,7 @@
 A node is first screened: each stage runs every domain's train split on its first rows
 (10 by default, `Domain.screening`), and the next stage, then the full evaluation
 (grading: train and val; proofs: all problems), runs only if every domain passes the
-stage's promotion rule (archive/promotion.py: by default the paper's, a score above the
+stage's promotion rule (search/promotion/: by default the paper's, a score above the
 stage's bar, 0; or a paired comparison with the parent or the best node on the rows they
 share). The test split is never part of it (`optimizer.final_test`). Each (task-agent code, model,
 domain, split, rows) has its folder in the run's EvalStore: a task agent that did not
@@ -29,7 +29,6 @@ from typing import TYPE_CHECKING
 from archive.eval_store import EvalStore
 from archive.promotion import Promotion, RowScores, Verdict, decide, row_scores
 from archive.records import DomainEval
-from archive.stats import Estimate, interval
 from archive.store import untrusted_dir
 from domains.base import Domain
 from domains.harness import (
@@ -45,6 +44,8 @@ from domains.harness import (
 )
 from domains.judge import GatewayJudge
 from optimizer.events import Events, SplitDone, SplitStarted
+from search.registry import promotion_rule
+from search.stats import Estimate, interval
 from services.errors import UserError
 from services.fsutil import make_folder
 from services.sandbox import Sandbox, open_sandbox
@@ -201,7 +202,7 @@ class Evaluator:
         else:
             verdict = decide(rule, stage.above, train.row_scores, peers.parent.get(domain.name),
                              peers.best.get(domain.name))
-            if rule.rule == "sica" and peers.best_node is not None:
+            if promotion_rule(rule.rule).reads_best and peers.best_node is not None:
                 verdict = Verdict(verdict.promote, f"{verdict.reason} (best node {peers.best_node})")
         result.screening.append(f"{stage.rows} rows: {'on' if verdict.promote else 'stopped'}: {verdict.reason}")
         return verdict

@@ -40,6 +40,7 @@ from domains.harness import PREDICTIONS, grade_run
 from domains.scoring import Graded
 from optimizer.evaluation import BudgetStop, Evaluator, NodeTools
 from optimizer.events import Event, Events, HeldOutGraded, NodeFinished, RunStarted, Warned
+from search.registry import best_choice_rule
 from services.config import Config
 from services.errors import UserError
 from services.fsutil import atomic_write_bytes, read_bounded
@@ -64,7 +65,7 @@ def check_heldout(domains: list[Domain], config: Config) -> None:
     alias such as `grader`, `auto` once chosen, a name without its provider), since the same model under
     another name would agree with itself and show a gap of 0 by construction."""
     model = config.models.heldout_grader
-    if config.loop.best_choice == "heldout" and (model is None or not graded_domains(domains)):
+    if best_choice_rule(config.loop.best_choice).reads_heldout and (model is None or not graded_domains(domains)):
         raise UserError("loop.best_choice heldout needs models.heldout_grader and a domain graded by a grader "
                         "model (imo_proof)")
     if model is None:

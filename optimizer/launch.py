@@ -337,7 +337,7 @@ def launch(request: RunRequest) -> Path:
     from optimizer.initial_agents import AgentFolder, get_initial_agent
     from optimizer.loop import Loop
     from optimizer.trackers import require as require_trackers
-    from search.registry import parent_selection
+    from search.registry import load_named
     from services.sandbox import choose_backend_why
     from services.startup import open_services
     from services.workspace import RunRepo
@@ -352,7 +352,6 @@ def launch(request: RunRequest) -> Path:
     run_dir, record, domain_names, config = run_of(request, config, specs)
     initial_from = record.initial_from if record else transfer.to_dict() if transfer else None
     require_trackers(config.tracking.backends)  # a tracker's missing extra, before anything starts
-    parent_selection(config.loop.parent_selection)  # a plug-in strategy that does not load, likewise
     name, tags = labels(request, record)
     use_data_files(config.harness.data_files)
     domains = run_domains(domain_names, run_dir)  # a resumed run's spec domains are kept in its folder
@@ -365,6 +364,7 @@ def launch(request: RunRequest) -> Path:
     if isinstance(initial_agent, AgentFolder) and not initial_agent.bundled:
         config.loop.initial_agent = str(initial_agent.path)  # run.json names the folder, wherever it is read
     check_optimizable(domains)
+    load_named(config.loop, [s.rule for d in domains for s in d.screening(config.loop) if s.rule])  # plug-ins load
     if request.dry_run:
         print_dry_run(run_dir, domains, config, initial_from, request.replicates, name, tags)
         return run_dir

@@ -11,10 +11,11 @@ from pathlib import Path
 from statistics import NormalDist
 from typing import TYPE_CHECKING, cast
 
-from archive.promotion import RowScores, row_scores
+from archive.promotion import BestChoice, Promotion, RowScores, row_scores
 from archive.run_state import read_state, state_text
-from archive.stats import bootstrap_mean
 from optimizer.initial_agents import plan_text
+from search.registry import best_choice_rule, promotion_rule
+from search.stats import bootstrap_mean
 from services.config import Config, LoopConfig
 from services.departures import dry_run_lines
 from services.errors import UserError
@@ -33,13 +34,8 @@ RESAMPLES = 2000  # bootstrap draws of the closing line's unpaired interval
 
 def promotion_text(domain: Domain, stage: Stage, loop: LoopConfig) -> str:
     """When a stage lets a child on, for the plan."""
-    rule = stage.rule or loop.promotion
-    above = f"{domain.score_key} > {stage.above:g}"
-    if rule == "score_above":
-        return above
-    if rule == "not_worse_than_parent":
-        return f"{above} and not worse than its parent at level {loop.promotion_level:g}, {loop.promotion_test} test"
-    return f"{above} and its mean reaches the best node's 95% lower bound (sica)"
+    rule = Promotion(stage.rule or loop.promotion, loop.promotion_level, loop.promotion_test)
+    return promotion_rule(rule.rule).plan(f"{domain.score_key} > {stage.above:g}", rule)
 
 
 def meta_model_record(run_dir: Path, config: Config, domains: list[str]) -> str:
@@ -144,8 +140,8 @@ def summary_lines(loop: Loop, name: str = "", tags: Sequence[str] = ()) -> list[
              + (caching_text(spent) if spent.cache_saved_usd or spent.cache_write_tokens else "")]
     best = loop.best()
     if best:
-        how = {"paired": f", chosen by paired tests at level {loop.config.loop.best_level:g}",
-               "heldout": ", its held-out grade not below an earlier best's"}.get(loop.config.loop.best_choice, "")
+        choice = BestChoice.of(loop.config.loop)
+        how = f", {note}" if (note := best_choice_rule(choice.rule).note(choice)) else ""
         lines.append(f"best node {best.node_id} (generation {best.generation}{how}): {best.scores_text()}")
     initial = loop.archive.nodes.get("initial")
     if best and initial:
@@ -191,7 +187,7 @@ def difference(mine: RowScores | None, theirs: RowScores | None, score: float, t
                band: list[float] | None = None, their_band: list[float] | None = None,
                ) -> tuple[float, float | None, float | None, str]:
     """mine - theirs, with a 95% interval and how it was made: paired over the rows both answered (the rows' own
-    difficulty cancels out; the mean of the differences with its percentile bootstrap, archive/stats.py), else
+    difficulty cancels out; the mean of the differences with its percentile bootstrap, search/stats.py), else
     unpaired: a bootstrap of each side's rows drawn apart, else the normal approximation from the two scores' own
     intervals, else none. Seeded: the same records give the same line."""
     shared = sorted(set(mine or {}) & set(theirs or {}))

@@ -6,16 +6,27 @@ A name no strategy has, a plug-in that does not load, or an object without the k
 from __future__ import annotations
 
 import importlib
+from collections.abc import Iterable
 from functools import cache
 from importlib.metadata import entry_points
+from typing import TYPE_CHECKING
 
+from search.best_choice import BestChoiceRule
 from search.parent_selection import ParentSelection
+from search.promotion import PromotionRule
 from services.errors import UserError
 from services.strategy_names import bundled_names, group, strategy_names
 
+if TYPE_CHECKING:
+    from services.config import LoopConfig
+
 # Each kind's protocol (services.strategy_names.KINDS) and what it asks of a strategy, in words.
 PROTOCOLS = {"parent_selection": (ParentSelection, "needs_rows, weights(candidates, context), choose(candidates, rng, "
-                                                   "context)")}
+                                                   "context)"),
+             "promotion": (PromotionRule, "reads_best, verdict(promotion, child, parent, best, floor), "
+                                          "plan(above, promotion)"),
+             "best_choice": (BestChoiceRule, "reads_rows, reads_heldout, choose(scored, rows, choice, heldout), "
+                                             "note(choice)")}
 
 
 @cache
@@ -45,3 +56,22 @@ def parent_selection(name_or_strategy: str | ParentSelection) -> ParentSelection
     if isinstance(name_or_strategy, str):
         return strategy("parent_selection", name_or_strategy)  # type: ignore[return-value]
     return name_or_strategy
+
+
+def promotion_rule(name: str) -> PromotionRule:
+    """The promotion rule called `name` (loop.promotion, or a stage's own)."""
+    return strategy("promotion", name)  # type: ignore[return-value]
+
+
+def best_choice_rule(name: str) -> BestChoiceRule:
+    """The best choice rule called `name` (loop.best_choice)."""
+    return strategy("best_choice", name)  # type: ignore[return-value]
+
+
+def load_named(loop: LoopConfig, stage_rules: Iterable[str] = ()) -> None:
+    """Every strategy `loop` names (and the promotion rules of the run's stages), loaded: a plug-in that does not
+    load is one line (UserError) before the run starts."""
+    parent_selection(loop.parent_selection)
+    best_choice_rule(loop.best_choice)
+    for rule in sorted({loop.promotion, *stage_rules}):
+        promotion_rule(rule)

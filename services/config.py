@@ -125,11 +125,11 @@ class LoopConfig:
     row_error: str = "wrong"  # a row on which the task agent's own code raised (never a provider's failure, a timeout or a cap of ours): wrong: a wrong answer, the evaluation stands | invalid: the evaluation has no score of its own (a full one keeps the screening it continued); services/departures.py
     reuse_evaluations: bool = True  # a node whose task agent's code an earlier node has takes that node's evaluations | false: each node's evaluation is its own (a resume still pays no row twice); services/departures.py
     stages: list | dict | None = None  # screening stages before the full evaluation, [[rows, above], ...] or [[rows, above, rule], ...], for every domain or by domain name ({imo_grading: [[10, 0]], ...}; a domain not named keeps its own): each runs the first rows of train and the next runs only if every domain passes the stage's promotion rule (`promotion` when the stage names none); null = each domain's own (10 rows, above 0)
-    promotion: str = "score_above"  # how a stage promotes a child (archive/promotion.py): score_above (the paper's: score > above) | not_worse_than_parent (and not worse than its parent on the rows both ran, by a one-sided paired test at promotion_level) | sica (and at least the lower bound of the best node's 95% interval on those rows)
+    promotion: str = "score_above"  # how a stage promotes a child: score_above (the paper's: score > above) | not_worse_than_parent (and not worse than its parent on the rows both ran, by a one-sided paired test at promotion_level) | sica (and at least the lower bound of the best node's 95% interval on those rows) | an installed plug-in's; each a file of search/promotion/
     promotion_level: float = 0.05  # not_worse_than_parent: a child is rejected when the test's p-value is below this
     promotion_test: str = "exact"  # not_worse_than_parent's test: exact (sign test; sign-flip permutation for partial credit) | bootstrap (paired)
     pictures_every_s: float = 10.0  # plots and report.html are redrawn when a node comes back, at most this often (and at the end of the run)
-    best_choice: str = "highest"  # which node is the run's best (report, --final_test, transfer, sica's peer): highest (the paper's: the highest selection score; `ties` breaks equal ones) | paired (nodes in generation order; a node replaces the best so far only when a one-sided paired test on the selection split's shared rows finds it better at best_level) | heldout (nodes in generation order; a node replaces the best so far only when it scores higher and its grade by models.heldout_grader is not below the best's, so the held-out grade never falls along the bests)
+    best_choice: str = "highest"  # which node is the run's best (report, --final_test, transfer, sica's peer): highest (the paper's: the highest selection score; `ties` breaks equal ones) | paired (nodes in generation order; a node replaces the best so far only when a one-sided paired test on the selection split's shared rows finds it better at best_level) | heldout (nodes in generation order; a node replaces the best so far only when it scores higher and its grade by models.heldout_grader is not below the best's, so the held-out grade never falls along the bests) | an installed plug-in's; each a file of search/best_choice/
     best_level: float = 0.05  # best_choice paired: a node replaces the best so far when the test's p-value is below this (the test is promotion_test)
     final_test: bool = False  # once the last generation is recorded, evaluate the test split once, for the node chosen on val and the initial node (the loop never reads test scores)
     edit_select_parent: bool = False  # the workspace's select_next_parent.py chooses parents
@@ -217,9 +217,7 @@ class Baseline(StrEnum):
 
 
 BASELINES = tuple(Baseline)
-PROMOTION_RULES = ("score_above", "not_worse_than_parent", "sica")  # each in archive/promotion.py
 PROMOTION_TESTS = ("exact", "bootstrap")
-BEST_CHOICES = ("highest", "paired", "heldout")  # each in archive/promotion.py
 ROLE_ALIASES = tuple(f.name for f in dataclasses.fields(ModelsConfig))
 
 
@@ -284,6 +282,7 @@ def _rules() -> dict:
 
 def _loop_rules() -> dict:
     """The rules of the loop's and the trackers' fields (the rest of `_rules`)."""
+    promotions = strategy_names("promotion")  # search/promotion/, plug-ins
     return {
         "loop.max_generation": between(0, 100_000),
         "loop.max_minutes": above_up_to(0, 10**7),
@@ -298,14 +297,14 @@ def _loop_rules() -> dict:
         "loop.seed": (lambda v: 0 <= v < SEED_LIMIT, f"an integer from 0 to 2**{SEED_LIMIT.bit_length() - 1} - 1"),
         "loop.parallel": (lambda v: 1 <= v <= 64, "from 1 to 64"),
         "loop.eval_samples": (lambda v: v == -1 or 1 <= v <= 10**7, "-1 (all rows) or from 1 to 10000000"),
-        "loop.stages": (lambda v: stages(v, PROMOTION_RULES), "a list of [rows, above] or [rows, above, rule] (rows from 1 to 10000000 and "
-                        f"growing, above a number, rule one of {', '.join(PROMOTION_RULES)}), or domain name -> "
+        "loop.stages": (lambda v: stages(v, promotions), "a list of [rows, above] or [rows, above, rule] (rows from 1 to 10000000 and "
+                        f"growing, above a number, rule one of {', '.join(promotions)}), or domain name -> "
                         "such a list"),
-        "loop.promotion": one_of(*PROMOTION_RULES),
+        "loop.promotion": one_of(*promotions),
         "loop.promotion_level": (lambda v: 0 < v < 1, "a number between 0 and 1"),
         "loop.promotion_test": one_of(*PROMOTION_TESTS),
         "loop.pictures_every_s": between(0, 86400),
-        "loop.best_choice": one_of(*BEST_CHOICES),
+        "loop.best_choice": one_of(*strategy_names("best_choice")),  # search/best_choice/, plug-ins
         "loop.best_level": (lambda v: 0 < v < 1, "a number between 0 and 1"),
         "loop.stage_splits": one_of("train", "train_and_val"),
         "loop.staged_score": one_of("train", "selection"),

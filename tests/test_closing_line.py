@@ -9,7 +9,6 @@ import random
 
 import pytest
 
-from archive.stats import bootstrap_mean
 from optimizer.estimate import (
     API_FIRST_TOKEN_S,
     API_TOKENS_PER_S,
@@ -23,6 +22,7 @@ from optimizer.estimate import (
     minutes,
 )
 from optimizer.plan import RESAMPLES, difference, duration
+from search.stats import bootstrap_mean
 from support.cli import run_loop
 from support.scripted_loop import IMPROVE, loop_config, nodes, responder
 

@@ -199,7 +199,7 @@ def make_group(folder: Path, seeds: list[int], nodes: int, **labels) -> None:
 def test_runs_have_names_and_tags_a_filter_by_tag_and_a_comparison(tmp_path):
     from archive.dashboard.pieces import fmt_cost
     from archive.dashboard.reader import RunReader
-    from archive.stats import interval_text
+    from search.stats import interval_text
 
     root = tmp_path / "runs"
     make_run(root / "a", nodes=14, seed=2, name="baseline " + ATTACKS["script"], tags=["sweep", ATTACKS["img"]])
@@ -272,7 +272,7 @@ def test_a_node_page_shows_the_gold_label_beside_each_prediction(tmp_path):
 
 def test_the_comparison_of_two_nodes_states_its_paired_test(tmp_path):
     from archive.dashboard.reader import RunReader
-    from archive.stats import paired_p
+    from search.stats import paired_p
 
     summary = make_run(tmp_path / "runs" / "pair", nodes=14, seed=2)
     run_dir, best = tmp_path / "runs" / "pair", summary["best"]

@@ -127,7 +127,7 @@ def check_node_page(driver, base: str, name: str, node) -> int:
     its turn; returns the failures listed."""
     from selenium.webdriver.common.by import By
 
-    from archive.stats import interval_text
+    from search.stats import interval_text
 
     driver.get(f"{base}/runs/{name}/nodes/{node.node_id}")
     for row in driver.find_elements(By.CSS_SELECTOR, "table.scores tr")[1:]:
@@ -236,7 +236,7 @@ def test_a_forty_node_run_page_by_page(served, driver):
     assert assert_round_ticks(driver, "compare runs") == 1
     best = {r.get_attribute("data-run"): r.find_element(By.CSS_SELECTOR, "td.best").text
             for r in driver.find_elements(By.CSS_SELECTOR, "table.compared tr[data-run]")}
-    from archive.stats import interval_text
+    from search.stats import interval_text
 
     for name in ("quick", "forty"):
         run = read(root, name)

@@ -8,7 +8,8 @@ they are the same dependency, paid later):
                (and math_verify for answer checks)
     services/  config, errors, files, gateway, ledger, providers, sandbox, workspace
     domains/   data, labels, metrics, scoring, the harness
-    search/    the search's strategies, one file each (parent selection), and their registry
+    search/    the search's strategies, one file each (parent selection, promotion, best choice), their
+               registry and the statistics they use
     archive/   nodes, lineage, selection, plots
     optimizer/ the loop, staged evaluation, estimate, initial agents
     entry points: run_optimization.py, setup_proofgrader_repo.py
@@ -26,6 +27,7 @@ from pathlib import Path
 import pytest
 
 from services.config import PROJECT_ROOT, Config
+from services.errors import UserError
 from services.strategy_names import strategy_names
 
 LAYERS = {"inside": 0, "services": 1, "domains": 2, "search": 3, "archive": 4, "optimizer": 5,
@@ -202,12 +204,23 @@ def test_config_and_the_command_line_offer_exactly_the_strategies_the_search_has
         validate(Config(loop=LoopConfig(parent_selection=name)))
 
 
-def test_config_accepts_exactly_the_promotion_rules_the_archive_has():
-    from archive.promotion import BEST_RULES, RULES
-    from services.config import BEST_CHOICES, PROMOTION_RULES
+@pytest.mark.parametrize(("kind", "field", "known"), [("promotion", "promotion", "sica"),
+                                                     ("best_choice", "best_choice", "paired")])
+def test_config_offers_exactly_the_promotion_rules_and_best_choices_the_search_has(kind, field, known):
+    import pkgutil
 
-    assert tuple(RULES) == tuple(PROMOTION_RULES)
-    assert tuple(BEST_RULES) == tuple(BEST_CHOICES)
+    from search.registry import PROTOCOLS, strategy
+    from services.config import LoopConfig, validate
+
+    files = sorted(m.name for m in pkgutil.iter_modules([str(PROJECT_ROOT / "search" / kind)]))
+    assert strategy_names(kind)[:len(files)] == tuple(files) and known in files
+    for name in files:
+        assert isinstance(strategy(kind, name), PROTOCOLS[kind][0])  # each file is a strategy that loads
+        validate(Config(loop=LoopConfig(**{field: name})))
+        if kind == "promotion":
+            validate(Config(loop=LoopConfig(stages=[[10, 0, name]])))
+    with pytest.raises(UserError, match=f"loop.{field} must be one of {', '.join(strategy_names(kind))}"):
+        validate(Config(loop=LoopConfig(**{field: "luck"})))
 
 
 # Inside domains/: the framework (the modules of domains/ itself, domains/base.py first, and the

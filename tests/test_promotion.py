@@ -1,12 +1,15 @@
-"""archive/promotion.py: each rule's verdict on crafted children, its fallbacks, and row scores
-read from reports an agent's predictions produced."""
+"""archive/promotion.py and the rules of search/promotion/ and search/best_choice/: each rule's verdict on
+crafted children, its fallbacks, and row scores read from reports an agent's predictions produced."""
 
 from __future__ import annotations
 
 import pytest
 
-from archive.promotion import RULES, BestChoice, Promotion, check, choose_best, decide, replaces, row_scores
-from archive.stats import wilson
+from archive.promotion import BestChoice, Promotion, check, choose_best, decide, replaces, row_scores
+from search.stats import wilson
+from services.strategy_names import strategy_names
+
+RULES = strategy_names("promotion")
 
 
 def rows(*scores: float, start: int = 0) -> dict[str, float]:
@@ -220,5 +223,5 @@ def test_best_choice_from_a_config_is_checked():
         BestChoice("paired", 0.1, "bootstrap")
     assert BestChoice.of({}) == BestChoice()
     for bad in ({"best_choice": "luckiest"}, {"best_level": 1.5}, {"best_level": "0.1"}, {"promotion_test": "t"}):
-        with pytest.raises(ValueError, match="best choice must be one of highest, paired"):
+        with pytest.raises(ValueError, match="best choice must be one of heldout, highest, paired"):
             BestChoice.of(bad)

@@ -1,4 +1,4 @@
-"""archive/stats.py against values worked out by hand, and its sampled answers against exact ones."""
+"""search/stats.py against values worked out by hand, and its sampled answers against exact ones."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from archive import stats
-from archive.stats import Estimate, bootstrap_band, bootstrap_mean, interval, paired_p, permutation_p, wilson
+from search import stats
+from search.stats import Estimate, bootstrap_band, bootstrap_mean, interval, paired_p, permutation_p, wilson
 
 
 def test_wilson_of_seven_in_ten():

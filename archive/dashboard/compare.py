@@ -11,7 +11,7 @@ from archive.dashboard.markup import Markup, h, join, url
 from archive.dashboard.pages import compare_form, diff_block, page
 from archive.dashboard.reader import MAX_TEXT, RunData, RunReader, Text, known_domain
 from archive.records import Node
-from archive.stats import MAX_ENUMERATED_FLIPS, paired_p
+from search.stats import MAX_ENUMERATED_FLIPS, paired_p
 from services.errors import UserError
 from services.workspace import RunRepo
 
@@ -50,7 +50,7 @@ def scores_side_by_side(data: RunData, a: Node, b: Node) -> Markup:
 
 
 def paired_tests(reader: RunReader, a: Node, b: Node) -> Markup:
-    """Per domain and split both evaluated: the p-value of archive.stats.paired_p (the test the
+    """Per domain and split both evaluated: the p-value of search.stats.paired_p (the test the
     promotion rules use) on the rows both reports scored, two-sided (the page compares any two
     nodes, with no direction chosen before looking)."""
     rows = []

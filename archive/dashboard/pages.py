@@ -16,7 +16,7 @@ from archive.dashboard.markup import Markup, h, join, url
 from archive.dashboard.reader import RunData, RunReader, Text, known_domain
 from archive.records import Node
 from archive.run_state import Phase
-from archive.stats import interval_text
+from search.stats import interval_text
 
 MAX_ROWS_SHOWN = 500  # predictions listed on a node page, wrong ones first
 MAX_DIFF_LINES = 20_000  # lines of a diff coloured one by one (500,000 took 2.5 s); the rest is shown plain

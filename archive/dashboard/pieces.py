@@ -12,8 +12,8 @@ from archive.dashboard.reader import RunData, RunReader
 from archive.dashboard.svg import TreeNode, line_chart, score_colour, score_range, tree_svg
 from archive.heldout import GenerationGap, Grade, read_heldout
 from archive.records import Node
-from archive.stats import interval_text
 from archive.tamper import NOT_SCREENED
+from search.stats import interval_text
 from services.errors import UserError
 from services.render import bidi_visible
 

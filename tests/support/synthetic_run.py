@@ -45,7 +45,6 @@ from agent.base_agent import AgentSystem
 from agent.tool_loop import log_message
 from archive.eval_store import EvalStore
 from archive.records import GenStart, MetaResult, Node, RunRecord, Status
-from archive.stats import wilson
 from archive.store import META_TRANSCRIPT, event_line, mean_score, untrusted_dir
 from domains.harness import JOURNAL, PREDICTIONS, Journal, write_predictions
 from domains.harness.split import SplitResult, fingerprint, run_record
@@ -55,6 +54,7 @@ from domains.registry import get_domain
 from domains.scoring import REPORT_SCHEMA
 from optimizer.feedback import publish_feedback, write_train_data
 from optimizer.meta_outcome import META_LOG, meta_log
+from search.stats import wilson
 from services.config import PROJECT_ROOT, load_config
 from services.fsutil import atomic_write_json, atomic_write_text
 from services.ledger import Call, Ledger, Totals
@@ -579,7 +579,7 @@ class _Maker:
         node.scores[DOMAIN] = {s: v[0] for s, v in splits.items()}
         node.samples[DOMAIN] = {s: v[1] for s, v in splits.items()}
         node.eval_keys[DOMAIN] = {s: v[2] for s, v in splits.items()}
-        # As the loop records them (archive.stats.interval): the rows score 0 or 1, so Wilson's.
+        # As the loop records them (search.stats.interval): the rows score 0 or 1, so Wilson's.
         node.intervals[DOMAIN] = {s: [round(b, 4) for b in wilson(round(v[0] * v[1]), v[1])]
                                   for s, v in splits.items() if v[0] is not None}
         node.seconds["eval"] = round(t - started, 3)
