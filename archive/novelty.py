@@ -3,15 +3,9 @@ of a change the archive already holds is recorded `duplicate` and costs no evalu
 
 A change is compared by its diff's changed lines (`+`/`-`, file headers and hunk positions left
 out, runs of whitespace as one space), so the same edit made at another line, or re-indented,
-still matches. Similarity is the Dice coefficient of the two changes' lines taken as multisets:
-twice the lines they share (a line twice in both counts twice) over the lines of both. It is 1.0
-for the same edit, 0.0 for nothing in common, and it does not see order: the same lines in another
-order are the same change. It is difflib's `quick_ratio`, an upper bound of the `ratio` this module
-used before, so a threshold catches at least what it caught; unlike `ratio` (cubic in the worst
-case: two changes of the same lines in another order took 40-55 s a pair), it costs time linear
-in the lines, and a node is compared with 200 earlier ones in milliseconds (bench/host_screening.py).
-ShinkaEvolve rejects near-duplicates the same way before paying for them; here the threshold is
-the user's (off by default, the paper's loop has no such check).
+still matches; how alike two changes are is the run's novelty measure's (`loop.novelty_measure`:
+search/novelty/, by default `dice`). The threshold is the user's (off by default, the paper's loop
+has no such check).
 
 Patches are the core's own nodes/<id>/patch.diff, read bounded; what an agent wrote in them is
 only compared, never run or shown here. A comparison that runs past its deadline raises
@@ -22,34 +16,18 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from archive.text_pass import SCREEN_SECONDS, TooLarge
+from search.novelty import MAX_LINES, NoveltyMeasure
+from search.novelty.dice import STRATEGY as DICE
+from search.novelty.dice import Change, similarity
 from services.fsutil import read_below
 
 MAX_PATCH_BYTES = 256 * 1024  # of a patch.diff compared: a change larger than this is compared by its start
-MAX_LINES = 2000  # changed lines compared at most, also by its start
 
-
-@dataclass(frozen=True)
-class Change:
-    """A change's lines as a set: each line with how many times it came before (a multiset as a set,
-    so that sharing is one set intersection)."""
-
-    lines: frozenset[tuple[str, int]]
-
-    @classmethod
-    def of(cls, lines: Sequence[str]) -> Change:
-        seen: dict[str, int] = {}
-        counted = []
-        for line in lines[:MAX_LINES]:
-            seen[line] = seen.get(line, 0) + 1
-            counted.append((line, seen[line]))
-        return cls(frozenset(counted))
-
-    def __len__(self) -> int:
-        return len(self.lines)
+__all__ = ["MAX_LINES", "MAX_PATCH_BYTES", "Change", "changed_lines", "first_duplicate", "nearest", "node_change",
+           "similarity"]
 
 
 def changed_lines(patch: str) -> list[str]:
@@ -66,33 +44,22 @@ def changed_lines(patch: str) -> list[str]:
     return found
 
 
-def _change(lines: Sequence[str] | Change) -> Change:
-    return lines if isinstance(lines, Change) else Change.of(lines)
-
-
-def similarity(a: Sequence[str] | Change, b: Sequence[str] | Change) -> float:
-    """How alike two changes are, from 0 (no line shared) to 1 (the same lines, in any order)."""
-    a, b = _change(a), _change(b)
-    if not a and not b:
-        return 1.0
-    return 2 * len(a.lines & b.lines) / (len(a) + len(b))
-
-
-def nearest(change: Sequence[str] | Change, others: Iterable[tuple[str, Sequence[str] | Change]],
-            threshold: float, seconds: float = SCREEN_SECONDS) -> tuple[str, float] | None:
-    """The first of `others` (node id, its changed lines or Change) at least `threshold` alike to
-    `change`, with its similarity; None when none is. TooLarge once `seconds` have passed."""
-    mine = _change(change)
+def nearest(change: Sequence[str] | object, others: Iterable[tuple[str, object]], threshold: float,
+            measure: NoveltyMeasure = DICE, seconds: float = SCREEN_SECONDS) -> tuple[str, float] | None:
+    """The first of `others` (node id, its change as `measure` prepared it, or a list of its changed lines) at
+    least `threshold` alike to `change` (the same) under `measure`, with its similarity; None when none is (or
+    `change` changes nothing). TooLarge once `seconds` have passed."""
+    mine = measure.prepare(change) if isinstance(change, list) else change
     if not mine:
         return None
     deadline = time.monotonic() + seconds
-    for compared, (node_id, lines) in enumerate(others):
+    for compared, (node_id, theirs) in enumerate(others):
         if time.monotonic() > deadline:
             raise TooLarge(f"novelty: compared with {compared} earlier nodes before its deadline")
-        other = _change(lines)
-        if not other or 2 * min(len(mine), len(other)) < threshold * (len(mine) + len(other)):
-            continue  # the sizes alone keep it under the threshold
-        if (found := similarity(mine, other)) >= threshold:
+        other = measure.prepare(theirs) if isinstance(theirs, list) else theirs
+        if not other or not measure.could_reach(mine, other, threshold):
+            continue
+        if (found := measure.similarity(mine, other)) >= threshold:
             return node_id, found
     return None
 
@@ -104,3 +71,14 @@ def node_change(nodes_dir: Path, node_id: str) -> list[str]:
     except (OSError, ValueError):  # none (the initial node, no change), or not a regular file
         return []
     return changed_lines(data.decode("utf-8", "replace"))
+
+
+def first_duplicate(nodes_dir: Path, node_id: str, earlier: list[str], prepared: dict[str, object],
+                    threshold: float, measure: NoveltyMeasure) -> tuple[str, float] | None:
+    """The first of the `earlier` nodes whose change is at least `threshold` alike to node `node_id`'s under
+    `measure`, with its similarity, or None (`nearest`); `prepared` keeps each node's change as `measure`
+    prepared it, filled as needed, so a run prepares each node once."""
+    for other in earlier:
+        if other not in prepared:
+            prepared[other] = measure.prepare(node_change(nodes_dir, other))
+    return nearest(node_change(nodes_dir, node_id), ((n, prepared[n]) for n in earlier), threshold, measure)

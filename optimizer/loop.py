@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from archive.novelty import Change, nearest, node_change
+from archive.novelty import first_duplicate
 from archive.promotion import BestChoice, row_scores
 from archive.records import GenStart, MetaResult, Node, Status
 from archive.run_state import RunState
@@ -61,6 +61,7 @@ from optimizer.initial_agents import replays_demo
 from optimizer.meta_outcome import META_LOG, meta_log, meta_result
 from optimizer.slots import Slots, horizon, run_generation
 from optimizer.trackers import Trackers
+from search.registry import novelty_measure
 from services.config import Baseline, Config
 from services.fsutil import atomic_write_text, make_folder
 from services.sandbox import Mount, Sandbox, SandboxClosed, open_sandbox
@@ -107,7 +108,7 @@ class Loop:
         self.full_sizes = {d.name: split_rows(d, d.selection_split, config.loop.eval_samples) for d in domains}
         self.score_rule = ScoreRule.of(config.loop, domains)
         self.rng = random.Random()  # parent selection without a seed (with one, see choose_parent)
-        self._changes: dict[str, Change] = {}  # node id -> its patch's changed lines, as compared (novelty screening)
+        self._changes: dict[str, object] = {}  # node id -> its patch's changed lines, as compared (novelty screening)
         if config.models.heldout_grader:  # the best nodes' proofs graded again, before the pictures draw them
             self.events.subscribe(HeldOut(self))
         self.pictures = Pictures(self.archive, domains, self.full_sizes, run_dir, self.events,
@@ -231,14 +232,11 @@ class Loop:
         if threshold is None:
             return None
         upto = horizon(node.generation, self.config.loop.parallel, self.config.loop.replayable)
-        nodes_dir = self.run_dir / "nodes"
         earlier = [n.node_id for n in self.archive.ordered()
                    if n.node_id != node.node_id and (upto is None or n.generation <= upto)]
-        for node_id in earlier:
-            if node_id not in self._changes:
-                self._changes[node_id] = Change.of(node_change(nodes_dir, node_id))
         try:
-            found = nearest(node_change(nodes_dir, node.node_id), ((n, self._changes[n]) for n in earlier), threshold)
+            found = first_duplicate(self.run_dir / "nodes", node.node_id, earlier, self._changes, threshold,
+                                    novelty_measure(self.config.loop.novelty_measure))
         except TooLarge as e:
             node.flags.insert(0, f"{NOT_SCREENED} ({e.why})")
             return None

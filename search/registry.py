@@ -12,6 +12,7 @@ from importlib.metadata import entry_points
 from typing import TYPE_CHECKING
 
 from search.best_choice import BestChoiceRule
+from search.novelty import NoveltyMeasure
 from search.parent_selection import ParentSelection
 from search.promotion import PromotionRule
 from services.errors import UserError
@@ -26,7 +27,8 @@ PROTOCOLS = {"parent_selection": (ParentSelection, "needs_rows, weights(candidat
              "promotion": (PromotionRule, "reads_best, verdict(promotion, child, parent, best, floor), "
                                           "plan(above, promotion)"),
              "best_choice": (BestChoiceRule, "reads_rows, reads_heldout, choose(scored, rows, choice, heldout), "
-                                             "note(choice)")}
+                                             "note(choice)"),
+             "novelty": (NoveltyMeasure, "prepare(lines), similarity(a, b), could_reach(a, b, threshold)")}
 
 
 @cache
@@ -68,10 +70,16 @@ def best_choice_rule(name: str) -> BestChoiceRule:
     return strategy("best_choice", name)  # type: ignore[return-value]
 
 
+def novelty_measure(name: str) -> NoveltyMeasure:
+    """The novelty measure called `name` (loop.novelty_measure)."""
+    return strategy("novelty", name)  # type: ignore[return-value]
+
+
 def load_named(loop: LoopConfig, stage_rules: Iterable[str] = ()) -> None:
     """Every strategy `loop` names (and the promotion rules of the run's stages), loaded: a plug-in that does not
     load is one line (UserError) before the run starts."""
     parent_selection(loop.parent_selection)
     best_choice_rule(loop.best_choice)
+    novelty_measure(loop.novelty_measure)
     for rule in sorted({loop.promotion, *stage_rules}):
         promotion_rule(rule)

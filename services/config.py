@@ -115,7 +115,8 @@ class LoopConfig:
     migrate_every: int = 10  # parent_selection islands: every this many generations each island's best node joins the next island
     merge_every: int = 0  # every this many generations, a merge: its meta agent gets a second parent of another lineage that is better on rows the first is not, and is asked to combine them; 0 = never (the paper's)
     meta_bandit: str = "ucb1"  # with models.meta a list: ucb1 | thompson, rewarded by the child's gain over its parent per dollar (archive/bandit.py)
-    novelty_threshold: float | None = None  # a child whose change is at least this alike (0-1, the Dice coefficient of the diffs' changed lines, in any order) to an earlier node's is recorded duplicate and not evaluated (archive/novelty.py); null = off (the paper's)
+    novelty_threshold: float | None = None  # a child whose change is at least this alike (0-1, by novelty_measure) to an earlier node's is recorded duplicate and not evaluated (archive/novelty.py); null = off (the paper's)
+    novelty_measure: str = "dice"  # how alike two changes are: dice (the Dice coefficient of the diffs' changed lines, in any order) | an installed plug-in's; each a file of search/novelty/
     seed: int | None = None  # seeds parent selection, so a run can be replayed
     parallel: int = 1  # generations in flight at once (meta agent and evaluation each in its own sandbox)
     replayable: bool = True  # with parallel > 1: generation g picks its parent among generations <= g - parallel, waiting for them, so a seeded run replays; false: from every node finished when a slot frees (faster when generations take uneven time, not replayable)
@@ -294,6 +295,7 @@ def _loop_rules() -> dict:
         "models.meta": META_MODELS,
         "models.heldout_grader": (lambda v: is_model(v) and v != "auto", "a model (not auto)"),
         "loop.novelty_threshold": (lambda v: 0 < v <= 1, "a number above 0 and at most 1"),
+        "loop.novelty_measure": one_of(*strategy_names("novelty")),  # search/novelty/, plug-ins
         "loop.seed": (lambda v: 0 <= v < SEED_LIMIT, f"an integer from 0 to 2**{SEED_LIMIT.bit_length() - 1} - 1"),
         "loop.parallel": (lambda v: 1 <= v <= 64, "from 1 to 64"),
         "loop.eval_samples": (lambda v: v == -1 or 1 <= v <= 10**7, "-1 (all rows) or from 1 to 10000000"),

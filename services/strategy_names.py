@@ -11,7 +11,7 @@ from pathlib import Path
 
 SEARCH = Path(__file__).resolve().parent.parent / "search"  # the project's search/ folder
 
-KINDS = ("parent_selection", "promotion", "best_choice")
+KINDS = ("parent_selection", "promotion", "best_choice", "novelty")
 
 
 def group(kind: str) -> str:

@@ -205,8 +205,10 @@ def test_config_and_the_command_line_offer_exactly_the_strategies_the_search_has
 
 
 @pytest.mark.parametrize(("kind", "field", "known"), [("promotion", "promotion", "sica"),
-                                                     ("best_choice", "best_choice", "paired")])
-def test_config_offers_exactly_the_promotion_rules_and_best_choices_the_search_has(kind, field, known):
+                                                     ("best_choice", "best_choice", "paired"),
+                                                     ("novelty", "novelty_measure", "dice")])
+def test_config_offers_exactly_the_promotion_rules_best_choices_and_novelty_measures_the_search_has(kind, field,
+                                                                                                    known):
     import pkgutil
 
     from search.registry import PROTOCOLS, strategy

@@ -1,7 +1,8 @@
 """Search strategies from outside the project (issue 38): tests/plugins/oldest_parent and tests/plugins/above_half,
 packages as someone would publish them, are installed with pip into a folder of the test's own and put on the
-path of a real run, which chooses parents (`--parent_selection oldest`) or promotes children
-(`--set loop.promotion=above_half`) with them by name as with a bundled strategy: the command line offers it,
+path of a real run, which chooses parents (`--parent_selection oldest`), promotes children
+(`--set loop.promotion=above_half`) or screens them for novelty (`--set loop.novelty_measure=all_alike`) with them
+by name as with a bundled strategy: the command line offers it,
 the config accepts it, the plan names it, and every parent_chosen event of the run's log, or every screening
 verdict of its nodes, is its. A plug-in whose object lacks a strategy's methods, and a name no strategy has, are
 one line each."""
@@ -16,7 +17,7 @@ from support.cli import REPO_ROOT, cli_env, run_cli, run_loop
 from support.scripted_loop import IMPROVE, events, loop_config, nodes, responder
 from support.venvs import PIP_TAIL_LINES
 
-PLUGINS = ("oldest_parent", "above_half")  # folders of tests/plugins/
+PLUGINS = ("oldest_parent", "above_half", "all_alike")  # folders of tests/plugins/
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +63,6 @@ def test_a_run_chooses_its_parents_with_an_installed_plug_in_by_name(tmp_path, f
     assert all(n["parent"] in (None, "initial") for n in nodes(run_dir).values())
 
 
-
 @pytest.mark.e2e
 def test_a_run_promotes_its_children_with_an_installed_plug_in_by_name(tmp_path, fake_openai, plugin_site):
     env = with_plugin(cli_env(fake_openai), plugin_site)
@@ -75,6 +75,25 @@ def test_a_run_promotes_its_children_with_an_installed_plug_in_by_name(tmp_path,
     verdicts = [line for n in children for lines in n["screening"].values() for line in lines]
     assert len(children) == 2 and verdicts and all("; above_half: " in line for line in verdicts), verdicts
     assert any(line.endswith("above_half: 1.00 > 0.5") and ": on: " in line for line in verdicts), verdicts
+
+
+@pytest.mark.e2e
+def test_a_run_screens_for_novelty_with_an_installed_plug_in_by_name(tmp_path, fake_openai, plugin_site):
+    # Two different edits: the default measure (dice) finds nothing in common, the plug-in all_alike everything.
+    second = {"tool_name": "bash", "tool_input": {"command": "echo '# a second idea' >> "
+                                                             "/workspace/task_agent/task_agent.py"}}
+    env = with_plugin(cli_env(fake_openai), plugin_site)
+    statuses = {}
+    for measure in ("dice", "all_alike"):
+        fake_openai.set_responder(responder({1: [IMPROVE], 2: [second]}, []))
+        r = run_loop(tmp_path / measure, fake_openai, "--max_generation", "2", "--parent_selection", "latest",
+                     "--set", "loop.novelty_threshold=0.9", "--set", f"loop.novelty_measure={measure}",
+                     config=loop_config(tmp_path), env=env)
+        assert r.returncode == 0, r.stderr[-3000:]
+        statuses[measure] = {k: n["status"] for k, n in nodes(tmp_path / measure / "out" / "run").items()}
+    assert statuses["dice"] == {"initial": "ok", "1": "ok", "2": "ok"}
+    assert statuses["all_alike"] == {"initial": "ok", "1": "ok", "2": "duplicate"}
+
 
 def test_a_plug_in_without_a_strategys_methods_and_an_unknown_name_are_one_line_each(tmp_path, plugin_site):
     env = with_plugin({**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}, plugin_site)

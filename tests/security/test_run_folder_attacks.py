@@ -259,19 +259,21 @@ def test_a_run_json_whose_config_names_a_spec_runs_no_scorer(tmp_path):
 
 
 @pytest.mark.e2e
-@pytest.mark.attack("a handed run folder whose run.json names as its parent selection strategy, promotion rule or "
-                    "best choice a module of the strategies' package that is none (__init__), another module "
-                    "(os.path, a path out of the folder) or a plug-in this host does not have, so that resuming it "
-                    "would import that")
+@pytest.mark.attack("a handed run folder whose run.json names as its parent selection strategy, promotion rule, "
+                    "best choice or novelty measure a module of the strategies' package that is none (__init__), "
+                    "another module (os.path, a path out of the folder) or a plug-in this host does not have, so "
+                    "that resuming it would import that")
 def test_a_run_json_names_only_strategies_of_the_search_or_of_installed_plug_ins(tmp_path):
-    known = {"parent_selection": ("best", "best, islands, latest, pareto, random, score_child_prop, score_prop"),
-             "promotion": ("sica", "not_worse_than_parent, score_above, sica"),
-             "best_choice": ("paired", "heldout, highest, paired")}
-    for kind, (bundled, names) in known.items():
+    known = {"parent_selection": ("parent_selection", "best",
+                                  "best, islands, latest, pareto, random, score_child_prop, score_prop"),
+             "promotion": ("promotion", "sica", "not_worse_than_parent, score_above, sica"),
+             "best_choice": ("best_choice", "paired", "heldout, highest, paired"),
+             "novelty_measure": ("novelty", "dice", "dice")}
+    for field, (kind, bundled, names) in known.items():
         for name in ("__init__", "os.path", "../../services/install", f"search.{kind}.{bundled}", "oldest"):
-            run = handed_run(tmp_path / kind / name.replace("/", "_"), {"loop": {kind: name}})
+            run = handed_run(tmp_path / field / name.replace("/", "_"), {"loop": {field: name}})
             r, seconds = timed_cli("run_optimization", "--resume_from", str(run), "--dry_run")
-            refused(r, f"loop.{kind} must be one of {names}", seconds=seconds)
+            refused(r, f"loop.{field} must be one of {names}", seconds=seconds)
 
 
 # -- ledger.sqlite -------------------------------------------------------------------------------------
