@@ -23,8 +23,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from archive.records import Node
+from services.choices import MetaBandit
 
-RULES = ("ucb1", "thompson")
+RULES = tuple(MetaBandit)
 MIN_COST_USD = 1e-6  # a free generation (a local model) still counts as a small cost, not a division by 0
 
 
@@ -81,7 +82,7 @@ def choose(models: Sequence[str], pulls: Sequence[Pull], rule: str, rng: random.
     untried = [a.model for a in stats if a.pulls == 0]
     if untried:
         return untried[0]
-    if rule == "thompson":
+    if rule == MetaBandit.THOMPSON:
         draws = [rng.betavariate(1 + a.improved, 1 + a.pulls - a.improved) / max(a.cost_usd / a.pulls, MIN_COST_USD)
                  for a in stats]
         return stats[draws.index(max(draws))].model

@@ -14,6 +14,7 @@ from search.parent_selection import TIE_TOLERANCE, Candidate, Context, ParentSel
 from search.parent_selection import probabilities as chances
 from search.parent_selection.islands import island_members
 from search.registry import parent_selection
+from services.choices import Ties
 
 NO_CONTEXT = Context()  # generation 0, the default settings
 
@@ -71,5 +72,5 @@ def merge_partner(candidates: list[Candidate], first: str, parent_of: Mapping[st
             found.append((better, c))
     if not found:
         return None
-    newest_first = -1 if ties == "earliest" else 1
+    newest_first = -1 if ties == Ties.EARLIEST else 1
     return max(found, key=lambda t: (t[0], t[1].score, newest_first * t[1].order))[1]

@@ -12,6 +12,8 @@ from collections.abc import Callable, Iterable
 
 import pandas as pd
 
+from services.choices import LabelCase
+
 LABELS = ("incorrect", "partial", "almost", "correct")
 POINTS = {"incorrect": 0, "partial": 1, "almost": 6, "correct": 7}
 MAX_POINTS = 7
@@ -21,7 +23,7 @@ INVALID = "invalid"
 LEVEL_ORDER = ("pre-IMO", "IMO-easy", "IMO-medium", "IMO-hard")
 
 
-LABEL_CASES = ("lenient", "exact")  # harness.label_case: how a grader's proof labels are read
+LABEL_CASES = tuple(LabelCase)  # harness.label_case: how a grader's proof labels are read
 
 
 def normalize_label(x: object) -> str | None:
@@ -47,7 +49,7 @@ def label_reader(label_case: str) -> Callable[[object], str | None]:
     """How labels are read under `label_case` (one of LABEL_CASES)."""
     if label_case not in LABEL_CASES:
         raise ValueError(f"label_case is {label_case!r}, not one of {', '.join(LABEL_CASES)}")
-    return exact_label if label_case == "exact" else normalize_label
+    return exact_label if label_case == LabelCase.EXACT else normalize_label
 
 
 def grading_metrics(df: pd.DataFrame, label_col: str = "Reward", qid_col: str = "Grading ID",

@@ -21,6 +21,7 @@ from archive.bandit import Pull, arms, choose, pulls_of
 from archive.selection import Candidate, Context, merge_partner, needs_rows, probabilities, select_parent
 from archive.store import Archive, ScoreRule, mean_score
 from optimizer.events import Events, Warned
+from services.choices import MetaFailure, NoScore
 from services.config import Baseline, Config
 from services.errors import UserError
 from services.sandbox import open_sandbox
@@ -60,9 +61,9 @@ def choose_parent(loop: Begins, generation: int, upto: int | None = None) -> str
         visible = [n for n in loop.archive.ordered() if upto is None or n.generation <= upto]
         return max(visible, key=lambda n: (n.valid_parent, n.generation)).node_id
     candidates = loop.archive.candidates(loop.domains, loop.full_sizes, upto, loop.score_rule,
-                                         failed_meta_bars_parent=settings.meta_failure == "parent",
+                                         failed_meta_bars_parent=settings.meta_failure == MetaFailure.PARENT,
                                          with_rows=needs_rows(settings.parent_selection))
-    if not candidates and settings.no_score == "initial_at_zero":
+    if not candidates and settings.no_score == NoScore.INITIAL_AT_ZERO:
         # The reference's select_parent (utils/gl_utils.py): no valid node with a score, so the archive's
         # first node is the one candidate, at 0.0, whatever became of it.
         children = sum(1 for s in loop.archive.started().values() if s.parent == "initial")
@@ -127,7 +128,7 @@ def choose_partner(loop: Begins, generation: int, upto: int | None, parent: str)
     if not every or generation % every:
         return None
     candidates = loop.archive.candidates(loop.domains, loop.full_sizes, upto, loop.score_rule,
-                                         failed_meta_bars_parent=loop.config.loop.meta_failure == "parent",
+                                         failed_meta_bars_parent=loop.config.loop.meta_failure == MetaFailure.PARENT,
                                          with_rows=True)
     parent_of = {n.node_id: n.parent for n in loop.archive.ordered()}
     partner = merge_partner(candidates, parent, parent_of, loop.config.loop.ties)

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 from optimizer.feedback import TRY_ROWS
 from optimizer.heldout import graded_domains, heldout_models
 from optimizer.initial_agents import replays_demo
+from services.choices import InitialEval, StageSplits
 from services.gateway.caching import takes_marks
 from services.gateway.pricing import pricing_of
 from services.local_model import is_local
@@ -247,12 +248,12 @@ def meta_usd(model: str, gw: GatewayConfig, calls: int) -> tuple[float, float]:
 def initial_rows(config: Config, rows_of: RowsOf) -> RowsOf:
     """The rows of each split the initial node is evaluated on: all of `rows_of`'s, or under
     loop.initial_eval stage only the first screening stage's (of val too with stage_splits train_and_val)."""
-    if config.loop.initial_eval != "stage":
+    if config.loop.initial_eval != InitialEval.STAGE:
         return rows_of
 
     def staged(d: Domain, split: str) -> int:
         first = d.screening(config.loop)
-        runs = split == "train" or (config.loop.stage_splits == "train_and_val" and split == "val")
+        runs = split == "train" or (config.loop.stage_splits == StageSplits.TRAIN_AND_VAL and split == "val")
         return min(first[0].rows, rows_of(d, split)) if first and runs else rows_of(d, split) if not first else 0
 
     return staged

@@ -46,6 +46,7 @@ from domains.judge import GatewayJudge
 from optimizer.events import Events, SplitDone, SplitStarted
 from search.registry import promotion_rule
 from search.stats import Estimate, interval
+from services.choices import RowError, StageSplits
 from services.errors import UserError
 from services.fsutil import make_folder
 from services.sandbox import Sandbox, open_sandbox
@@ -175,7 +176,7 @@ class Evaluator:
         """The splits each screening stage runs on its first rows: train, whose score the stage's rule
         reads, and with `loop.stage_splits` train_and_val (the paper's) the selection split too, so a
         node that stops there is selected on val rows, as in the reference."""
-        also = self.config.loop.stage_splits == "train_and_val" and domain.selection_split != "train"
+        also = self.config.loop.stage_splits == StageSplits.TRAIN_AND_VAL and domain.selection_split != "train"
         return ["train", domain.selection_split] if also else ["train"]
 
     def evaluate_splits(self, domains: list[Domain], node: NodeSandbox, agent_hash: str,
@@ -274,7 +275,7 @@ class Evaluator:
         screening run of its first rows, has that run's report (its rows, e.g. 10; a full evaluation
         still), or none when that one raised too."""
         raised = raised_rows(self.store.folder(found.key)) if found.key else 0
-        if self.config.loop.row_error != "invalid" or not raised:
+        if self.config.loop.row_error != RowError.INVALID or not raised:
             return found
         why = f"the task agent raised on {raised} of its {found.rows} rows (loop.row_error invalid)"
         shorter = ({s.rows for s in domain.screening(self.config.loop) if s.rows < found.rows}

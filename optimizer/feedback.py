@@ -35,6 +35,7 @@ from archive.records import NODE_ID, Node
 from archive.store import META_TRANSCRIPT, UNTRUSTED
 from domains.harness.journal import JOURNAL, read_journal
 from optimizer.meta_outcome import META_LOG
+from services.choices import Feedback
 from services.errors import UserError
 from services.fsutil import (
     atomic_write_bytes,
@@ -54,7 +55,7 @@ if TYPE_CHECKING:
     from domains.base import Domain
     from services.config import Config
 
-FEEDBACK_MODES = ("train_reports", "paper")  # loop.feedback
+FEEDBACK_MODES = tuple(Feedback)  # loop.feedback
 TRY_ROWS = 5  # train rows the meta agent's try command runs the task agent on
 MAX_TRANSCRIPT = 256 * 2**10  # bytes kept of one row's transcript (its first and last halves when longer)
 MAX_ROW_TRANSCRIPTS = 16 * 2**20  # bytes of a node's row transcripts of one domain together
@@ -90,7 +91,7 @@ def publish_feedback(run_dir: Path, domains: list[Domain], store: EvalStore, nod
 
     For graded domains each row gets the grader's verdict as `grade`. Predictions are read as given
     (read_csv_text), not as marked for spreadsheets."""
-    paper = feedback_mode(config) == "paper"
+    paper = feedback_mode(config) == Feedback.PAPER
     folder = run_dir / "feedback" / node.node_id
     make_folder(folder)
     if paper:

@@ -62,6 +62,7 @@ from optimizer.meta_outcome import META_LOG, meta_log, meta_result
 from optimizer.slots import Slots, horizon, run_generation
 from optimizer.trackers import Trackers
 from search.registry import novelty_measure
+from services.choices import InitialEval
 from services.config import Baseline, Config
 from services.fsutil import atomic_write_text, make_folder
 from services.sandbox import Mount, Sandbox, SandboxClosed, open_sandbox
@@ -187,7 +188,7 @@ class Loop:
         started = time.monotonic()
         if parent is None:  # loop.initial_eval stage: the first stage's rows only, as the reference's setup_initial.sh
             node = self._evaluate_new(Node(node_id, None, generation, commit=self.repo.node_commit(node_id)),
-                                      first_stage_only=self.config.loop.initial_eval == "stage")
+                                      first_stage_only=self.config.loop.initial_eval == InitialEval.STAGE)
             return self._finished(node, started)
         parent_commit = self.repo.node_commit(parent)
         done = self.archive.meta_result(node_id)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from archive.records import MetaResult, Status
 from inside.run_meta import read_summary
+from services.choices import MetaFailure
 
 if TYPE_CHECKING:
     from services.gateway import Gateway
@@ -42,7 +43,7 @@ def meta_result(gateway: Gateway, key: str, run: RunResult, commit: str | None, 
     if malformed := malformed_calls(run.stdout, commit is not None):
         # The reference's run ends well here, with an empty diff: under `parent` the child is a plain
         # no_change (saying why), and its parent stays a parent.
-        return MetaResult(Status.OK if rule == "parent" else Status.META_FAILED, None, patch, seconds,
+        return MetaResult(Status.OK if rule == MetaFailure.PARENT else Status.META_FAILED, None, patch, seconds,
                           f"meta agent: {malformed}")
     return MetaResult(Status.OK, commit, patch, seconds)
 

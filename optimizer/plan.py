@@ -16,6 +16,7 @@ from archive.run_state import read_state, state_text
 from optimizer.initial_agents import plan_text
 from search.registry import best_choice_rule, promotion_rule
 from search.stats import bootstrap_mean
+from services.choices import StageSplits
 from services.config import Config, LoopConfig
 from services.departures import dry_run_lines
 from services.errors import UserError
@@ -67,7 +68,8 @@ def plan_lines(run_dir: Path, domains: list[Domain], config: Config, backend: st
         lines.append(f"name     {label}")
     for d in domains:
         full = [f"{s} {split_rows(d, s, config.loop.eval_samples)}" for s in d.full_splits()]
-        rows_of = "train + val" if config.loop.stage_splits == "train_and_val" and "val" in d.splits else "train"
+        both = config.loop.stage_splits == StageSplits.TRAIN_AND_VAL and "val" in d.splits
+        rows_of = "train + val" if both else "train"
         staged = "".join(f"staged {s.rows} {rows_of} rows (on if {promotion_text(d, s, config.loop)}), then "
                          for s in d.screening(config.loop))
         lines.append(f"domain   {d.name}: {staged}{' + '.join(full)} (score: {d.score_key})")

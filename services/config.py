@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
+from services import choices
 from services.config_values import (
     DOCKER_IMAGE,
     LIMIT_RULES,
@@ -290,7 +291,7 @@ def _loop_rules() -> dict:
         "loop.parent_selection": one_of(*strategy_names("parent_selection")),  # search/parent_selection/, plug-ins
         "loop.islands": (lambda v: 1 <= v <= 64, "from 1 to 64"),
         "loop.migrate_every": count(10**6),
-        "loop.meta_bandit": one_of("ucb1", "thompson"),
+        "loop.meta_bandit": one_of(*choices.MetaBandit),
         "loop.merge_every": between(0, 10**6),
         "models.meta": META_MODELS,
         "models.heldout_grader": (lambda v: is_model(v) and v != "auto", "a model (not auto)"),
@@ -308,17 +309,17 @@ def _loop_rules() -> dict:
         "loop.pictures_every_s": between(0, 86400),
         "loop.best_choice": one_of(*strategy_names("best_choice")),  # search/best_choice/, plug-ins
         "loop.best_level": (lambda v: 0 < v < 1, "a number between 0 and 1"),
-        "loop.stage_splits": one_of("train", "train_and_val"),
-        "loop.staged_score": one_of("train", "selection"),
-        "loop.ties": one_of("latest", "earliest"),
+        "loop.stage_splits": one_of(*choices.StageSplits),
+        "loop.staged_score": one_of(*choices.StagedScore),
+        "loop.ties": one_of(*choices.Ties),
         "loop.tie_tolerance": between(0, 0.01),
-        "loop.meta_failure": one_of("child", "parent"),
-        "loop.row_error": one_of("wrong", "invalid"),
-        "loop.initial_eval": one_of("full", "stage"),
-        "loop.no_score": one_of("stop", "initial_at_zero"),
+        "loop.meta_failure": one_of(*choices.MetaFailure),
+        "loop.row_error": one_of(*choices.RowError),
+        "loop.initial_eval": one_of(*choices.InitialEval),
+        "loop.no_score": one_of(*choices.NoScore),
         "loop.initial_meta_agent": one_of("default", "paper"),  # optimizer.initial_agents.META_AGENTS
-        "loop.feedback": one_of("train_reports", "paper"),  # optimizer.feedback.FEEDBACK_MODES
-        "harness.label_case": one_of("lenient", "exact"),  # domains.metrics.LABEL_CASES
+        "loop.feedback": one_of(*choices.Feedback),
+        "harness.label_case": one_of(*choices.LabelCase),
         "loop.domains": (lambda v: all(isinstance(d, str) and d.strip() for d in v), "names of domains or spec files"),
         "loop.initial_agent": (lambda v: bool(v.strip()), "an initial agent's name or an agent folder's path"),
         "loop.run_baseline": one_of(*BASELINES),

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Protocol, TypeVar, runtime_checkable
 from search.parent_selection import TIE_TOLERANCE
 from search.promotion import TESTS, RowScores, Verdict, shared
 from search.stats import paired_p
+from services.choices import Ties
 from services.strategy_names import strategy_names
 
 if TYPE_CHECKING:
@@ -43,7 +44,7 @@ class BestChoice:
         choice = cls(get("best_choice", "highest"), get("best_level", 0.05), get("promotion_test", "exact"),
                      get("ties", "latest"), get("tie_tolerance", TIE_TOLERANCE))
         rules = strategy_names("best_choice")
-        if choice.rule not in rules or choice.test not in TESTS or choice.ties not in ("latest", "earliest") \
+        if choice.rule not in rules or choice.test not in TESTS or choice.ties not in tuple(Ties) \
                 or not (isinstance(choice.level, (int, float)) and 0.0 < choice.level < 1.0) \
                 or not (type(choice.tolerance) in (int, float) and 0.0 <= choice.tolerance < 1.0):
             raise ValueError(f"best choice must be one of {', '.join(rules)} with a level between 0 and 1, "

@@ -19,6 +19,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar, runtime_checkable
 
+from services.choices import Ties
+
 # Scores closer than this are one score, by default (loop.tie_tolerance). A selection score is a share of
 # rows, scaled by a stage's share and averaged over domains, and one value reached by two orders of
 # arithmetic differs in its last bits (0.7 x (10/100) is 0.06999999999999999, 7/100 is 0.07): about 1e-16
@@ -101,7 +103,7 @@ def highest(items: list[_T], score: Callable[[_T], float], order: Callable[[_T],
     keeps the first of exactly equal floats: tolerance 0 is its comparison)."""
     top = max(score(i) for i in items)
     equal = [i for i in items if score(i) >= top - tolerance]
-    return (min if ties == "earliest" else max)(equal, key=order)
+    return (min if ties == Ties.EARLIEST else max)(equal, key=order)
 
 
 def best_of(candidates: list[Candidate], context: Context) -> Candidate:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 
 from search.parent_selection import Candidate, Context, Weighted, child_weights
+from services.choices import Ties
 
 
 class Pareto(Weighted):
@@ -24,7 +25,7 @@ class Pareto(Weighted):
         fronts = [{i for i, c in enumerate(candidates) if c.rows.get(row, -math.inf) >= top - 1e-9}
                   for row, top in best.items()]
         kept = set().union(*fronts)
-        preferred_last = -1 if context.ties == "earliest" else 1  # of equal means, the preferred is dropped last
+        preferred_last = -1 if context.ties == Ties.EARLIEST else 1  # of equal means, the preferred is dropped last
         for i in sorted(kept, key=lambda i: (candidates[i].score, preferred_last * candidates[i].order)):
             if all(len(front & kept) > 1 for front in fronts if i in front):
                 kept.discard(i)  # every row it leads on is led by another kept candidate too
