@@ -9,10 +9,10 @@
 
 Each call goes through what the command line does (`optimizer.launch` for `run`, the harness for
 `evaluate`): the same config validation, run folder, lock and resume. Where a command would print
-one line and exit 2, a call raises `services.errors.UserError` with that line; a provider's outage
-raises `ProviderDown` (a BaseException, as Ctrl-C's KeyboardInterrupt is) and a failure of this
-machine (a full disk, the Docker engine gone) `MachineDown`, a ProviderDown too, after which the same
-call with `resume_from` goes on. The `str()` of both is the line as the command shows it: what it
+one line and exit 2, a call raises `UserError` with that line; a provider's outage raises `ProviderDown`
+and a failure of this machine (a full disk, the Docker engine gone) `MachineDown`, a ProviderDown too,
+after which the same call with `resume_from` goes on. Each is an `Error`, an Exception (Ctrl-C stays
+KeyboardInterrupt). The `str()` of each is the line as the command shows it: what it
 quotes from a folder or an agent has every control, bidi and newline character written visibly, so
 printing it (or a traceback of it) in a terminal or a notebook acts on nothing. Results are frozen
 dataclasses read back from the run's own records (archive.store, archive.records, search.stats, the
@@ -35,9 +35,9 @@ from typing import cast
 
 from archive.experiments import EVALUATIONS, Evaluations, read_evaluations
 from archive.promotion import row_scores
-from archive.records import DomainEval, Node
-from archive.run_folder import ledger_of, read_run_record
+from archive.run_folder import read_run_record
 from archive.run_state import read_state
+from archive.run_views import EvalResult, NodeView, RunView, Score, Spend, node_view, run_spend
 from archive.store import Archive, observed_best, observed_sizes
 from domains.base import Domain
 from domains.registry import register
@@ -46,98 +46,15 @@ from domains.spec_scoring import SpecScorer
 from optimizer.launch import RunRequest, launch
 from optimizer.transfer import split_spec
 from search.stats import interval
-from services.errors import MachineDown, ProviderDown, UserError
+from services.errors import Error, UserError, api_errors
+from services.errors import MachineDownError as MachineDown
+from services.errors import ProviderDownError as ProviderDown
 from services.fsutil import make_folder, release_folder, write_below
 
-__all__ = ["EvalResult", "MachineDown", "NodeView", "ProviderDown", "RunView", "Score", "Spend", "Task", "UserError",
-           "evaluate", "load_run", "run"]
+__all__ = ["Error", "EvalResult", "MachineDown", "NodeView", "ProviderDown", "RunView", "Score", "Spend", "Task",
+           "UserError", "evaluate", "load_run", "run"]
 TASK_DATA = "task_data"  # RUN/task_data/<split>.jsonl: a Task's examples as its run keeps them
 ROW_ID = "row_id"  # the column of a Task's row ids, made here ("train-0", ...): examples need none
-
-
-@dataclass(frozen=True)
-class Score:
-    """One evaluation of one split: the domain's score (its score key), the rows it is over, its 95% interval."""
-
-    value: float | None  # None: evaluated, but nothing could be scored
-    rows: int | None  # rows scored (None when the record does not say)
-    interval: tuple[float, float] | None  # 95%: Wilson for right/wrong rows, bootstrap for partial credit
-
-    @classmethod
-    def of(cls, found: DomainEval) -> Score:
-        return cls(found.score, found.rows, found.interval)
-
-
-@dataclass(frozen=True)
-class Spend:
-    """Money and tokens of a role's model calls (meta, try, task, grader, judge)."""
-
-    cost_usd: float
-    tokens: int
-
-
-@dataclass(frozen=True)
-class NodeView:
-    """One agent version of a run, as its node.json records it."""
-
-    id: str  # "initial", or the generation's number
-    parent: str | None
-    generation: int
-    status: str  # ok, no_change, duplicate, meta_failed, load_failed, eval_failed, budget_stopped, lost
-    scores: dict[str, dict[str, Score]]  # domain -> split -> score
-    full_eval: dict[str, bool]  # domain -> whether it passed screening and was evaluated in full
-    spend: dict[str, Spend]  # role -> what the node's calls cost
-    error: str | None
-
-
-@dataclass(frozen=True)
-class RunView:
-    """A run folder read as data, finished or still running."""
-
-    path: Path
-    name: str  # --name / run(name=...); "" when unnamed
-    tags: tuple[str, ...]
-    domains: tuple[str, ...]
-    state: str  # new, running, finished, stopped or interrupted (archive/run_state.py)
-    nodes: dict[str, NodeView]  # by id, in generation order
-    best: NodeView | None  # the run's best by its own loop.best_choice; None before a node is scored
-    spend: dict[str, Spend]  # role -> the whole run's calls (the ledger's; the nodes' records without one)
-    cost_usd: float
-    tokens: int
-    config: dict  # the run's configuration, as run.json keeps it
-
-
-@dataclass(frozen=True)
-class EvalResult:
-    """An agent's evaluation on one split of one domain."""
-
-    domain: str
-    split: str
-    score: Score
-    folder: Path  # where its predictions are: a harness folder, or the run whose node was evaluated
-
-
-def _node_view(node: Node) -> NodeView:
-    scores: dict[str, dict[str, Score]] = {}
-    for domain, split, found in node.evaluations():
-        scores.setdefault(domain, {})[split] = Score.of(found)
-    spend = {role: Spend(usd, node.tokens.get(role, 0)) for role, usd in node.cost_usd.items()}
-    return NodeView(node.node_id, node.parent, node.generation, str(node.status), scores, dict(node.full_eval),
-                    spend, node.error)
-
-
-def _run_spend(run_dir: Path, nodes: list[Node]) -> dict[str, Spend]:
-    spend: dict[str, Spend] = {}
-    for row in ledger_of(run_dir).spend():
-        old = spend.get(row["role"], Spend(0.0, 0))
-        spend[row["role"]] = Spend(old.cost_usd + row["cost_usd"],
-                                   old.tokens + row["prompt_tokens"] + row["completion_tokens"])
-    if not spend:  # a run copied without its ledger: what its nodes recorded
-        for node in nodes:
-            for role, usd in node.cost_usd.items():
-                old = spend.get(role, Spend(0.0, 0))
-                spend[role] = Spend(old.cost_usd + usd, old.tokens + node.tokens.get(role, 0))
-    return spend
 
 
 def load_run(path: str | Path) -> RunView:
@@ -150,9 +67,9 @@ def load_run(path: str | Path) -> RunView:
         best = observed_best(nodes, observed_sizes(record.domains, nodes), run_dir, record.config.get("loop"))
     except ValueError as e:
         raise UserError(f"{run_dir / 'run.json'}: {e}") from None
-    spend = _run_spend(run_dir, nodes)
+    spend = run_spend(run_dir, nodes)
     return RunView(run_dir, record.name, tuple(record.tags), tuple(record.domains), str(read_state(run_dir)[0]),
-                   {n.node_id: _node_view(n) for n in nodes}, best and _node_view(best), spend,
+                   {n.node_id: node_view(n) for n in nodes}, best and node_view(best), spend,
                    sum(s.cost_usd for s in spend.values()), sum(s.tokens for s in spend.values()), record.config)
 
 
@@ -274,6 +191,7 @@ def _settings(settings: Mapping[str, object] | Sequence[str] | None) -> tuple:
     return tuple(settings.items()) if isinstance(settings, Mapping) else tuple(settings)
 
 
+@api_errors
 def run(domain: str | Sequence[str] | None = None, config: str | Path | Mapping | None = None,
         output_dir: str | Path = "./outputs", *, domain_spec: str | Path | Sequence[str | Path] | None = None,
         preset: str | None = None, settings: Mapping[str, object] | Sequence[str] | None = None,
@@ -321,6 +239,7 @@ def _node_of(agent: str) -> tuple[Path, str] | None:
     return (Path(folder), node_id) if node_id is not None and (Path(folder) / "run.json").is_file() else None
 
 
+@api_errors
 def evaluate(agent: str | Path, domain: str | None = None, split: str = "val", *, run_dir: str | Path | None = None,
              config: str | None = None, settings: Mapping[str, object] | Sequence[str] | None = None,
              output_dir: str | Path = "./outputs", run_id: str | None = None, num_samples: int = -1,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import atexit
 import errno
+import functools
 import os
 import signal
 import sqlite3
@@ -13,12 +14,18 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
-from typing import NoReturn, TypeVar
+from typing import NoReturn, ParamSpec, TypeVar
 
 from services.render import console
 
 
-class UserError(Exception):
+class Error(Exception):
+    """What every exception the Python API (hyperagents) raises derives from: UserError (the user's input),
+    ProviderDownError (a provider's outage) and MachineDownError (this machine's failure). An Exception, so
+    a caller's `except Exception` sees each; Ctrl-C stays KeyboardInterrupt."""
+
+
+class UserError(Error):
     """A problem with the user's input or environment, not a bug: printed as one line, exit 2.
 
     Its text often quotes what it found (a folder's record, an agent's error, a file name), so `str()`
@@ -218,3 +225,39 @@ def end_process(code: int) -> NoReturn:
         except (OSError, ValueError):  # closed, or a reader that went away
             pass
     os._exit(code)
+
+
+class ProviderDownError(Error):
+    """A ProviderDown as the Python API raises it (`api_errors`): the same `reason`, `folder` and `line()`, the
+    ProviderDown itself its __cause__; the same call with `resume_from` goes on."""
+
+    def __init__(self, down: ProviderDown) -> None:
+        super().__init__(down.line())
+        self.reason, self.folder, self._line = down.reason, down.folder, down.line()
+
+    def line(self) -> str:
+        return self._line
+
+
+class MachineDownError(ProviderDownError):
+    """A MachineDown as the Python API raises it (`api_errors`)."""
+
+
+_P = ParamSpec("_P")
+
+
+def api_errors(call: Callable[_P, _T]) -> Callable[_P, _T]:
+    """`call` as the Python API offers it: a ProviderDown (a BaseException inside the core, so that no handler
+    of an agent's failure records an outage as the agent's) leaves it as a ProviderDownError, a MachineDown
+    as a MachineDownError, both Exceptions of `Error`."""
+
+    @functools.wraps(call)
+    def wrapped(*args: _P.args, **kwargs: _P.kwargs) -> _T:
+        try:
+            return call(*args, **kwargs)
+        except MachineDown as e:
+            raise MachineDownError(e) from e
+        except ProviderDown as e:
+            raise ProviderDownError(e) from e
+
+    return wrapped

@@ -161,3 +161,41 @@ def test_the_package_exposes_the_api_module():
     r = subprocess.run([sys.executable, "-c", "import hyperagents; print(hyperagents.__all__)"], cwd="/",
                        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)}, capture_output=True, text=True)
     assert "'run'" in r.stdout and "'load_run'" in r.stdout and "'evaluate'" in r.stdout
+
+
+def test_every_error_the_api_raises_is_an_exception_of_one_base():
+    import hyperagents
+    from services.errors import MachineDown, ProviderDown, api_errors
+
+    @api_errors
+    def fails(down):
+        raise down
+
+    for down, kind in ((ProviderDown("openai/x: 503 three times", tmp := "RUN"), hyperagents.ProviderDown),
+                       (MachineDown("the disk under RUN is full", tmp), hyperagents.MachineDown)):
+        with pytest.raises(kind) as raised:
+            fails(down)
+        assert isinstance(raised.value, Exception) and isinstance(raised.value, hyperagents.Error)
+        assert raised.value.__cause__ is down and raised.value.line() == down.line() == str(raised.value)
+        assert raised.value.reason == down.reason and raised.value.folder == tmp
+    assert not issubclass(hyperagents.ProviderDown, hyperagents.MachineDown)
+    assert issubclass(hyperagents.UserError, hyperagents.Error) and issubclass(hyperagents.Error, Exception)
+
+
+@pytest.mark.e2e
+def test_a_providers_outage_reaches_the_caller_as_an_exception(tmp_path, fake_openai, monkeypatch):
+    import hyperagents
+
+    monkeypatch.setenv("OPENAI_API_BASE", fake_openai.base_url)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-provider-secret-0123456789")
+    fake_openai.responder = lambda request: '<json>{"response": "incorrect"}</json>'
+    fake_openai.add_faults(["503"] * 200)
+    settings = {"sandbox.backend": "bwrap", "gateway.breaker_failures": 2, "gateway.max_retries": 0,
+                "gateway.backoff_base_s": 0.01, "gateway.backoff_max_s": 0.02}
+    try:
+        hyperagents.evaluate("task_agent", "imo_grading", "_filtered_100_val", output_dir=tmp_path, run_id="e",
+                             num_samples=4, model="openai/fake", settings=settings, num_workers=1)
+    except Exception as e:  # what a caller's `except Exception` sees
+        assert isinstance(e, hyperagents.ProviderDown) and "openai/fake" in str(e), repr(e)
+    else:
+        raise AssertionError("the outage did not reach the caller")
