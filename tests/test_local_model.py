@@ -21,6 +21,7 @@ from services.errors import ModelServerExited, UserError
 from services.local_model import INSTALL, LocalServer, exit_line, fit_messages
 from services.providers import LOCAL_DEFAULT, check_credentials, choose_models
 from support.cli import FAST_CONFIG, REPO_ROOT, cli_env, run_cli
+from support.waiting import process_gone
 
 LABELS = ["incorrect", "partial", "almost", "correct"]
 
@@ -185,15 +186,9 @@ def test_the_model_server_ends_when_the_run_is_killed():
     os.kill(server_pid, 0)  # it is serving
     run.send_signal(signal.SIGKILL)
     run.wait()
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline:
-        try:
-            os.kill(server_pid, 0)
-        except ProcessLookupError:
-            return
-        time.sleep(0.2)
-    os.kill(server_pid, signal.SIGKILL)
-    pytest.fail("the model server outlived the killed run")
+    if not process_gone(server_pid, 15):
+        os.kill(server_pid, signal.SIGKILL)
+        pytest.fail("the model server outlived the killed run")
 
 
 # -- a server that dies ---------------------------------------------------------------------------

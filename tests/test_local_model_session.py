@@ -6,12 +6,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
 from services.providers import LOCAL_DEFAULT
 from support.cli import REPO_ROOT
+from support.waiting import process_gone
 
 SCRIPT = f"""
 import sys, time
@@ -42,12 +42,6 @@ def test_ctrl_c_reaches_the_run_and_not_its_model_server():
         if run.poll() is None:
             os.killpg(run.pid, signal.SIGKILL)
     assert out.strip() == "None"  # it did not die of the signal: the run stopped it
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline:
-        try:
-            os.kill(server, 0)
-        except ProcessLookupError:
-            return
-        time.sleep(0.2)
-    os.kill(server, signal.SIGKILL)
-    pytest.fail("the model server outlived the run that stopped it")
+    if not process_gone(server, 15):
+        os.kill(server, signal.SIGKILL)
+        pytest.fail("the model server outlived the run that stopped it")

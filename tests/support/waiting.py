@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from typing import TypeVar
@@ -20,3 +21,16 @@ def wait_for(condition: Callable[[], T], timeout: float, what: str) -> T:
         if time.monotonic() >= deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.05)
+
+
+def process_gone(pid: int, timeout: float) -> bool:
+    """Whether process `pid` is gone within `timeout` seconds (checked every 0.2 s); a process still there is
+    left as it is: the caller kills it and says what outlived what."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.2)
+    return False
