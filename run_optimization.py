@@ -272,8 +272,9 @@ def check_group_argv(parser: argparse.ArgumentParser, args: argparse.Namespace, 
     if names_a_folder(agent) and agent != given_config.loop.initial_agent:
         raise UserError(f"{group_dir / GROUP} asks for --initial_agent {shlex.quote(agent)} (a folder of this host, "
                         f"copied into every replicate); pass --initial_agent {shlex.quote(agent)} to accept it")
-    mine = {os.path.realpath(p) for p in [*(args.domain_spec or ()), *config_domains(given_config.loop.domains)[1]]}
-    for spec in [*(theirs.domain_spec or ()), *config_domains(wanted.loop.domains)[1]]:
+    mine = {os.path.realpath(p) for p in [*(args.domain_spec or ()), *config_domains(given_config.loop.domains,
+                                                                                   False)[1]]}
+    for spec in [*(theirs.domain_spec or ()), *config_domains(wanted.loop.domains, False)[1]]:
         if os.path.realpath(spec) not in mine:
             raise UserError(f"{group_dir / GROUP} asks for --domain_spec {shlex.quote(spec)} (a scorer of that "
                             f"spec's folder, run on this host); pass --domain_spec {shlex.quote(spec)} to accept it")

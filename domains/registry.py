@@ -26,7 +26,7 @@ from pathlib import Path
 from domains import answer_domains
 from domains.base import Domain
 from domains.imo import domains as imo_domains
-from domains.spec import DomainSpec, differs, read_spec, record_spec, run_specs
+from domains.spec import DomainSpec, differs, read_spec, record_spec, run_specs, scorer_code
 from services.errors import UserError
 
 ENTRY_POINTS = "hyperagents_imo.domains"
@@ -168,11 +168,19 @@ def use_domain_specs(paths: list[str] | None, run_dir: str | Path | None = None)
     return [register(spec, replace=True).name for spec in specs]
 
 
-def config_domains(entries: Iterable[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """loop.domains as (domain names, spec files): an entry ending .yaml or .yml is a spec's path (a relative one
-    is the current folder's: a config file's own are made absolute as it is read, services/config.py)."""
+def config_domains(entries: Iterable[str], check_code: bool = True) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """loop.domains as (domain names, spec files), each once: an entry ending .yaml or .yml is a spec's path (a
+    relative one is the current folder's: a config file's own are made absolute as it is read, services/config.py).
+    A config may come from someone else: a spec whose scorer is code of its folder (module:function, run on this
+    host) is refused in one line unless the command names it itself (--domain_spec, which then names the run's
+    domains instead of the config; a group's check asks without `check_code`, and accepts in its own words)."""
     from services.config import SPEC_SUFFIXES
+    from services.user_files import expand_user
 
-    names = tuple(e for e in entries if not e.endswith(SPEC_SUFFIXES))
-    specs = tuple(str(Path(e).expanduser().absolute()) for e in entries if e.endswith(SPEC_SUFFIXES))
+    names = tuple(dict.fromkeys(e for e in entries if not e.endswith(SPEC_SUFFIXES)))
+    specs = tuple(dict.fromkeys(str(expand_user(e).absolute()) for e in entries if e.endswith(SPEC_SUFFIXES)))
+    for spec in specs if check_code else ():
+        if (code := scorer_code(spec)) is not None:
+            raise UserError(f"loop.domains names the spec {spec}, whose scorer {code} is code of its folder that would "
+                            f"run on this host; to accept it, name it on the command line: --domain_spec {spec}")
     return names, specs

@@ -103,6 +103,17 @@ class DomainSpec:
         return load_table(path, [self.id, *self.inputs.values(), *([self.label] if self.label else [])])
 
 
+def scorer_code(path: str | Path) -> str | None:
+    """The `module:function` a spec file's scorer names, read as data with nothing imported; None for a built-in
+    scorer, or for a file that is no readable spec (`read_spec` then says what is wrong)."""
+    try:
+        raw = read_yaml(Path(path), "domain spec")
+    except UserError:
+        return None
+    scorer = raw.get("scorer") if isinstance(raw, dict) else None
+    return scorer if isinstance(scorer, str) and scorer not in BUILT_IN else None
+
+
 def read_spec(path: str | Path) -> DomainSpec:
     """The spec at `path`, checked against its data files; a UserError in one line naming the key."""
     path = Path(path).resolve()

@@ -95,10 +95,13 @@ def run_group(group_dir: Path, group: dict, at_once: int, resuming: Sequence[str
 
 
 def _replicate(name: str, argv: list[str]) -> int:
-    """One replicate's process; its lines printed with its name in front, its progress bars off."""
-    proc = subprocess.Popen([sys.executable, "-m", "run_optimization", *argv], cwd=PROJECT_ROOT,
-                            env={**os.environ, "TQDM_DISABLE": "1"}, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, errors="replace")
+    """One replicate's process, in this command's folder, so that a relative path of the command line (--config,
+    --set loop.domains=[...]) is the file this command checked; its lines printed with its name in front, its
+    progress bars off."""
+    path = os.pathsep.join([str(PROJECT_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
+    proc = subprocess.Popen([sys.executable, "-m", "run_optimization", *argv], cwd=os.getcwd(),
+                            env={**os.environ, "TQDM_DISABLE": "1", "PYTHONPATH": path}, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace")
     for line in proc.stdout or ():
         print(f"[{name}] {line.rstrip()}", flush=True)
     return proc.wait()

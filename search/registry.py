@@ -8,7 +8,6 @@ from __future__ import annotations
 import importlib
 from collections.abc import Iterable
 from functools import cache
-from importlib.metadata import entry_points
 from typing import TYPE_CHECKING
 
 from search.best_choice import BestChoiceRule
@@ -16,7 +15,7 @@ from search.novelty import NoveltyMeasure
 from search.parent_selection import ParentSelection
 from search.promotion import PromotionRule
 from services.errors import UserError
-from services.strategy_names import bundled_names, group, strategy_names
+from services.strategy_names import bundled_names, group, plugin_points, strategy_names
 
 if TYPE_CHECKING:
     from services.config import LoopConfig
@@ -37,7 +36,7 @@ def strategy(kind: str, name: str) -> object:
     protocol, attributes = PROTOCOLS[kind]
     if name in bundled_names(kind):
         return importlib.import_module(f"search.{kind}.{name}").STRATEGY
-    points = [p for p in entry_points(group=group(kind)) if p.name == name]
+    points = [p for p in plugin_points(kind) if p.name == name]
     if not points:
         raise UserError(f"{kind.replace('_', ' ')} {name!r} is no strategy of this project or of an installed "
                         f"plug-in (known: {', '.join(strategy_names(kind))})")
@@ -45,9 +44,10 @@ def strategy(kind: str, name: str) -> object:
     try:
         value = points[0].load()
         value = value() if isinstance(value, type) else value
-    except Exception as e:  # a plug-in is someone's code: anything may go wrong in it
+        conforms = isinstance(value, protocol)  # reads its attributes: a property of its own may raise
+    except (Exception, SystemExit) as e:  # a plug-in is someone's code: anything may go wrong in it
         raise UserError(f"{where} does not load: {type(e).__name__}: {str(e)[:200]}") from None
-    if not isinstance(value, protocol):
+    if not conforms:
         raise UserError(f"{where} gave {type(value).__name__}, which lacks what a {kind.replace('_', ' ')} "
                         f"strategy has ({attributes})")
     return value

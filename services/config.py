@@ -35,7 +35,7 @@ from services.config_values import (
 from services.errors import UserError
 from services.plain_data import conforms, describe, show
 from services.strategy_names import strategy_names
-from services.user_files import read_yaml
+from services.user_files import expand_user, read_yaml
 
 if typing.TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -320,7 +320,8 @@ def _loop_rules() -> dict:
         "loop.initial_meta_agent": one_of("default", "paper"),  # optimizer.initial_agents.META_AGENTS
         "loop.feedback": one_of(*choices.Feedback),
         "harness.label_case": one_of(*choices.LabelCase),
-        "loop.domains": (lambda v: all(isinstance(d, str) and d.strip() for d in v), "names of domains or spec files"),
+        "loop.domains": (lambda v: len(v) <= 64 and all(isinstance(d, str) and d.strip() for d in v),
+                         "at most 64 names of domains or spec files"),
         "loop.initial_agent": (lambda v: bool(v.strip()), "an initial agent's name or an agent folder's path"),
         "loop.run_baseline": one_of(*BASELINES),
         "loop.meta_timeout_s": above_up_to(0, 10**6),
@@ -383,10 +384,10 @@ def _apply_file(config: Config, path: Path) -> None:
     """Merge one YAML file into `config` and validate it at once, so an error names the file it came from.
     A relative spec file in its loop.domains is in the file's folder."""
     data = read_yaml(path)
-    loop = data.get("loop")
+    loop = data.get("loop") if isinstance(data, dict) else None  # another shape: apply_mapping says what is wrong
     if isinstance(loop, dict) and isinstance(loop.get("domains"), list):
         loop["domains"] = [str(Path(path).absolute().parent / d) if isinstance(d, str) and d.endswith(SPEC_SUFFIXES)
-                           and not Path(d).expanduser().is_absolute() else d for d in loop["domains"]]
+                           and not expand_user(d).is_absolute() else d for d in loop["domains"]]
     apply_mapping(config, data, f"config {path}")
 
 

@@ -8,11 +8,10 @@ import argparse
 import math
 import re
 from collections.abc import Callable, Iterable
-from pathlib import Path
 
 from services.config import Config, apply_mapping
 from services.errors import UserError
-from services.user_files import MAX_VALUE_CHARS, yaml_value
+from services.user_files import MAX_VALUE_CHARS, expand_user, yaml_value
 
 MAX_DIGITS = 100  # no setting needs a number this long; past 4,300 digits Python will not even read one
 LONG_NUMBER = re.compile(rf"[0-9_]{{{MAX_DIGITS + 1}}}")
@@ -53,7 +52,7 @@ def parse_data_flags(values: list[str] | None) -> dict[str, str]:
         domain, sep, path = value.partition("=")
         if not sep or not domain or not path:
             raise UserError(f"--data {value}: expected DOMAIN=PATH, e.g. --data amo_bench=AMO-Bench.jsonl")
-        files[domain] = str(Path(path).expanduser().resolve())
+        files[domain] = str(expand_user(path).resolve())
     return files
 
 

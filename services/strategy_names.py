@@ -6,7 +6,8 @@ the config's validation and the command line's choices read them here, below the
 from __future__ import annotations
 
 import pkgutil
-from importlib.metadata import entry_points
+import re
+from importlib.metadata import EntryPoint, distributions
 from pathlib import Path
 
 SEARCH = Path(__file__).resolve().parent.parent / "search"  # the project's search/ folder
@@ -25,9 +26,26 @@ def bundled_names(kind: str) -> list[str]:
                   if not m.name.startswith("_"))
 
 
+NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")  # a plug-in's name as a strategy (others are not listed)
+
+
+def plugin_points(kind: str) -> list[EntryPoint]:
+    """The entry points installed plug-ins name for `kind`, without loading them: only names shaped like a
+    strategy's (NAME), so a name is safe to print and to type; a package whose entry_points.txt does not parse
+    adds none (its problem, not this command's)."""
+    found = []
+    for dist in distributions():  # in the order of sys.path: the first of one name is the one imported
+        try:
+            points = dist.entry_points.select(group=group(kind))
+        except Exception:  # each installed package's metadata is its writer's: one that does not parse is left out
+            continue
+        found += [p for p in points if NAME.fullmatch(p.name)]
+    return found
+
+
 def plugin_names(kind: str) -> list[str]:
     """The strategies installed plug-ins name, without loading them."""
-    return sorted({point.name for point in entry_points(group=group(kind))})
+    return sorted({point.name for point in plugin_points(kind)})
 
 
 def strategy_names(kind: str) -> tuple[str, ...]:

@@ -25,6 +25,15 @@ MAX_VALUE_CHARS = 10_000  # one value on a command line: a model name, a number,
 MAX_DEPTH = 24  # a config nests 5 levels (loop.stages.DOMAIN.[stage].[value]); records a few more
 
 
+def expand_user(path: str | Path) -> Path:
+    """`path` with a leading ~ or ~user made that user's home; as it is when there is no such user or home (the
+    path then names no file, which its reader says in one line)."""
+    try:
+        return Path(path).expanduser()
+    except RuntimeError:  # "Could not determine home directory"
+        return Path(path)
+
+
 def decode_utf8(data: bytes) -> str:
     """`data` as text; ValueError naming the first byte that is not UTF-8 and where it is."""
     try:

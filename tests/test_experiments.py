@@ -190,10 +190,11 @@ def test_not_worse_than_parent_stops_a_child_the_paper_s_rule_promotes(tmp_path,
 
 def test_replicates_run_into_one_folder_and_resume_together(tmp_path, fake_openai):
     fake_openai.set_responder(responder({}, []))
+    config = os.path.relpath(loop_config(tmp_path), tmp_path)  # relative: each replicate reads it where this did
     r = run_cli("run_optimization", "--domain", "imo_grading", "--output_dir", str(tmp_path / "out"),
                 "--run_id", "group", "--task_model", "openai/fake", "--meta_model", "openai/fake-meta",
-                "--config", loop_config(tmp_path), "--max_generation", "0", "--replicates", "2", "--seed", "5",
-                "--sandbox", "none", env=cli_env(fake_openai), timeout=600)
+                "--config", config, "--max_generation", "0", "--replicates", "2", "--seed", "5",
+                "--sandbox", "none", env=cli_env(fake_openai), cwd=tmp_path, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:] + r.stdout[-3000:]
     group_dir = tmp_path / "out" / "group"
     group = json.loads((group_dir / "group.json").read_text())
@@ -215,13 +216,14 @@ def test_replicates_run_into_one_folder_and_resume_together(tmp_path, fake_opena
     # flags the Ctrl-C line adds), and every replicate, started or not, runs with them.
     from run_optimization import build_parser, group_accepting_flags
 
-    r = run_cli("run_optimization", "--resume_from", str(group_dir), env=cli_env(fake_openai), timeout=600)
+    r = run_cli("run_optimization", "--resume_from", str(group_dir), env=cli_env(fake_openai), cwd=tmp_path,
+                timeout=600)
     assert r.returncode == 2 and "pass the same --config to accept it" in r.stderr, r.stderr[-3000:]
     assert fake_openai.count == calls and not (group_dir / "seed-6").exists()
     again = group_accepting_flags(build_parser(), group["argv"])
-    assert again == ["--config", loop_config(tmp_path), "--sandbox", "none"]
+    assert again == ["--config", config, "--sandbox", "none"]
     r = run_cli("run_optimization", "--resume_from", str(group_dir), *again, env=cli_env(fake_openai),
-                timeout=600)
+                cwd=tmp_path, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:] + r.stdout[-3000:]
     assert (group_dir / "seed-6" / "nodes" / "initial" / "node.json").exists()
     assert "[seed-5] " in r.stdout and "asks for" not in r.stdout  # the started replicate resumed with the flag

@@ -177,7 +177,7 @@ def recorded(args: argparse.Namespace) -> None:
     except (OSError, ValueError) as e:
         raise UserError(f"{where}: its run.json is unreadable ({str(e)[:200]}): pass --domain NAME or "
                         "--domain_spec FILE") from None
-    if not isinstance(record, dict) or not isinstance(record.get("domain"), str):
+    if not isinstance(record, dict) or not isinstance(record.get("domain"), str) or not record["domain"].strip():
         raise UserError(f"{where}: its run.json names no domain: pass --domain NAME or --domain_spec FILE")
     args.domain = record["domain"]
     if args.subset is None and isinstance(record.get("subset"), str):

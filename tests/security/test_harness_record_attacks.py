@@ -23,7 +23,8 @@ def test_a_hostile_run_json_is_refused_in_one_line(tmp_path):
     cases = {"link": lambda p: p.symlink_to(secret), "fifo": lambda p: os.mkfifo(p),
              "big": lambda p: p.write_text(json.dumps({"domain": "imo_grading", "pad": "x" * MAX_RUN_RECORD})),
              "deep": lambda p: p.write_text("[" * 100_000), "not json": lambda p: p.write_bytes(b"\xff{"),
-             "no domain": lambda p: p.write_text(json.dumps({"domain": ["imo_grading"]}))}
+             "no domain": lambda p: p.write_text(json.dumps({"domain": ["imo_grading"]})),
+             "empty domain": lambda p: p.write_text(json.dumps({"domain": " "}))}
     for name, make in cases.items():
         folder = tmp_path / name
         folder.mkdir()

@@ -258,6 +258,31 @@ def test_a_run_json_whose_config_names_a_spec_runs_no_scorer(tmp_path):
     assert not marker.exists()
 
 
+@pytest.mark.attack("a config file someone hands over whose loop.domains names a spec in their folder whose scorer "
+                    "(module:function beside it) would run on the host, even on --dry_run, or names 65 domains, or "
+                    "~nouser paths; and a config whose top level is a list")
+def test_a_handed_config_names_no_code_for_the_host_to_run(tmp_path):
+    given = tmp_path / "given"
+    given.mkdir()
+    marker = evil_spec(given, tmp_path / "scorer-ran")
+    (given / "run.yaml").write_text("loop:\n  domains: [evil.yaml]\n")
+    r, seconds = timed_cli("run_optimization", "--config", str(given / "run.yaml"), "--dry_run")
+    refused(r, f"loop.domains names the spec {given / 'evil.yaml'}, whose scorer evil:score is code of its folder",
+            f"name it on the command line: --domain_spec {given / 'evil.yaml'}", seconds=seconds)
+    assert not marker.exists()
+    r, _ = timed_cli("run_optimization", "--config", str(given / "run.yaml"), "--domain_spec", str(given / "evil.yaml"),
+                     "--dry_run")
+    assert r.returncode == 0 and "domain   evil:" in r.stdout, r.stderr[-2000:]  # named by the user: accepted
+    for config, said in (("loop:\n  domains: [" + ", ".join(["imo_grading"] * 65) + "]\n", "at most 64"),
+                         ("loop:\n  domains: ['~nouser-xyz/a.yaml']\n", "~nouser-xyz/a.yaml"),
+                         ("- a\n- b\n", "top level must be a mapping")):
+        (given / "other.yaml").write_text(config)
+        r, seconds = timed_cli("run_optimization", "--config", str(given / "other.yaml"), "--dry_run")
+        refused(r, said, seconds=seconds)
+    r, seconds = timed_cli("run_optimization", "--set", "loop.domains=[~nouser-xyz/a.yaml]", "--dry_run")
+    refused(r, "~nouser-xyz/a.yaml", seconds=seconds)
+
+
 @pytest.mark.e2e
 @pytest.mark.attack("a handed run folder whose run.json names as its parent selection strategy, promotion rule, "
                     "best choice or novelty measure a module of the strategies' package that is none (__init__), "
