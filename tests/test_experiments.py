@@ -188,7 +188,7 @@ def test_not_worse_than_parent_stops_a_child_the_paper_s_rule_promotes(tmp_path,
     assert low <= child["scores"]["imo_grading"]["train"] <= high
 
 
-def test_replicates_run_into_one_folder_and_resume_together(tmp_path, fake_openai):
+def test_replicates_run_into_one_folder_and_resume_together(tmp_path, fake_openai, monkeypatch):
     fake_openai.set_responder(responder({}, []))
     config = os.path.relpath(loop_config(tmp_path), tmp_path)  # relative: each replicate reads it where this did
     r = run_cli("run_optimization", "--domain", "imo_grading", "--output_dir", str(tmp_path / "out"),
@@ -220,6 +220,7 @@ def test_replicates_run_into_one_folder_and_resume_together(tmp_path, fake_opena
                 timeout=600)
     assert r.returncode == 2 and "pass the same --config to accept it" in r.stderr, r.stderr[-3000:]
     assert fake_openai.count == calls and not (group_dir / "seed-6").exists()
+    monkeypatch.chdir(tmp_path)  # where the group was started: its --config is relative to it
     again = group_accepting_flags(build_parser(), group["argv"])
     assert again == ["--config", config, "--sandbox", "none"]
     r = run_cli("run_optimization", "--resume_from", str(group_dir), *again, env=cli_env(fake_openai),
