@@ -4,13 +4,13 @@ page's script, takes screenshots, reports console errors, and reaches nothing bu
 from __future__ import annotations
 
 import contextlib
-import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 from support.browser import chromium_missing, js_errors, open_browser, screenshot
+from support.little_servers import in_a_thread
 
 pytestmark = [pytest.mark.e2e,
               pytest.mark.skipif(chromium_missing() is not None, reason=str(chromium_missing()))]
@@ -42,13 +42,8 @@ def page_server(host: str = "127.0.0.1"):
         def log_message(self, *args):
             pass
 
-    server = ThreadingHTTPServer((host, 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
+    with in_a_thread(ThreadingHTTPServer((host, 0), Handler)) as server:
         yield server.server_address[1], requested
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,6 @@ import contextlib
 import http.client
 import os
 import re
-import threading
 from collections.abc import Iterator
 from html.parser import HTMLParser
 from pathlib import Path
@@ -16,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from archive.dashboard.server import serve
+from support.little_servers import in_a_thread
 from support.synthetic_run import ATTACKS, make_run
 
 
@@ -44,13 +44,8 @@ def server(runs):
 def serving(root: Path) -> Iterator[int]:
     """The dashboard of the runs folder `root`, served from a thread on a free loopback port for the
     block: yields the port; the server is shut down and its socket closed on the way out."""
-    srv = serve(root, "127.0.0.1", 0)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    try:
+    with in_a_thread(serve(root, "127.0.0.1", 0)) as srv:
         yield srv.server_address[1]
-    finally:
-        srv.shutdown()
-        srv.server_close()
 
 
 def get(port: int, path: str, host: str | None = None, method: str = "GET") -> tuple[int, dict, str]:

@@ -5,6 +5,7 @@ import contextlib
 import socketserver
 import tempfile
 import threading
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -29,6 +30,17 @@ def reply_handler(body: str) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
+@contextlib.contextmanager
+def in_a_thread(server: socketserver.BaseServer) -> Iterator[socketserver.BaseServer]:
+    """`server` serving from a daemon thread for the block; shut down and its socket closed on the way out."""
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 class _UnixServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     daemon_threads = True
 
@@ -41,12 +53,10 @@ def unix_http_server():
     path = folder / "gateway.sock"
     server = _UnixServer(str(path), reply_handler(GATEWAY_SAYS))
     path.chmod(0o666)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        yield path
+        with in_a_thread(server):
+            yield path
     finally:
-        server.shutdown()
-        server.server_close()
         path.unlink(missing_ok=True)
         folder.rmdir()
 
@@ -54,13 +64,8 @@ def unix_http_server():
 @contextlib.contextmanager
 def host_http_server():
     """Yields the port of a server on the host's 127.0.0.1."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), reply_handler(HOST_SAYS))
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
+    with in_a_thread(ThreadingHTTPServer(("127.0.0.1", 0), reply_handler(HOST_SAYS))) as server:
         yield server.server_address[1]
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def free_port() -> int:
