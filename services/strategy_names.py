@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pkgutil
 import re
+from functools import cache
 from importlib.metadata import EntryPoint, distributions
 from pathlib import Path
 
@@ -22,25 +23,38 @@ def group(kind: str) -> str:
 
 def bundled_names(kind: str) -> list[str]:
     """The strategies of search/<kind>/, by file name (a file whose name starts with _ is no strategy)."""
-    return sorted(m.name for m in pkgutil.iter_modules([str(SEARCH / kind)])
-                  if not m.name.startswith("_"))
+    return list(_bundled(kind))
+
+
+@cache
+def _bundled(kind: str) -> tuple[str, ...]:
+    return tuple(sorted(m.name for m in pkgutil.iter_modules([str(SEARCH / kind)]) if not m.name.startswith("_")))
 
 
 NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")  # a plug-in's name as a strategy (others are not listed)
 
 
-def plugin_points(kind: str) -> list[EntryPoint]:
+def plugin_points(kind: str) -> tuple[EntryPoint, ...]:
     """The entry points installed plug-ins name for `kind`, without loading them: only names shaped like a
     strategy's (NAME), so a name is safe to print and to type; a package whose entry_points.txt does not parse
     adds none (its problem, not this command's)."""
-    found = []
+    return _installed_points().get(group(kind), ())
+
+
+@cache
+def _installed_points() -> dict[str, tuple[EntryPoint, ...]]:
+    """The entry points of every kind's group, read once a process (a scan of every installed package's
+    metadata; the config's validation, every stage's verdict and every best choice ask for the names)."""
+    groups = {group(kind): [] for kind in KINDS}
     for dist in distributions():  # in the order of sys.path: the first of one name is the one imported
         try:
-            points = dist.entry_points.select(group=group(kind))
+            points = [p for p in dist.entry_points if p.group in groups]
         except Exception:  # each installed package's metadata is its writer's: one that does not parse is left out
             continue
-        found += [p for p in points if NAME.fullmatch(p.name)]
-    return found
+        for point in points:
+            if NAME.fullmatch(point.name):
+                groups[point.group].append(point)
+    return {name: tuple(points) for name, points in groups.items()}
 
 
 def plugin_names(kind: str) -> list[str]:
