@@ -28,6 +28,7 @@ from pathlib import Path
 
 from services.config import PROJECT_ROOT, Config
 from services.errors import UserError
+from services.local_model import is_local
 from services.workspace import Quota, discard, read_workspace, write_files
 
 AGENT_FOLDERS = PROJECT_ROOT / "initial_agents"
@@ -201,7 +202,7 @@ def meta_entry_source(agent: InitialAgent) -> str:
 def replays_demo(config: Config) -> bool:
     """Whether the run's meta agent replays DEMO_SCRIPT instead of asking a model: the initial agent `demo` with
     only bundled local models as meta models (meta_agent/replay.py)."""
-    return config.loop.initial_agent == DEMO and all(m.startswith("local/") for m in config.meta_models())
+    return config.loop.initial_agent == DEMO and all(is_local(m) for m in config.meta_models())
 
 
 def plan_text(name: str, meta_agent: str = "default", meta_model: str | None = None) -> str:
@@ -213,7 +214,7 @@ def plan_text(name: str, meta_agent: str = "default", meta_model: str | None = N
                     f"model as meta model its edits are REPLAYED from {DEMO_SCRIPT}, written in advance by people "
                     "(that model cannot drive the meta agent's tools), then committed, evaluated and recorded like any "
                     "other change")
-        if meta_model.startswith("local/"):  # meta_agent/replay.py's own test
+        if is_local(meta_model):  # meta_agent/replay.py's own test
             return (f"initial task agent default; meta agent: its edits are REPLAYED from {DEMO_SCRIPT}, written in "
                     f"advance by people ({meta_model} cannot drive the meta agent's tools), then committed, "
                     "evaluated and recorded like any other change")

@@ -20,6 +20,7 @@ from services.choices import StageSplits
 from services.config import Config, LoopConfig
 from services.departures import dry_run_lines
 from services.errors import UserError
+from services.local_model import is_local
 from services.render import console
 
 if TYPE_CHECKING:
@@ -225,7 +226,7 @@ def no_edit_note(nodes: list[Node], config: Config) -> str | None:
     """Why no child was scored, when every child's meta agent, on the bundled local model, changed nothing."""
     children = [n for n in nodes if n.generation > 0]
     if not children or any(n.status != "no_change" for n in children) or not all(
-            m.startswith("local/") for m in config.meta_models()):
+            is_local(m) for m in config.meta_models()):
         return None
     return ("no child: the bundled local model, as meta model, made no edit (it is too small to drive the meta "
             "agent's tools); python -m run_optimization --preset demo shows the loop with edits replayed from a "
