@@ -21,7 +21,6 @@ ledger), so a run started on the command line reads the same as one started here
 
 from __future__ import annotations
 
-import argparse
 import copy
 import hashlib
 import inspect
@@ -43,7 +42,8 @@ from domains.base import Domain
 from domains.registry import register
 from domains.spec import DomainSpec, check_data, checked, differs, run_specs
 from domains.spec_scoring import SpecScorer
-from optimizer.launch import RunRequest, launch
+from optimizer.launch import launch
+from optimizer.request import RunRequest
 from optimizer.transfer import split_spec
 from search.stats import interval
 from services.errors import Error, UserError, api_errors
@@ -184,11 +184,28 @@ def _use_task(task: Task, run_dir: Path, resumed: bool) -> str:
     return register(spec, replace=True).name
 
 
+def _named(values: Mapping[str, object], prefix: str = "") -> dict[str, object]:
+    """`values` with each search strategy given as an object (not a name) replaced by the name it is used by
+    (search.registry.use); keys are config keys after `prefix` ("loop." for settings, "" for options)."""
+    from search.registry import use
+    from services.strategy_names import CONFIG_KEYS
+
+    kinds = {f"{prefix}{key}": kind for kind, key in CONFIG_KEYS.items()}
+    return {k: use(kinds[k], v) if k in kinds and v is not None and not isinstance(v, str) else v
+            for k, v in values.items()}
+
+
+def _config_named(config: Mapping) -> dict:
+    """A config mapping with its loop section's strategies given as objects named (`_named`)."""
+    loop = config.get("loop")
+    return {**config, "loop": _named(loop)} if isinstance(loop, Mapping) else dict(config)
+
+
 def _settings(settings: Mapping[str, object] | Sequence[str] | None) -> tuple:
     """`settings` as apply_settings takes them: a mapping's items, or SECTION.KEY=VALUE texts."""
     if settings is None:
         return ()
-    return tuple(settings.items()) if isinstance(settings, Mapping) else tuple(settings)
+    return tuple(_named(settings, "loop.").items()) if isinstance(settings, Mapping) else tuple(settings)
 
 
 @api_errors
@@ -205,10 +222,13 @@ def run(domain: str | Sequence[str] | None = None, config: str | Path | Mapping 
     memory and a metric (`Task`). `config` is a YAML file or a
     mapping shaped like one; `settings` sets single fields ({"loop.promotion": "sica"}, as --set), after
     `preset` and `config`; `overrides` are the command line's options by name (max_generation=2,
-    eval_samples=20, task_model=..., budget_usd=..., track=[...]), applied last. `resume_from` continues
-    a run (its config is its own, settings and overrides applied over it, except where code runs and data
-    goes, which come from this call or the defaults: archive/run_folder.py). The run's lock is let
-    go when the call returns, so another process may resume it."""
+    eval_samples=20, task_model=..., budget_usd=..., track=[...]), applied last. A search strategy (parent
+    selection, promotion, best choice, novelty, meta model choice, merge partner) is a name or an object that
+    has its kind's methods (search/<kind>/__init__.py), e.g. `parent_selection=MySelection()`: the run's
+    record keeps its name (its `name` attribute or its class's), and a resume must be given it again.
+    `resume_from` continues a run (its config is its own, settings and overrides applied over it, except
+    where code runs and data goes, which come from this call or the defaults: archive/run_folder.py). The
+    run's lock is let go when the call returns, so another process may resume it."""
     if isinstance(domain, str):
         domain = [domain]
     if isinstance(domain_spec, (str, Path)):
@@ -220,8 +240,8 @@ def run(domain: str | Sequence[str] | None = None, config: str | Path | Mapping 
         domain = list(domain or ()) if resume_from else [*(domain or ()), named]
     request = RunRequest(
         domains=tuple(domain or ()), domain_specs=tuple(map(str, domain_spec or ())),
-        config=dict(config) if isinstance(config, Mapping) else config, preset=preset,
-        settings=_settings(settings), overrides=dict(overrides),
+        config=_config_named(config) if isinstance(config, Mapping) else config, preset=preset,
+        settings=_settings(settings), overrides=_named(overrides),
         data=tuple(f"{k}={v}" for k, v in (data or {}).items()),
         output_dir=output_dir, run_id=run_id, resume_from=resume_from, name=name,
         tags=None if tags is None else tuple([tags] if isinstance(tags, str) else tags), initial_from=initial_from,
@@ -292,24 +312,26 @@ def _evaluate_node(run_dir: Path, node_id: str, domain: str | None, split: str,
 def _evaluate_agent(agent_path: str, domain: str, split: str, config: str | None,
                     settings: Mapping[str, object] | Sequence[str] | None, output_dir: str | Path, run_id: str | None,
                     num_samples: int, model: str | None, budget_usd: float | None, options: dict) -> EvalResult:
-    from domains.harness.__main__ import build_parser, config_of
+    from domains.harness.__main__ import config_of
     from domains.harness.__main__ import evaluate as run_harness
+    from domains.harness.request import EvalRequest
     from domains.registry import get_domain
     from domains.report import report
 
-    args = build_parser().parse_args(["--domain", domain])
-    unknown = sorted(set(options) - set(vars(args)))
+    known = [o for o in EvalRequest.options() if o not in ("domain", "subset", "agent_path")]
+    unknown = sorted(set(options) - set(known))
     if unknown:
-        raise UserError(f"evaluate: unknown option {unknown[0]} (known: {', '.join(sorted(vars(args)))})")
-    args = argparse.Namespace(**{**vars(args), **options, "agent_path": agent_path, "subset": split,
-                                 "config": config, "settings": list(_settings(settings)), "output_dir": output_dir,
-                                 "run_id": run_id or datetime.now().strftime("%Y%m%d_%H%M%S_%f"),
-                                 "num_samples": num_samples, "model": model, "budget_usd": budget_usd})
-    if isinstance(args.data, Mapping):
-        args.data = [f"{k}={v}" for k, v in args.data.items()]
+        raise UserError(f"evaluate: unknown option {unknown[0]} (known: {', '.join(sorted(known))})")
+    data = options.pop("data", None) or ()  # DOMAIN=PATH texts, or a mapping of them
+    data = [f"{k}={v}" for k, v in data.items()] if isinstance(data, Mapping) else [data] if isinstance(data, str) \
+        else list(cast(Sequence, data))
+    run_id = run_id or datetime.now().strftime("%Y%m%d_%H%M%S_%f")
+    args = EvalRequest(**{**options, "data": tuple(data), "domain": domain, "agent_path": agent_path, "subset": split,
+                          "config": config, "settings": _settings(settings), "output_dir": output_dir, "run_id": run_id,
+                          "num_samples": num_samples, "model": model, "budget_usd": budget_usd})
     settings_of_run = config_of(args)
     run_harness(args, settings_of_run)
-    folder = (Path(args.output_dir) / args.run_id).resolve()
+    folder = (Path(output_dir) / run_id).resolve()
     scored = report(folder, domain, settings_of_run, model)
     rows = row_scores(scored, get_domain(domain).score_key)
     band = interval(list(rows.values())) if rows else None

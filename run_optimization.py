@@ -25,15 +25,12 @@ from pathlib import Path
 
 from optimizer.initial_agents import INITIAL_AGENTS
 from optimizer.launch import (
-    FLAG_FIELDS,
-    RunRequest,
-    apply_overrides,
     check_writable,
-    command_config,
     launch,
     python_command,
     start_dashboard,  # noqa: F401  (where tests and older callers find it)
 )
+from optimizer.request import FLAG_FIELDS, RunRequest, apply_overrides, command_config
 from optimizer.transfer import TRANSFERS
 from services.cli_parser import ArgumentParser
 from services.config import BASELINES, EXECUTORS, SANDBOX_BACKENDS, Config

@@ -27,7 +27,7 @@ from services.config import Config, load_config
 from services.errors import UserError, exit_on_user_error
 from services.fsutil import atomic_write_json, read_bounded
 from services.local_model import is_local
-from services.sandbox import choose_backend
+from services.sandbox import Sandboxes, choose_backend
 from services.startup import open_services
 from services.user_files import parse_json
 
@@ -62,7 +62,8 @@ class ReportTools:
             # A scorer's grading domain is one of the registry's (domains.base.Domain).
             assert services.gateway, "open services have a gateway"
             result = grade_run(cast(Domain, grading), grader_agent, predictions, self.config, services.gateway,
-                               backend=backend, model=requested)
+                               sandboxes=Sandboxes(self.config.sandbox, backend, services.gateway.unix_socket),
+                               model=requested)
         print(result.line())
         if result.stopped_by:
             raise UserError(result.stop_message())

@@ -49,15 +49,14 @@ from search.stats import Estimate, interval
 from services.choices import RowError, StageSplits
 from services.errors import UserError
 from services.fsutil import make_folder
-from services.sandbox import Sandbox, open_sandbox
+from services.sandbox import Sandbox
 from services.workspace import discard
 from services.write_failures import write_failure
 
 if TYPE_CHECKING:
     from domains import scoring
     from domains.base import Stage
-    from services.config import Config
-    from services.gateway import Gateway
+    from optimizer.context import RunContext
     from services.workspace import RunRepo
 
 
@@ -111,15 +110,11 @@ def split_rows(domain: Domain, split: str, limit: int) -> int:
 
 
 class Evaluator:
-    def __init__(self, run_dir: Path, config: Config, gateway: Gateway, backend: str, task_model: str,
-                 events: Events | None = None) -> None:
-        self.run_dir = run_dir
+    def __init__(self, ctx: RunContext, events: Events | None = None) -> None:
+        self.run_dir, self.config, self.gateway, self.sandboxes = ctx.run_dir, ctx.config, ctx.gateway, ctx.sandboxes
+        self.task_model = ctx.task_model
         self.events = events or Events()
-        self.store = EvalStore(run_dir)
-        self.config = config
-        self.gateway = gateway
-        self.backend = backend
-        self.task_model = task_model
+        self.store = EvalStore(ctx.run_dir)
         self._locks: defaultdict[str, threading.Lock] = defaultdict(threading.Lock)  # one evaluation per key at once
         self._locks_lock = threading.Lock()
 
@@ -331,7 +326,7 @@ class NodeTools:
         ev = self.evaluator
         transcripts = untrusted_dir(ev.run_dir, self.node_id, "grader")  # never under evals/, which the core writes
         result = ev.kept(self.node_id, grade_run(grading, grader_agent, predictions, ev.config, ev.gateway,
-                                                 backend=ev.backend, node=self.node_id, transcripts=transcripts))
+                                                 sandboxes=ev.sandboxes, node=self.node_id, transcripts=transcripts))
         return result.folder / PREDICTIONS
 
 
@@ -362,9 +357,7 @@ class NodeSandbox:
         self._stack.callback(shutil.rmtree, self.workspace, ignore_errors=True)
         try:
             make_folder(self.transcripts)
-            self.box = self._stack.enter_context(open_sandbox(ev.config.sandbox, self.workspace,
-                                                              worker_mounts(self.transcripts), ev.gateway.unix_socket,
-                                                              ev.backend))
+            self.box = self._stack.enter_context(ev.sandboxes.open(self.workspace, worker_mounts(self.transcripts)))
             self.worker = AgentWorker(self.box, "task_agent", ev.task_model, ev.config, ev.gateway, self.node_id,
                                       "task", self.transcripts, self.node_dir / "worker.log",
                                       also_import=self.check_imports)

@@ -30,25 +30,21 @@ from services.fsutil import atomic_write_json
 from services.workspace import RunRepo
 
 if TYPE_CHECKING:
-    from domains.base import Domain
+    from optimizer.context import RunContext
 
 
 class Tested(Protocol):
-    """What a final test or an evaluation of chosen nodes asks of the loop: its folder, domains,
-    archive, repository and evaluator, and its best node."""
+    """What a final test or an evaluation of chosen nodes reads of the loop: the run's context, its archive,
+    repository and evaluator."""
 
     @property
-    def run_dir(self) -> Path: ...
-    @property
-    def domains(self) -> list[Domain]: ...
+    def ctx(self) -> RunContext: ...
     @property
     def archive(self) -> Archive: ...
     @property
     def repo(self) -> RunRepo: ...
     @property
     def evaluator(self) -> Evaluator: ...
-
-    def best(self, upto: int | None = None) -> Node | None: ...
 
 
 def tested_domains(domains: list) -> list:
@@ -58,13 +54,13 @@ def tested_domains(domains: list) -> list:
 def run_final_test(loop: Tested) -> Path | None:
     """Evaluate test for the best node and the initial node; the path of final_test.json, or None
     when no domain of the run has a test split or no node can be chosen."""
-    domains = tested_domains(loop.domains)
-    best = loop.best()
+    domains = tested_domains(loop.ctx.domains)
+    best = loop.ctx.best(loop.archive)
     if not domains or best is None:
         return None
-    path = loop.run_dir / FINAL_TEST
+    path = loop.ctx.run_dir / FINAL_TEST
     record = read_final_test(path) or FinalTest()
-    record.chosen_on = ", ".join(sorted({d.selection_split for d in loop.domains}))
+    record.chosen_on = ", ".join(sorted({d.selection_split for d in loop.ctx.domains}))
     record.best = best.node_id
     for node_id in dict.fromkeys([best.node_id, "initial"]):
         node = loop.archive.nodes[node_id]
@@ -94,8 +90,8 @@ def check_evaluate(nodes: dict, domains: list, node_ids: list[str], split: str) 
 def run_evaluations(loop: Tested, node_ids: list[str], split: str) -> list[str]:
     """Evaluate `split` in full for each node named (every domain of the run that has it), into
     evaluations.json; a line per node and domain."""
-    domains = check_evaluate(loop.archive.nodes, loop.domains, node_ids, split)
-    path = loop.run_dir / EVALUATIONS
+    domains = check_evaluate(loop.archive.nodes, loop.ctx.domains, node_ids, split)
+    path = loop.ctx.run_dir / EVALUATIONS
     record = read_evaluations(path) or Evaluations()
     lines = []
     for node_id in dict.fromkeys(node_ids):
@@ -113,7 +109,7 @@ def run_evaluations(loop: Tested, node_ids: list[str], split: str) -> list[str]:
 def _evaluate(loop: Tested, node: Node, domains: list, split: str) -> dict[str, DomainEval]:
     evaluator = loop.evaluator
     part = "final_test" if split == "test" else f"evaluate_{split}"
-    transcripts = untrusted_dir(loop.run_dir, node.node_id, part)
+    transcripts = untrusted_dir(loop.ctx.run_dir, node.node_id, part)
     assert node.commit, f"node {node.node_id} has no commit to evaluate"  # only a node still running lacks one
     with evaluator.node_sandbox(f"{node.node_id}-{split}", loop.archive.node_dir(node.node_id), transcripts) as box:
         box.fill(loop.repo, node.commit)

@@ -19,8 +19,7 @@ flight on other slots wait at their next event while it grades, which happens wh
 from __future__ import annotations
 
 from dataclasses import replace
-from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from archive.heldout import (
     ROLE,
@@ -32,9 +31,9 @@ from archive.heldout import (
     read_heldout,
     write_heldout,
 )
-from archive.promotion import BestChoice, row_scores
+from archive.promotion import row_scores
 from archive.records import Node
-from archive.store import Archive, ScoreRule, untrusted_dir
+from archive.store import Archive, untrusted_dir
 from domains.base import Domain
 from domains.harness import PREDICTIONS, grade_run
 from domains.scoring import Graded
@@ -49,7 +48,7 @@ from services.providers import provider_of
 from services.sandbox import SandboxClosed
 
 if TYPE_CHECKING:
-    from services.gateway import Gateway
+    from optimizer.context import RunContext
 
 MAX_PROOFS = 2**28  # a predictions.csv read to be graded again: 60 proofs within the harness's 1 MB each
 
@@ -93,31 +92,18 @@ def heldout_models(domains: list[Domain], config: Config) -> list[str]:
     return [model] if model is not None and graded_domains(domains) else []
 
 
-class Graders(Protocol):
-    """What the held-out grader reads of the loop (optimizer/loop.py's Loop)."""
-
-    run_dir: Path
-    config: Config
-    domains: list[Domain]
-    gateway: Gateway
-    backend: str
-    archive: Archive
-    events: Events
-    evaluator: Evaluator
-    full_sizes: dict[str, int]
-    score_rule: ScoreRule
-
-
 class HeldOut:
-    def __init__(self, loop: Graders) -> None:
-        self.loop = loop
-        self.model = loop.config.resolve_model(ROLE)
-        self.grader = loop.config.resolve_model("grader")
-        self.graded = graded_domains(loop.domains)
-        self.store = HeldOutStore(loop.run_dir)
-        self.choice = BestChoice.of(loop.config.loop)
-        loop.gateway.allow_models(self.model)
-        found = read_heldout(loop.run_dir)
+    """Grades the best nodes' proofs again with models.heldout_grader, as an event subscriber of the loop."""
+
+    def __init__(self, ctx: RunContext, archive: Archive, events: Events, evaluator: Evaluator) -> None:
+        self.ctx, self.archive, self.events, self.evaluator = ctx, archive, events, evaluator
+        self.model = ctx.config.resolve_model(ROLE)
+        self.grader = ctx.config.resolve_model("grader")
+        self.graded = graded_domains(ctx.domains)
+        self.store = HeldOutStore(ctx.run_dir)
+        self.choice = ctx.best_choice
+        ctx.gateway.allow_models(self.model)
+        found = read_heldout(ctx.run_dir)
         self.renote = found is not None and found.model != self.model  # notes made with another model
         self.record = found or HeldOutRecord(self.model, list(self.graded))
         self.record.model, self.record.domains = self.model, list(self.graded)
@@ -127,7 +113,7 @@ class HeldOut:
             return
         if isinstance(event, RunStarted):
             noted = {g.generation for g in self.record.generations}
-            missing = {n.generation for n in self.loop.archive.ordered()} - (set() if self.renote else noted)
+            missing = {n.generation for n in self.archive.ordered()} - (set() if self.renote else noted)
             if missing:
                 self.catch_up(min(missing))
         elif isinstance(event, NodeFinished):
@@ -136,20 +122,20 @@ class HeldOut:
     def catch_up(self, since: int) -> None:
         """Note each recorded generation from `since` on, grading first the nodes its best needs."""
         try:
-            for generation in sorted({n.generation for n in self.loop.archive.ordered() if n.generation >= since}):
+            for generation in sorted({n.generation for n in self.archive.ordered() if n.generation >= since}):
                 best = self._grade_needed(generation)
                 if best is not None:
                     self.record.note(GenerationGap(generation, best.node_id, self.record.optimized_grade(best.node_id),
                                                    self.record.node_grade(best.node_id)))
         except BudgetStop as e:
-            self.loop.events.emit(Warned(f"held-out grading stopped: {e}"))
+            self.events.emit(Warned(f"held-out grading stopped: {e}"))
         finally:
-            write_heldout(self.loop.run_dir, self.record)
+            write_heldout(self.ctx.run_dir, self.record)
 
     def _grade_needed(self, upto: int) -> Node | None:
         """The best node of the generations up to `upto`, once it and every node the best choice asked
         the held-out grade of are graded (the earliest first: a grade can change what is asked next)."""
-        loop = self.loop
+        ctx = self.ctx
         asked: list[Node] = []
 
         def grade_of(node: Node) -> float | None:
@@ -158,28 +144,28 @@ class HeldOut:
 
         while True:
             asked.clear()
-            best = loop.archive.best(loop.domains, loop.full_sizes, self.choice, upto, loop.score_rule, grade_of)
+            best = self.archive.best(ctx.domains, ctx.full_sizes, self.choice, upto, ctx.score_rule, grade_of)
             pending = [n for n in [*asked, best] if n is not None and not self.record.graded(n.node_id)]
             if not pending:
                 return best
             node = min(pending, key=lambda n: (n.generation, n.node_id))
-            for domain in loop.domains:
+            for domain in ctx.domains:
                 if domain.name in self.graded and self.record.grade(node.node_id, domain.name) is None:
                     grade = self._grade(node, domain, self.graded[domain.name])
                     self.record.add(grade)
-                    write_heldout(loop.run_dir, self.record)
+                    write_heldout(ctx.run_dir, self.record)
                     # In the event log too, which is what a watcher of the run (the dashboard) re-reads on.
-                    loop.archive.log("heldout_graded", node_id=node.node_id, domain=domain.name, key=grade.key,
+                    self.archive.log("heldout_graded", node_id=node.node_id, domain=domain.name, key=grade.key,
                                      optimized=grade.optimized, heldout=grade.heldout)
 
     def _grade(self, node: Node, domain: Domain, scorer: Graded) -> Grade:
         """The node's proofs of `domain` graded again, or why they could not be; told on the console."""
-        loop = self.loop
+        ctx = self.ctx
         split = self._scored_split(node, domain)
         key = node.eval_key(domain.name, split)
         base = Grade(node.node_id, node.generation, domain.name, self.grader, self.model, split, eval_key=key)
         try:
-            report = loop.evaluator.store.report(key) if key else None
+            report = self.evaluator.store.report(key) if key else None
             if key is None or report is None:
                 raise UserError(f"no evaluation of its {split} proofs to grade")
             mine = row_scores(report, domain.score_key) or {}
@@ -190,26 +176,26 @@ class HeldOut:
         except (BudgetStop, SandboxClosed):
             raise
         except UserError as e:
-            if loop.gateway.budget_left_message():
+            if ctx.gateway.budget_left_message():
                 raise BudgetStop(str(e)) from None
             grade = replace(base, error=str(e)[:300])
         except Exception as e:  # a provider's outage stops the run (ProviderDown); else the grading failed
-            loop.gateway.confirm_outage()
+            ctx.gateway.confirm_outage()
             grade = replace(base, error=f"{type(e).__name__}: {e}"[:300])
-        loop.events.emit(HeldOutGraded(node.node_id, grade_line(grade)))
+        self.events.emit(HeldOutGraded(node.node_id, grade_line(grade)))
         return grade
 
     def _scored_split(self, node: Node, domain: Domain) -> str:
         """The split whose evaluation the node's selection score is made of (archive.store.selection_score)."""
-        rule = self.loop.score_rule
+        rule = self.ctx.score_rule
         full = node.full_eval.get(domain.name) or (rule.scale_initial and node.node_id == "initial")
         return domain.selection_split if full or rule.staged_split == "selection" else "train"
 
     def _graded_report(self, node: Node, scorer: Graded, key: str) -> tuple[dict, str, float]:
         """The held-out grader's report on the proofs of evaluation `key`, graded now or found graded, with
         its folder's key under heldout/ and what grading them cost now."""
-        loop = self.loop
-        proofs = read_bounded(loop.evaluator.store.predictions(key), MAX_PROOFS)
+        ctx = self.ctx
+        proofs = read_bounded(self.evaluator.store.predictions(key), MAX_PROOFS)
         address = self.store.address(proofs, scorer.grading.name, scorer.grader_agent, self.model)
         report = self.store.report(address)
         cost = 0.0
@@ -217,16 +203,16 @@ class HeldOut:
             graded = self.store.folder(address) / PREDICTIONS
             if not graded.exists():
                 atomic_write_bytes(graded, proofs)
-            ledger, run_id = loop.gateway.ledger, loop.gateway.run_id
+            ledger, run_id = ctx.gateway.ledger, ctx.gateway.run_id
             before = ledger.totals(run_id=run_id, node=node.node_id, role=ROLE).cost_usd
             grading = scorer.grading
             # A scorer types its grading domain by the little it reads; the one it grades with is a registered domain.
             assert isinstance(grading, Domain)
-            result = loop.evaluator.kept(node.node_id, grade_run(
-                grading, scorer.grader_agent, graded, loop.config, loop.gateway, backend=loop.backend,
-                model=self.model, node=node.node_id, transcripts=untrusted_dir(loop.run_dir, node.node_id, ROLE),
+            result = self.evaluator.kept(node.node_id, grade_run(
+                grading, scorer.grader_agent, graded, ctx.config, ctx.gateway, sandboxes=ctx.sandboxes,
+                model=self.model, node=node.node_id, transcripts=untrusted_dir(ctx.run_dir, node.node_id, ROLE),
                 role=ROLE))
-            report = grading.scorer.score(grading, result.folder / PREDICTIONS, NodeTools(loop.evaluator, node.node_id))
+            report = grading.scorer.score(grading, result.folder / PREDICTIONS, NodeTools(self.evaluator, node.node_id))
             self.store.save_report(address, report)
             cost = ledger.totals(run_id=run_id, node=node.node_id, role=ROLE).cost_usd - before
         return report, address, cost

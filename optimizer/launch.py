@@ -14,20 +14,20 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, cast
 from urllib.parse import quote
 
-from archive.records import RUN_JSON, RunRecord, check_labels
+from archive.records import RUN_JSON, RunRecord
 from archive.run_folder import accepting_flags, ledger_of, read_run_record, resumed_config, saved_config, settle_resume
 from optimizer.plan import plan_lines, print_dry_run, summary_lines
-from services.config import PROJECT_ROOT, Config, apply_mapping, load_config, show, validate
+from optimizer.request import FLAG_FIELDS, RunRequest, command_config, labels, with_flags
+from services.config import PROJECT_ROOT, Config
 from services.errors import ProviderDown, Terminated, UserError, advise
-from services.flags import apply_settings, parse_data_flags
 from services.fsutil import atomic_write_json, hold_folder
 from services.render import console
 
@@ -37,57 +37,6 @@ if TYPE_CHECKING:
     from optimizer.loop import Loop
     from optimizer.transfer import Transfer
     from services.gateway import Gateway
-
-# The options that set one config field each (the command line's flags of the same names), applied
-# after the config file and --set: option -> (section, field).
-FLAG_FIELDS = {
-    **{name: ("loop", name) for name in ("max_generation", "eval_samples", "parent_selection", "seed", "parallel",
-                                         "skip_staged_eval", "final_test", "edit_select_parent", "run_baseline",
-                                         "initial_agent", "max_minutes")},
-    "budget_usd": ("gateway", "budget_usd"), "eval_workers": ("harness", "num_workers"),
-    "meta_model": ("models", "meta"), "task_model": ("models", "task"), "sandbox": ("sandbox", "backend"),
-    "executor": ("sandbox", "executor"), "ray_address": ("sandbox", "ray_address"),
-    "track": ("tracking", "backends"),
-}
-
-
-@dataclass(frozen=True)
-class RunRequest:
-    """One run to start, resume or evaluate, as the command line or the API asks for it."""
-
-    domains: tuple[str, ...] = ()  # domain names of a new run (a resumed run keeps its own)
-    domain_specs: tuple[str, ...] = ()  # YAML specs of domains of one's own (--domain_spec), added to `domains`
-    config: str | Path | dict | None = None  # a YAML file, or a mapping shaped like one, applied after the preset
-    preset: str | None = None  # a config of configs/presets/, applied before `config`
-    settings: tuple = ()  # SECTION.KEY=VALUE texts (--set) or (SECTION.KEY, value) pairs, applied after `config`
-    overrides: dict = field(default_factory=dict)  # option of FLAG_FIELDS -> value (None: not given), applied last
-    data: tuple[str, ...] = ()  # DOMAIN=PATH items: data files of domains that are not bundled
-    output_dir: str | Path = "./outputs"  # parent folder of a new run
-    run_id: str | None = None  # a new run's folder name (default: a timestamp)
-    resume_from: str | Path | None = None  # a run folder to continue
-    name: str | None = None  # the run's name (None: a new run has none, a resumed run keeps its own)
-    tags: tuple[str, ...] | None = None  # the run's tags (None: as for `name`)
-    initial_from: str | None = None  # RUN[:NODE]: a new run starts from another run's node
-    transfer: str | None = None  # with initial_from: meta or all
-    evaluate: tuple[str, ...] | None = None  # node ids to evaluate on `split` in full, no generation
-    split: str | None = None  # the split `evaluate` evaluates
-    dry_run: bool = False  # print the plan and the estimate only
-    replicates: int | None = None  # with dry_run: the group's line of the plan
-    dashboard: int | None = None  # serve the run's dashboard on this port while it runs
-
-
-def apply_overrides(config: Config, overrides: dict, data: Iterable[str] = ()) -> Config:
-    """The options of FLAG_FIELDS given (not None) and the data files, over `config`, validated."""
-    unknown = sorted(set(overrides) - set(FLAG_FIELDS))
-    if unknown:
-        raise UserError(f"unknown option {show(unknown[0])} (known: {', '.join(sorted(FLAG_FIELDS))})")
-    config.harness.data_files.update(parse_data_flags(list(data)))
-    for option, value in overrides.items():
-        if value is not None:
-            section, name = FLAG_FIELDS[option]
-            setattr(getattr(config, section), name, value)
-    return validate(config)
-
 
 def check_writable(path: Path, flag: str) -> None:
     """Refuse, before anything is created, a folder that cannot be made or written: the nearest
@@ -122,17 +71,6 @@ def open_run(resume_from: str | Path, command: Config, where: str | None = None,
     if writable:
         check_writable(run_dir, where)
     return run_dir, record, config
-
-
-def labels(request: RunRequest, record: RunRecord | None) -> tuple[str, list[str]]:
-    """The run's name and tags: the request's, else the resumed run's own; checked as run.json is."""
-    name = request.name if request.name is not None else record.name if record else ""
-    tags = list(dict.fromkeys(request.tags)) if request.tags is not None else record.tags if record else []
-    try:
-        check_labels(name, tags)
-    except ValueError as e:  # "name ...", "tag ...": the flag that gave it
-        raise UserError(f"--{e}") from None
-    return name, tags
 
 
 def initial_code(initial_agent: InitialAgent | AgentFolder, transfer: Transfer | None) -> Callable[[Path], None]:
@@ -250,21 +188,6 @@ def resumable(run_dir: Path, request: RunRequest, config: Config | None = None) 
         raise
 
 
-def command_config(request: RunRequest) -> Config:
-    """What the command gives: the defaults, the preset and `request.config`, then the settings, then the
-    options. A new run's config; a resumed run takes from it what its folder may not decide."""
-    if isinstance(request.config, dict):
-        config = apply_mapping(load_config(None, request.preset), request.config, "config")
-    else:
-        config = load_config(request.config, request.preset)
-    return with_flags(config, request)
-
-
-def with_flags(config: Config, request: RunRequest) -> Config:
-    """`config` with the request's settings, then its options, over it."""
-    return apply_overrides(apply_settings(config, list(request.settings)), request.overrides, request.data)
-
-
 def check_optimizable(domains: list[Domain]) -> None:
     """Each domain has a train split to optimize on and a scorer ready to score it; else a UserError."""
     for d in domains:
@@ -306,7 +229,7 @@ def run_or_evaluate(loop: Loop, request: RunRequest, started: float, name: str, 
     `started`) and its summary; then the line that continues a run the budget or the time limit stopped."""
     from optimizer.time_limit import run_within, stopped_line
 
-    run_dir, config = loop.run_dir, loop.config
+    run_dir, config = loop.ctx.run_dir, loop.ctx.config
     if request.evaluate is not None:
         from optimizer.final_test import run_evaluations
         from services.workspace import discard
@@ -320,27 +243,43 @@ def run_or_evaluate(loop: Loop, request: RunRequest, started: float, name: str, 
         if limited:
             print(console(stopped_line(cast(float, config.loop.max_minutes),
                                        resume_command(run_dir, request, config))), flush=True)
-    stopped = loop.gateway.budget_left_message()
+    stopped = loop.ctx.gateway.budget_left_message()
     if stopped:
         print(console(f"stopped: {stopped}; to continue with more: {resume_command(run_dir, request, config)} "
                       "--budget_usd USD"))
 
 
-def launch(request: RunRequest) -> Path:
-    """Start, resume or evaluate the run `request` names; its folder (nothing is made for a dry run)."""
-    started = time.monotonic()  # where loop.max_minutes counts from
+@dataclass
+class Prepared:
+    """A run as checked before anything is made or paid for: its folder, config, domains, where its initial
+    node comes from, and its labels. A dry run prints it; a run opens it."""
+
+    request: RunRequest
+    run_dir: Path
+    config: Config
+    domains: list[Domain]
+    domain_names: list[str]
+    record: RunRecord | None  # a resumed run's run.json
+    initial_agent: InitialAgent | AgentFolder | None  # None on a resume: the initial node is in the repository
+    transfer: Transfer | None
+    name: str
+    tags: list[str]
+
+    @property
+    def initial_from(self) -> dict | None:
+        record, transfer = self.record, self.transfer
+        return record.initial_from if record else transfer.to_dict() if transfer else None
+
+
+def prepare(request: RunRequest) -> Prepared:
+    """Everything `request` asks for, checked in order (config, flags, domains, the run folder, plug-ins) before
+    anything is made; a UserError for the first problem."""
     from domains.base import use_data_files
-    from domains.registry import config_domains, keep_specs, run_domains, use_domain_specs
-    from optimizer.estimate import estimate
+    from domains.registry import config_domains, run_domains, use_domain_specs
     from optimizer.evaluation import split_rows
-    from optimizer.heldout import check_heldout, heldout_models
     from optimizer.initial_agents import AgentFolder, get_initial_agent
-    from optimizer.loop import Loop
     from optimizer.trackers import require as require_trackers
     from search.registry import load_named
-    from services.sandbox import choose_backend_why
-    from services.startup import open_services
-    from services.workspace import RunRepo
 
     config = command_config(request)
     if not (request.resume_from or request.domains or request.domain_specs) and config.loop.domains:
@@ -350,7 +289,6 @@ def launch(request: RunRequest) -> Path:
     transfer = transfer_of(request, config, lambda ds, cfg: {d.name: split_rows(d, d.selection_split,
                                                                                  cfg.loop.eval_samples) for d in ds})
     run_dir, record, domain_names, config = run_of(request, config, specs)
-    initial_from = record.initial_from if record else transfer.to_dict() if transfer else None
     require_trackers(config.tracking.backends)  # a tracker's missing extra, before anything starts
     name, tags = labels(request, record)
     use_data_files(config.harness.data_files)
@@ -365,9 +303,33 @@ def launch(request: RunRequest) -> Path:
         config.loop.initial_agent = str(initial_agent.path)  # run.json names the folder, wherever it is read
     check_optimizable(domains)
     load_named(config.loop, [s.rule for d in domains for s in d.screening(config.loop) if s.rule])  # plug-ins load
+    return Prepared(request, run_dir, config, domains, domain_names, record, initial_agent, transfer, name, tags)
+
+
+def launch(request: RunRequest) -> Path:
+    """Start, resume or evaluate the run `request` names; its folder (nothing is made for a dry run)."""
+    started = time.monotonic()  # where loop.max_minutes counts from
+    run = prepare(request)
     if request.dry_run:
-        print_dry_run(run_dir, domains, config, initial_from, request.replicates, name, tags)
-        return run_dir
+        print_dry_run(run.run_dir, run.domains, run.config, run.initial_from, request.replicates, run.name, run.tags)
+    else:
+        open_and_run(run, started)
+    return run.run_dir
+
+
+def open_and_run(run: Prepared, started: float) -> None:
+    """The prepared run's folder claimed, its services open and checked, its plan printed, then the run."""
+    from domains.registry import keep_specs
+    from optimizer.context import RunContext
+    from optimizer.estimate import estimate
+    from optimizer.evaluation import split_rows
+    from optimizer.heldout import check_heldout, heldout_models
+    from optimizer.loop import Loop
+    from services.sandbox import choose_backend_why
+    from services.startup import open_services
+    from services.workspace import RunRepo
+
+    request, run_dir, config, domains = run.request, run.run_dir, run.config, run.domains
     claim_run(run_dir, domains, request)
     services = open_services(config, run_dir, preflight=True)  # fills the `auto` models, so they resolve below
     services.require(*([] if request.evaluate is not None else config.meta_models()))
@@ -377,24 +339,23 @@ def launch(request: RunRequest) -> Path:
     resumed = (run_dir / "run.json").exists()
     costs = estimate(domains, config, lambda d, split: split_rows(d, split, config.loop.eval_samples))
     print("\n".join(plan_lines(run_dir, domains, config, backend, resumed, services.why_models, why_backend,
-                               initial_from, name, tags)
+                               run.initial_from, run.name, run.tags)
                     + ([] if request.evaluate is not None else [costs.line()])), flush=True)
     first = costs.initial_usd + costs.generation_usd
     if config.gateway.budget_usd is not None and not resumed and config.gateway.budget_usd < first:
         print(f"warning: the budget of ${config.gateway.budget_usd:g} is below the estimate for the initial "
               f"evaluation and one generation (~${first:.2f}): the run will likely stop before its first child "
               "is scored; raise --budget_usd or lower --eval_samples", flush=True)
-
     with resumable(run_dir, request, config), services:  # a new run folder is removed again if the preflight fails
         hold_folder(run_dir, "run")  # a new run's folder exists from here on
         gateway = cast("Gateway", services.gateway)  # open from here on
         if not resumed:
             RunRepo.create(run_dir / "repo", PROJECT_ROOT, initial_code(cast("InitialAgent | AgentFolder",
-                                                                             initial_agent), transfer))
-        atomic_write_json(run_dir / "run.json", RunRecord(domain_names, config.to_dict(), backend, initial_from,
-                                                          name, tags).to_dict())
+                                                                             run.initial_agent), run.transfer))
+        atomic_write_json(run_dir / "run.json", RunRecord(run.domain_names, config.to_dict(), backend,
+                                                          run.initial_from, run.name, run.tags).to_dict())
         keep_specs(run_dir, domains)
         if request.dashboard is not None:
             start_dashboard(run_dir, request.dashboard)
-        run_or_evaluate(Loop(run_dir, config, domains, gateway, backend), request, started, name, tags)
-    return run_dir
+        ctx = RunContext.open(run_dir, config, domains, gateway, backend)
+        run_or_evaluate(Loop(ctx), request, started, run.name, run.tags)

@@ -11,7 +11,7 @@ from pathlib import Path
 from statistics import NormalDist
 from typing import TYPE_CHECKING, cast
 
-from archive.promotion import BestChoice, Promotion, RowScores, row_scores
+from archive.promotion import Promotion, RowScores, row_scores
 from archive.run_state import read_state, state_text
 from optimizer.initial_agents import plan_text
 from search.registry import best_choice_rule, promotion_rule
@@ -43,8 +43,8 @@ def promotion_text(domain: Domain, stage: Stage, loop: LoopConfig) -> str:
 def meta_model_record(run_dir: Path, config: Config, domains: list[str]) -> str:
     """What the meta model bandit has seen so far in a resumed run: each model's generations, children
     that gained on their parent, mean gain per dollar and cost, scored as the run's readers score."""
-    from archive.bandit import arms, pulls_of
     from archive.store import Archive, observed_rule, observed_score, observed_sizes
+    from search.meta_model_choice import arms, pulls_of
 
     nodes = {n.node_id: n for n in Archive(run_dir).ordered()}
     sizes = observed_sizes(domains, list(nodes.values()))
@@ -134,25 +134,25 @@ def caching_text(spent: Totals) -> str:
 def summary_lines(loop: Loop, name: str = "", tags: Sequence[str] = ()) -> list[str]:
     nodes = loop.archive.ordered()
     counts = Counter(n.status for n in nodes)
-    spent = loop.gateway.spent()
+    spent = loop.ctx.gateway.spent()
     label = label_text(name, tags)
-    lines = [f"run {state_text(*read_state(loop.run_dir))}" + (f" ({label})" if label else ""),
+    lines = [f"run {state_text(*read_state(loop.ctx.run_dir))}" + (f" ({label})" if label else ""),
              f"{len(nodes)} nodes: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())),
              f"cost ${spent.cost_usd:.4f} in {spent.calls} model calls ({spent.cache_hits} answered from the response "
              "cache)"
              + (caching_text(spent) if spent.cache_saved_usd or spent.cache_write_tokens else "")]
     best = loop.best()
     if best:
-        choice = BestChoice.of(loop.config.loop)
+        choice = loop.ctx.best_choice
         how = f", {note}" if (note := best_choice_rule(choice.rule).note(choice)) else ""
         lines.append(f"best node {best.node_id} (generation {best.generation}{how}): {best.scores_text()}")
     initial = loop.archive.nodes.get("initial")
     if best and initial:
-        lines += [gain_line(d, best, initial, loop.evaluator.store) for d in loop.domains]
-    lines.append(generations_line(nodes, loop.config.loop.max_generation))
-    if (note := no_edit_note(nodes, loop.config)) is not None:
+        lines += [gain_line(d, best, initial, loop.evaluator.store) for d in loop.ctx.domains]
+    lines.append(generations_line(nodes, loop.ctx.config.loop.max_generation))
+    if (note := no_edit_note(nodes, loop.ctx.config)) is not None:
         lines.append(note)
-    lines.append(f"report: {loop.run_dir / 'report.html'}")
+    lines.append(f"report: {loop.ctx.run_dir / 'report.html'}")
     return [console(line) for line in lines]
 
 

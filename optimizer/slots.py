@@ -28,14 +28,16 @@ import contextlib
 import queue
 import threading
 import time
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from archive.records import GenStart, Node, Status
 from archive.store import Archive
 from optimizer.events import Events, NodeFinished, Warned
-from services.config import Config
 from services.errors import MachineDown, raise_if_stop_was_dropped, stop_was_caught
 from services.sandbox import SandboxLost, close_all
+
+if TYPE_CHECKING:
+    from optimizer.context import RunContext
 
 POLL_S = 0.5  # how long the controller blocks at a time (Ctrl-C is seen between waits)
 DRAIN_S = 15.0  # after a cancel, how long to wait for the threads to hand back what they were doing
@@ -43,13 +45,13 @@ LOST_TRIES = 3  # runs of a generation whose sandbox's machine is lost (a Ray wo
 
 
 class Generations(Protocol):
-    """What Slots asks of the loop (tests/test_slots.py's StandIn is another): its archive, config
+    """What Slots asks of the loop (tests/test_slots.py's StandIn is another): its archive, context
     and events, how a generation begins (its parent, its meta model), and the generation itself."""
 
     @property
     def archive(self) -> Archive: ...
     @property
-    def config(self) -> Config: ...
+    def ctx(self) -> RunContext: ...
     @property
     def events(self) -> Events: ...
 
@@ -103,7 +105,7 @@ class Slots:
     def _next_start(self) -> GenStart | None:
         """The next generation's start (logged), or None when none may start now."""
         generation = self.archive.next_generation()
-        if generation > self.loop.config.loop.max_generation:
+        if generation > self.loop.ctx.loop.max_generation:
             return None
         upto = horizon(generation, self.parallel, self.replayable)
         if upto is not None and any(s.generation <= upto for s in self.in_flight.values()):

@@ -17,7 +17,9 @@ PAGE = SEARCH.parent / "docs" / "strategies.md"
 KINDS = {"parent_selection": ("Parent selection", "`loop.parent_selection` (`--parent_selection`)"),
          "promotion": ("Promotion rules", "`loop.promotion`, or a stage's third item in `loop.stages`"),
          "best_choice": ("Best choice", "`loop.best_choice`"),
-         "novelty": ("Novelty measures", "`loop.novelty_measure` (with `loop.novelty_threshold` set)")}
+         "novelty": ("Novelty measures", "`loop.novelty_measure` (with `loop.novelty_threshold` set)"),
+         "meta_model_choice": ("Meta model choice", "`loop.meta_bandit` (with `models.meta` a list)"),
+         "merge_partner": ("Merge partner", "`loop.merge_partner` (with `loop.merge_every` set)")}
 
 
 def summary(path: Path) -> str:

@@ -11,11 +11,13 @@ from functools import cache
 from typing import TYPE_CHECKING
 
 from search.best_choice import BestChoiceRule
+from search.merge_partner import MergePartner
+from search.meta_model_choice import MetaModelChoice
 from search.novelty import NoveltyMeasure
 from search.parent_selection import ParentSelection
 from search.promotion import PromotionRule
 from services.errors import UserError
-from services.strategy_names import bundled_names, group, plugin_points, strategy_names
+from services.strategy_names import GIVEN, NAME, bundled_names, group, plugin_points, strategy_names
 
 if TYPE_CHECKING:
     from services.config import LoopConfig
@@ -27,12 +29,37 @@ PROTOCOLS = {"parent_selection": (ParentSelection, "needs_rows, weights(candidat
                                           "plan(above, promotion)"),
              "best_choice": (BestChoiceRule, "reads_rows, reads_heldout, choose(scored, rows, choice, heldout), "
                                              "note(choice)"),
-             "novelty": (NoveltyMeasure, "prepare(lines), similarity(a, b), could_reach(a, b, threshold)")}
+             "novelty": (NoveltyMeasure, "prepare(lines), similarity(a, b), could_reach(a, b, threshold)"),
+             "meta_model_choice": (MetaModelChoice, "choose(models, pulls, rng)"),
+             "merge_partner": (MergePartner, "partner(candidates, first, parent_of, ties)")}
+
+
+def strategy(kind: str, name: str) -> object:
+    """The strategy of `kind` called `name`: one this process was given (`use`), else bundled or a plug-in's,
+    loaded once."""
+    return GIVEN[kind][name] if name in GIVEN[kind] else _loaded(kind, name)
+
+
+def use(kind: str, value: object) -> str:
+    """The name a run's config gives `value`, a strategy of `kind` as an object (the Python API takes one, as
+    GEPA takes its selector): its `name` attribute, else its class's name in lower case. The object stays in
+    this process only: the run's record names it, and a resume must be given it again."""
+    protocol, attributes = PROTOCOLS[kind]
+    name = getattr(value, "name", None)
+    name = name if isinstance(name, str) else type(value).__name__.lower()
+    what = f"the {kind.replace('_', ' ')} strategy {type(value).__name__}"
+    if not isinstance(value, protocol):
+        raise UserError(f"{what} lacks what a {kind.replace('_', ' ')} strategy has ({attributes})")
+    if not NAME.fullmatch(name):
+        raise UserError(f"{what} is named {name[:80]!r}: a name is letters, digits and _, at most 64")
+    if name in bundled_names(kind) or any(p.name == name for p in plugin_points(kind)):
+        raise UserError(f"{what}: the name {name!r} is another strategy's; give it a `name` attribute of its own")
+    GIVEN[kind][name] = value  # one given again (a notebook's cell run again) takes the name over
+    return name
 
 
 @cache
-def strategy(kind: str, name: str) -> object:
-    """The strategy of `kind` called `name`, loaded once."""
+def _loaded(kind: str, name: str) -> object:
     protocol, attributes = PROTOCOLS[kind]
     if name in bundled_names(kind):
         return importlib.import_module(f"search.{kind}.{name}").STRATEGY
@@ -75,11 +102,23 @@ def novelty_measure(name: str) -> NoveltyMeasure:
     return strategy("novelty", name)  # type: ignore[return-value]
 
 
+def meta_model_choice(name: str) -> MetaModelChoice:
+    """The meta model choice called `name` (loop.meta_bandit)."""
+    return strategy("meta_model_choice", name)  # type: ignore[return-value]
+
+
+def merge_partner_rule(name: str) -> MergePartner:
+    """The merge partner strategy called `name` (loop.merge_partner)."""
+    return strategy("merge_partner", name)  # type: ignore[return-value]
+
+
 def load_named(loop: LoopConfig, stage_rules: Iterable[str] = ()) -> None:
     """Every strategy `loop` names (and the promotion rules of the run's stages), loaded: a plug-in that does not
     load is one line (UserError) before the run starts."""
     parent_selection(loop.parent_selection)
     best_choice_rule(loop.best_choice)
     novelty_measure(loop.novelty_measure)
+    meta_model_choice(loop.meta_bandit)
+    merge_partner_rule(loop.merge_partner)
     for rule in sorted({loop.promotion, *stage_rules}):
         promotion_rule(rule)

@@ -56,13 +56,6 @@ class StagedScore(StrEnum):
     SELECTION = "selection"  # the reference's: its selection split's rows
 
 
-class MetaBandit(StrEnum):
-    """loop.meta_bandit: how a generation's meta model is chosen among several."""
-
-    UCB1 = "ucb1"
-    THOMPSON = "thompson"
-
-
 class Feedback(StrEnum):
     """loop.feedback: what feedback/<node>/ gives later meta agents."""
 

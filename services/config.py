@@ -34,7 +34,7 @@ from services.config_values import (
 )
 from services.errors import UserError
 from services.plain_data import conforms, describe, show
-from services.strategy_names import strategy_names
+from services.strategy_names import CONFIG_KEYS, strategy_names
 from services.user_files import expand_user, read_yaml
 
 if typing.TYPE_CHECKING:
@@ -115,7 +115,8 @@ class LoopConfig:
     islands: int = 4  # parent_selection islands: how many sub-archives (generation g draws from island g mod islands)
     migrate_every: int = 10  # parent_selection islands: every this many generations each island's best node joins the next island
     merge_every: int = 0  # every this many generations, a merge: its meta agent gets a second parent of another lineage that is better on rows the first is not, and is asked to combine them; 0 = never (the paper's)
-    meta_bandit: str = "ucb1"  # with models.meta a list: ucb1 | thompson, rewarded by the child's gain over its parent per dollar (archive/bandit.py)
+    merge_partner: str = "complement"  # with merge_every: how the second parent is chosen (search/merge_partner/, or a plug-in's)
+    meta_bandit: str = "ucb1"  # with models.meta a list: the meta model choice (search/meta_model_choice/: ucb1 | thompson, or a plug-in's), rewarded by the child's gain over its parent per dollar
     novelty_threshold: float | None = None  # a child whose change is at least this alike (0-1, by novelty_measure) to an earlier node's is recorded duplicate and not evaluated (archive/novelty.py); null = off (the paper's)
     novelty_measure: str = "dice"  # how alike two changes are: dice (the Dice coefficient of the diffs' changed lines, in any order) | an installed plug-in's; each a file of search/novelty/
     seed: int | None = None  # seeds parent selection, so a run can be replayed
@@ -285,29 +286,25 @@ def _rules() -> dict:
 def _loop_rules() -> dict:
     """The rules of the loop's and the trackers' fields (the rest of `_rules`)."""
     promotions = strategy_names("promotion")  # search/promotion/, plug-ins
-    return {
+    return {  # a strategy's name: one of search/<kind>/'s or an installed plug-in's
+        **{f"loop.{key}": one_of(*strategy_names(kind)) for kind, key in CONFIG_KEYS.items()},
         "loop.max_generation": between(0, 100_000),
         "loop.max_minutes": above_up_to(0, 10**7),
-        "loop.parent_selection": one_of(*strategy_names("parent_selection")),  # search/parent_selection/, plug-ins
         "loop.islands": (lambda v: 1 <= v <= 64, "from 1 to 64"),
         "loop.migrate_every": count(10**6),
-        "loop.meta_bandit": one_of(*choices.MetaBandit),
         "loop.merge_every": between(0, 10**6),
         "models.meta": META_MODELS,
         "models.heldout_grader": (lambda v: is_model(v) and v != "auto", "a model (not auto)"),
         "loop.novelty_threshold": (lambda v: 0 < v <= 1, "a number above 0 and at most 1"),
-        "loop.novelty_measure": one_of(*strategy_names("novelty")),  # search/novelty/, plug-ins
         "loop.seed": (lambda v: 0 <= v < SEED_LIMIT, f"an integer from 0 to 2**{SEED_LIMIT.bit_length() - 1} - 1"),
         "loop.parallel": (lambda v: 1 <= v <= 64, "from 1 to 64"),
         "loop.eval_samples": (lambda v: v == -1 or 1 <= v <= 10**7, "-1 (all rows) or from 1 to 10000000"),
         "loop.stages": (lambda v: stages(v, promotions), "a list of [rows, above] or [rows, above, rule] (rows from 1 to 10000000 and "
                         f"growing, above a number, rule one of {', '.join(promotions)}), or domain name -> "
                         "such a list"),
-        "loop.promotion": one_of(*promotions),
         "loop.promotion_level": (lambda v: 0 < v < 1, "a number between 0 and 1"),
         "loop.promotion_test": one_of(*PROMOTION_TESTS),
         "loop.pictures_every_s": between(0, 86400),
-        "loop.best_choice": one_of(*strategy_names("best_choice")),  # search/best_choice/, plug-ins
         "loop.best_level": (lambda v: 0 < v < 1, "a number between 0 and 1"),
         "loop.stage_splits": one_of(*choices.StageSplits),
         "loop.staged_score": one_of(*choices.StagedScore),

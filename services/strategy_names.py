@@ -13,7 +13,10 @@ from pathlib import Path
 
 SEARCH = Path(__file__).resolve().parent.parent / "search"  # the project's search/ folder
 
-KINDS = ("parent_selection", "promotion", "best_choice", "novelty")
+# Each kind, and the loop's config key that names a run's strategy of it.
+CONFIG_KEYS = {"parent_selection": "parent_selection", "promotion": "promotion", "best_choice": "best_choice",
+               "novelty": "novelty_measure", "meta_model_choice": "meta_bandit", "merge_partner": "merge_partner"}
+KINDS = tuple(CONFIG_KEYS)
 
 
 def group(kind: str) -> str:
@@ -62,7 +65,12 @@ def plugin_names(kind: str) -> list[str]:
     return sorted({point.name for point in plugin_points(kind)})
 
 
+GIVEN: dict[str, dict[str, object]] = {kind: {} for kind in KINDS}  # kind -> name -> a strategy the API was given
+
+
 def strategy_names(kind: str) -> tuple[str, ...]:
-    """Every strategy of `kind` a run may name: the bundled ones, then the plug-ins' others."""
+    """Every strategy of `kind` a run may name: the bundled ones, then the plug-ins' others, then those this
+    process was given as objects through the Python API (search.registry.use)."""
     bundled = bundled_names(kind)
-    return (*bundled, *(name for name in plugin_names(kind) if name not in bundled))
+    plugins = [name for name in plugin_names(kind) if name not in bundled]
+    return (*bundled, *plugins, *(name for name in GIVEN[kind] if name not in bundled and name not in plugins))

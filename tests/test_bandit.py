@@ -1,15 +1,22 @@
-"""The meta model bandit (archive/bandit.py) and models.meta as a list in the config."""
+"""The meta model bandit (search/meta_model_choice/) and models.meta as a list in the config."""
 
 import random
 from collections import Counter
 
 import pytest
 
-from archive.bandit import Pull, arms, choose
+from search.meta_model_choice import Pull, arms
+from search.meta_model_choice import choose as choose_with
+from search.registry import meta_model_choice
 from services.config import Config
 from services.errors import UserError
 
 MODELS = ["cheap", "strong"]
+
+
+def choose(models, pulls, rule, rng):
+    """The bandit's pick with the strategy named `rule`, as the loop makes it."""
+    return choose_with(models, pulls, meta_model_choice(rule), rng)
 
 
 def test_each_model_is_tried_once_in_order_before_any_is_preferred():
@@ -53,5 +60,5 @@ def test_models_meta_may_be_a_list_or_a_comma_list_and_the_first_is_the_meta_rol
     for bad in (["openai/a"], ["openai/a", "openai/a"], ["auto", "openai/b"], ["openai/a", 3]):
         with pytest.raises(UserError, match="models.meta must be"):
             Config.from_dict({"models": {"meta": bad}})
-    with pytest.raises(UserError, match="loop.meta_bandit must be one of ucb1, thompson"):
+    with pytest.raises(UserError, match="loop.meta_bandit must be one of thompson, ucb1"):
         Config.from_dict({"loop": {"meta_bandit": "epsilon"}})

@@ -7,10 +7,11 @@ import json
 import pytest
 
 from domains.harness.__main__ import build_parser, completed
+from domains.harness.request import EvalRequest
 
 
 def args_of(folder, *flags):
-    return completed(build_parser().parse_args(["--resume_from", str(folder), *flags]))
+    return completed(EvalRequest.from_args(build_parser().parse_args(["--resume_from", str(folder), *flags])))
 
 
 def test_a_resume_takes_what_its_run_asked_for_and_the_flags_given(tmp_path):

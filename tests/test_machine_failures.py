@@ -26,7 +26,8 @@ from pathlib import Path
 
 import pytest
 
-from optimizer.launch import RunRequest, resume_command
+from optimizer.launch import resume_command
+from optimizer.request import RunRequest
 from services.errors import EXIT_MACHINE_DOWN, MachineDown, ProviderDown, machine_failure
 from support.cli import FAST_CONFIG, REPO_ROOT, cli_env, run_cli
 from support.fake_openai import FakeOpenAI

@@ -17,7 +17,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from optimizer.launch import RunRequest, resume_command
+from optimizer.launch import resume_command
+from optimizer.request import RunRequest
 from services.errors import EXIT_PROVIDER_DOWN
 from support.cli import FAST_CONFIG, REPO_ROOT, cli_env, run_cli
 from support.fake_openai import FakeOpenAI

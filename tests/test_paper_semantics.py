@@ -164,12 +164,13 @@ def test_a_node_the_agent_raised_on_is_no_best_as_it_is_no_parent(tmp_path):
 
 
 def choosing_loop(tmp_path, **loop_settings):
-    """What optimizer.beginning.choose_parent reads of a loop whose initial node did not load, and
-    whose one child (generation 1) changed nothing."""
+    """optimizer.beginning's Beginnings of a run whose initial node did not load, and whose one child
+    (generation 1) changed nothing."""
     import random
     from types import SimpleNamespace
 
     from archive.records import GenStart
+    from optimizer.beginning import Beginnings
     from optimizer.events import Events
 
     config = load_config()
@@ -181,20 +182,20 @@ def choosing_loop(tmp_path, **loop_settings):
                                                                              Status.NO_CHANGE)):
         archive.log_start(start)
         archive.record(Node(start.node_id, start.parent, start.generation, status=status, error="no TaskAgent"))
-    return SimpleNamespace(run_dir=tmp_path, config=config, domains=[GRADING], archive=archive, events=Events(),
-                           rng=random.Random(0), full_sizes=FULL, score_rule=PAPER)
+    ctx = SimpleNamespace(run_dir=tmp_path, config=config, loop=config.loop, domains=[GRADING], full_sizes=FULL,
+                          score_rule=PAPER)
+    return Beginnings(ctx, archive, None, Events(), random.Random(0))  # type: ignore[arg-type]
 
 
 def test_with_no_node_scored_the_run_stops_or_goes_on_from_the_initial_node_at_zero(tmp_path):
-    from optimizer.beginning import choose_parent
     from services.errors import UserError
 
     with pytest.raises(UserError, match="no node can be a parent: the initial agent is load_failed"):
-        choose_parent(choosing_loop(tmp_path / "stop"), 2)
+        choosing_loop(tmp_path / "stop").parent(2)
     # The reference's select_parent: candidates[archive[0]] = 0.0 when none has a score.
-    loop = choosing_loop(tmp_path / "zero", no_score="initial_at_zero")
-    assert choose_parent(loop, 2) == "initial"
-    chosen = [e for e in loop.archive.events() if e["event"] == "parent_chosen"]
+    beginnings = choosing_loop(tmp_path / "zero", no_score="initial_at_zero")
+    assert beginnings.parent(2) == "initial"
+    chosen = [e for e in beginnings.archive.events() if e["event"] == "parent_chosen"]
     assert chosen[-1]["candidates"] == {"initial": {"score": 0.0, "children": 1, "p": 1.0}}
 
 

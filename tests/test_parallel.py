@@ -9,7 +9,8 @@ import time
 
 import pytest
 
-from optimizer.launch import RunRequest, resume_command
+from optimizer.launch import resume_command
+from optimizer.request import RunRequest
 from support.cli import REPO_ROOT, cli_env, run_cli
 from support.scripted_loop import IMPROVE, META_ONLY, events, loop_config, nodes, responder
 

@@ -10,7 +10,8 @@ import time
 
 import pytest
 
-from optimizer.launch import RunRequest, python_command, resumable, resume_command
+from optimizer.launch import python_command, resumable, resume_command
+from optimizer.request import RunRequest
 from services.config import Config
 from services.errors import ProviderDown, advice_of
 from support.cli import REPO_ROOT, cli_env

@@ -7,6 +7,7 @@ import _thread
 import random
 import threading
 import time
+from types import SimpleNamespace
 
 import pytest
 
@@ -18,13 +19,14 @@ from services.config import Config
 
 
 class StandIn:
-    """What Slots asks of the loop: its archive, config and events, a parent, one generation."""
+    """What Slots asks of the loop: its archive, context and events, a parent, one generation."""
 
     def __init__(self, tmp_path, max_generation: int, seconds, status=lambda g: Status.OK, hang=lambda g: True):
         self.archive = Archive(tmp_path)
         self.archive.record(Node("initial", None, 0, scores={"d": {"train": 0.5}}))
-        self.config = Config()
-        self.config.loop.max_generation = max_generation
+        config = Config()
+        config.loop.max_generation = max_generation
+        self.ctx = SimpleNamespace(config=config, loop=config.loop)
         self.events = Events()
         self.seconds, self.status, self.hang = seconds, status, hang
         self.lock = threading.Lock()

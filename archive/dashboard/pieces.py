@@ -6,13 +6,13 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
-from archive.bandit import arms, pulls_of
 from archive.dashboard.markup import Markup, h, join
 from archive.dashboard.reader import RunData, RunReader
 from archive.dashboard.svg import TreeNode, line_chart, score_colour, score_range, tree_svg
 from archive.heldout import GenerationGap, Grade, read_heldout
 from archive.records import Node
 from archive.tamper import NOT_SCREENED
+from search.meta_model_choice import arms, pulls_of
 from search.stats import interval_text
 from services.errors import UserError
 from services.render import bidi_visible
@@ -315,7 +315,7 @@ def spend_table(rows: list[dict]) -> Markup:
 def meta_models_table(data: RunData) -> Markup:
     """With a bandit over several meta models (models.meta a list): each model's generations, the
     children that gained on their parent, its mean reward (score gained per dollar) and its cost,
-    as archive/bandit.py counts them from the records; nothing for a run with one meta model."""
+    as search/meta_model_choice/ counts them from the records; nothing for a run with one meta model."""
     models = list(dict.fromkeys(n.meta_model for n in data.nodes.values() if n.meta_model))
     if len(models) < 2:
         return Markup("")

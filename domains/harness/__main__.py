@@ -13,12 +13,14 @@ import contextlib
 import gc
 import sys
 import threading
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
 from domains.base import use_data_files
 from domains.harness.journal import JOURNAL, PREDICTIONS
+from domains.harness.request import EvalRequest
 from domains.harness.rows import load_rows
 from domains.harness.split import run_folder, run_split
 from domains.harness.worker_client import open_agent_worker
@@ -30,7 +32,7 @@ from services.flags import apply_settings, int_flag, number_flag, parse_data_fla
 from services.fsutil import read_below
 from services.providers import _litellm
 from services.render import console
-from services.sandbox import SandboxLost, choose_backend
+from services.sandbox import Sandboxes, SandboxLost, choose_backend
 from services.startup import open_services
 from services.user_files import parse_json
 
@@ -82,7 +84,7 @@ FLAGS = {"budget_usd": ("gateway", "budget_usd"), "budget_tokens": ("gateway", "
          "sandbox": ("sandbox", "backend")}
 
 
-def output_folder(args: argparse.Namespace) -> Path:
+def output_folder(args: EvalRequest) -> Path:
     """The run folder: the one to resume, or a new one under --output_dir that holds no run yet."""
     if args.resume_from:
         folder = Path(args.resume_from).resolve()
@@ -153,23 +155,21 @@ def import_litellm_meanwhile() -> None:
     threading.Thread(target=run, name="import-litellm", daemon=True).start()
 
 
-def completed(args: argparse.Namespace) -> argparse.Namespace:
+def completed(args: EvalRequest) -> EvalRequest:
     """`args` with the subset and rows it left out: a resume that names no domain takes them, and the domain, from
     its folder's run.json (split.run_record); anything else, all rows of the domain's default subset."""
     if args.resume_from and args.domain is None and args.domain_spec is None:
-        recorded(args)
-    args.subset = args.subset or ""
-    args.num_samples = -1 if args.num_samples is None else args.num_samples
-    return args
+        args = recorded(args)
+    return replace(args, subset=args.subset or "", num_samples=-1 if args.num_samples is None else args.num_samples)
 
 
-def recorded(args: argparse.Namespace) -> None:
-    """Fill in `args` from run.json of the folder it resumes. A handed folder's record says only what its run was
+def recorded(args: EvalRequest) -> EvalRequest:
+    """`args` filled in from run.json of the folder it resumes. A handed folder's record says only what its run was
     about: the agent, its model and the config stay the command's. Read as data: a regular file, no link
     followed, within MAX_RUN_RECORD bytes, each value used only with the type the harness writes."""
-    where = f"--resume_from {args.resume_from}"
+    folder, where = args.resume_from or ".", f"--resume_from {args.resume_from}"  # completed() asks with a folder
     try:
-        data, cut = read_below(args.resume_from, "run.json", MAX_RUN_RECORD)
+        data, cut = read_below(folder, "run.json", MAX_RUN_RECORD)
         record = None if cut else parse_json(data)
     except FileNotFoundError:
         raise UserError(f"{where}: no run.json there naming its domain (a run stopped before its end has none): "
@@ -179,22 +179,25 @@ def recorded(args: argparse.Namespace) -> None:
                         "--domain_spec FILE") from None
     if not isinstance(record, dict) or not isinstance(record.get("domain"), str) or not record["domain"].strip():
         raise UserError(f"{where}: its run.json names no domain: pass --domain NAME or --domain_spec FILE")
-    args.domain = record["domain"]
-    if args.subset is None and isinstance(record.get("subset"), str):
-        args.subset = record["subset"]
-    rows = record.get("num_samples")
-    if args.num_samples is None and type(rows) is int and (rows >= 1 or rows == -1):
-        args.num_samples = rows
+    subset, rows = args.subset, args.num_samples
+    if subset is None and isinstance(record.get("subset"), str):
+        subset = record["subset"]
+    if rows is None and type(record.get("num_samples")) is int and (record["num_samples"] >= 1
+                                                                      or record["num_samples"] == -1):
+        rows = record["num_samples"]
+    return replace(args, domain=record["domain"], subset=subset, num_samples=rows)
 
 
-def domain_of(args: argparse.Namespace) -> Domain:
+def domain_of(args: EvalRequest) -> Domain:
     """The domain --domain names, or the one --domain_spec defines."""
-    if (args.domain is None) == (args.domain_spec is None):
-        raise UserError("pass --domain NAME or --domain_spec FILE (one of them)")
-    return get_domain(args.domain or use_domain_specs([args.domain_spec])[0])
+    if args.domain is not None and args.domain_spec is None:
+        return get_domain(args.domain)
+    if args.domain_spec is not None and args.domain is None:
+        return get_domain(use_domain_specs([args.domain_spec])[0])
+    raise UserError("pass --domain NAME or --domain_spec FILE (one of them)")
 
 
-def evaluate(args: argparse.Namespace, config: Config) -> None:
+def evaluate(args: EvalRequest, config: Config) -> None:
     """One harness run as the flags ask, with a gateway and a sandbox of its own.
 
     The worker starts with the first row. A bad key or subset still ends the run before any row,
@@ -212,9 +215,11 @@ def evaluate(args: argparse.Namespace, config: Config) -> None:
     asked = {"subset": args.subset, "proofs_dname": args.proofs_dname, "agent_path": args.agent_path,
              "num_samples": args.num_samples}
     with machine_down_resumes(folder), removed_on_error(folder), run_folder(folder), lost_node_is_one_line(), \
-            services, open_agent_worker(config, args.agent_path, model, cast("Gateway", services.gateway),  # open here
-                                        folder, backend=backend, node="eval", role=domain.model_role) as worker:
-        rows = load_rows(domain, args.subset, proofs, args.num_samples)
+            services, open_agent_worker(
+                config, args.agent_path, model, cast("Gateway", services.gateway), folder,  # the gateway: open here
+                sandboxes=Sandboxes(config.sandbox, backend, cast("Gateway", services.gateway).unix_socket),
+                node="eval", role=domain.model_role) as worker:
+        rows = load_rows(domain, args.subset, proofs, -1 if args.num_samples is None else args.num_samples)
         services.require(requested)
         if line := services.why_line(requested, "--model"):
             print(console(line), flush=True)
@@ -225,10 +230,10 @@ def evaluate(args: argparse.Namespace, config: Config) -> None:
         raise UserError(result.stop_message())
 
 
-def config_of(args: argparse.Namespace) -> Config:
+def config_of(args: EvalRequest) -> Config:
     """The config the flags ask for: --config, then --set, then the specific flags."""
-    config = apply_settings(load_config(args.config), args.settings)
-    config.harness.data_files.update(parse_data_flags(args.data))
+    config = apply_settings(load_config(args.config), list(args.settings))
+    config.harness.data_files.update(parse_data_flags(list(args.data)))
     for flag, (section, name) in FLAGS.items():
         if getattr(args, flag) is not None:
             setattr(getattr(config, section), name, getattr(args, flag))
@@ -236,7 +241,7 @@ def config_of(args: argparse.Namespace) -> Config:
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = build_parser().parse_args(argv)
+    args = EvalRequest.from_args(build_parser().parse_args(argv))
     import_litellm_meanwhile()  # the longest part of the start, for the gateway and the key check
     evaluate(completed(args), config_of(args))
 

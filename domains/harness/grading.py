@@ -19,11 +19,13 @@ from services.config import Config
 if TYPE_CHECKING:  # a Domain is only passed through here: no need to import pandas with it
     from domains.base import Domain
     from services.gateway import Gateway
+    from services.sandbox import Sandboxes
 
 GRADINGS = "gradings"  # the grading run's folder, beside the predictions it grades
 
 
-def grade_run(grading: Domain, grader_agent: str, predictions: Path, config: Config, gateway: Gateway, *, backend: str,
+def grade_run(grading: Domain, grader_agent: str, predictions: Path, config: Config, gateway: Gateway, *,
+              sandboxes: Sandboxes,
               model: str | None = None, node: str | None = None, show_progress: bool = True,
               transcripts: Path | None = None, role: str | None = None) -> SplitResult:
     """Run `grader_agent`, the agent of domain `grading`, over the predictions.csv at `predictions`,
@@ -39,7 +41,7 @@ def grade_run(grading: Domain, grader_agent: str, predictions: Path, config: Con
     rows = load_rows(grading, proofs=folder)
     label = " ".join(x for x in (f"node {node}" if node else None, grading.name) if x)
     with run_folder(out), open_agent_worker(config, grader_agent, config.resolve_model(model or grading.model_role),
-                                            gateway, out, backend=backend, node=node or "eval",
+                                            gateway, out, sandboxes=sandboxes, node=node or "eval",
                                             role=role or grading.model_role, transcripts=transcripts) as worker:
         return run_split(grading, rows, worker, out, label=label, show_progress=show_progress,
                          asked={"subset": "", "proofs_dname": str(folder), "num_samples": -1})

@@ -22,7 +22,7 @@ from inside.worker import is_file_path
 from services.config import PROJECT_ROOT, Config
 from services.errors import UserError
 from services.fsutil import make_folder
-from services.sandbox import Mount, open_sandbox
+from services.sandbox import Mount, Sandboxes
 from services.workspace import EVOLVABLE_PATHS, copy_evolvable
 
 if TYPE_CHECKING:
@@ -167,7 +167,8 @@ class AgentWorker:
 
 
 @contextlib.contextmanager
-def open_agent_worker(config: Config, agent_path: str, model: str, gateway: Gateway, out_dir: Path, *, backend: str,
+def open_agent_worker(config: Config, agent_path: str, model: str, gateway: Gateway, out_dir: Path, *,
+                      sandboxes: Sandboxes,
                       node: str, role: str, workspace: Path | None = None,
                       transcripts: Path | None = None) -> Iterator[AgentWorker]:
     """An AgentWorker for `agent_path` in a sandbox of its own, stopped and removed on exit.
@@ -189,8 +190,7 @@ def open_agent_worker(config: Config, agent_path: str, model: str, gateway: Gate
         installed = bool(mounts) and agent_file is None
         transcripts = transcripts or out_dir / "agent_evals"
         make_folder(transcripts)
-        box = stack.enter_context(open_sandbox(config.sandbox, workspace, mounts + worker_mounts(transcripts),
-                                               gateway.unix_socket, backend))
+        box = stack.enter_context(sandboxes.open(workspace, mounts + worker_mounts(transcripts)))
         worker = AgentWorker(box, box.inside(agent_file) if agent_file else agent_path, model, config, gateway, node,
                              role, transcripts, out_dir / "worker.log",
                              [AGENT_PACKAGES] if box.isolated and installed else [])

@@ -1,7 +1,11 @@
 """Sandboxes for model-written code: one interface, backends docker, bwrap and none.
 
-    with open_sandbox(config.sandbox, workspace, mounts, gateway_socket) as box:
+    sandboxes = Sandboxes(config.sandbox, choose_backend(config.sandbox), gateway.unix_socket)
+    with sandboxes.open(workspace, mounts) as box:
         result = box.run([box.python, "-c", "print(1)"], env, timeout=30)
+
+A run binds its `Sandboxes` once (the settings, the backend chosen at launch, the gateway's socket);
+each step then names only what is its own, the workspace and the mounts.
 
 `auto` picks docker when an engine answers, else bubblewrap after a self-test, and
 otherwise stops with a clear error: it never falls back to running code unsandboxed.
@@ -13,14 +17,15 @@ interface.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from services.config import SandboxConfig
 from services.sandbox.backends import choose_local_backend, open_local
 from services.sandbox.base import Mount, RunResult, Sandbox, SandboxClosed, SandboxLost, close_all
 
-__all__ = ["Mount", "RunResult", "Sandbox", "SandboxClosed", "SandboxLost", "choose_backend", "close_all",
-           "open_sandbox"]
+__all__ = ["Mount", "RunResult", "Sandbox", "SandboxClosed", "SandboxLost", "Sandboxes", "choose_backend",
+           "close_all", "open_sandbox"]
 
 
 def choose_backend(config: SandboxConfig) -> str:
@@ -53,3 +58,24 @@ def open_sandbox(config: SandboxConfig, workspace: str | Path, mounts: Sequence[
 
         return RaySandbox(Path(workspace), config, list(mounts), gateway_socket)
     return open_local(config, Path(workspace), list(mounts), gateway_socket, backend)
+
+
+@dataclass(frozen=True)
+class Sandboxes:
+    """How one run opens its sandboxes, bound once: the sandbox settings, the backend chosen for the run
+    and the socket of the gateway its agents call (None: a sandbox that calls no model)."""
+
+    config: SandboxConfig
+    backend: str
+    gateway_socket: Path | None = None
+
+    @classmethod
+    def chosen(cls, config: SandboxConfig, gateway_socket: Path | None = None) -> Sandboxes:
+        """The backend `config` chooses on this machine (`choose_backend`), bound."""
+        return cls(config, choose_backend(config), gateway_socket)
+
+    def open(self, workspace: str | Path, mounts: Sequence[Mount] = (), *, model_calls: bool = True) -> Sandbox:
+        """An unopened sandbox on `workspace` with `mounts`; use it with `with`. `model_calls=False`: the
+        code inside reaches no gateway (a parent selector, a check)."""
+        return open_sandbox(self.config, workspace, mounts, self.gateway_socket if model_calls else None,
+                            self.backend)

@@ -8,11 +8,12 @@ import os
 import pytest
 
 from domains.harness.__main__ import MAX_RUN_RECORD, build_parser, completed
+from domains.harness.request import EvalRequest
 from services.errors import UserError
 
 
 def args_of(folder, *flags):
-    return completed(build_parser().parse_args(["--resume_from", str(folder), *flags]))
+    return completed(EvalRequest.from_args(build_parser().parse_args(["--resume_from", str(folder), *flags])))
 
 
 @pytest.mark.attack("a handed harness folder whose run.json, read to resume it without --domain, is a link to "
