@@ -1,7 +1,8 @@
 """hyperagents.Task: a task from examples in memory and a metric function, run through the same loop as a
 spec domain (domains/spec.py). The metric runs on the host, in the process that scores, on a copy of the
 user's own example; the run keeps the examples and a record that names the metric and imports nothing; a
-resume takes the same Task again. The example of it on the Python API page (docs/api.md) runs with no key, on the bundled local model."""
+resume takes the same Task again. The example of it on the Python API page (docs/api.md) runs with no key,
+on the bundled local model."""
 
 import json
 import os
