@@ -9,7 +9,6 @@ nothing is given (the dataclasses with configs/default.yaml applied)."""
 
 from __future__ import annotations
 
-import argparse
 import ast
 import dataclasses
 import inspect
@@ -19,6 +18,7 @@ import textwrap
 import tokenize
 from typing import Any
 
+from services.cli_parser import ArgumentParser
 from services.config import PROJECT_ROOT, load_config
 
 PAGE = PROJECT_ROOT / "docs" / "configuration.md"
@@ -107,8 +107,7 @@ def page() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m services.config_reference",
-                                 description=(__doc__ or "").split("\n\n")[0])
+    ap = ArgumentParser(prog="python -m services.config_reference", description=(__doc__ or "").split("\n\n")[0])
     ap.add_argument("--write", action="store_true", help=f"rewrite {PAGE.relative_to(PROJECT_ROOT)}")
     args = ap.parse_args(argv)
     if args.write:
