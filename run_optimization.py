@@ -44,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap = ArgumentParser(prog="python -m run_optimization", description=(__doc__ or "").split("\n\n")[0])
     ap.add_argument("--domain", nargs="+", default=None, help="one or more domains (imo_grading, imo_proof, ...)")
     ap.add_argument("--domain_spec", action="append", type=os.path.abspath, default=None, metavar="FILE",
-                    help="a domain of your own, written as a YAML spec (README, Your own task); repeatable. With "
+                    help="a domain of your own, written as a YAML spec (docs/domains.md); repeatable. With "
                          "--resume_from: the spec the run was started with, checked against what the run kept "
                          "(needed when its scorer is a function of your own: a run folder never names one)")
     ap.add_argument("--config", default=None, help="YAML config overriding configs/default.yaml")
@@ -59,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--run_id", default=None, help="run folder name (default: a timestamp)")
     ap.add_argument("--output_dir", default=None, help="parent folder of runs (./outputs)")
     ap.add_argument("--resume_from", default=None, help="a run folder to continue; a flag given with it counts from "
-                    "there on, or is refused in one line (README, What a resume takes from the run folder)")
+                    "there on, or is refused in one line (docs/running.md, What a resume takes from the run folder)")
     ap.add_argument("--dashboard", nargs="?", type=int_flag(0), const=8765, default=None, metavar="PORT",
                     help="serve this run's live dashboard on 127.0.0.1:PORT (8765; 0: any free port) while it runs")
     ap.add_argument("--max_generation", type=int_flag(0), default=None,
@@ -116,7 +116,7 @@ def add_where_flags(ap: argparse.ArgumentParser) -> argparse.ArgumentParser:
     takes them from its command line alone)."""
     ap.add_argument("--track", action="extend", type=lambda text: [t for t in text.split(",") if t], default=None,
                     metavar="TRACKER[,TRACKER...]", help="also log the run to mlflow, wandb or tensorboard "
-                    "(repeatable; each a pip extra: pip install -e \".[mlflow]\"); see README, Tracking")
+                    "(repeatable; each a pip extra: pip install -e \".[mlflow]\"); see docs/dashboard.md")
     ap.add_argument("--sandbox", choices=SANDBOX_BACKENDS, default=None, help="where agent code runs (auto)")
     ap.add_argument("--executor", choices=EXECUTORS, default=None,
                     help="local (default), or ray: every sandbox on a node of a Ray cluster, in that node's backend")

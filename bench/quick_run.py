@@ -1,15 +1,16 @@
-"""The README's first tries, timed: `python -m run_optimization --domain imo_grading --preset quick`, or with
-`--demo` the README's first command, `python -m run_optimization --preset demo`.
+"""The quick start's first tries (docs/quickstart.md), timed: `python -m run_optimization --domain imo_grading
+--preset quick`, or with `--demo` the first command of the README and the quick start, `python -m
+run_optimization --preset demo`.
 
 Runs that command as a new user would, with no provider key (so the bundled local model is what
-runs, as the README's quick run says) and the sandbox `auto` chooses, in a fresh folder that
+runs, as the quick start's quick run says) and the sandbox `auto` chooses, in a fresh folder that
 becomes its working directory (its `outputs/` and a `.env` it would read are that folder's, not
 this checkout's). Prints the whole command's wall time and the CPU time of its whole process tree
 (the model server included), how the run ended (nodes by status), the peak resident memory
 (VmHWM, polled from /proc) of the controller, of the model server and summed over every process of
 the tree (an upper bound: the peaks need not coincide), and the machine's load average before and
 after: on a machine shared with other jobs the wall time grows with their load, the CPU time
-hardly. The README and configs/presets/quick.yaml (demo.yaml, with --demo) quote its wall time.
+hardly. docs/quickstart.md and configs/presets/quick.yaml (demo.yaml, with --demo) quote its wall time.
 
     python bench/quick_run.py [--repeat 1] [--demo]
 """
@@ -38,7 +39,7 @@ COMMAND = ["-m", "run_optimization", "--domain", "imo_grading", "--preset", "qui
 
 
 def demo_command() -> list[str]:
-    """The README's first command (the preset names its domain, examples/capitals)."""
+    """The README's first command, the quick start's demo (the preset names its domain, examples/capitals)."""
     return ["-m", "run_optimization", "--preset", "demo"]
 
 

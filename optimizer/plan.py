@@ -230,7 +230,7 @@ def no_edit_note(nodes: list[Node], config: Config) -> str | None:
         return None
     return ("no child: the bundled local model, as meta model, made no edit (it is too small to drive the meta "
             "agent's tools); python -m run_optimization --preset demo shows the loop with edits replayed from a "
-            "script, and a provider key (README, Models) runs a real meta agent")
+            "script, and a provider key (docs/models.md) runs a real meta agent")
 
 
 def duration(seconds: float) -> str:

@@ -1,6 +1,6 @@
 """Where this project departs from the HyperAgents reference (facebookresearch/HyperAgents @59a68f6),
-item by item: the one source of `configs/presets/paper.yaml`, of README.md's table "The paper's
-semantics and this project's defaults" and of the `departs` lines `--dry_run` prints.
+item by item: the one source of `configs/presets/paper.yaml`, of the table "The paper's semantics
+and this project's defaults" in docs/paper.md and of the `departs` lines `--dry_run` prints.
 
 An item with a config key has the value the reference's behaviour needs (`paper`): `--preset paper`
 sets exactly those, and a run whose value differs departs there. An item without a key is a choice
@@ -8,7 +8,7 @@ no setting reverts (the models, the sandbox, how an outage is counted); `--dry_r
 the run's domains and its initial agent. Each says what the reference does (a file of the mirror at
 that commit), what the default does, and why the default differs; `why` is "-" where it does not.
 
-`python -m services.departures --write` rewrites the preset and the README's table from this list;
+`python -m services.departures --write` rewrites the preset and docs/paper.md's table from this list;
 tests/test_departures.py fails while either differs from what it would write.
 """
 
@@ -287,7 +287,7 @@ def _cell(text: str) -> str:
 
 
 def table_text() -> str:
-    """The README's table, a row an item."""
+    """The docs' table (docs/paper.md), a row an item."""
     default = Config()
     rows = ["| item | the reference (`--preset paper` where a key sets it; a benchmark's own rule where the "
             "reference has none) | this project's default | why the default differs |", "|---|---|---|---|"]
@@ -300,29 +300,29 @@ def table_text() -> str:
     return "\n".join(rows) + "\n"
 
 
-README = PROJECT_ROOT / "README.md"
+PAGE = PROJECT_ROOT / "docs" / "paper.md"
 PRESET = PRESETS_DIR / "paper.yaml"
 BEGIN, END = "<!-- departures: written by python -m services.departures --write -->\n", "<!-- departures end -->\n"
 
 
-def readme_with_table(readme: str) -> str:
-    """`readme` with the text between its markers replaced by the table; ValueError without the markers."""
+def page_with_table(page: str) -> str:
+    """`page` with the text between its markers replaced by the table; ValueError without the markers."""
     pattern = re.compile(re.escape(BEGIN) + ".*?" + re.escape(END), re.S)
-    if not pattern.search(readme):
-        raise ValueError("README.md has no departures markers")
-    return pattern.sub(lambda m: BEGIN + table_text() + END, readme)
+    if not pattern.search(page):
+        raise ValueError(f"{PAGE.relative_to(PROJECT_ROOT)} has no departures markers")
+    return pattern.sub(lambda m: BEGIN + table_text() + END, page)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = ArgumentParser(prog="python -m services.departures", description=(__doc__ or "").split("\n\n")[0])
-    ap.add_argument("--write", action="store_true", help="rewrite configs/presets/paper.yaml and README.md's table")
+    ap.add_argument("--write", action="store_true", help="rewrite configs/presets/paper.yaml and docs/paper.md's table")
     args = ap.parse_args(argv)
     if not args.write:
         sys.stdout.write(table_text())
         return 0
     PRESET.write_text(preset_text())
-    README.write_text(readme_with_table(README.read_text()))
-    print(f"wrote {PRESET.relative_to(PROJECT_ROOT)} and the table of {README.name}")
+    PAGE.write_text(page_with_table(PAGE.read_text()))
+    print(f"wrote {PRESET.relative_to(PROJECT_ROOT)} and the table of {PAGE.relative_to(PROJECT_ROOT)}")
     return 0
 
 

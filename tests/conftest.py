@@ -32,7 +32,7 @@ def whole_suite(config) -> bool:
 
 def pytest_collection_modifyitems(session, config, items):
     """Remember the attacks collected (tests marked `attack`), for the check of SECURITY.md, and on a whole
-    run the counts of tests (before -m deselects any), for the README's (tests/test_readme_setup.py)."""
+    run the counts of tests (before -m deselects any), for the docs' (tests/test_readme_setup.py)."""
     found: dict[str, list[str]] = {}
     for item in items:
         mark = item.get_closest_marker("attack")

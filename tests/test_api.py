@@ -1,4 +1,4 @@
-"""The Python API (hyperagents.py): the README's example run as it is, against the fake provider,
+"""The Python API (hyperagents.py): the example of its page (docs/api.md) run as it is, against the fake provider,
 and the command line's guarantees kept (one-line UserError, no folder made, the lock let go)."""
 
 import json
@@ -12,17 +12,17 @@ import pytest
 
 from services.errors import UserError
 from support.cli import FAST_CONFIG, REPO_ROOT, cli_env, run_cli
+from support.docs import DOCS, section
 
 
-def readme_example() -> str:
-    text = (REPO_ROOT / "README.md").read_text()
-    section = text.split("## Python API\n", 1)[1]
-    return re.search(r"```python\n(.*?)```", section, re.S).group(1)
+def api_example() -> str:
+    """The first example of the Python API page (docs/api.md)."""
+    return re.search(r"```python\n(.*?)```", section(DOCS / "api.md", "Python API"), re.S).group(1)
 
 
 @pytest.mark.e2e
-def test_the_readme_example_runs_and_reads_its_run_back(tmp_path, fake_openai):
-    code = readme_example()
+def test_the_docs_example_runs_and_reads_its_run_back(tmp_path, fake_openai):
+    code = api_example()
     assert len(code.strip().splitlines()) <= 12
     fake_openai.responder = lambda request: '<json>{"response": "incorrect"}</json>'  # some rows right: on to val
     env = cli_env(fake_openai, PYTHONPATH=str(REPO_ROOT))

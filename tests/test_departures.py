@@ -1,5 +1,5 @@
 """services/departures.py is the one list of where this project departs from the reference: the preset
-file and the README's table are written from it, and --dry_run names every departure of a run."""
+file and the table of docs/paper.md are written from it, and --dry_run names every departure of a run."""
 
 import dataclasses
 import re
@@ -12,10 +12,10 @@ from services.departures import DEPARTURES, departures_of, dry_run_lines, keyed
 from support.cli import run_cli
 
 
-def test_the_preset_and_the_readme_table_are_what_the_list_writes():
+def test_the_preset_and_the_docs_table_are_what_the_list_writes():
     assert departures.PRESET.read_text() == departures.preset_text(), "run python -m services.departures --write"
-    readme = departures.README.read_text()
-    assert departures.readme_with_table(readme) == readme, "run python -m services.departures --write"
+    page = departures.PAGE.read_text()
+    assert departures.page_with_table(page) == page, "run python -m services.departures --write"
 
 
 def test_the_preset_sets_each_keyed_item_to_the_references_value_and_nothing_else():

@@ -1,6 +1,7 @@
 """The README's "Set up" and "Tests" sections against what they describe: CI runs the set-up's lines and the
-test command as written (in .venv inside its clone, as a new user does), and the counts of tests the README
-gives are the suite's, to within COUNT_TOLERANCE (a few modules skip whole where Docker or Ray is missing)."""
+test command as written (in .venv inside its clone, as a new user does); and the counts of tests the
+contributing page gives (docs/contributing.md, "Tests") are the suite's, to within COUNT_TOLERANCE (a few
+modules skip whole where Docker or Ray is missing)."""
 
 import re
 
@@ -8,12 +9,9 @@ import pytest
 
 from conftest import COUNTS
 from support.cli import REPO_ROOT
+from support.docs import DOCS, README, section
 
 COUNT_TOLERANCE = 0.10
-
-
-def section(title: str) -> str:
-    return (REPO_ROOT / "README.md").read_text().split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0]
 
 
 def ci_lines() -> list[str]:
@@ -21,22 +19,28 @@ def ci_lines() -> list[str]:
 
 
 def test_ci_runs_the_readmes_set_up_and_test_command_as_written():
-    setup = section("Set up").split("```")[1].strip().splitlines()
+    setup = section(README, "Set up").split("```")[1].strip().splitlines()
     assert setup[0].endswith("apt-get install -y bubblewrap")  # CI installs it only where it is missing
     assert setup[1] == "python3 -m venv .venv && . .venv/bin/activate"
     assert [line for line in setup[1:] if line not in ci_lines()] == []
-    test_command = section("Tests").split("```")[1].strip()
+    test_command = section(README, "Tests").split("```")[1].strip()
     assert test_command in ci_lines()
     assert ci_lines().index(setup[1]) < ci_lines().index(test_command)
+
+
+def test_the_quick_start_page_shows_the_readmes_set_up_and_the_contributing_page_its_test_command():
+    assert section(DOCS / "quickstart.md", "Set up").split("```")[1] == section(README, "Set up").split("```")[1]
+    assert section(README, "Tests").split("```")[1] in section(DOCS / "contributing.md", "Tests")
 
 
 def test_the_readmes_counts_of_tests_are_the_suites(request):
     counts = request.config.stash.get(COUNTS, None)
     if counts is None:
-        pytest.skip("only part of the suite was collected: the README's counts are checked on a whole run")
+        pytest.skip("only part of the suite was collected: the docs' counts are checked on a whole run")
     total, e2e = counts
-    stated = [int(n.replace(",", "")) for n in re.findall(r"(\d[\d,]{2,}) tests\b", section("Tests"))]
+    text = section(DOCS / "contributing.md", "Tests")
+    stated = [int(n.replace(",", "")) for n in re.findall(r"(\d[\d,]{2,}) tests\b", text)]
     assert len(stated) >= 2, "the Tests section gives the whole suite's count, then the fast lane's"
     for what, said, measured in (("whole suite", stated[0], total), ("fast lane", stated[1], total - e2e)):
         assert abs(said - measured) <= COUNT_TOLERANCE * measured, (
-            f"README's Tests section: the {what} is {said:,} tests; this collection has {measured:,}")
+            f"docs/contributing.md's Tests section: the {what} is {said:,} tests; this collection has {measured:,}")

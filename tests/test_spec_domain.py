@@ -1,6 +1,6 @@
 """A domain of the user's own, written as a YAML spec outside the package (domains/spec.py).
 
-The spec is the README's example (examples/capitals), copied to a folder of the test's own: it
+The spec is the docs' example (examples/capitals, docs/domains.md), copied to a folder of the test's own: it
 runs through the loop (bwrap, the fake provider as task and meta model), a resume, the harness,
 the report, `archive.analyze` and the dashboard's reader, the latter two after the spec's folder
 is gone. Each scorer scores real predictions; each mistake in a spec is one line and exit 2.
@@ -20,6 +20,7 @@ import pytest
 from services.config import PROJECT_ROOT
 from services.errors import UserError
 from support.cli import FAST_CONFIG, cli_env, run_cli
+from support.docs import DOCS, section
 
 EXAMPLE = PROJECT_ROOT / "examples" / "capitals"
 CAPITALS = {re.search(r"capital of (.+)\?", r["Question"]).group(1): r["Answer"]
@@ -48,7 +49,7 @@ def answer(request: dict, right=lambda country, user: MARKER in user) -> str:
 
 
 def my_task(tmp_path: Path) -> Path:
-    """The README's example in a folder outside the package; the spec's path."""
+    """The docs' example in a folder outside the package; the spec's path."""
     shutil.copytree(EXAMPLE, tmp_path / "my_task")
     return tmp_path / "my_task" / "capitals.yaml"
 
@@ -59,12 +60,12 @@ def config(tmp_path: Path, extra: str = "") -> Path:
     return path
 
 
-def test_the_readme_shows_the_example_that_is_tested():
-    readme = (PROJECT_ROOT / "README.md").read_text()
+def test_the_docs_show_the_example_that_is_tested():
+    page = section(DOCS / "domains.md", "Your own task")
     spec = (EXAMPLE / "capitals.yaml").read_text()
     body = "".join(line + "\n" for line in spec.splitlines() if not line.startswith("#"))
-    assert body in readme
-    assert "python -m run_optimization --domain_spec examples/capitals/capitals.yaml" in readme
+    assert body in page
+    assert "python -m run_optimization --domain_spec examples/capitals/capitals.yaml" in page
 
 
 @pytest.mark.e2e

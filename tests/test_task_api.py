@@ -1,7 +1,8 @@
 """hyperagents.Task: a task from examples in memory and a metric function, run through the same loop as a
 spec domain (domains/spec.py). The metric runs on the host, in the process that scores, on a copy of the
 user's own example; the run keeps the examples and a record that names the metric and imports nothing; a
-resume takes the same Task again. The README's example of it runs with no key, on the bundled local model."""
+resume takes the same Task again. The example of it on the Python API page (docs/api.md) runs with no key,
+on the bundled local model."""
 
 import json
 import os
@@ -14,23 +15,8 @@ import pytest
 from hyperagents import ROW_ID, TASK_DATA, Task, _use_task
 from services.errors import UserError
 from support.cli import FAST_CONFIG, REPO_ROOT, cli_env
+from support.docs import DOCS, section
 from test_spec_domain import answer
-
-# The README's Python API example, as the README should show it (a test below checks the README's, once it
-# holds a Task example): it needs no key, and runs on the bundled local model.
-README_EXAMPLE = '''\
-from hyperagents import Task, load_run, run
-
-pairs = [("France", "Paris"), ("Japan", "Tokyo"), ("Italy", "Rome"), ("Egypt", "Cairo"), ("Peru", "Lima")]
-examples = [{"question": f"What is the capital of {country}?", "answer": city} for country, city in pairs]
-task = Task(name="capitals", train=examples[:3], val=examples[3:], inputs=["question"], label="answer",
-            metric=lambda prediction, example: example["answer"].lower() in prediction.lower())
-result = run(task=task, preset="quick", max_generation=1, name="first try", tags=["demo"])
-print(result.state, result.best.id, result.best.scores["capitals"])
-for node in result.nodes.values():
-    print(node.id, node.parent, node.generation, node.status, node.spend)
-assert load_run(result.path).tags == ("demo",)
-'''
 
 # A script that runs a Task on the fake provider: the metric notes each call (its process, the example's
 # types) in CALLS, a file of the host.
@@ -126,17 +112,23 @@ def test_what_a_task_cannot_be_is_one_line(tmp_path):
     assert not (tmp_path / "old" / TASK_DATA).exists()
 
 
-def readme_example() -> str:
-    """The README's Python API example once it is a Task's; until then, the one this file holds for it."""
-    section = (REPO_ROOT / "README.md").read_text().split("## Python API\n", 1)[1].split("\n## ", 1)[0]
-    found = [block for block in re.findall(r"```python\n(.*?)```", section, re.S) if "Task(" in block]
-    return found[0] if found else README_EXAMPLE
+def task_example() -> str:
+    """The Python API page's example of a Task (docs/api.md), the one it shows."""
+    blocks = re.findall(r"```python\n(.*?)```", section(DOCS / "api.md", "Python API"), re.S)
+    (example,) = [block for block in blocks if "Task(" in block]
+    return example
+
+
+def test_the_api_page_shows_a_task_example_that_needs_no_key():
+    example = task_example()
+    assert "from hyperagents import Task" in example and "run(task=task" in example
+    assert "_model=" not in example  # the models are left to choose: with no key, the bundled local one
 
 
 @pytest.mark.e2e
-def test_the_readme_task_example_runs_with_no_key_on_the_local_model(tmp_path):
+def test_the_docs_task_example_runs_with_no_key_on_the_local_model(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.endswith(("_API_KEY", "_API_BASE", "_BASE_URL"))}
-    r = subprocess.run([sys.executable, "-c", readme_example()], cwd=tmp_path, capture_output=True, text=True,
+    r = subprocess.run([sys.executable, "-c", task_example()], cwd=tmp_path, capture_output=True, text=True,
                        timeout=1800, env={**env, "PYTHONPATH": str(REPO_ROOT), "LITELLM_LOCAL_MODEL_COST_MAP": "True"})
     assert r.returncode == 0, (r.stdout[-2000:], r.stderr[-3000:])
     assert "task local/smollm2-135m, meta local/smollm2-135m" in r.stdout

@@ -73,7 +73,7 @@ def history_rows(folder: Path) -> list[dict]:
 def test_a_run_is_logged_to_each_tracker_and_a_resume_logs_each_node_once(tmp_path, fake_openai, monkeypatch):
     from mlflow.tracking import MlflowClient
 
-    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # as a reader of the run's file store sets it (README)
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # as a reader of its file store sets it (docs/dashboard.md)
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     fake_openai.set_responder(responder({1: [IMPROVE]}, []))

@@ -48,7 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--domain", default=None,
                     help="imo_grading, imo_proof, imo_proof_grading, imo_answer, aime2025 or amo_bench")
     ap.add_argument("--domain_spec", default=None, metavar="FILE",
-                    help="instead of --domain: a domain of your own, written as a YAML spec (README, Your own task)")
+                    help="instead of --domain: a domain of your own, written as a YAML spec (docs/domains.md)")
     ap.add_argument("--data", action="append", default=None, metavar="DOMAIN=PATH",
                     help="the data file of a domain that is not bundled, e.g. amo_bench=AMO-Bench.jsonl")
     ap.add_argument("--agent_path", default="task_agent", help="a .py file or a module path with a TaskAgent")

@@ -6,7 +6,7 @@ on the selection split and its held-out grade, each asked only when the rule rea
 and `note` (how the best was chosen, in words, for the run's summary; "" says nothing); `Chain` is the base
 of a rule that walks the nodes in generation order, a higher one taking the best's place when `takes` agrees.
 A bundled rule is a file of this folder whose `STRATEGY` is an instance; a plug-in names its class or instance
-under the entry point group `hyperagents_imo.best_choice` (README, Search beyond the paper). `loop.best_choice`
+under the entry point group `hyperagents_imo.best_choice` (docs/search.md). `loop.best_choice`
 chooses one; `BestChoice` holds it with its settings, and archive.promotion.choose_best applies it.
 """
 

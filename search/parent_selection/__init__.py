@@ -5,7 +5,7 @@ candidate drawn with a `random.Random` the loop seeds, so a seeded run replays),
 its candidates must carry their per-row scores, which costs a read of every full evaluation). `Weighted`
 draws in proportion to the weights; `Pointed` takes the one candidate its `pick` names. A bundled strategy
 is a file of this folder whose `STRATEGY` is an instance; a plug-in names its class or instance under the
-entry point group `hyperagents_imo.parent_selection` (README, Search strategies). `--parent_selection NAME`
+entry point group `hyperagents_imo.parent_selection` (docs/search.md). `--parent_selection NAME`
 and `loop.parent_selection` choose one.
 
 Which scores the candidates carry (staged-only and initial nodes) is archive.store's `ScoreRule`.

@@ -11,8 +11,8 @@ scores, its parent's and the best node's, each None when unknown), `reads_best` 
 compares with the best node, whose id the loop then adds to the verdict's line) and `plan` (when it lets a
 child on, in words, for the plan); `Compared` is the base of a rule that compares with the parent or the
 best node on their shared rows. A bundled rule is a file of this folder whose `STRATEGY` is an instance;
-a plug-in names its class or instance under the entry point group `hyperagents_imo.promotion` (README,
-Search beyond the paper). `loop.promotion`, or a stage's third item in `loop.stages`, chooses one.
+a plug-in names its class or instance under the entry point group `hyperagents_imo.promotion`
+(docs/search.md). `loop.promotion`, or a stage's third item in `loop.stages`, chooses one.
 """
 
 from __future__ import annotations
