@@ -42,73 +42,97 @@ from services.strategy_names import strategy_names
 
 def build_parser() -> argparse.ArgumentParser:
     ap = ArgumentParser(prog="python -m run_optimization", description=(__doc__ or "").split("\n\n")[0])
-    ap.add_argument("--domain", nargs="+", default=None, help="one or more domains (imo_grading, imo_proof, ...)")
-    ap.add_argument("--domain_spec", action="append", type=os.path.abspath, default=None, metavar="FILE",
-                    help="a domain of your own, written as a YAML spec (docs/domains.md); repeatable. With "
-                         "--resume_from: the spec the run was started with, checked against what the run kept "
-                         "(needed when its scorer is a function of your own: a run folder never names one)")
-    ap.add_argument("--config", default=None, help="YAML config overriding configs/default.yaml")
-    ap.add_argument("--preset", default=None, help="a config of configs/presets/ applied before --config, "
-                    "e.g. quick: 2 small generations")
-    ap.add_argument("--set", action="append", default=None, metavar="SECTION.KEY=VALUE", dest="settings",
-                    help="one config field, after --preset and --config and before the flags below, e.g. --set "
-                         "loop.promotion=not_worse_than_parent (VALUE is YAML: 8, null, [a, b]; repeatable)")
-    ap.add_argument("--name", default=None, help="the run's name, kept in run.json and shown in lists of runs")
-    ap.add_argument("--tag", action="append", default=None, dest="tags", metavar="TAG",
-                    help="a label to find and group runs by (repeatable)")
-    ap.add_argument("--run_id", default=None, help="run folder name (default: a timestamp)")
-    ap.add_argument("--output_dir", default=None, help="parent folder of runs (./outputs)")
-    ap.add_argument("--resume_from", default=None, help="a run folder to continue; a flag given with it counts from "
-                    "there on, or is refused in one line (docs/running.md, What a resume takes from the run folder)")
-    ap.add_argument("--dashboard", nargs="?", type=int_flag(0), const=8765, default=None, metavar="PORT",
-                    help="serve this run's live dashboard on 127.0.0.1:PORT (8765; 0: any free port) while it runs")
-    ap.add_argument("--max_generation", type=int_flag(0), default=None,
-                    help="generations after the initial node (10); with --resume_from, lower or higher than the run's")
-    ap.add_argument("--max_minutes", type=number_flag(0), default=None, metavar="N", help="stop the run N minutes "
-                    "after this command started (a resume counts afresh, with no limit unless given one): generations "
-                    "in flight stop as on Ctrl-C, resumably, and the last line is the command that continues")
-    ap.add_argument("--eval_samples", type=int_flag(1, also=-1), default=None,
-                    help="rows per full evaluation split (-1 = all)")
-    ap.add_argument("--eval_workers", type=int_flag(1), default=None, help="rows evaluated in parallel")
-    ap.add_argument("--parent_selection", choices=strategy_names("parent_selection"), default=None,
-                    help="how the next parent is chosen (score_child_prop)")
-    ap.add_argument("--seed", type=int, default=None, help="seed of parent selection, to replay a run")
-    ap.add_argument("--parallel", type=int_flag(1), default=None,
-                    help="generations in flight at once (1); the budget and the gateway are shared")
-    ap.add_argument("--skip_staged_eval", action="store_true", default=None, help="no 10-row stage first")
-    ap.add_argument("--final_test", action="store_true", default=None,
-                    help="at the end, evaluate the test split once, for the node chosen on val and the initial node "
-                         "(final_test.json; the loop never reads it); with --resume_from, also for a finished run")
-    ap.add_argument("--evaluate", metavar="NODE[,NODE...]", default=None,
-                    help="with --resume_from and --split: evaluate that split in full for these nodes of a finished "
-                         "run, no generation (evaluations.json; rows already answered are not paid again)")
-    ap.add_argument("--split", default=None, help="the split --evaluate evaluates (e.g. test)")
-    ap.add_argument("--eval_test", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument("--dry_run", action="store_true",
-                    help="print the plan and the cost estimate, then stop: no folder is made and no model called")
-    ap.add_argument("--edit_select_parent", action="store_true", default=None,
-                    help="the workspace's select_next_parent.py chooses parents")
-    ap.add_argument("--run_baseline", choices=BASELINES, default=None, help="a baseline of the paper")
-    ap.add_argument("--budget_usd", type=number_flag(0), default=None, help="stop the run once this much is spent")
-    ap.add_argument("--meta_model", default=None, help="the meta agent's model (litellm string)")
-    ap.add_argument("--task_model", default=None, help="the task agent's model (litellm string)")
-    ap.add_argument("--data", action="append", default=None, metavar="DOMAIN=PATH",
-                    help="the data file of a domain that is not bundled, e.g. amo_bench=AMO-Bench.jsonl")
-    ap.add_argument("--initial_agent", default=None, metavar="NAME|PATH",
-                    help=f"the agent the run starts from: {', '.join(sorted(INITIAL_AGENTS))} (task agents; default: "
-                         "default), paper (the HyperAgents reference's generic task and meta agents), or the path "
-                         "of an agent folder with task_agent:TaskAgent and meta_agent:MetaAgent")
-    ap.add_argument("--initial_from", default=None, metavar="RUN[:NODE]",
-                    help="start from another run's node (default: its best), on any domain; see --transfer")
-    ap.add_argument("--transfer", choices=TRANSFERS, default=None,
-                    help="with --initial_from: meta keeps the node's meta agent and agent/ and takes the task agent "
-                         "from --initial_agent (the paper's transfer experiment); all keeps the whole node (meta)")
-    ap.add_argument("--replicates", type=int_flag(1), default=None, metavar="K",
-                    help="K runs of this configuration, seeds --seed (0) to --seed+K-1, into one folder of runs "
-                         "(--resume_from it continues them all; python -m archive.analyze reads it)")
-    ap.add_argument("--replicates_at_once", type=int_flag(1), default=None, metavar="N",
-                    help="with --replicates: runs at once (default 1; all K with --executor ray)")
+    for add in (_run_flags, _loop_flags, _mode_flags, _start_flags):
+        add(ap)
     return add_where_flags(ap)
+
+
+def _run_flags(ap: argparse.ArgumentParser) -> None:
+    """Which run: its domains, config, labels and folder."""
+    group = ap.add_argument_group("the run")
+    group.add_argument("--domain", nargs="+", default=None, help="one or more domains (imo_grading, imo_proof, ...)")
+    group.add_argument("--domain_spec", action="append", type=os.path.abspath, default=None, metavar="FILE",
+                       help="a domain of your own, written as a YAML spec (docs/domains.md); repeatable. With "
+                            "--resume_from: the spec the run was started with, checked against what the run kept "
+                            "(needed when its scorer is a function of your own: a run folder never names one)")
+    group.add_argument("--config", default=None, help="YAML config overriding configs/default.yaml")
+    group.add_argument("--preset", default=None, help="a config of configs/presets/ applied before --config, "
+                       "e.g. quick: 2 small generations")
+    group.add_argument("--set", action="append", default=None, metavar="SECTION.KEY=VALUE", dest="settings",
+                       help="one config field, after --preset and --config and before the flags below, e.g. --set "
+                            "loop.promotion=not_worse_than_parent (VALUE is YAML: 8, null, [a, b]; repeatable)")
+    group.add_argument("--name", default=None, help="the run's name, kept in run.json and shown in lists of runs")
+    group.add_argument("--tag", action="append", default=None, dest="tags", metavar="TAG",
+                       help="a label to find and group runs by (repeatable)")
+    group.add_argument("--run_id", default=None, help="run folder name (default: a timestamp)")
+    group.add_argument("--output_dir", default=None, help="parent folder of runs (./outputs)")
+    group.add_argument("--resume_from", default=None, help="a run folder to continue; a flag given with it counts from "
+                       "there on, or is refused in one line (docs/running.md, What a resume takes from the run folder)")
+    group.add_argument("--dashboard", nargs="?", type=int_flag(0), const=8765, default=None, metavar="PORT",
+                       help="serve this run's live dashboard on 127.0.0.1:PORT (8765; 0: any free port) while it runs")
+
+
+def _loop_flags(ap: argparse.ArgumentParser) -> None:
+    """How the loop goes: its length, evaluation, selection and test."""
+    group = ap.add_argument_group("the loop")
+    group.add_argument("--max_generation", type=int_flag(0), default=None,
+                       help="generations after the initial node (10); with --resume_from, lower or higher than "
+                            "the run's")
+    group.add_argument("--max_minutes", type=number_flag(0), default=None, metavar="N",
+                       help="stop the run N minutes after this command started (a resume counts afresh, with no "
+                            "limit unless given one): generations in flight stop as on Ctrl-C, resumably, and the "
+                            "last line is the command that continues")
+    group.add_argument("--eval_samples", type=int_flag(1, also=-1), default=None,
+                       help="rows per full evaluation split (-1 = all)")
+    group.add_argument("--eval_workers", type=int_flag(1), default=None, help="rows evaluated in parallel")
+    group.add_argument("--parent_selection", choices=strategy_names("parent_selection"), default=None,
+                       help="how the next parent is chosen (score_child_prop)")
+    group.add_argument("--seed", type=int, default=None, help="seed of parent selection, to replay a run")
+    group.add_argument("--parallel", type=int_flag(1), default=None,
+                       help="generations in flight at once (1); the budget and the gateway are shared")
+    group.add_argument("--skip_staged_eval", action="store_true", default=None, help="no 10-row stage first")
+    group.add_argument("--final_test", action="store_true", default=None,
+                       help="at the end, evaluate the test split once, for the node chosen on val and the initial node "
+                            "(final_test.json; the loop never reads it); with --resume_from, also for a finished run")
+
+
+def _mode_flags(ap: argparse.ArgumentParser) -> None:
+    """What the command does besides running the loop."""
+    group = ap.add_argument_group("other modes")
+    group.add_argument("--evaluate", metavar="NODE[,NODE...]", default=None,
+                       help="with --resume_from and --split: evaluate that split in full for these nodes of a finished "
+                            "run, no generation (evaluations.json; rows already answered are not paid again)")
+    group.add_argument("--split", default=None, help="the split --evaluate evaluates (e.g. test)")
+    group.add_argument("--eval_test", action="store_true", help=argparse.SUPPRESS)
+    group.add_argument("--dry_run", action="store_true",
+                       help="print the plan and the cost estimate, then stop: no folder is made and no model called")
+    group.add_argument("--edit_select_parent", action="store_true", default=None,
+                       help="the workspace's select_next_parent.py chooses parents")
+    group.add_argument("--run_baseline", choices=BASELINES, default=None, help="a baseline of the paper")
+
+
+def _start_flags(ap: argparse.ArgumentParser) -> None:
+    """Models, budget, data and where the run starts from."""
+    group = ap.add_argument_group("models, budget and start")
+    group.add_argument("--budget_usd", type=number_flag(0), default=None, help="stop the run once this much is spent")
+    group.add_argument("--meta_model", default=None, help="the meta agent's model (litellm string)")
+    group.add_argument("--task_model", default=None, help="the task agent's model (litellm string)")
+    group.add_argument("--data", action="append", default=None, metavar="DOMAIN=PATH",
+                       help="the data file of a domain that is not bundled, e.g. amo_bench=AMO-Bench.jsonl")
+    group.add_argument("--initial_agent", default=None, metavar="NAME|PATH",
+                       help=f"the agent the run starts from: {', '.join(sorted(INITIAL_AGENTS))} (task agents; "
+                            "default: default), paper (the HyperAgents reference's generic task and meta agents), "
+                            "or the path of an agent folder with task_agent:TaskAgent and meta_agent:MetaAgent")
+    group.add_argument("--initial_from", default=None, metavar="RUN[:NODE]",
+                       help="start from another run's node (default: its best), on any domain; see --transfer")
+    group.add_argument("--transfer", choices=TRANSFERS, default=None,
+                       help="with --initial_from: meta keeps the node's meta agent and agent/ and takes the task agent "
+                            "from --initial_agent (the paper's transfer experiment); all keeps the whole node (meta)")
+    group.add_argument("--replicates", type=int_flag(1), default=None, metavar="K",
+                       help="K runs of this configuration, seeds --seed (0) to --seed+K-1, into one folder of runs "
+                            "(--resume_from it continues them all; python -m archive.analyze reads it)")
+    group.add_argument("--replicates_at_once", type=int_flag(1), default=None, metavar="N",
+                       help="with --replicates: runs at once (default 1; all K with --executor ray)")
 
 
 def add_where_flags(ap: argparse.ArgumentParser) -> argparse.ArgumentParser:
