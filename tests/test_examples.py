@@ -71,7 +71,7 @@ def responder(task_answer, judge=None):
 def copied(tmp_path: Path, *names: str) -> Path:
     """The examples `names` copied as a user copies them, into tmp_path/examples; that folder."""
     for name in names:
-        shutil.copytree(EXAMPLES / name, tmp_path / "examples" / name)
+        shutil.copytree(EXAMPLES / name, tmp_path / "examples" / name, dirs_exist_ok=True)
     return tmp_path / "examples"
 
 
@@ -100,6 +100,26 @@ def test_every_example_has_a_readme_with_the_command_that_is_tested_and_the_inde
         assert f"]({name}/)" in index, name
     for spec in ("exact_scorer/conversions.yaml", "llm_judge/definitions.yaml"):
         assert spec in index
+
+
+def test_the_readmes_count_the_rows_and_give_the_defaults_that_are_there():
+    for name, stem in (("exact_scorer", "conversions"), ("llm_judge", "definitions")):
+        readme = (EXAMPLES / name / "README.md").read_text()
+        for split in ("train", "val", "test"):
+            path = EXAMPLES / name / f"{stem}_{split}.csv"
+            said = re.search(rf"(\d+) {split}\b", readme)
+            count = len(list(csv.DictReader(path.open()))) if path.exists() else None
+            assert (int(said.group(1)) if said else None) == count, (name, split)
+    sys.path.insert(0, str(EXAMPLES / "api_sweep"))
+    try:
+        from sweep import parse_args
+    finally:
+        sys.path.remove(str(EXAMPLES / "api_sweep"))
+    defaults = parse_args([])
+    readme = (EXAMPLES / "api_sweep" / "README.md").read_text()
+    assert (f"By default: seeds {' and '.join(map(str, defaults.seeds))}, strategies "
+            f"{' and '.join(f'`{s}`' for s in defaults.strategies)}, {defaults.generations} generations a run, "
+            f"the {defaults.preset} preset") in readme.replace("\n", " ")
 
 
 # -- exact_scorer --------------------------------------------------------------------------------------------
@@ -251,10 +271,17 @@ def test_the_sweep_runs_every_seed_and_strategy_through_the_api_and_tabulates_th
                                                                                           "1.000"]
     assert any(line.split() == ["tournament", "1.000", "2"] for line in lines), r.stdout
 
+    # Again, with more generations: the run goes on from its folder, one generation more.
+    r = sweep(tmp_path, fake_openai, plugin_site, "--seeds", "0", "--strategies", "best", "--generations", "2")
+    assert r.returncode == 0, r.stderr[-3000:]
+    view = load_run(tmp_path / "sweep" / "seed0_best")
+    assert view.state == "finished" and list(view.nodes) == ["initial", "1", "2"] and view.nodes["2"].parent == "1"
+    assert any(line.split()[:5] == ["0", "best", "finished", "3", view.best.id] for line in r.stdout.splitlines())
+
 
 @pytest.mark.e2e
 def test_a_sweep_of_a_strategy_no_one_has_is_one_line(tmp_path, fake_openai, plugin_site):
     r = sweep(tmp_path, fake_openai, plugin_site, "--strategies", "no_such")
     assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
-    assert r.stderr.startswith("sweep: ") and "'no_such' is no strategy" in r.stderr
+    assert r.stderr.startswith("sweep: loop.parent_selection must be one of ") and "tournament" in r.stderr
     assert not (tmp_path / "sweep" / "seed0_no_such").exists()

@@ -50,7 +50,9 @@ def one_run(args: argparse.Namespace, seed: int, strategy: str) -> RunView:
     Path(args.output_dir).mkdir(parents=True, exist_ok=True)
     with open(Path(args.output_dir) / f"{run_id}.log", "a") as log, contextlib.redirect_stdout(log):
         if (folder / "run.json").is_file():
-            return run(resume_from=folder, max_generation=args.generations, **models)
+            # The spec again: its scorer is a function of your own, which a run's record never names for import.
+            return run(resume_from=folder, domain_spec=args.domain_spec, config=args.config,
+                       max_generation=args.generations, **models)
         return run(domain_spec=args.domain_spec, preset=args.preset, config=args.config, output_dir=args.output_dir,
                    run_id=run_id, name=run_id, tags=["sweep"], seed=seed, parent_selection=strategy,
                    max_generation=args.generations, **models)
