@@ -177,6 +177,10 @@ def test_the_llm_judge_example_is_scored_by_the_judge_it_names(tmp_path, fake_op
     assert found["initial"]["scores"]["definitions"] == {"train": 0.0}  # screened out: no row passed
     assert found["1"]["scores"]["definitions"] == {"train": 1.0, "val": 1.0}
     assert judged and set(judged) == {("fake-judge", 0, True)}  # the rubric, at temperature 0, to the judge's model
+    others = [str(q["json"]["messages"]) for q in fake_openai.requests
+              if q.get("json") and q["json"].get("model") != "fake-judge"]
+    val_references = [r["Reference"] for r in csv.DictReader((folder / "definitions_val.csv").open())]
+    assert others and not any("twelve-year-old" in m or any(v in m for v in val_references) for m in others)
     # Every verdict is booked to the judge; one asked again (a row screened, then evaluated in full) is replayed
     # from the gateway's cache, not paid for twice.
     paid, replayed = sqlite3.connect(run_dir / "ledger.sqlite").execute(
