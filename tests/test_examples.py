@@ -246,9 +246,9 @@ def test_the_installed_tournament_chooses_the_parents_of_a_run_by_name(tmp_path,
 
 
 # -- api_sweep -----------------------------------------------------------------------------------------------
-def sweep(tmp_path: Path, fake, site: Path, *args: str):
+def sweep(tmp_path: Path, fake, site: Path, *args: str, config: Path | None = None):
     script = copied(tmp_path, "api_sweep", "exact_scorer") / "api_sweep" / "sweep.py"
-    return subprocess.run([sys.executable, str(script), "--config", str(fast_config(tmp_path)), *FAKE_MODELS,
+    return subprocess.run([sys.executable, str(script), "--config", str(config or fast_config(tmp_path)), *FAKE_MODELS,
                            "--output_dir", str(tmp_path / "sweep"), *args], cwd=tmp_path, capture_output=True,
                           text=True, timeout=600, env=with_plugin(cli_env(fake), site))
 
@@ -289,3 +289,21 @@ def test_a_sweep_of_a_strategy_no_one_has_is_one_line(tmp_path, fake_openai, plu
     assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
     assert r.stderr.startswith("sweep: loop.parent_selection must be one of ") and "tournament" in r.stderr
     assert not (tmp_path / "sweep" / "seed0_no_such").exists()
+
+
+@pytest.mark.e2e
+def test_a_sweep_stopped_by_an_outage_says_so_and_goes_on_when_run_again(tmp_path, fake_openai, plugin_site):
+    table = rows(*(EXAMPLES / "exact_scorer").glob("conversions_*.csv"))
+    fake_openai.set_responder(responder(lambda question, marked: table[question]["Answer"] if marked else "7"))
+    outage = tmp_path / "outage.yaml"  # the breaker trips after 2 failed calls, none retried
+    outage.write_text(FAST_CONFIG.replace("gateway:\n", "gateway:\n  breaker_failures: 2\n  max_retries: 0\n"))
+    args = ("--seeds", "0", "--strategies", "best", "--generations", "1")
+    fake_openai.add_faults(["503"] * 200)
+    r = sweep(tmp_path, fake_openai, plugin_site, *args, config=outage)
+    assert r.returncode == 75 and r.stderr.strip().splitlines()[-1].startswith("sweep: "), r.stderr[-3000:]
+    assert "Traceback" not in r.stderr and (tmp_path / "sweep" / "seed0_best" / "run.json").is_file()
+    fake_openai.reset()
+    fake_openai.set_responder(responder(lambda question, marked: table[question]["Answer"] if marked else "7"))
+    r = sweep(tmp_path, fake_openai, plugin_site, *args, config=outage)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert any(line.split()[:5] == ["0", "best", "finished", "2", "1"] for line in r.stdout.splitlines()), r.stdout
