@@ -213,7 +213,7 @@ def test_a_session_call_limit_is_enforced_by_the_gateway(gateway_factory, fake_o
 
 
 def test_provider_key_never_reaches_the_ledger_or_the_caller(gateway_factory, fake_openai, tmp_path, monkeypatch):
-    import services.gateway.core as gateway_module
+    import services.provider.litellm_provider as gateway_module
 
     secret = os.environ["OPENAI_API_KEY"]
 
@@ -456,7 +456,7 @@ def test_the_breaker_trips_only_when_the_gateways_own_probe_fails_too(gateway_fa
 
 
 def test_a_request_the_provider_refuses_is_not_a_provider_failure(gateway_factory, fake_openai, monkeypatch):
-    import services.gateway.core as gateway_module
+    import services.provider.litellm_provider as gateway_module
 
     def refusing_provider(**kwargs):  # the request's own fault: too long a prompt, say
         raise litellm.BadRequestError(message="maximum context length exceeded", model="fake", llm_provider="openai")
