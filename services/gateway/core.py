@@ -133,7 +133,6 @@ class Gateway:
         caller hears of the failure, so a reply that came after one is known to have met it)."""
         return self.admission.provider_failures(key)
 
-    # -- stops and spending ----------------------------------------------------------------
     def check_breaker(self) -> None:
         """MachineDown once this machine failed (machine.py; a local model's server died: breaker.py),
         ProviderDown once the breaker tripped; nothing before. One stat: the harness asks for each row."""
@@ -192,7 +191,7 @@ class Gateway:
             if hit is not None:
                 self.admission.answered(session)
                 self._book(Call(session.run_id, session.node, session.role, model, cache_hit=True))
-                return self._reply(inbound, hit, request.requested, cost=0.0)
+                return _reply(inbound, hit, request.requested, cost=0.0)
             params = with_output_cap(params, self.models.pricing(model), self.gw)
             worst = worst_case(self.models.pricing(model), len(canon), params)
             self._budget.reserve(*worst)
@@ -232,19 +231,19 @@ class Gateway:
         self.admission.answered(session)
         self._book(sent.call)
         self._replays.put(key, sent.payload, sent.call.cost_usd)
-        return self._reply(inbound, sent.payload, request.requested, cost=sent.call.cost_usd)
+        return _reply(inbound, sent.payload, request.requested, cost=sent.call.cost_usd)
 
     def _book(self, call: Call) -> None:
         """Write a call to the ledger and add it to the run's totals; MachineDown when the disk cannot."""
         self._writes.record(call)
         self._budget.add(call)
 
-    @staticmethod
-    def _reply(inbound: Inbound, payload: dict, requested: str, cost: float) -> Reply:
-        """The reply a caller gets: whether it came from the cache is the ledger's to know (a cached
-        reply costs 0, which tells a caller only of its own node and role's earlier calls, the
-        cache's scope)."""
-        return Reply(200, inbound.reply(payload, requested), {"x-gateway-cost-usd": f"{cost:.8f}"})
+
+def _reply(inbound: Inbound, payload: dict, requested: str, cost: float) -> Reply:
+    """The reply a caller gets: whether it came from the cache is the ledger's to know (a cached
+    reply costs 0, which tells a caller only of its own node and role's earlier calls, the
+    cache's scope)."""
+    return Reply(200, inbound.reply(payload, requested), {"x-gateway-cost-usd": f"{cost:.8f}"})
 
 
 def open_gateway(config: Config, run_dir: str | Path, run_id: str) -> Gateway:
