@@ -1,10 +1,9 @@
 """Provider keys: where they come from, whether a model has what it needs, keeping them out of text.
 
-(What a model needs is litellm's to say: services/provider/ asks it.)
-
 Keys live only in the trusted process (environment or a `.env` file). Everything that
 leaves it (ledger rows, logs, error messages returned to sandboxed code) goes
-through `redact` first.
+through `redact` first. Which provider a model goes to, and which keys it needs, is the
+provider's to say (services/provider/, litellm's table).
 """
 
 from __future__ import annotations
