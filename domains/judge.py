@@ -20,11 +20,10 @@ from typing import TYPE_CHECKING, NamedTuple, cast
 
 from domains.scoring import Judge
 from inside.answers import check_output, extract_boxed
+from services.provider import Route
 from services.startup import open_services
 
 if TYPE_CHECKING:
-    from litellm import ModelResponse
-
     from services.config import Config
     from services.gateway import Gateway
 
@@ -48,12 +47,12 @@ class GatewayJudge:
         return lambda prompt: self._ask(prompt, temperature=0.0)
 
     def _ask(self, prompt: str, temperature: float) -> str:
-        import litellm
-
         gateway, key = self._session()
-        response = litellm.completion(model="openai/judge", api_base=gateway.url, api_key=key, num_retries=0,
-                                      temperature=temperature, messages=[{"role": "user", "content": prompt}])
-        return cast("ModelResponse", response).choices[0].message.content or ""  # not streamed
+        # The gateway's own HTTP endpoint, reached as an OpenAI server: its listener's limits apply too.
+        answer = gateway.provider.complete(Route("openai/judge", gateway.url, key),
+                                           [{"role": "user", "content": prompt}], {"temperature": temperature},
+                                           timeout=None)
+        return answer.payload["choices"][0]["message"]["content"] or ""
 
     def _session(self) -> tuple[Gateway, str]:
         with self._lock:

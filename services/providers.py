@@ -2,19 +2,20 @@
 
 Keys live only in the trusted process (environment or a `.env` file). Everything that
 leaves it (ledger rows, logs, error messages returned to sandboxed code) goes
-through `redact` first.
+through `redact` first. Which provider a model goes to, and which keys it needs, is the
+provider's to say (services/provider/, litellm's table).
 """
 
 from __future__ import annotations
 
 import os
 import re
-from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from services.errors import UserError
 from services.local_model import is_local, weights_path
+from services.provider import LITELLM
 
 if TYPE_CHECKING:
     from services.config import ModelsConfig
@@ -50,25 +51,9 @@ def redact(text: str) -> str:
     return text
 
 
-@cache
-def _litellm():  # noqa: ANN202 - the module: pyright reads its functions' types, ModuleType hides them
-    import litellm
-
-    litellm.suppress_debug_info = True
-    return litellm
-
-
 def provider_of(model: str) -> str:
     """The litellm provider of `model`; UserError when litellm does not know the model."""
-    if is_local(model):
-        return "local"
-    try:
-        return _litellm().get_llm_provider(model)[1]
-    except Exception:
-        raise UserError(
-            f"model {model!r} is unknown to litellm: write it as provider/name, e.g. openai/o4-mini, "
-            "anthropic/claude-sonnet-4-5, hosted_vllm/NAME"
-        ) from None
+    return "local" if is_local(model) else LITELLM.family(model)
 
 
 def check_credentials(model: str) -> None:
@@ -81,13 +66,12 @@ def check_credentials(model: str) -> None:
         weights_path(model)
         return
     provider = provider_of(model)
-    status = _litellm().validate_environment(model)
-    if status.get("keys_in_environment"):
+    missing = LITELLM.missing_keys(model)
+    if not missing:
         return
     if os.environ.get(f"{provider.upper()}_API_BASE") or os.environ.get(f"{provider.upper()}_BASE_URL"):
         return
-    missing = " or ".join(status.get("missing_keys") or [f"{provider.upper()}_API_KEY"])
-    raise UserError(f"missing API key for model {model}: set {missing} in the environment or in .env")
+    raise UserError(f"missing API key for model {model}: set {' or '.join(missing)} in the environment or in .env")
 
 
 LOCAL_DEFAULT = "local/smollm2-135m"

@@ -213,7 +213,7 @@ def test_a_session_call_limit_is_enforced_by_the_gateway(gateway_factory, fake_o
 
 
 def test_provider_key_never_reaches_the_ledger_or_the_caller(gateway_factory, fake_openai, tmp_path, monkeypatch):
-    import services.gateway.core as gateway_module
+    import services.provider.litellm_provider as provider_module
 
     secret = os.environ["OPENAI_API_KEY"]
 
@@ -226,7 +226,7 @@ def test_provider_key_never_reaches_the_ledger_or_the_caller(gateway_factory, fa
         def __getattr__(self, name):
             return leaky_provider if name == "completion" else getattr(litellm, name)
 
-    monkeypatch.setattr(gateway_module, "_litellm", lambda: Shim())
+    monkeypatch.setattr(provider_module, "_litellm", lambda: Shim())
     with pytest.raises(litellm.BadRequestError) as err:
         call(gw, key)
     assert secret not in str(err.value) and "***" in str(err.value)
@@ -456,7 +456,7 @@ def test_the_breaker_trips_only_when_the_gateways_own_probe_fails_too(gateway_fa
 
 
 def test_a_request_the_provider_refuses_is_not_a_provider_failure(gateway_factory, fake_openai, monkeypatch):
-    import services.gateway.core as gateway_module
+    import services.provider.litellm_provider as provider_module
 
     def refusing_provider(**kwargs):  # the request's own fault: too long a prompt, say
         raise litellm.BadRequestError(message="maximum context length exceeded", model="fake", llm_provider="openai")
@@ -467,7 +467,7 @@ def test_a_request_the_provider_refuses_is_not_a_provider_failure(gateway_factor
 
     gw = gateway_factory(max_retries=0, breaker_failures=1)
     key = gw.new_session("n", "task", ["openai/fake"])
-    monkeypatch.setattr(gateway_module, "_litellm", lambda: Shim())
+    monkeypatch.setattr(provider_module, "_litellm", lambda: Shim())
     for _ in range(3):
         with pytest.raises(litellm.BadRequestError):
             call(gw, key)

@@ -251,7 +251,8 @@ def test_after_the_server_dies_the_gateway_answers_its_death_and_trips_the_break
         assert gateway.handle_chat(key, body).status == 200
         [pid] = _children_serving()
         os.kill(pid, signal.SIGSEGV)
-        server = gateway._local[LOCAL_DEFAULT]
+        server = gateway.routes.server(LOCAL_DEFAULT)
+        assert server is not None
         deadline = time.monotonic() + 30
         while server.dead_reason() is None and time.monotonic() < deadline:  # seen by the server's watcher
             time.sleep(0.05)

@@ -30,7 +30,7 @@ from services.config import SANDBOX_BACKENDS, Config, load_config, validate
 from services.errors import MachineDown, UserError, end_process, exit_on_user_error
 from services.flags import apply_settings, int_flag, number_flag, parse_data_flags
 from services.fsutil import read_below
-from services.providers import _litellm
+from services.provider import LITELLM
 from services.render import console
 from services.sandbox import Sandboxes, SandboxLost, choose_backend
 from services.startup import open_services
@@ -145,7 +145,7 @@ def import_litellm_meanwhile() -> None:
     def run() -> None:
         gc.disable()
         try:
-            _litellm()
+            LITELLM.load()
         except Exception:
             pass  # the key check imports it again, and says what failed
         finally:

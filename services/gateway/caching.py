@@ -19,8 +19,8 @@ lose the caller's: litellm turns them into Gemini context caches, calls of its o
 see. OpenAI caches long prefixes by itself; a request to OpenAI's own API carries a prompt_cache_key of
 its session, so one meta agent's turns meet the same cache.
 
-The gateway marks a request after taking its replay key (core.py): marks never change which answer a
-request replays.
+The gateway marks a request after taking its replay key (core.py, forwarding.py): marks never change which
+answer a request replays.
 """
 
 from __future__ import annotations

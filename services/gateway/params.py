@@ -173,8 +173,8 @@ _PARAMS: dict[str, _Check] = {
     "top_logprobs": _integer(0, 20),
     "user": _user,
 }
-# Checked in `Gateway._admit` (core.py), never forwarded as they are: litellm's OpenAI-compatible
-# clients send "stream": false by themselves.
+# Checked by the chat protocol (inbound/chat.py) and `Admission.admit`, never forwarded as they are:
+# litellm's OpenAI-compatible clients send "stream": false by themselves.
 _ADMITTED = ("model", "messages", "stream")
 
 _ROLES = ("system", "user", "assistant", "tool", "developer")

@@ -1,9 +1,9 @@
 """What a model costs, by one rule for the gateway's budget holds and the run's cost estimate.
 
 A price is the config's `gateway.prices` entry where it has one (USD per 1M tokens), 0 for a
-local model, and otherwise litellm's table, with which litellm also prices every response the
-gateway books (`register_price` gives it an entry for each allowed model); 0 where no one
-knows the model: its tokens are still counted.
+local model, and otherwise the provider's table (litellm's, services/provider/), with which litellm
+also prices every response the gateway books (`register_price` gives it an entry for each allowed
+model); 0 where no one knows the model: its tokens are still counted.
 
 Prompt tokens a provider read from its prompt cache, or wrote to it, have rates of their own
 (litellm's cache_read_input_token_cost and cache_creation_input_token_cost); where the table
@@ -17,7 +17,7 @@ from functools import cache
 
 from services.gateway.caching import takes_marks
 from services.local_model import DEFAULT_MAX_TOKENS, is_local
-from services.providers import _litellm, provider_of
+from services.provider import LITELLM, Provider
 
 # Keys of litellm's table whose values are USD per token: the listed price and its tiers
 # (long prompts, priority service, reasoning tokens, ...).
@@ -66,12 +66,12 @@ def _configured(info: dict, price: list[float]) -> dict:
     return {"input_cost_per_token": per_token[0], "output_cost_per_token": per_token[1], _READ: read, _WRITE: write}
 
 
-def pricing_of(model: str, prices: dict) -> Pricing:
+def pricing_of(model: str, prices: dict, provider: Provider = LITELLM) -> Pricing:
     """`model`'s prices and output cap. `prices` is the config's gateway.prices (model -> [USD per 1M
     input tokens, per 1M output tokens(, per 1M cached read, per 1M cache write)]); its entry replaces
     litellm's listed prices, as `register_price` does in litellm's table, whose dearer tiers for the
     model still count."""
-    info = {} if is_local(model) else _model_info(model)
+    info = {} if is_local(model) else _model_info(model, provider)
     if model in prices:
         info = {**info, **_configured(info, prices[model])}
 
@@ -93,29 +93,23 @@ def pricing_of(model: str, prices: dict) -> Pricing:
                    most if type(most) is int and most > 0 else None, cached(_READ), cached(_WRITE))
 
 
-def _model_info(model: str) -> dict:
-    """litellm's entry for `model` as litellm finds it for a call; else only the prices of its table's entry
-    under the name with or without its provider prefix (litellm resolves some providers' names only so)."""
-    lit = _litellm()
-    try:
-        return dict(lit.get_model_info(model))
-    except Exception:
-        entry = lit.model_cost.get(model) or lit.model_cost.get(model.split("/", 1)[-1]) or {}
-        return {k: v for k, v in entry.items() if k.startswith(_INPUT + _OUTPUT + (_READ, _WRITE))}
+def _model_info(model: str, provider: Provider = LITELLM) -> dict:
+    """The provider's entry for `model` as it finds it for a call; else only the prices of its table's entry
+    (provider.prices)."""
+    known, info = provider.prices(model)
+    return info if known else {k: v for k, v in info.items() if k.startswith(_INPUT + _OUTPUT + (_READ, _WRITE))}
 
 
 @cache
-def _own_listing(model: str) -> tuple[bool, dict]:
-    """Whether litellm finds `model` for a call, and what its own table lists for it: asked once, before this
-    process registers anything over it."""
-    try:
-        return True, dict(_litellm().get_model_info(model))
-    except Exception:
-        return False, _model_info(model)
+def _own_listing(model: str, provider: Provider = LITELLM) -> tuple[bool, dict]:
+    """Whether the provider finds `model` for a call, and what its own table lists for it: asked once, before
+    this process registers anything over it."""
+    known, info = provider.prices(model)
+    return known, info if known else _model_info(model, provider)
 
 
-def register_price(model: str, price: list[float] | None) -> None:
-    """Give litellm a price for `model` when the config sets one or litellm cannot find it for a call.
+def register_price(model: str, price: list[float] | None, provider: Provider = LITELLM) -> None:
+    """Give the provider a price for `model` when the config sets one or it cannot find the model for a call.
 
     litellm prices every response itself (`_hidden_params["response_cost"]`); for a
     model it cannot find it first searches the whole table, on every call, and then gives
@@ -123,7 +117,7 @@ def register_price(model: str, price: list[float] | None) -> None:
     effect. Without one, the model keeps what litellm's own table lists for it, also where
     get_model_info misses it (0 where the table has nothing: tokens are still counted).
     """
-    known, listed = _own_listing(model)
+    known, listed = _own_listing(model, provider)
     if price is None and known:
         return
     if price is None:  # the table's own prices, found under another name; cached rates at the input price if none
@@ -132,4 +126,4 @@ def register_price(model: str, price: list[float] | None) -> None:
                       for k in (_READ, _WRITE)})
     else:
         rates = _configured(listed, price)
-    _litellm().register_model({model: {**rates, "litellm_provider": provider_of(model), "mode": "chat"}})
+    provider.register_prices(model, rates)

@@ -27,13 +27,13 @@ import tempfile
 import threading
 import time
 import traceback
-from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from services.errors import MachineDown
 from services.fsutil import AppendFile, open_append
+from services.gateway.inbound import BY_PATH, Reply, error_reply
 from services.gateway.machine import Reach
 from services.gateway.params import Refusal
 
@@ -56,17 +56,6 @@ _BUSY = json.dumps({"error": {"message": "the gateway has too many open connecti
                               "service_unavailable", "code": 503}}).encode()
 BUSY_REPLY = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\n"
               b"Connection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(_BUSY), _BUSY))
-
-
-@dataclass
-class Reply:
-    status: int
-    body: dict
-    headers: dict
-
-
-def error_reply(status: int, message: str, kind: str) -> Reply:
-    return Reply(status, {"error": {"message": message, "type": kind, "code": status}}, {})
 
 
 def remove_dead_socket_dirs() -> None:
@@ -242,7 +231,9 @@ class Answerer(Protocol):
     @property
     def gw(self) -> GatewayConfig: ...
     def models_for(self, api_key: str) -> list[str]: ...
-    def handle_chat(self, api_key: str, body: dict) -> Reply: ...
+    def handle(self, protocol: str, api_key: str, body: dict) -> Reply:
+        """Answer one request of the inbound protocol named `protocol` (services/gateway/inbound/)."""
+        ...
     def refuse(self, api_key: str, status: int, message: str, kind: str) -> Reply: ...
 
 
@@ -355,7 +346,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(error_reply(404, f"no route {self.path}", "not_found"))
 
     def do_POST(self) -> None:
-        """A chat request; its body is read only when its declared size is within gateway.max_request_mb."""
+        """A request of an inbound protocol (a chat request); its body is read only when its declared size is
+        within gateway.max_request_mb."""
         api_key = self.headers.get("Authorization", "").removeprefix("Bearer ").strip()
         length = self.headers.get("Content-Length", "").strip()
         limit = self.gateway.gw.max_request_mb * 2**20
@@ -370,7 +362,8 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             return
         self.server.deadlines.set(self.connection, None)  # the gateway's own time: a provider call may be long
-        if self.path.rstrip("/") not in ("/v1/chat/completions", "/chat/completions"):
+        inbound = BY_PATH.get(self.path.rstrip("/"))
+        if inbound is None:
             return self._send(error_reply(404, f"no route {self.path}", "not_found"))
         try:
             body = json.loads(raw)
@@ -379,7 +372,7 @@ class _Handler(BaseHTTPRequestHandler):
         if not isinstance(body, dict):
             return self._send(self.gateway.refuse(api_key, 400, "request body is not a JSON object",
                                                   "invalid_request_error"))
-        self._send(self.gateway.handle_chat(api_key, body))
+        self._send(self.gateway.handle(inbound.name, api_key, body))
 
     def _refuse_unread(self, api_key: str, status: int, message: str, kind: str) -> None:
         """Refuse a request whose body stays unread: the connection closes after the answer, since

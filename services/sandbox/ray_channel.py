@@ -25,6 +25,8 @@ import ray
 import ray.exceptions
 from ray.actor import ActorHandle
 
+from services.gateway.inbound import PROTOCOLS
+
 THREADS = 64  # requests the controller forwards at once (an evaluation sends num_workers at a time)
 TAKE_WAIT_S = 0.5  # how long one take waits for a request; the channel notices a stop this often
 MAX_REPLY_BYTES = 256 * 2**20  # of one reply of the gateway
@@ -121,9 +123,9 @@ def forward(gateway_socket: str, kind: str, api_key: str, body: dict | None, tim
     the reply as (status, JSON body, the headers a caller may act on)."""
     connection = _UnixConnection(gateway_socket, timeout)
     try:
-        if kind == "chat":
+        if kind in PROTOCOLS:  # a request of one of the gateway's inbound protocols, sent to its path
             data = json.dumps(body, ensure_ascii=False).encode()
-            connection.request("POST", "/v1/chat/completions", data,
+            connection.request("POST", PROTOCOLS[kind].paths[0], data,
                                {"Authorization": f"Bearer {api_key}", "Content-Type": "application/json"})
         else:
             connection.request("GET", "/v1/models", headers={"Authorization": f"Bearer {api_key}"})

@@ -119,8 +119,8 @@ class Door:
         self.timeout = timeout
         self.gw = GatewayConfig(max_request_mb=max_request_mb)  # what the listener reads of a gateway's config
 
-    def handle_chat(self, api_key: str, body: dict) -> Reply:
-        return self._ask("chat", api_key, body)
+    def handle(self, protocol: str, api_key: str, body: dict) -> Reply:
+        return self._ask(protocol, api_key, body)
 
     def refuse(self, api_key: str, status: int, message: str, kind: str, requested: object = None) -> Reply:
         """A request refused before it could go on (too large, not JSON): answered here, not booked."""
