@@ -6,7 +6,8 @@ they are the same dependency, paid later):
 
     inside/    trusted scripts that run in a sandbox: the standard library, litellm, themselves
                (and math_verify for answer checks)
-    services/  config, errors, files, gateway, ledger, providers, sandbox, workspace
+    services/  config, errors, files, gateway, ledger, the provider (litellm behind a protocol), sandbox,
+               workspace
     domains/   data, labels, metrics, scoring, the harness
     search/    the search's strategies, one file each (parent selection, promotion, best choice), their
                registry and the statistics they use
