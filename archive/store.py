@@ -24,7 +24,7 @@ from archive.heldout import read_heldout
 from archive.promotion import BestChoice, RowScores, choose_best, row_scores
 from archive.records import GenStart, MetaResult, Node, Status
 from archive.run_state import MAX_LOG
-from search.parent_selection import Candidate
+from search.parent_selection import Candidate, candidates_among
 from search.registry import best_choice_rule
 from services.errors import UserError
 from services.fsutil import atomic_write_json, make_folder, open_append, read_bounded, read_regular
@@ -318,16 +318,14 @@ class Archive:
         parents.update((n.node_id, n.parent) for n in nodes)
         children = Counter(parents.values())
         barred = {n.parent for n in nodes if n.meta_failed} - {"initial"} if failed_meta_bars_parent else set()
-        found = []
-        for order, node in enumerate(nodes):
-            if not node.valid_parent or node.node_id in barred:
-                continue
+
+        def score(node: Node) -> float | None:
             if any(selection_score(node, d, full_sizes, rule) is None for d in domains):
-                continue
-            found.append(Candidate(node.node_id, mean_score(node, domains, full_sizes, rule),
-                                   children[node.node_id], order, node.generation, node.parent,
-                                   selection_rows(node, splits, store) if with_rows else {}))
-        return found
+                return None
+            return mean_score(node, domains, full_sizes, rule)
+
+        return candidates_among(nodes, children, score, (lambda n: selection_rows(n, splits, store)) if with_rows
+                                else None, {b for b in barred if b is not None})
 
     def next_generation(self) -> int:
         """The number of the next generation to start: after every one recorded or started."""

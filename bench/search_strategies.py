@@ -85,6 +85,7 @@ import random
 import resource
 import sys
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -103,6 +104,7 @@ from archive.selection import (  # noqa: E402
     needs_rows,
     select_parent,
 )
+from search.parent_selection import candidates_among  # noqa: E402
 from search.stats import bootstrap_mean, interval, interval_text, paired_p  # noqa: E402
 from services.strategy_names import strategy_names  # noqa: E402
 
@@ -304,18 +306,11 @@ def evaluate(node: Node, task: Task, world: World, draws: Draws) -> int:
 
 
 def candidates(nodes: list[Node], world: World, with_rows: bool) -> list[Candidate]:
-    """archive.store's Archive.candidates over one domain: valid parents with a score, children
-    counted over every generation started from them, order among all recorded nodes."""
-    children: dict[str | None, int] = {}
-    for n in nodes:
-        children[n.parent] = children.get(n.parent, 0) + 1
-    found = []
-    for order, node in enumerate(nodes):
-        score = node.selection_score(world)
-        if node.valid_parent and score is not None:
-            found.append(Candidate(node.node_id, score, children.get(node.node_id, 0), order, node.generation,
-                                   node.parent, node.val_rows if with_rows else {}))
-    return found
+    """The loop's candidates (search.parent_selection.candidates_among, as Archive.candidates makes them) over one
+    domain: valid parents with a score, children counted over every generation started from them."""
+    children = Counter(n.parent for n in nodes)
+    return candidates_among(nodes, children, lambda n: n.selection_score(world),
+                            (lambda n: n.val_rows) if with_rows else None)
 
 
 @dataclass

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar, runtime_checkable
 
@@ -38,6 +38,37 @@ class Candidate:
     generation: int = 0  # the generation that made it (0: the initial node)
     parent: str | None = None
     rows: Mapping[str, float] = field(default_factory=dict)  # "domain/row id" -> its score, full evaluations only
+
+
+class Recorded(Protocol):
+    """What making a candidate reads of a recorded node (archive.records.Node has it)."""
+
+    @property
+    def node_id(self) -> str: ...
+    @property
+    def generation(self) -> int: ...
+    @property
+    def parent(self) -> str | None: ...
+    @property
+    def valid_parent(self) -> bool: ...
+
+
+_N = TypeVar("_N", bound=Recorded)
+
+
+def candidates_among(nodes: Sequence[_N], children: Mapping[str | None, int], score: Callable[[_N], float | None],
+                     rows: Callable[[_N], Mapping[str, float]] | None = None,
+                     barred: Collection[str] = ()) -> list[Candidate]:
+    """The candidates among `nodes` (in the order they were recorded): each valid parent that is not `barred`
+    and has a `score`, with its count of `children`, its place in that order and, when `rows` is given, its
+    per-row scores. archive.store's Archive.candidates and bench/search_strategies.py both make them here."""
+    found = []
+    for order, node in enumerate(nodes):
+        value = score(node) if node.valid_parent and node.node_id not in barred else None
+        if value is not None:
+            found.append(Candidate(node.node_id, value, children.get(node.node_id, 0), order, node.generation,
+                                   node.parent, rows(node) if rows else {}))
+    return found
 
 
 @dataclass(frozen=True)
