@@ -31,7 +31,8 @@ from services.cli_parser import ArgumentParser
 from services.errors import UserError, exit_on_user_error
 from services.fsutil import make_folder, write_below
 from services.render import console
-from services.workspace import _MAX_DEPTH, Quota, RunRepo, _unsafe_name, discard
+from services.workspace import RunRepo, discard
+from services.workspace_read import _MAX_DEPTH, Quota, _unsafe_name
 from services.write_failures import guard_folder
 
 SCHEMA = 1  # export.json

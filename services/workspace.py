@@ -19,7 +19,6 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
-import stat
 import subprocess
 import tempfile
 import threading
@@ -32,35 +31,13 @@ from services.git_safety import DIFF_TIMEOUT_S, GIT_TIMEOUT_S, check_repository
 from services.git_safety import GIT_ENV as _GIT_ENV
 from services.git_safety import GIT_OPTIONS as _GIT_OPTIONS
 from services.render import bidi_files
-from services.render import name as stored_name
+from services.workspace_read import _CACHES, EVOLVABLE_PATHS, Quota, read_workspace
 from services.write_failures import disk_down, host_write
 
-# Everything the meta agent may edit; the rest of the project is trusted core.
-EVOLVABLE_PATHS = ("agent", "task_agent", "meta_agent", "select_next_parent.py", "ensemble.py")
 # Code that is not the task agent: a change only there leaves task-agent results valid. ensemble.py runs
 # only in `python -m archive.ensemble RUN --rule agent`, on stored predictions, never in a node's evaluation.
 NOT_TASK_AGENT = ("meta_agent", "meta_agent.py", "select_next_parent.py", "ensemble.py", "README.md")
-_CACHES = ("__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache")
 _NOT_CODE = shutil.ignore_patterns(*_CACHES, "*.pyc")
-_MAX_DEPTH = 24  # folders deeper than this are not agent code
-
-
-
-@dataclass(frozen=True)
-class Quota:
-    """How much of a workspace is taken as agent code."""
-
-    file_bytes: int = 5 * 2**20  # one file
-    total_bytes: int = 50 * 2**20  # all files
-    files: int = 5000  # number of files
-
-
-@dataclass
-class Snapshot:
-    """A workspace read as data: the files kept, and what was left out and why."""
-
-    files: dict[str, tuple[bool, bytes]] = field(default_factory=dict)  # path -> (executable, content)
-    dropped: dict[str, str] = field(default_factory=dict)  # path (escaped: services.render.name) -> reason
 
 
 @dataclass
@@ -86,91 +63,6 @@ def copy_evolvable(src_root: str | Path, dst: str | Path) -> Path:
         elif src.is_file():
             shutil.copy2(src, dst / name)
     return dst
-
-
-def _unsafe_name(name: str) -> str | None:
-    """Why a file or folder name is not taken, or None."""
-    if name.startswith(".git"):
-        return "git metadata"
-    if name.endswith(".pth"):
-        return "a Python start-up hook"
-    if not name.isprintable() or any(ch in name for ch in '\\"'):
-        return "an unprintable name"
-    return None
-
-
-def read_workspace(root: str | Path, quota: Quota = Quota(),
-                   only: tuple[str, ...] | None = EVOLVABLE_PATHS) -> Snapshot:
-    """The regular files of the evolvable paths under `root` (of every top-level name with
-    `only=None`), read without following any link.
-
-    Every folder is opened relative to its parent with O_NOFOLLOW and every file with
-    O_NOFOLLOW | O_NONBLOCK, then checked with fstat: a link, fifo, device or socket is
-    reported, never opened or followed. A dropped path is reported as escaped text
-    (`services.render.name`): a name of any bytes (not UTF-8, controls) fits every record.
-    """
-    snap = Snapshot()
-    total = 0
-
-    def take(dir_fd: int, rel: str, depth: int) -> None:
-        nonlocal total
-        with os.scandir(dir_fd) as entries:
-            names = sorted(e.name for e in entries)
-        for name in names:
-            path = f"{rel}/{name}" if rel else name
-            if name in _CACHES or name.endswith(".pyc"):
-                continue
-            why = _unsafe_name(name) or (None if rel or only is None or name in only else "outside the evolvable paths")
-            if why:
-                snap.dropped[path] = why
-                continue
-            try:
-                kind = stat.S_IFMT(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
-                if kind not in (stat.S_IFDIR, stat.S_IFREG):
-                    snap.dropped[path] = "a link" if kind == stat.S_IFLNK else "not a regular file"
-                    continue
-                fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
-            except OSError as e:  # replaced since it was listed: a link now, or gone
-                snap.dropped[path] = f"unreadable ({os.strerror(e.errno or 0)})"
-                continue
-            try:
-                info = os.fstat(fd)
-                if stat.S_ISDIR(info.st_mode):
-                    if depth >= _MAX_DEPTH:
-                        snap.dropped[path] = "nested too deep"
-                    else:
-                        take(fd, path, depth + 1)
-                elif not stat.S_ISREG(info.st_mode):
-                    snap.dropped[path] = "not a regular file"
-                elif info.st_size > quota.file_bytes:
-                    snap.dropped[path] = f"{info.st_size} bytes, over the quota of {quota.file_bytes} for one file"
-                elif total + info.st_size > quota.total_bytes or len(snap.files) >= quota.files:
-                    snap.dropped[path] = "over the workspace quota"
-                else:
-                    data = _read_at_most(fd, quota.file_bytes + 1)
-                    if len(data) > quota.file_bytes:  # grew since fstat
-                        snap.dropped[path] = f"over the quota of {quota.file_bytes} bytes for one file"
-                    else:
-                        total += len(data)
-                        snap.files[path] = (bool(info.st_mode & 0o100), data)
-            finally:
-                os.close(fd)
-
-    top = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    try:
-        take(top, "", 0)
-    finally:
-        os.close(top)
-    snap.dropped = {stored_name(path): why for path, why in snap.dropped.items()}
-    return snap
-
-
-def _read_at_most(fd: int, limit: int) -> bytes:
-    parts, size = [], 0
-    while size < limit and (chunk := os.read(fd, min(1 << 20, limit - size))):
-        parts.append(chunk)
-        size += len(chunk)
-    return b"".join(parts)
 
 
 class RunRepo:
