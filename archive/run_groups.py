@@ -1,4 +1,4 @@
-"""Runs and groups of runs as `python -m archive.analyze` reads them: read only, records checked.
+"""Runs and groups of runs as `python -m apps.analyze` reads them: read only, records checked.
 
 A group is what one argument names: a run folder (run.json), a folder of replicates
 (group.json) or a folder whose subfolders are runs, each read as a stranger's (archive/run_folder.py).

@@ -33,6 +33,7 @@ from services.render import console
 
 if TYPE_CHECKING:
     from domains.base import Domain
+    from optimizer.events import Draw
     from optimizer.initial_agents import AgentFolder, InitialAgent
     from optimizer.loop import Loop
     from optimizer.transfer import Transfer
@@ -164,8 +165,7 @@ def transfer_of(request: RunRequest, command: Config,
     if keep == "all" and request.overrides.get("initial_agent") is not None:
         raise UserError("--initial_agent has no effect with --transfer all (the node's task agent is kept)")
     folder, node_id = split_spec(request.initial_from)
-    run_dir, record, config = open_run(folder, command, where=f"--initial_from {request.initial_from}",
-                                       writable=False)
+    run_dir, record, config = open_run(folder, command, where=f"--initial_from {request.initial_from}", writable=False)
     use_data_files(config.harness.data_files)
     domains = run_domains(record.domains, run_dir)
     return pick_transfer(run_dir, node_id, domains, full_sizes(domains, config), keep,
@@ -173,9 +173,9 @@ def transfer_of(request: RunRequest, command: Config,
 
 
 def start_dashboard(run_dir: Path, port: int) -> None:
-    """The run's dashboard (python -m archive.dashboard) in a process of its own, which ends with
+    """The run's dashboard (python -m apps.dashboard) in a process of its own, which ends with
     the run, also a killed one. One that cannot start is a warning: the run goes on without it."""
-    proc = subprocess.Popen([sys.executable, "-m", "archive.dashboard", str(run_dir), "--port", str(port),
+    proc = subprocess.Popen([sys.executable, "-m", "apps.dashboard", str(run_dir), "--port", str(port),
                              "--exit_with", str(os.getpid())], cwd=PROJECT_ROOT, stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, text=True)  # its errors go to this run's stderr
     stdout = cast(IO[str], proc.stdout)  # a pipe: stdout=PIPE above
@@ -326,8 +326,8 @@ def run_or_evaluate(loop: Loop, request: RunRequest, started: float, name: str, 
                       "--budget_usd USD"))
 
 
-def launch(request: RunRequest) -> Path:
-    """Start, resume or evaluate the run `request` names; its folder (nothing is made for a dry run)."""
+def launch(request: RunRequest, draw: Draw | None = None) -> Path:
+    """Start, resume or evaluate the run `request` names (`draw`: apps.pictures.draw); its folder (none if dry)."""
     started = time.monotonic()  # where loop.max_minutes counts from
     from domains.base import use_data_files
     from domains.registry import config_domains, keep_specs, run_domains, use_domain_specs
@@ -396,5 +396,5 @@ def launch(request: RunRequest) -> Path:
         keep_specs(run_dir, domains)
         if request.dashboard is not None:
             start_dashboard(run_dir, request.dashboard)
-        run_or_evaluate(Loop(run_dir, config, domains, gateway, backend), request, started, name, tags)
+        run_or_evaluate(Loop(run_dir, config, domains, gateway, backend, draw=draw), request, started, name, tags)
     return run_dir

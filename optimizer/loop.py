@@ -42,6 +42,7 @@ from optimizer.beginning import choose_meta_model, choose_parent, choose_partner
 from optimizer.evaluation import BudgetStop, Evaluator, LoadFailed, NodeSandbox, Peers, split_rows
 from optimizer.events import (
     CostBooked,
+    Draw,
     Event,
     Events,
     FinalTested,
@@ -92,7 +93,7 @@ class RunArchive(Archive):
 
 class Loop:
     def __init__(self, run_dir: Path, config: Config, domains: list[Domain], gateway: Gateway, backend: str,
-                 events: Events | None = None) -> None:
+                 events: Events | None = None, draw: Draw | None = None) -> None:
         self.run_dir, self.config, self.domains, self.gateway, self.backend = run_dir, config, domains, gateway, backend
         archive = RunArchive(run_dir)
         archive.last = config.loop.max_generation
@@ -113,7 +114,7 @@ class Loop:
         if config.models.heldout_grader:  # the best nodes' proofs graded again, before the pictures draw them
             self.events.subscribe(HeldOut(self))
         self.pictures = Pictures(self.archive, domains, self.full_sizes, run_dir, self.events,
-                                 BestChoice.of(config.loop), self.score_rule, config.loop.pictures_every_s)
+                                 BestChoice.of(config.loop), self.score_rule, config.loop.pictures_every_s, draw)
         self.events.subscribe(self.pictures, on_wait=self.pictures.catch_up)
         self.events.subscribe(Trackers(run_dir, config, self.archive, self.best, self.events))
         self.events.subscribe(self._log_split_start)

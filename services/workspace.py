@@ -38,7 +38,7 @@ from services.write_failures import disk_down, host_write
 # Everything the meta agent may edit; the rest of the project is trusted core.
 EVOLVABLE_PATHS = ("agent", "task_agent", "meta_agent", "select_next_parent.py", "ensemble.py")
 # Code that is not the task agent: a change only there leaves task-agent results valid. ensemble.py runs
-# only in `python -m archive.ensemble RUN --rule agent`, on stored predictions, never in a node's evaluation.
+# only in `python -m apps.ensemble RUN --rule agent`, on stored predictions, never in a node's evaluation.
 NOT_TASK_AGENT = ("meta_agent", "meta_agent.py", "select_next_parent.py", "ensemble.py", "README.md")
 _CACHES = ("__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache")
 _NOT_CODE = shutil.ignore_patterns(*_CACHES, "*.pyc")

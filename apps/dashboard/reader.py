@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import pandas as pd
 
-from archive.dashboard.flight import MAX_TAIL, InFlight, in_flight_of
+from apps.dashboard.flight import MAX_TAIL, InFlight, in_flight_of
 from archive.eval_store import JOURNAL, PREDICTIONS, REPORT
 from archive.promotion import row_scores
 from archive.records import EVAL_KEY, NODE_ID, Node, RunRecord

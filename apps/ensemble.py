@@ -1,6 +1,6 @@
 """Ensembles over the archive: the stored predictions of a run's best nodes, combined row by row.
 
-    python -m archive.ensemble RUN --split val --rule majority --top 5
+    python -m apps.ensemble RUN --split val --rule majority --top 5
 
 Members are the `--top` K valid nodes with the best selection scores (val where the domain has
 one, else train: never test) among those evaluated on `--split`. Their predictions are
@@ -334,7 +334,7 @@ def lines(summary: dict) -> list[str]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = ArgumentParser(prog="python -m archive.ensemble", description=(__doc__ or "").split("\n\n")[0])
+    ap = ArgumentParser(prog="python -m apps.ensemble", description=(__doc__ or "").split("\n\n")[0])
     ap.add_argument("run", metavar="RUN", help="a run folder")
     ap.add_argument("--split", default="val", help="the split to combine predictions on (default val)")
     ap.add_argument("--domain", help="the domain, when the run has several")
