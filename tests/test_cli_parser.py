@@ -9,7 +9,7 @@ import pytest
 from services.cli_parser import ArgumentParser, unrecognized
 from support.cli import REPO_ROOT
 
-CORE = ("services", "domains", "archive", "optimizer")
+CORE = ("services", "domains", "archive", "optimizer", "apps")
 # Started by the gateway by its path, with the standard library and xllamacpp alone; no person types it.
 OWN_PARSER = {"services/local_serve.py"}
 

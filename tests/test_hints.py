@@ -228,7 +228,7 @@ def test_a_printed_command_parses_with_its_entry_points_parser(monkeypatch, wher
 def test_the_printed_commands_are_the_ones_in_the_messages():
     """Each command of PRINTED is still what its message prints (a message that changes its command is
     checked again here), with the values the message fills in left out."""
-    core = "\n".join(p.read_text() for top in ("services", "domains", "archive", "optimizer")
+    core = "\n".join(p.read_text() for top in ("services", "domains", "archive", "optimizer", "apps")
                      for p in (REPO_ROOT / top).rglob("*.py"))
     core += "\n".join(p.read_text() for p in REPO_ROOT.glob("*.py"))
     flat = re.sub(r'"\s*\n\s*f?"', "", core)  # the message's literal pieces joined
@@ -239,7 +239,7 @@ def test_the_printed_commands_are_the_ones_in_the_messages():
 
 def test_the_pip_extras_a_message_names_are_the_projects():
     extras = set(tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"])
-    core = "\n".join(p.read_text() for top in ("services", "domains", "archive", "optimizer", ".")
+    core = "\n".join(p.read_text() for top in ("services", "domains", "archive", "optimizer", "apps", ".")
                      for p in (REPO_ROOT / top).glob("**/*.py" if top != "." else "*.py"))
     named = {name for group in re.findall(r"""pip install -e ['"]?\.\[([\w,]+)\]""", core) for name in group.split(",")}
     assert named and named <= extras, named - extras
