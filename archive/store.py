@@ -120,6 +120,20 @@ def observed_score(node: Node, sizes: dict[str, tuple[str, int]], rule: ScoreRul
     return sum(known) / len(values) if known else None
 
 
+def run_score(node: Node, sizes: dict[str, tuple[str, int]], rule: ScoreRule = ScoreRule()) -> float | None:
+    """What the parents and the best are chosen on, by the loop (`Archive.candidates`, `Archive.best`) and by
+    the readers of a run (`observed_best`): the mean of the node's selection scores, None when a domain
+    has none (`sizes`: domain -> the split it is selected on and its full rows, the loop's `loop_sizes`
+    or `observed_sizes`). A node that loop.row_error left unscored on one domain is no parent and no best."""
+    values = [_scaled_score(node, domain, split, full, rule) for domain, (split, full) in sizes.items()]
+    return None if None in values else sum(v for v in values if v is not None) / len(values)
+
+
+def loop_sizes(domains: list, full_sizes: dict[str, int]) -> dict[str, tuple[str, int]]:
+    """`run_score`'s sizes as the loop knows them from the domains (domains.base.Domain)."""
+    return {d.name: (d.selection_split, full_sizes[d.name]) for d in domains}
+
+
 def observed_rule(loop: object, domains: list[str]) -> ScoreRule:
     """The ScoreRule a run selected with, from its loop config as run.json keeps it (plain data); the
     default rule when that cannot be read."""
@@ -161,7 +175,7 @@ def observed_best(nodes: list[Node], sizes: dict[str, tuple[str, int]], run_dir:
     store, splits, rule = EvalStore(run_dir), {}, observed_rule(loop, list(sizes))
     if best_choice_rule(choice.rule).reads_rows:
         splits = {d: (split, get_domain(d).score_key) for d, (split, _) in sizes.items()}
-    return choose_best([n for n in nodes if n.valid_parent], lambda n: observed_score(n, sizes, rule),
+    return choose_best([n for n in nodes if n.valid_parent], lambda n: run_score(n, sizes, rule),
                        lambda n: selection_rows(n, splits, store), choice, heldout_grades(run_dir, choice))
 
 
@@ -318,14 +332,11 @@ class Archive:
         parents.update((n.node_id, n.parent) for n in nodes)
         children = Counter(parents.values())
         barred = {n.parent for n in nodes if n.meta_failed} - {"initial"} if failed_meta_bars_parent else set()
-        found = []
+        found, sizes = [], loop_sizes(domains, full_sizes)
         for order, node in enumerate(nodes):
-            if not node.valid_parent or node.node_id in barred:
+            if not node.valid_parent or node.node_id in barred or (score := run_score(node, sizes, rule)) is None:
                 continue
-            if any(selection_score(node, d, full_sizes, rule) is None for d in domains):
-                continue
-            found.append(Candidate(node.node_id, mean_score(node, domains, full_sizes, rule),
-                                   children[node.node_id], order, node.generation, node.parent,
+            found.append(Candidate(node.node_id, score, children[node.node_id], order, node.generation, node.parent,
                                    selection_rows(node, splits, store) if with_rows else {}))
         return found
 
@@ -349,9 +360,6 @@ class Archive:
         with self._lock:
             nodes = [n for n in self.nodes.values() if n.valid_parent and (upto is None or n.generation <= upto)]
 
-        def score(node: Node) -> float | None:  # as `candidates`: a node without a score on a domain is none
-            found = [selection_score(node, d, full_sizes, rule) for d in domains]
-            return None if None in found else mean_score(node, domains, full_sizes, rule)
-
-        return choose_best(nodes, score, lambda n: selection_rows(n, splits, store), choice,
-                           heldout or heldout_grades(self.run_dir, choice))
+        sizes = loop_sizes(domains, full_sizes)
+        return choose_best(nodes, lambda n: run_score(n, sizes, rule), lambda n: selection_rows(n, splits, store),
+                           choice, heldout or heldout_grades(self.run_dir, choice))
