@@ -48,7 +48,7 @@ from archive.experiments import EVALUATIONS, FINAL_TEST, read_evaluations, read_
 from archive.promotion import row_scores
 from archive.records import Node, RunRecord
 from archive.run_folder import data_config, read_run_record, repository_read
-from archive.store import Archive, observed_rule, observed_score, observed_sizes
+from archive.store import Archive, observed_rule, observed_sizes, run_score
 from optimizer.launch import RunRequest, launch
 from search.stats import interval, paired_p
 from services.cli_parser import ArgumentParser
@@ -123,7 +123,7 @@ def ranked(run_dir: Path, archive: Archive, nodes: list[Node]) -> list[tuple[flo
     record = read_run_record(run_dir)
     sizes = observed_sizes(record.domains, list(archive.nodes.values()))
     rule = observed_rule(record.config.get("loop"), record.domains)
-    return sorted(((observed_score(n, sizes, rule), n) for n in nodes if n.valid_parent),
+    return sorted(((run_score(n, sizes, rule), n) for n in nodes if n.valid_parent),
                   key=lambda t: (-(t[0] or 0), -t[1].generation))
 
 

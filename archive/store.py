@@ -80,7 +80,7 @@ def selection_score(node: Node, domain: Domain, full_sizes: dict[str, int],
 
 def _scaled_score(node: Node, domain: str, split: str, full: int, rule: ScoreRule) -> float | None:
     """`selection_score` of `domain` selected on `split` of `full` rows: the one rule the loop and
-    the readers of a finished run (`observed_score`) both apply."""
+    the readers of a run (`run_score`, `observed_score`) all apply."""
     full = max(full, 1)
     found = node.evaluation(domain, split)
     # The share is taken first and the score multiplied by it, as the reference's get_saved_score does
@@ -114,7 +114,8 @@ def observed_sizes(domains: list[str], nodes: Iterable[Node]) -> dict[str, tuple
 
 
 def observed_score(node: Node, sizes: dict[str, tuple[str, int]], rule: ScoreRule = ScoreRule()) -> float | None:
-    """`mean_score` from `observed_sizes`; None when no domain has a score."""
+    """`mean_score` from `observed_sizes` (a domain without a score counts 0, as the meta model bandit's gains
+    count it: optimizer/plan.py's record of the arms); None when no domain has a score."""
     values = [_scaled_score(node, domain, split, full, rule) for domain, (split, full) in sizes.items()]
     known = [v for v in values if v is not None]
     return sum(known) / len(values) if known else None
@@ -167,7 +168,7 @@ def selection_rows(node: Node, splits: dict[str, tuple[str, str]], store: EvalSt
 
 def observed_best(nodes: list[Node], sizes: dict[str, tuple[str, int]], run_dir: Path, loop: object) -> Node | None:
     """The best node as the run chose it (its loop config `loop`, from run.json), for readers without
-    the domains' data: scores from `observed_score`, rows from the run's reports."""
+    the domains' data: scores from `run_score`, rows from the run's reports."""
     from archive.eval_store import EvalStore
     from domains.registry import get_domain
 
