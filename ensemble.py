@@ -1,4 +1,4 @@
-"""The ensemble the agent may rewrite (`python -m archive.ensemble RUN --rule agent`).
+"""The ensemble the agent may rewrite (`python -m apps.ensemble RUN --rule agent`).
 
 `ensemble(rows, members)` gets the archive's best nodes as `members`, best first ({"node_id",
 "score": its selection score}), and per row {"id", "answers": {node_id: that node's

@@ -32,6 +32,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import cast
 
+from apps import pictures
 from archive.experiments import EVALUATIONS, Evaluations, read_evaluations
 from archive.promotion import row_scores
 from archive.run_folder import read_run_record
@@ -247,7 +248,7 @@ def run(domain: str | Sequence[str] | None = None, config: str | Path | Mapping 
         tags=None if tags is None else tuple([tags] if isinstance(tags, str) else tags), initial_from=initial_from,
         transfer=transfer, dashboard=dashboard)
     try:
-        run_dir = launch(request)
+        run_dir = launch(request, draw=pictures.draw)
     finally:
         release_folder(folder.resolve())
     return load_run(run_dir)
@@ -300,7 +301,8 @@ def _evaluate_node(run_dir: Path, node_id: str, domain: str | None, split: str,
         raise UserError(f"evaluate: run {run_dir} has no domain {domain} (it has {', '.join(record.domains)})")
     try:
         launch(RunRequest(resume_from=run_dir, domain_specs=specs, settings=_settings(settings),
-                          overrides={"budget_usd": budget_usd}, evaluate=(node_id,), split=split))
+                          overrides={"budget_usd": budget_usd}, evaluate=(node_id,), split=split),
+               draw=pictures.draw)
     finally:
         release_folder(run_dir.resolve())
     found = cast(Evaluations, read_evaluations(run_dir / EVALUATIONS)).get(node_id, domain, split)  # just written

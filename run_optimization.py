@@ -23,6 +23,7 @@ import sys
 from datetime import datetime
 from pathlib import Path
 
+from apps import pictures
 from optimizer.initial_agents import INITIAL_AGENTS
 from optimizer.launch import (
     check_writable,
@@ -130,7 +131,7 @@ def _start_flags(ap: argparse.ArgumentParser) -> None:
                             "from --initial_agent (the paper's transfer experiment); all keeps the whole node (meta)")
     group.add_argument("--replicates", type=int_flag(1), default=None, metavar="K",
                        help="K runs of this configuration, seeds --seed (0) to --seed+K-1, into one folder of runs "
-                            "(--resume_from it continues them all; python -m archive.analyze reads it)")
+                            "(--resume_from it continues them all; python -m apps.analyze reads it)")
     group.add_argument("--replicates_at_once", type=int_flag(1), default=None, metavar="N",
                        help="with --replicates: runs at once (default 1; all K with --executor ray)")
 
@@ -206,7 +207,7 @@ def run_replicates(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
     argv = group["argv"]
     at_once = args.replicates_at_once or replicates_at_once(parser, argv, len(group["runs"]))
     print(f"group    {group_dir}: {len(group['runs'])} replicates, seeds {', '.join(map(str, group['seeds']))}, "
-          f"{at_once} at once" + ("; watch them with python -m archive.dashboard " + str(group_dir)
+          f"{at_once} at once" + ("; watch them with python -m apps.dashboard " + str(group_dir)
                                   if args.dashboard is not None else ""), flush=True)
     try:
         failed = run_group(group_dir, group, at_once, resuming)
@@ -219,7 +220,7 @@ def run_replicates(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
         advise(e, "progress so far is saved; to continue: "
                + shlex.join([python_command(), "-m", "run_optimization", "--resume_from", str(group_dir), *again]))
         raise
-    print(f"analyze: python -m archive.analyze {group_dir}", flush=True)
+    print(f"analyze: python -m apps.analyze {group_dir}", flush=True)
     stopped = {code: cause for code, cause in ((EXIT_MACHINE_DOWN, "a failure of this machine"),
                                                (EXIT_PROVIDER_DOWN, "a provider's outage")) if code in failed.values()}
     if stopped:  # the replicate's own line said what; the group's exit code says it too, the machine's first
@@ -319,7 +320,7 @@ def main(argv: list[str] | None = None) -> None:
     group = check_flags(args)
     if not args.dry_run and (args.replicates or group):
         return run_replicates(parser, args)
-    launch(request_of(args))
+    launch(request_of(args), draw=pictures.draw)
 
 
 if __name__ == "__main__":

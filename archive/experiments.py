@@ -6,7 +6,7 @@
   initial node, evaluated once after the last generation (optimizer/final_test.py writes it);
 - `evaluations.json` at a run's root: whole splits evaluated after the run for nodes the loop
   did not evaluate on them (`run_optimization --resume_from RUN --evaluate NODES --split S`, which
-  `archive.ensemble --rows all` asks for); node -> domain -> split -> score.
+  `apps.ensemble --rows all` asks for); node -> domain -> split -> score.
 
 Both are read back as the core wrote them, or refused with a UserError naming the file.
 """

@@ -1,5 +1,5 @@
 """A run folder someone handed over, read as data: the one way every reader opens one (a resume,
---evaluate, --initial_from, archive.analyze, archive.ensemble, the dashboard, hyperagents.load_run,
+--evaluate, --initial_from, apps.analyze, apps.ensemble, the dashboard, hyperagents.load_run,
 setup_proofgrader_repo --generate_dir, the trackers).
 
 A folder may say what the run is about: its domains, the loop's knobs, the models' names, the

@@ -1,8 +1,8 @@
-"""Runs and groups of runs as `python -m archive.analyze` reads them: read only, records checked.
+"""Runs and groups of runs as `python -m apps.analyze` reads them: read only, records checked.
 
 A group is what one argument names: a run folder (run.json), a folder of replicates
 (group.json) or a folder whose subfolders are runs, each read as a stranger's (archive/run_folder.py).
-A run's scores are the loop's selection scores (archive.store.observed_score), so nothing here
+A run's scores are the loop's selection scores (archive.store.run_score), so nothing here
 reads test except the final test.
 """
 
@@ -17,7 +17,7 @@ from archive.experiments import FINAL_TEST, RUN_NAME, read_final_test, read_grou
 from archive.promotion import row_scores
 from archive.records import Node, RunRecord
 from archive.run_folder import ledger_of, read_run_record
-from archive.store import Archive, ScoreRule, observed_best, observed_rule, observed_score, observed_sizes
+from archive.store import Archive, ScoreRule, observed_best, observed_rule, observed_sizes, run_score
 from services.errors import UserError
 
 __all__ = ["Group", "Run", "load_groups", "read_run_record"]
@@ -59,7 +59,7 @@ class Run:
                                    scale_initial=False)
 
     def score(self, node: Node | None) -> float | None:
-        return observed_score(node, self.sizes, self.rule) if node is not None and node.valid_parent else None
+        return run_score(node, self.sizes, self.rule) if node is not None and node.valid_parent else None
 
     def curve(self, last: int) -> list[float]:
         """The best score reached by each generation 0..last."""

@@ -1,5 +1,5 @@
 """What a run and its generations in flight are doing, in one vocabulary: the words the console
-(optimizer/plan.py), report.html (archive/report.py) and the dashboard (archive/dashboard/) print.
+(optimizer/plan.py), report.html (apps/report.py) and the dashboard (apps/dashboard/) print.
 
 A run's state comes from its event log: the loop logs `run_start` (its pid and host) and, when it
 ends by itself or is stopped, `run_end` with the state it ended in and why. A `run_start` with no

@@ -80,7 +80,7 @@ def selection_score(node: Node, domain: Domain, full_sizes: dict[str, int],
 
 def _scaled_score(node: Node, domain: str, split: str, full: int, rule: ScoreRule) -> float | None:
     """`selection_score` of `domain` selected on `split` of `full` rows: the one rule the loop and
-    the readers of a finished run (`observed_score`) both apply."""
+    the readers of a run (`run_score`, `observed_score`) all apply."""
     full = max(full, 1)
     found = node.evaluation(domain, split)
     # The share is taken first and the score multiplied by it, as the reference's get_saved_score does
@@ -114,10 +114,25 @@ def observed_sizes(domains: list[str], nodes: Iterable[Node]) -> dict[str, tuple
 
 
 def observed_score(node: Node, sizes: dict[str, tuple[str, int]], rule: ScoreRule = ScoreRule()) -> float | None:
-    """`mean_score` from `observed_sizes`; None when no domain has a score."""
+    """`mean_score` from `observed_sizes` (a domain without a score counts 0, as the meta model bandit's gains
+    count it: optimizer/plan.py's record of the arms); None when no domain has a score."""
     values = [_scaled_score(node, domain, split, full, rule) for domain, (split, full) in sizes.items()]
     known = [v for v in values if v is not None]
     return sum(known) / len(values) if known else None
+
+
+def run_score(node: Node, sizes: dict[str, tuple[str, int]], rule: ScoreRule = ScoreRule()) -> float | None:
+    """What the parents and the best are chosen on, by the loop (`Archive.candidates`, `Archive.best`) and by
+    the readers of a run (`observed_best`): the mean of the node's selection scores, None when a domain
+    has none (`sizes`: domain -> the split it is selected on and its full rows, the loop's `loop_sizes`
+    or `observed_sizes`). A node that loop.row_error left unscored on one domain is no parent and no best."""
+    values = [_scaled_score(node, domain, split, full, rule) for domain, (split, full) in sizes.items()]
+    return None if None in values else sum(v for v in values if v is not None) / len(values)
+
+
+def loop_sizes(domains: list, full_sizes: dict[str, int]) -> dict[str, tuple[str, int]]:
+    """`run_score`'s sizes as the loop knows them from the domains (domains.base.Domain)."""
+    return {d.name: (d.selection_split, full_sizes[d.name]) for d in domains}
 
 
 def observed_rule(loop: object, domains: list[str]) -> ScoreRule:
@@ -153,7 +168,7 @@ def selection_rows(node: Node, splits: dict[str, tuple[str, str]], store: EvalSt
 
 def observed_best(nodes: list[Node], sizes: dict[str, tuple[str, int]], run_dir: Path, loop: object) -> Node | None:
     """The best node as the run chose it (its loop config `loop`, from run.json), for readers without
-    the domains' data: scores from `observed_score`, rows from the run's reports."""
+    the domains' data: scores from `run_score`, rows from the run's reports."""
     from archive.eval_store import EvalStore
     from domains.registry import get_domain
 
@@ -161,7 +176,7 @@ def observed_best(nodes: list[Node], sizes: dict[str, tuple[str, int]], run_dir:
     store, splits, rule = EvalStore(run_dir), {}, observed_rule(loop, list(sizes))
     if best_choice_rule(choice.rule).reads_rows:
         splits = {d: (split, get_domain(d).score_key) for d, (split, _) in sizes.items()}
-    return choose_best([n for n in nodes if n.valid_parent], lambda n: observed_score(n, sizes, rule),
+    return choose_best([n for n in nodes if n.valid_parent], lambda n: run_score(n, sizes, rule),
                        lambda n: selection_rows(n, splits, store), choice, heldout_grades(run_dir, choice))
 
 
@@ -318,14 +333,10 @@ class Archive:
         parents.update((n.node_id, n.parent) for n in nodes)
         children = Counter(parents.values())
         barred = {n.parent for n in nodes if n.meta_failed} - {"initial"} if failed_meta_bars_parent else set()
-
-        def score(node: Node) -> float | None:
-            if any(selection_score(node, d, full_sizes, rule) is None for d in domains):
-                return None
-            return mean_score(node, domains, full_sizes, rule)
-
-        return candidates_among(nodes, children, score, (lambda n: selection_rows(n, splits, store)) if with_rows
-                                else None, {b for b in barred if b is not None})
+        sizes = loop_sizes(domains, full_sizes)
+        return candidates_among(nodes, children, lambda n: run_score(n, sizes, rule),
+                                (lambda n: selection_rows(n, splits, store)) if with_rows else None,
+                                {b for b in barred if b is not None})
 
     def next_generation(self) -> int:
         """The number of the next generation to start: after every one recorded or started."""
@@ -347,9 +358,6 @@ class Archive:
         with self._lock:
             nodes = [n for n in self.nodes.values() if n.valid_parent and (upto is None or n.generation <= upto)]
 
-        def score(node: Node) -> float | None:  # as `candidates`: a node without a score on a domain is none
-            found = [selection_score(node, d, full_sizes, rule) for d in domains]
-            return None if None in found else mean_score(node, domains, full_sizes, rule)
-
-        return choose_best(nodes, score, lambda n: selection_rows(n, splits, store), choice,
-                           heldout or heldout_grades(self.run_dir, choice))
+        sizes = loop_sizes(domains, full_sizes)
+        return choose_best(nodes, lambda n: run_score(n, sizes, rule), lambda n: selection_rows(n, splits, store),
+                           choice, heldout or heldout_grades(self.run_dir, choice))

@@ -33,8 +33,8 @@ from pathlib import Path
 import litellm, pandas  # noqa: F401  what the controller process holds anyway
 from services.gateway import Gateway  # noqa: F401
 from optimizer.loop import Loop  # noqa: F401
-from archive.plots import write_plots
-from archive.report import write_report
+from apps.plots import write_plots
+from apps.report import write_report
 from archive.selection import select_parent
 from services.strategy_names import strategy_names
 from archive.store import Archive

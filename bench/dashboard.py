@@ -1,7 +1,7 @@
 """Time to first render of the dashboard's pages on a 1,000-node run, and the server's peak RSS.
 
 Makes a synthetic run (tests/support/synthetic_run.py: the loop's own record format, 1,000 nodes,
-their evaluations, ledger, patches and transcripts), starts `python -m archive.dashboard` on
+their evaluations, ledger, patches and transcripts), starts `python -m apps.dashboard` on
 it, and loads the run page (the tree) and the best node's page in headless Chromium
 (Debian's chromium through Selenium, as the tests do). For each page it prints, from the
 browser's own timing, the time from navigation to the first contentful paint and to the end
@@ -85,7 +85,7 @@ def main() -> None:
         summary = make_run(run, nodes=args.nodes, seed=0)
         print(f"synthetic run: {args.nodes} nodes in {time.monotonic() - started:.1f} s")
         best = summary["best"]
-        server, line = start([sys.executable, "-m", "archive.dashboard", str(run.parent), "--port", "0"],
+        server, line = start([sys.executable, "-m", "apps.dashboard", str(run.parent), "--port", "0"],
                              "dashboard: ")
         base = line.split()[1]
         pages = {"tree page": f"{base}runs/big", "node page": f"{base}runs/big/nodes/{best}"}

@@ -109,9 +109,9 @@ def no_predictions(dname: Path, domain: str, named: str) -> str:
     folder that has. `named` is the flags that name the domain (a spec domain is known by its file only)."""
     where = shlex.quote(str(dname))
     if (dname / "group.json").is_file():  # replicates of the loop (run_optimization --replicates)
-        return f"{dname} is a group of runs of the loop: `python -m archive.analyze {where}` reads their scores"
+        return f"{dname} is a group of runs of the loop: `python -m apps.analyze {where}` reads their scores"
     if (dname / "evals").is_dir():  # a run of the loop: its evaluations are harness runs, scored already
-        analyze = f"`python -m archive.analyze {where}` reads its scores"
+        analyze = f"`python -m apps.analyze {where}` reads its scores"
         found = evaluations_of(dname, domain)
         if not found:
             return f"{dname} is a run of the loop with no evaluation of {domain}: {analyze}"

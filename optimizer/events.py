@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from archive.promotion import BestChoice
 from archive.records import MetaResult, Node
@@ -208,19 +208,29 @@ def console(event: Event) -> None:
         sys.stdout.flush()
 
 
+class Draw(Protocol):
+    """What draws a run's pictures from its archive (apps.pictures.draw: the plots and report.html). The
+    applications sit above the loop, so the entry points hand it down (optimizer.launch.launch's `draw`)."""
+
+    def __call__(self, archive: Archive, domains: list[Domain], full_sizes: dict[str, int], best_id: str | None,
+                 run_dir: Path) -> None: ...
+
+
 class Pictures:
     """Redraws the run's plots and report.html after a node, at most once every `every_s` seconds:
     the controller calls `catch_up` while it waits, so a node that came back too soon after the
     last drawing is drawn a moment later. Drawing takes a third of a second of the controller's CPU
     (three figures), the largest part of what a generation costs it once sandboxes import no
     litellm, and it bought nothing when nodes come back seconds apart. A picture is never worth a
-    run: a failure to draw is a warning event, and the run goes on."""
+    run: a failure to draw is a warning event, and the run goes on. With no `drawing` (a loop
+    started below the entry points, as some tests do) nothing is drawn."""
 
     def __init__(self, archive: Archive, domains: list[Domain], full_sizes: dict[str, int], run_dir: Path,
                  events: Events, choice: BestChoice = BestChoice(), rule: ScoreRule = ScoreRule(),
-                 every_s: float = 0.0) -> None:
+                 every_s: float = 0.0, drawing: Draw | None = None) -> None:
         self.archive, self.domains, self.full_sizes, self.run_dir = archive, domains, full_sizes, run_dir
         self.events, self.choice, self.rule, self.every_s = events, choice, rule, every_s
+        self.drawing = drawing
         self.clock = time.monotonic
         self._drawn_at = float("-inf")  # self.clock() when the last drawing ended
         self._behind = False  # a node came back since the last drawing
@@ -237,16 +247,12 @@ class Pictures:
 
     def draw(self) -> None:
         self._behind = False
-        from archive.plots import (
-            write_plots,  # matplotlib: paid by runs that draw, not by every import
-        )
-        from archive.report import write_report
-
+        if self.drawing is None:
+            return
         best = self.archive.best(self.domains, self.full_sizes, self.choice, rule=self.rule)
         best_id = best.node_id if best else None
         try:
-            write_plots(self.archive, self.domains, self.full_sizes, best_id, self.run_dir)
-            write_report(self.run_dir, self.run_dir / "report.html")
+            self.drawing(self.archive, self.domains, self.full_sizes, best_id, self.run_dir)
         except Exception as e:
             self.events.emit(Warned(f"plots not updated: {type(e).__name__}: {e}"))
         self._drawn_at = self.clock()  # from the end: a drawing slower than every_s does not draw back to back

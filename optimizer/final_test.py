@@ -11,7 +11,7 @@ chose the same node, pays nothing.
 
 `--resume_from RUN --evaluate NODES --split S` evaluates S in full for the nodes named, for
 what reads finished runs (an ensemble over the archive's best nodes on test needs each
-member's test predictions: `archive.ensemble --rows all` asks for it). The scores go to
+member's test predictions: `apps.ensemble --rows all` asks for it). The scores go to
 `evaluations.json`, which the loop never reads either; rows a node already answered with the
 same task agent and model (a 10-row stage, an evaluation cut short) are not paid again.
 """

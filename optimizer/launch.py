@@ -33,10 +33,12 @@ from services.render import console
 
 if TYPE_CHECKING:
     from domains.base import Domain
+    from optimizer.events import Draw
     from optimizer.initial_agents import AgentFolder, InitialAgent
     from optimizer.loop import Loop
     from optimizer.transfer import Transfer
     from services.gateway import Gateway
+
 
 def check_writable(path: Path, flag: str) -> None:
     """Refuse, before anything is created, a folder that cannot be made or written: the nearest
@@ -102,8 +104,7 @@ def transfer_of(request: RunRequest, command: Config,
     if keep == "all" and request.overrides.get("initial_agent") is not None:
         raise UserError("--initial_agent has no effect with --transfer all (the node's task agent is kept)")
     folder, node_id = split_spec(request.initial_from)
-    run_dir, record, config = open_run(folder, command, where=f"--initial_from {request.initial_from}",
-                                       writable=False)
+    run_dir, record, config = open_run(folder, command, where=f"--initial_from {request.initial_from}", writable=False)
     use_data_files(config.harness.data_files)
     domains = run_domains(record.domains, run_dir)
     return pick_transfer(run_dir, node_id, domains, full_sizes(domains, config), keep,
@@ -111,9 +112,9 @@ def transfer_of(request: RunRequest, command: Config,
 
 
 def start_dashboard(run_dir: Path, port: int) -> None:
-    """The run's dashboard (python -m archive.dashboard) in a process of its own, which ends with
+    """The run's dashboard (python -m apps.dashboard) in a process of its own, which ends with
     the run, also a killed one. One that cannot start is a warning: the run goes on without it."""
-    proc = subprocess.Popen([sys.executable, "-m", "archive.dashboard", str(run_dir), "--port", str(port),
+    proc = subprocess.Popen([sys.executable, "-m", "apps.dashboard", str(run_dir), "--port", str(port),
                              "--exit_with", str(os.getpid())], cwd=PROJECT_ROOT, stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, text=True)  # its errors go to this run's stderr
     stdout = cast(IO[str], proc.stdout)  # a pipe: stdout=PIPE above
@@ -306,18 +307,19 @@ def prepare(request: RunRequest) -> Prepared:
     return Prepared(request, run_dir, config, domains, domain_names, record, initial_agent, transfer, name, tags)
 
 
-def launch(request: RunRequest) -> Path:
-    """Start, resume or evaluate the run `request` names; its folder (nothing is made for a dry run)."""
+def launch(request: RunRequest, draw: Draw | None = None) -> Path:
+    """Start, resume or evaluate the run `request` names; its folder (nothing is made for a dry run). `draw` draws
+    the run's report and plots as it goes (apps.pictures.draw; None: none)."""
     started = time.monotonic()  # where loop.max_minutes counts from
     run = prepare(request)
     if request.dry_run:
         print_dry_run(run.run_dir, run.domains, run.config, run.initial_from, request.replicates, run.name, run.tags)
     else:
-        open_and_run(run, started)
+        open_and_run(run, started, draw)
     return run.run_dir
 
 
-def open_and_run(run: Prepared, started: float) -> None:
+def open_and_run(run: Prepared, started: float, draw: Draw | None = None) -> None:
     """The prepared run's folder claimed, its services open and checked, its plan printed, then the run."""
     from domains.registry import keep_specs
     from optimizer.context import RunContext
@@ -358,4 +360,4 @@ def open_and_run(run: Prepared, started: float) -> None:
         if request.dashboard is not None:
             start_dashboard(run_dir, request.dashboard)
         ctx = RunContext.open(run_dir, config, domains, gateway, backend)
-        run_or_evaluate(Loop(ctx), request, started, run.name, run.tags)
+        run_or_evaluate(Loop(ctx, draw=draw), request, started, run.name, run.tags)

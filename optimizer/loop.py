@@ -36,6 +36,7 @@ from optimizer.beginning import Beginnings
 from optimizer.evaluation import BudgetStop, Evaluator, LoadFailed, NodeSandbox, Peers
 from optimizer.events import (
     CostBooked,
+    Draw,
     Event,
     Events,
     FinalTested,
@@ -79,7 +80,7 @@ class Loop:
     """The order of a run's steps; what each step does is its collaborator's (beginnings, meta step, screen,
     evaluator), and what the run is, its context's."""
 
-    def __init__(self, ctx: RunContext, events: Events | None = None) -> None:
+    def __init__(self, ctx: RunContext, events: Events | None = None, draw: Draw | None = None) -> None:
         self.ctx = ctx
         archive = RunArchive(ctx.run_dir)
         archive.last = ctx.loop.max_generation
@@ -94,7 +95,7 @@ class Loop:
         if ctx.config.models.heldout_grader:  # the best nodes' proofs graded again, before the pictures draw them
             self.events.subscribe(HeldOut(ctx, archive, self.events, self.evaluator))
         self.pictures = Pictures(archive, ctx.domains, ctx.full_sizes, ctx.run_dir, self.events, ctx.best_choice,
-                                 ctx.score_rule, ctx.loop.pictures_every_s)
+                                 ctx.score_rule, ctx.loop.pictures_every_s, draw)
         self.events.subscribe(self.pictures, on_wait=self.pictures.catch_up)
         self.events.subscribe(Trackers(ctx.run_dir, ctx.config, archive, self.best, self.events))
         self.events.subscribe(self._log_split_start)

@@ -3,7 +3,7 @@
 The paper reports each configuration over 5 runs: one run is one draw of a noisy search.
 A group folder holds `group.json` (its runs, their seeds and the command they share) and
 one run folder per seed, `seed-<s>/`, each an ordinary run: resumable on its own, and
-together with `--resume_from GROUP`, readable by `python -m archive.analyze GROUP`.
+together with `--resume_from GROUP`, readable by `python -m apps.analyze GROUP`.
 
 Each replicate is a `run_optimization` process of its own, so one that fails or is
 killed leaves the others alone; `at_once` of them run together (with `--executor ray`

@@ -14,7 +14,7 @@ controls in a browser. Whatever the core shows goes through the function of its 
 - `csv_cell` / `csv_value`: a CSV cell that a spreadsheet shows as text, never runs as a
   formula, and its exact inverse for the project's own readers;
 - `BIDI_PATTERN`, `bidi_visible`, `bidi_files`: where bidi controls are, for the dashboard to
-  mark them (its HTML escaping stays `archive.dashboard.markup`'s) and the capture to flag them.
+  mark them (its HTML escaping stays `apps.dashboard.markup`'s) and the capture to flag them.
 """
 
 from __future__ import annotations
@@ -113,7 +113,7 @@ BIDI_UNREAD = "(more files: past 10,000 lines with bidi controls)"  # named in p
 
 
 def bidi_visible(text: str) -> str:
-    """`text` with each bidi control written as `<U+202E>` (a page marks them: archive.dashboard.markup)."""
+    """`text` with each bidi control written as `<U+202E>` (a page marks them: apps.dashboard.markup)."""
     return text.translate(_BIDI_SHOWN) if BIDI_PATTERN.search(text) else text
 
 

@@ -35,7 +35,7 @@ from services.workspace_read import _CACHES, EVOLVABLE_PATHS, Quota, read_worksp
 from services.write_failures import disk_down, host_write
 
 # Code that is not the task agent: a change only there leaves task-agent results valid. ensemble.py runs
-# only in `python -m archive.ensemble RUN --rule agent`, on stored predictions, never in a node's evaluation.
+# only in `python -m apps.ensemble RUN --rule agent`, on stored predictions, never in a node's evaluation.
 NOT_TASK_AGENT = ("meta_agent", "meta_agent.py", "select_next_parent.py", "ensemble.py", "README.md")
 _NOT_CODE = shutil.ignore_patterns(*_CACHES, "*.pyc")
 

@@ -1,4 +1,4 @@
-"""archive.analyze on runs whose scores are chosen here, so every number is checked against a hand count."""
+"""apps.analyze on runs whose scores are chosen here, so every number is checked against a hand count."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from archive.analyze import Analysis, main
+from apps.analyze import Analysis, main
 from archive.records import RunRecord
 from archive.run_groups import load_groups
 from services.errors import UserError
@@ -130,7 +130,7 @@ def test_command_writes_md_csv_png_and_leaves_runs_unchanged(groups, tmp_path):
     a, b = groups
     before = tree(tmp_path)
     out = tmp_path / "report"
-    r = run_cli("archive.analyze", str(a), str(b), "--k", "1,3", "--out", str(out))
+    r = run_cli("apps.analyze", str(a), str(b), "--k", "1,3", "--out", str(out))
     assert r.returncode == 0, r.stderr
     assert "| a vs b | imp@1 | -0.367 | 0.2500 | paired sign-flip test on 3 seeds |" in r.stdout
     assert (out / "analysis.md").read_text() in r.stdout
@@ -163,7 +163,7 @@ def test_bad_input_is_one_line(args, message, groups, tmp_path, capsys):
 @pytest.mark.e2e
 def test_a_run_without_an_initial_score_is_refused(tmp_path):
     write_run(tmp_path / "r", 0, [None, 0.2])
-    r = run_cli("archive.analyze", str(tmp_path / "r"), "--out", str(tmp_path / "o"))
+    r = run_cli("apps.analyze", str(tmp_path / "r"), "--out", str(tmp_path / "o"))
     assert r.returncode == 2 and "the initial node has no score" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
 
@@ -184,7 +184,7 @@ def paired_run(run: Path, best_choice: str) -> Path:
 
 @pytest.mark.parametrize("best_choice, best", [("highest", "1"), ("paired", "initial")])
 def test_every_reader_names_the_best_node_the_run_chose(best_choice, best, tmp_path):
-    from archive.dashboard.reader import RunReader
+    from apps.dashboard.reader import RunReader
     from archive.promotion import BestChoice
     from archive.store import Archive
     from domains.registry import get_domain
@@ -192,7 +192,7 @@ def test_every_reader_names_the_best_node_the_run_chose(best_choice, best, tmp_p
     run = paired_run(tmp_path / best_choice, best_choice)
     choice = BestChoice.of({"best_choice": best_choice})
     assert Archive(run).best([get_domain(D)], {D: 100}, choice).node_id == best  # the loop, final test, transfer
-    assert load_groups([str(run)], [])[0].runs[0].best().node_id == best  # archive.analyze
+    assert load_groups([str(run)], [])[0].runs[0].best().node_id == best  # apps.analyze
     assert RunReader(run).read().best().node_id == best  # the dashboard
 
 

@@ -35,6 +35,7 @@ def test_the_docs_example_runs_and_reads_its_run_back(tmp_path, fake_openai):
     assert record["config"]["loop"]["promotion"] == "not_worse_than_parent"
     assert record["config"]["loop"]["max_generation"] == 1
     assert record["config"]["models"]["task"] == "openai/gpt-4o-mini"
+    assert "finished" in (run_dir / "report.html").read_text()  # the API hands the loop its pictures, as the CLI does
     lines = r.stdout.splitlines()
     assert any(line.startswith("finished $") and " initial {'train': Score(value=" in line for line in lines), r.stdout
     nodes = [line for line in lines if re.match(r"(initial None 0|1 initial 1) ", line)]

@@ -11,7 +11,7 @@ import pytest
 from archive.eval_store import EvalStore
 from archive.records import EVAL_KEY, NODE_SCHEMA, GenStart, MetaResult, Node, Status
 from archive.selection import Candidate, select_parent
-from archive.store import Archive, selection_score
+from archive.store import Archive, loop_sizes, observed_best, observed_sizes, run_score, selection_score
 from domains.registry import get_domain
 from services.errors import UserError
 from services.workspace import RunRepo, discard
@@ -72,6 +72,29 @@ def test_staged_only_scores_are_scaled_and_val_is_preferred(tmp_path):
     found = reloaded.candidates([grading], sizes)
     assert [(c.node_id, round(c.score, 3), c.children) for c in found] == [("a", 0.06, 0), ("b", 0.5, 1)]
 
+
+
+def test_the_readers_of_a_run_choose_its_best_as_the_loop_does_when_a_node_lacks_a_domains_score(tmp_path):
+    """A valid node scored on one of two domains (one loop.row_error left unscored) is no parent and no best for
+    the loop; the dashboard, the analysis and export read the best through observed_best, which must agree, not
+    rank the node by its one score (0.45, half of 0.9, would beat the initial node's 0.25)."""
+    grading, answers = get_domain("imo_grading"), get_domain("aime2025")
+    both = {"imo_grading": {"val": 0.3}, "aime2025": {answers.selection_split: 0.2}}
+    initial = Node("initial", None, 0, scores=both, samples={"imo_grading": {"val": 100},
+                                                            "aime2025": {answers.selection_split: 30}},
+                   full_eval={"imo_grading": True, "aime2025": True})
+    one = Node("1", "initial", 1, scores={"imo_grading": {"val": 0.9}}, samples={"imo_grading": {"val": 100}},
+               full_eval={"imo_grading": True})
+    archive = Archive(tmp_path)
+    for node in (initial, one):
+        archive.record(node)
+    sizes = {"imo_grading": 100, "aime2025": 30}
+    nodes = list(archive.nodes.values())
+    assert run_score(one, loop_sizes([grading, answers], sizes)) is None
+    assert [c.node_id for c in archive.candidates([grading, answers], sizes)] == ["initial"]
+    assert archive.best([grading, answers], sizes).node_id == "initial"
+    assert observed_best(nodes, observed_sizes(["imo_grading", "aime2025"], nodes), tmp_path, {}).node_id == "initial"
+    assert archive.best([grading], {"imo_grading": 100}).node_id == "1"  # on the domain it has, it is the best
 
 def test_a_cut_log_line_is_skipped_and_the_pending_generation_found(tmp_path):
     archive = Archive(tmp_path)

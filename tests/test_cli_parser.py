@@ -9,7 +9,7 @@ import pytest
 from services.cli_parser import ArgumentParser, unrecognized
 from support.cli import REPO_ROOT
 
-CORE = ("services", "domains", "archive", "optimizer")
+CORE = ("services", "domains", "archive", "optimizer", "apps")
 # Started by the gateway by its path, with the standard library and xllamacpp alone; no person types it.
 OWN_PARSER = {"services/local_serve.py"}
 
@@ -102,8 +102,8 @@ def test_every_command_of_the_project_builds_its_parser_here():
     ("setup_proofgrader_repo", ["--proofautogarder"],
      "error: unrecognized argument --proofautogarder; did you mean --proofautograder? "
      "(setup_proofgrader_repo --help lists every flag)"),
-    ("archive.analyze", ["runs", "--outt", "x"],
-     "error: unrecognized argument --outt; did you mean --out? (python -m archive.analyze --help lists every flag)"),
+    ("apps.analyze", ["runs", "--outt", "x"],
+     "error: unrecognized argument --outt; did you mean --out? (python -m apps.analyze --help lists every flag)"),
     ("services.sandbox", ["build-image", "--tga", "x"],
      "error: unrecognized argument --tga; did you mean --tag? (python -m services.sandbox --help lists every flag)"),
     ("services.install", ["--hlep"],

@@ -55,7 +55,7 @@ import run_optimization  # noqa: F401
 # stops: a run of more than seconds pays for them before its Ctrl-C, not after.
 matplotlib.use("Agg")
 import matplotlib.pyplot  # noqa: E402, F401
-import archive.report  # noqa: E402, F401
+import apps.report  # noqa: E402, F401
 
 def reap():
     while True:

@@ -17,7 +17,7 @@ from urllib.parse import urlencode
 
 import pytest
 
-from archive.dashboard.server import serve
+from apps.dashboard.server import serve
 from services.ledger import Call, Ledger
 from support.cli import REPO_ROOT
 from support.dashboard import Elements, assert_inert, get, pages_of, serving
@@ -78,7 +78,7 @@ def test_the_ledger_is_read_while_the_loop_writes_it(tmp_path):
 @pytest.mark.e2e
 def test_the_command_says_what_is_wrong_in_one_line(tmp_path):
     def run(*args):
-        return subprocess.run([sys.executable, "-m", "archive.dashboard", *args], cwd=REPO_ROOT,
+        return subprocess.run([sys.executable, "-m", "apps.dashboard", *args], cwd=REPO_ROOT,
                               capture_output=True, text=True, timeout=60)
 
     r = run(str(tmp_path / "missing"))
@@ -93,7 +93,7 @@ def test_the_command_says_what_is_wrong_in_one_line(tmp_path):
     r = run(str(tmp_path), "--port", "70000")
     assert r.returncode == 2 and "--port must be 0 to 65535" in r.stderr
     # By default it listens on the loopback only, and Ctrl-C ends it quietly.
-    proc = subprocess.Popen([sys.executable, "-m", "archive.dashboard", str(tmp_path), "--port", "0"], cwd=REPO_ROOT,
+    proc = subprocess.Popen([sys.executable, "-m", "apps.dashboard", str(tmp_path), "--port", "0"], cwd=REPO_ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         line = proc.stdout.readline()
@@ -197,8 +197,8 @@ def make_group(folder: Path, seeds: list[int], nodes: int, **labels) -> None:
 
 
 def test_runs_have_names_and_tags_a_filter_by_tag_and_a_comparison(tmp_path):
-    from archive.dashboard.pieces import fmt_cost
-    from archive.dashboard.reader import RunReader
+    from apps.dashboard.pieces import fmt_cost
+    from apps.dashboard.reader import RunReader
     from search.stats import interval_text
 
     root = tmp_path / "runs"
@@ -271,7 +271,7 @@ def test_a_node_page_shows_the_gold_label_beside_each_prediction(tmp_path):
 
 
 def test_the_comparison_of_two_nodes_states_its_paired_test(tmp_path):
-    from archive.dashboard.reader import RunReader
+    from apps.dashboard.reader import RunReader
     from search.stats import paired_p
 
     summary = make_run(tmp_path / "runs" / "pair", nodes=14, seed=2)

@@ -130,7 +130,7 @@ def test_report_html_is_one_file_made_of_the_same_pieces(tmp_path):
     """report.html of a run: no script, nothing fetched from beside it or elsewhere."""
     from selenium.webdriver.common.by import By
 
-    from archive.report import write_report
+    from apps.report import write_report
     from support.synthetic_run import make_run
 
     make_run(tmp_path / "run", nodes=30, seed=3)

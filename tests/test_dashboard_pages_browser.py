@@ -51,7 +51,7 @@ def served(tmp_path_factory, fake_openai_session):
 
 
 def read(root: Path, name: str):
-    from archive.dashboard.reader import RunReader
+    from apps.dashboard.reader import RunReader
 
     return RunReader(root / name, name).read()
 

@@ -12,10 +12,10 @@ import pytest
 from agent.base_agent import AgentSystem
 from agent.tool_loop import chat_with_tools
 from agent.tools import bash, editor
-from archive.dashboard import transcript
-from archive.dashboard.pieces import colour_key
-from archive.dashboard.reader import Text
-from archive.dashboard.svg import TreeNode, line_chart, nice_ticks, score_colour, score_range, tick_labels, tree_svg
+from apps.dashboard import transcript
+from apps.dashboard.pieces import colour_key
+from apps.dashboard.reader import Text
+from apps.dashboard.svg import TreeNode, line_chart, nice_ticks, score_colour, score_range, tick_labels, tree_svg
 
 
 def _round(step: float) -> bool:
@@ -184,13 +184,13 @@ def test_a_hostile_tool_name_and_error_are_text():
 
 
 def _read(run: Path):
-    from archive.dashboard.reader import RunReader
+    from apps.dashboard.reader import RunReader
 
     return RunReader(run).read()
 
 
 def test_the_compare_form_offers_a_node_and_its_parent_never_a_node_with_itself(tmp_path):
-    from archive.dashboard.pages import compare_form, default_pair
+    from apps.dashboard.pages import compare_form, default_pair
     from support.small_runs import write_run
 
     improved = _read(write_run(tmp_path / "improved", 0, [0.2, 0.5, 0.3]))
@@ -207,7 +207,7 @@ def test_the_compare_form_offers_a_node_and_its_parent_never_a_node_with_itself(
 def test_a_node_only_too_large_to_screen_is_not_called_one_that_reached_for_the_scoring_side():
     from types import SimpleNamespace
 
-    from archive.dashboard.pieces import suspicious_warning
+    from apps.dashboard.pieces import suspicious_warning
     from archive.tamper import NOT_SCREENED
 
     unread = str(suspicious_warning(SimpleNamespace(flags=[f"{NOT_SCREENED} (its meta transcript is over 2 MiB)"])))

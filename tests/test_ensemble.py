@@ -1,4 +1,4 @@
-"""archive.ensemble on a run whose members' answers are chosen here: every rule's predictions and scores
+"""apps.ensemble on a run whose members' answers are chosen here: every rule's predictions and scores
 are known by hand. (The ensemble of a run the real loop made, paying no call: tests/test_experiments.py.)"""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import os
 import pandas as pd
 import pytest
 
-from archive.ensemble import main
+from apps.ensemble import main
 from archive.records import Node, RunRecord
 from domains.metrics import LABELS, normalize_label
 from domains.registry import get_domain
@@ -207,8 +207,8 @@ def test_bad_input_is_one_line(run, tmp_path, args, message):
 
 @pytest.mark.e2e
 def test_command_exit_codes(run, tmp_path):
-    r = run_cli("archive.ensemble", str(run), "--rule", "weighted", "--top", "3")
+    r = run_cli("apps.ensemble", str(run), "--rule", "weighted", "--top", "3")
     assert r.returncode == 0, r.stderr
     assert "gain over the best member (node 1): +0.000" in r.stdout
-    r = run_cli("archive.ensemble", str(tmp_path / "nowhere"))
+    r = run_cli("apps.ensemble", str(tmp_path / "nowhere"))
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr

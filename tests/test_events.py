@@ -1,5 +1,6 @@
 """The loop's events: what subscribers get, what the console says, and pictures that fail to draw."""
 
+from apps.pictures import draw
 from archive.records import MetaResult, Node, Status
 from archive.store import Archive
 from domains.registry import get_domain
@@ -47,7 +48,7 @@ def test_pictures_are_redrawn_after_a_node_and_a_failure_is_a_warning(tmp_path):
                         samples={"imo_grading": {"train": 100, "val": 100}}, full_eval={"imo_grading": True}))
     seen = []
     events = Events(seen.append)
-    events.subscribe(Pictures(archive, [domain], {"imo_grading": 100}, tmp_path, events))
+    events.subscribe(Pictures(archive, [domain], {"imo_grading": 100}, tmp_path, events, drawing=draw))
     events.emit(NodeFinished(archive.nodes["initial"]))
     assert (tmp_path / "report.html").is_file() and not any(isinstance(e, Warned) for e in seen)
     (tmp_path / "report.html").unlink()
@@ -64,7 +65,7 @@ def test_nodes_that_come_back_together_are_drawn_once_and_the_last_one_is_caught
                 samples={"imo_grading": {"train": 100, "val": 100}}, full_eval={"imo_grading": True})
     archive.record(node)
     events = Events(lambda event: None)
-    pictures = Pictures(archive, [domain], {"imo_grading": 100}, tmp_path, events, every_s=10)
+    pictures = Pictures(archive, [domain], {"imo_grading": 100}, tmp_path, events, every_s=10, drawing=draw)
     now = [1000.0]
     pictures.clock = lambda: now[0]
     events.subscribe(pictures, on_wait=pictures.catch_up)

@@ -44,7 +44,7 @@ def test_transfer_experiment_end_to_end_ensemble_transfer_and_analysis(tmp_path,
     from support.scripted_loop import TRUTH
 
     calls, ledger_rows = fake_openai.count, ledger_count(source_run)
-    r = run_cli("archive.ensemble", str(source_run), "--split", "val", "--top", "2")
+    r = run_cli("apps.ensemble", str(source_run), "--split", "val", "--top", "2")
     assert r.returncode == 0, r.stderr
     assert fake_openai.count == calls and ledger_count(source_run) == ledger_rows
     members = json.loads((source_run / "ensembles" / "val-majority-top2" / "members.json").read_text())
@@ -70,7 +70,7 @@ def test_transfer_experiment_end_to_end_ensemble_transfer_and_analysis(tmp_path,
     fixed_dir = tmp_path / "fixed"
     r = run_loop(fixed_dir, fake_openai, "--max_generation", "1", config=loop_config(tmp_path))
     assert r.returncode == 0, r.stderr[-3000:]
-    r = run_cli("archive.analyze", "--label", f"transfer={run_dir},fixed={fixed_dir / 'out' / 'run'}", "--k", "1",
+    r = run_cli("apps.analyze", "--label", f"transfer={run_dir},fixed={fixed_dir / 'out' / 'run'}", "--k", "1",
                 "--out", str(tmp_path / "analysis"))
     assert r.returncode == 0, r.stderr
     rows = {(x["group"], x["metric"]): x for x in csv.DictReader((tmp_path / "analysis" / "analysis.csv").open())}
@@ -109,7 +109,7 @@ def test_an_ensemble_over_all_rows_evaluates_the_missing_members_once(fake_opena
     each, with the run's command); again, or on val where both were evaluated, it pays nothing."""
     fake_openai.set_responder(responder({}, []))  # task prompts graded as in the source run
     calls = fake_openai.count
-    r = run_cli("archive.ensemble", str(source_run), "--split", "test", "--top", "2", "--rows", "all",
+    r = run_cli("apps.ensemble", str(source_run), "--split", "test", "--top", "2", "--rows", "all",
                 env=cli_env(fake_openai))
     assert r.returncode == 0, r.stderr[-3000:]
     assert "evaluating nodes 1, initial on imo_grading/test first" in r.stdout
@@ -122,7 +122,7 @@ def test_an_ensemble_over_all_rows_evaluates_the_missing_members_once(fake_opena
     assert not any(n.get("full_eval", {}).get("test") for n in nodes(source_run).values())  # no node record changed
     for split in ("test", "val"):
         calls = fake_openai.count
-        r = run_cli("archive.ensemble", str(source_run), "--split", split, "--top", "2", "--rows", "all",
+        r = run_cli("apps.ensemble", str(source_run), "--split", split, "--top", "2", "--rows", "all",
                     env=cli_env(fake_openai))
         assert r.returncode == 0 and "evaluating" not in r.stdout and fake_openai.count == calls, r.stderr[-2000:]
     r = run_cli("run_optimization", "--resume_from", str(source_run), "--evaluate", "1,99", "--split", "test",
@@ -206,7 +206,7 @@ def test_replicates_run_into_one_folder_and_resume_together(tmp_path, fake_opena
         assert os.listdir(group_dir / name / "nodes") == ["initial"]  # --max_generation 0 reached each replicate
     assert "[seed-5] " in r.stdout and "[seed-6] " in r.stdout
     assert f"{group_dir}: 2 replicates, seeds 5, 6, 1 at once" in r.stdout  # the local executor: one at a time
-    assert f"analyze: python -m archive.analyze {group_dir}" in r.stdout
+    assert f"analyze: python -m apps.analyze {group_dir}" in r.stdout
     # A replicate killed before it began starts on resume; the finished one resumes and pays nothing.
     import shutil
 

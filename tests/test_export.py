@@ -1,4 +1,4 @@
-"""`python -m archive.export RUN --node best|ID --out DIR`: a node's agent code as a folder, its change from
+"""`python -m apps.export RUN --node best|ID --out DIR`: a node's agent code as a folder, its change from
 the initial agent as a patch that applies, and what it is (export.json, README.md)."""
 
 import json
@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from archive.export import export, main
+from apps.export import export, main
 from archive.store import Archive
 from services.errors import UserError
 from services.workspace import RunRepo
@@ -60,13 +60,13 @@ def test_a_node_named_by_id_and_the_command_line(run, tmp_path):
     run_dir, made = run
     other = next(n for n in made["nodes"] if n not in (made["best"], "initial")
                  and Archive(run_dir).nodes[n].commit is not None)
-    r = subprocess.run([sys.executable, "-m", "archive.export", str(run_dir), "--node", other, "--out",
+    r = subprocess.run([sys.executable, "-m", "apps.export", str(run_dir), "--node", other, "--out",
                         str(tmp_path / "x")], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120,
                        env={**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"})
     assert r.returncode == 0, r.stderr
     assert f"node {other}, named with --node" in r.stdout
     assert json.loads((tmp_path / "x" / "export.json").read_text())["node"] == other
-    r = subprocess.run([sys.executable, "-m", "archive.export", str(run_dir), "--node", "nope", "--out",
+    r = subprocess.run([sys.executable, "-m", "apps.export", str(run_dir), "--node", "nope", "--out",
                         str(tmp_path / "y")], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120,
                        env={**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"})
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr

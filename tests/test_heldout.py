@@ -102,8 +102,8 @@ def test_a_link_is_not_read(tmp_path):
 
 
 def test_the_dashboard_shows_a_garbled_record_as_a_problem(tmp_path):
-    from archive.dashboard.pieces import heldout
-    from archive.dashboard.reader import RunReader
+    from apps.dashboard.pieces import heldout
+    from apps.dashboard.reader import RunReader
 
     (tmp_path / HELDOUT).write_text("{")
     page = str(heldout(RunReader(tmp_path).read()))
@@ -214,8 +214,8 @@ def test_the_estimate_prices_the_heldout_grader_each_time_the_best_can_change():
 
 
 def test_the_page_piece_draws_both_grades_and_escapes_what_an_error_says(tmp_path):
-    from archive.dashboard.pieces import heldout, spans
-    from archive.dashboard.reader import RunReader
+    from apps.dashboard.pieces import heldout, spans
+    from apps.dashboard.reader import RunReader
 
     found = record()
     found.add(grade("3", 3, 0.7, None, error="<script>alert(1)</script>"))

@@ -71,7 +71,7 @@ def test_the_report_of_a_loop_run_names_commands_that_work(capitals_run, fake_op
     line = one_line_error(run_cli("domains.report", "--domain_spec", str(spec), "--dname", str(root / "out" / "run"),
                                   env=env))
     commands = commands_in(line)
-    assert [c.split()[2] for c in commands] == ["archive.analyze", "domains.report"], line
+    assert [c.split()[2] for c in commands] == ["apps.analyze", "domains.report"], line
     assert f"--domain_spec {spec}" in commands[1]
     for command in commands:
         r = run_as_printed(command, env, root)
@@ -136,7 +136,7 @@ def test_run_optimization_on_a_harness_folder_names_the_harness_command_that_fin
 
 @pytest.mark.e2e
 def test_the_dashboards_note_scores_an_evaluation_folder_as_printed(grading_eval):
-    from archive.dashboard.evaluations import evaluations_table, read_evaluation
+    from apps.dashboard.evaluations import evaluations_table, read_evaluation
 
     folder, env = grading_eval
     listed = read_evaluation(folder.name, folder)
@@ -168,7 +168,7 @@ def test_a_group_of_runs_is_named_to_archive_analyze(tmp_path):
 
     (tmp_path / "group.json").write_text("{}")
     [command] = commands_in(no_predictions(tmp_path, "capitals", "--domain_spec x.yaml"))
-    assert command == f"python -m archive.analyze {tmp_path}"
+    assert command == f"python -m apps.analyze {tmp_path}"
 
 
 class Parsed(Exception):
@@ -199,13 +199,13 @@ def parsed(monkeypatch, command: str):
 
 # Each command a message prints (file: the message), with the values the message fills in.
 PRINTED = {
-    "archive/analyze.py: a run whose test split was not evaluated":
+    "apps/analyze.py: a run whose test split was not evaluated":
         "python -m run_optimization --resume_from /runs/r --final_test",
     "archive/run_groups.py: a replicate that has not started": "python -m run_optimization --resume_from /runs/g/s1",
     "run_optimization.py: a group's replicate failed": "python -m run_optimization --resume_from /runs/g",
-    "run_optimization.py: a group's analysis": "python -m archive.analyze /runs/g",
-    "run_optimization.py and archive/report.py: the dashboard": "python -m archive.dashboard /runs/g",
-    "archive/export.py: the exported folder's README": "python -m run_optimization --initial_agent /x/code",
+    "run_optimization.py: a group's analysis": "python -m apps.analyze /runs/g",
+    "run_optimization.py and apps/report.py: the dashboard": "python -m apps.dashboard /runs/g",
+    "apps/export.py: the exported folder's README": "python -m run_optimization --initial_agent /x/code",
     "domains/data.py: a data file whose checksum changed": "python -m domains.imo.setup",
     "services/sandbox (check, docker backend): the image is missing": "python -m services.sandbox build-image",
     "setup_proofgrader_repo.py: the package README's measure": (
@@ -215,7 +215,7 @@ PRINTED = {
         "python -m domains.report --domain imo_grading --dname outputs/proofgrader_val"),
     "domains/scoring.py: no proofgrader installed": "setup_proofgrader_repo --proofautograder",
     "optimizer/launch.py: --resume_from a harness folder": "python -m domains.harness --resume_from /runs/h",
-    "archive/dashboard/evaluations.py: the evaluations' note": (
+    "apps/dashboard/evaluations.py: the evaluations' note": (
         "python -m domains.report --domain DOMAIN --dname FOLDER"),
 }
 
@@ -228,7 +228,7 @@ def test_a_printed_command_parses_with_its_entry_points_parser(monkeypatch, wher
 def test_the_printed_commands_are_the_ones_in_the_messages():
     """Each command of PRINTED is still what its message prints (a message that changes its command is
     checked again here), with the values the message fills in left out."""
-    core = "\n".join(p.read_text() for top in ("services", "domains", "archive", "optimizer")
+    core = "\n".join(p.read_text() for top in ("services", "domains", "archive", "optimizer", "apps")
                      for p in (REPO_ROOT / top).rglob("*.py"))
     core += "\n".join(p.read_text() for p in REPO_ROOT.glob("*.py"))
     flat = re.sub(r'"\s*\n\s*f?"', "", core)  # the message's literal pieces joined
@@ -239,7 +239,7 @@ def test_the_printed_commands_are_the_ones_in_the_messages():
 
 def test_the_pip_extras_a_message_names_are_the_projects():
     extras = set(tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"])
-    core = "\n".join(p.read_text() for top in ("services", "domains", "archive", "optimizer", ".")
+    core = "\n".join(p.read_text() for top in ("services", "domains", "archive", "optimizer", "apps", ".")
                      for p in (REPO_ROOT / top).glob("**/*.py" if top != "." else "*.py"))
     named = {name for group in re.findall(r"""pip install -e ['"]?\.\[([\w,]+)\]""", core) for name in group.split(",")}
     assert named and named <= extras, named - extras

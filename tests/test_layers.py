@@ -11,9 +11,11 @@ they are the same dependency, paid later):
     domains/   data, labels, metrics, scoring, the harness
     search/    the search's strategies, one file each (parent selection, promotion, best choice), their
                registry and the statistics they use
-    archive/   nodes, lineage, selection, plots
+    archive/   the store and its readers: nodes, records, evaluations, run folders, selection
     optimizer/ the loop, staged evaluation, estimate, initial agents
-    entry points: run_optimization.py, setup_proofgrader_repo.py
+    apps/      what reads runs and makes something for a person: the dashboard, report.html and plots,
+               analysis, ensembles, export
+    entry points: run_optimization.py, setup_proofgrader_repo.py, hyperagents.py
 
 The evolvable agent code (agent/, task_agent/, meta_agent/, select_next_parent.py) runs in
 sandboxes and imports none of the trusted core.
@@ -31,8 +33,8 @@ from services.config import PROJECT_ROOT, Config
 from services.errors import UserError
 from services.strategy_names import strategy_names
 
-LAYERS = {"inside": 0, "services": 1, "domains": 2, "search": 3, "archive": 4, "optimizer": 5,
-          "run_optimization": 6, "setup_proofgrader_repo": 6, "hyperagents": 6}
+LAYERS = {"inside": 0, "services": 1, "domains": 2, "search": 3, "archive": 4, "optimizer": 5, "apps": 6,
+          "run_optimization": 7, "setup_proofgrader_repo": 7, "hyperagents": 7}
 AGENT_CODE = ("agent", "task_agent", "meta_agent", "select_next_parent", "ensemble")
 TRUSTED = tuple(LAYERS)
 MAX_MODULE_LINES = 400

@@ -301,9 +301,9 @@ def run_with_cached_calls(run: Path) -> Path:
 
 
 def test_report_dashboard_and_analysis_show_what_caching_saved(tmp_path):
-    from archive.analyze import Analysis
-    from archive.dashboard.pieces import spend_table
-    from archive.report import write_report
+    from apps.analyze import Analysis
+    from apps.dashboard.pieces import spend_table
+    from apps.report import write_report
     from archive.run_groups import load_groups
 
     run = run_with_cached_calls(tmp_path / "runs" / "seed-1")

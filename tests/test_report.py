@@ -10,9 +10,9 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from archive.dashboard import pieces
-from archive.dashboard.reader import RunReader
-from archive.dashboard.svg import (
+from apps.dashboard import pieces
+from apps.dashboard.reader import RunReader
+from apps.dashboard.svg import (
     FIT_HEIGHT,
     FIT_X_STEP,
     LABEL_ROOM,
@@ -24,8 +24,8 @@ from archive.dashboard.svg import (
     layout,
     tree_svg,
 )
+from apps.report import write_report
 from archive.records import Node
-from archive.report import write_report
 from services.ledger import Call, Ledger
 from support.synthetic_run import make_run
 
@@ -156,7 +156,7 @@ def test_every_chart_of_the_report_has_round_ticks(report_of_40):
 
 
 def test_the_tree_picture_stays_a_page_in_size(tmp_path):
-    from archive.plots import TREE_MAX_INCHES, write_plots
+    from apps.plots import TREE_MAX_INCHES, write_plots
     from archive.store import Archive
     from domains.registry import get_domain
 
@@ -170,7 +170,7 @@ def test_the_tree_picture_stays_a_page_in_size(tmp_path):
 
 
 def test_a_run_stopped_before_its_initial_node_draws_no_picture_and_raises_nothing(tmp_path):
-    from archive.plots import write_plots
+    from apps.plots import write_plots
     from archive.store import Archive
     from domains.registry import get_domain
 

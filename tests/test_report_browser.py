@@ -14,8 +14,8 @@ import re
 
 import pytest
 
-from archive.dashboard.pieces import fmt_seconds
-from archive.report import write_report
+from apps.dashboard.pieces import fmt_seconds
+from apps.report import write_report
 from archive.store import Archive
 from support.browser import chromium_missing, js_errors, open_browser, screenshot
 from support.cli import FAST_CONFIG, run_loop

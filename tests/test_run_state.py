@@ -1,5 +1,5 @@
 """One status vocabulary (archive/run_state.py) on the console, report.html and the dashboard;
-the page of a node in flight; where archive.analyze writes by default."""
+the page of a node in flight; where apps.analyze writes by default."""
 
 import json
 import os
@@ -9,9 +9,9 @@ import sys
 
 import pytest
 
-from archive.dashboard import pages
-from archive.dashboard.reader import RunReader, in_flight_of
-from archive.report import write_report
+from apps.dashboard import pages
+from apps.dashboard.reader import RunReader, in_flight_of
+from apps.report import write_report
 from archive.run_state import Phase, RunState
 from support.cli import FAST_CONFIG, REPO_ROOT, cli_env, run_cli, run_loop
 from support.dashboard import get, serving
@@ -100,7 +100,7 @@ def test_analyze_writes_beside_the_runs_by_default(tmp_path):
     write_run(tmp_path / "outputs" / "r", 0, [0.1, 0.3])
     elsewhere = tmp_path / "checkout"
     elsewhere.mkdir()
-    r = subprocess.run([sys.executable, "-m", "archive.analyze", str(tmp_path / "outputs" / "r"), "--k", "1"],
+    r = subprocess.run([sys.executable, "-m", "apps.analyze", str(tmp_path / "outputs" / "r"), "--k", "1"],
                        cwd=elsewhere, capture_output=True, text=True, timeout=120,
                        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
     assert r.returncode == 0, r.stderr[-2000:]

@@ -2,7 +2,7 @@
 
 The spec is the docs' example (examples/capitals, docs/domains.md), copied to a folder of the test's own: it
 runs through the loop (bwrap, the fake provider as task and meta model), a resume, the harness,
-the report, `archive.analyze` and the dashboard's reader, the latter two after the spec's folder
+the report, `apps.analyze` and the dashboard's reader, the latter two after the spec's folder
 is gone. Each scorer scores real predictions; each mistake in a spec is one line and exit 2.
 """
 
@@ -72,7 +72,7 @@ def test_the_docs_show_the_example_that_is_tested():
 def test_a_spec_domain_runs_the_loop_resumes_and_is_read_without_its_spec(tmp_path, fake_openai, monkeypatch):
     from mlflow.tracking import MlflowClient
 
-    from archive.dashboard.reader import RunReader
+    from apps.dashboard.reader import RunReader
 
     spec = my_task(tmp_path)
     fake_openai.set_responder(answer)
@@ -117,7 +117,7 @@ def test_a_spec_domain_runs_the_loop_resumes_and_is_read_without_its_spec(tmp_pa
 
     # Read after the spec and its data are gone: the analysis and the dashboard.
     shutil.rmtree(spec.parent)
-    r = run_cli("archive.analyze", str(run_dir), "--out", str(tmp_path / "analysis"), env=env, timeout=300)
+    r = run_cli("apps.analyze", str(run_dir), "--out", str(tmp_path / "analysis"), env=env, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "capitals" in (tmp_path / "analysis" / "analysis.md").read_text()
     data = RunReader(run_dir).read()
@@ -161,7 +161,7 @@ def test_a_run_scored_by_a_function_of_ones_own_resumes_with_its_spec_named_agai
     assert r.returncode == 2 and "the file of scorer capital_rules:score (sha256) differs" in r.stderr
 
     shutil.rmtree(moved)
-    r = run_cli("archive.analyze", str(run_dir), "--out", str(tmp_path / "analysis"), env=env, timeout=300)
+    r = run_cli("apps.analyze", str(run_dir), "--out", str(tmp_path / "analysis"), env=env, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
 
 

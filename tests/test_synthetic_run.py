@@ -16,8 +16,8 @@ import pytest
 
 from agent.base_agent import AgentSystem
 from agent.tool_loop import log_message
-from archive.dashboard import transcript
-from archive.dashboard.reader import RunReader
+from apps.dashboard import transcript
+from apps.dashboard.reader import RunReader
 from archive.eval_store import EvalStore
 from archive.records import Status
 from archive.store import META_TRANSCRIPT, Archive

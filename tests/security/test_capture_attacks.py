@@ -263,7 +263,7 @@ def test_a_change_too_slow_to_diff_is_recorded_by_its_files(repo, tmp_path, monk
     import time
 
     import services.workspace as workspace_module
-    from archive.dashboard import compare
+    from apps.dashboard import compare
 
     ws = workspace(repo, tmp_path)
     lines = [f"line {i} = {i * 7919 % 100003}\n" for i in range(200_000)]

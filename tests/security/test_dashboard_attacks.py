@@ -1,4 +1,4 @@
-"""Attacks on the dashboard (python -m archive.dashboard) over real HTTP, with synthetic runs whose
+"""Attacks on the dashboard (python -m apps.dashboard) over real HTTP, with synthetic runs whose
 agents wrote hostile text everywhere (tests/support/synthetic_run.py, hostile=True). The browser-level
 check that none of it runs is tests/test_dashboard_browser.py."""
 

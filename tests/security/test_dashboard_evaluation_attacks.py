@@ -1,4 +1,4 @@
-"""The dashboard's list of evaluation folders (python -m domains.harness output, archive/dashboard/evaluations.py)
+"""The dashboard's list of evaluation folders (python -m domains.harness output, apps/dashboard/evaluations.py)
 given hostile ones: their run.json and predictions.jsonl are a stranger's files like every file of a handed
 folder. None is followed through a link, opened as a fifo or read past its bound; no value runs as script or
 shows a control character raw; a wrong type is left out, not shown as what it claims."""

@@ -1,4 +1,4 @@
-"""`python -m archive.export RUN --out DIR` given a run folder someone handed over: its repository, its node
+"""`python -m apps.export RUN --out DIR` given a run folder someone handed over: its repository, its node
 records and the commits they name are planted, and DIR may hold links. Nothing may run, hang, or be written
 outside DIR or through a link: one line, exit 2, and DIR as it was."""
 
@@ -16,7 +16,7 @@ from support.synthetic_run import make_run
 
 
 def export_cli(run, out, *extra):
-    return subprocess.run([sys.executable, "-m", "archive.export", str(run), "--out", str(out), *extra],
+    return subprocess.run([sys.executable, "-m", "apps.export", str(run), "--out", str(out), *extra],
                           cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=120,
                           env={**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"})
 
@@ -34,7 +34,7 @@ def handed(tmp_path):
     return run, made
 
 
-@pytest.mark.attack("archive.export of a handed run whose repo/ would steer git (an ext:: promisor remote, "
+@pytest.mark.attack("apps.export of a handed run whose repo/ would steer git (an ext:: promisor remote, "
                     "an include of a fifo, alternates, a diff driver, grafts, links and fifos for its objects, "
                     "refs, config or HEAD, a ref hard-linked to a user's file)")
 @pytest.mark.parametrize("kind", KINDS)
@@ -74,7 +74,7 @@ PLANTED = {
 }
 
 
-@pytest.mark.attack("archive.export of a handed run whose node record names a planted commit: git metadata "
+@pytest.mark.attack("apps.export of a handed run whose node record names a planted commit: git metadata "
                     "(task_agent/.git/config with a core.fsmonitor command), a symlink to /etc, a .pth start-up "
                     "hook, a file over the capture's quota, a gitlink; or a commit missing from its repository")
 @pytest.mark.parametrize("what", [*PLANTED, "missing"])
@@ -93,7 +93,7 @@ def test_a_planted_commit_is_refused_before_a_file_is_written(handed, tmp_path, 
     assert not out.exists() and not (tmp_path / "pwned").exists()
 
 
-@pytest.mark.attack("archive.export --out a link to a user's folder, and --force over a DIR whose code/, README.md "
+@pytest.mark.attack("apps.export --out a link to a user's folder, and --force over a DIR whose code/, README.md "
                     "and export.json are links to a user's folder and files")
 def test_no_write_passes_through_a_link_in_out(handed, tmp_path):
     run, made = handed

@@ -118,13 +118,13 @@ def test_a_hostile_run_json_is_refused(tmp_path):
     assert sorted(p.name for p in run.iterdir()) == ["run.json"]  # nothing made: no lock, no ledger
 
 
-@pytest.mark.attack("a group.json that is not UTF-8, or nested too deeply, read by archive.analyze and a resume")
+@pytest.mark.attack("a group.json that is not UTF-8, or nested too deeply, read by apps.analyze and a resume")
 def test_a_hostile_group_json_is_refused(tmp_path):
     group = tmp_path / "group"
     group.mkdir()
     for content in (b'{"schema_version": 1, "runs": ["seed-\xff"]}', b"[" * 100_000):
         (group / "group.json").write_bytes(content)
-        for args in (("archive.analyze", str(group), "--out", str(tmp_path / "analysis")),
+        for args in (("apps.analyze", str(group), "--out", str(tmp_path / "analysis")),
                      ("run_optimization", "--resume_from", str(group))):
             assert_one_line_refusal(run_measured(*args), "group.json")
     assert not (tmp_path / "analysis").exists()

@@ -89,7 +89,7 @@ def meta_run(request, tmp_path_factory, fake_openai_session):
                 "run", "--max_generation", "2", *common, env=env)
     run_dir = tmp_path / "out" / "run"
     resumed = cli("run_optimization", "--resume_from", str(run_dir), "--max_generation", "2", env=env)
-    ensemble = cli("archive.ensemble", str(run_dir), "--rule", "agent", "--agent", "1", "--split", "train",
+    ensemble = cli("apps.ensemble", str(run_dir), "--rule", "agent", "--agent", "1", "--split", "train",
                    "--top", "2", env=env, timeout=300)
     yield MetaRun(run_dir, first, resumed, ensemble)
     fake_openai_session.reset()
@@ -131,7 +131,7 @@ def test_the_selectors_stderr_is_shown_visibly(meta_run):
 
 @pytest.mark.e2e
 @pytest.mark.attack("ensemble.py: prints terminal escapes to stderr and raises with them "
-                    "(python -m archive.ensemble --rule agent)")
+                    "(python -m apps.ensemble --rule agent)")
 def test_the_ensembles_stderr_is_shown_visibly(meta_run):
     result = meta_run.ensemble
     text = assert_clean(result)

@@ -3,7 +3,7 @@ another name, terminal escapes in what the plan, the dashboard and the Python AP
 planted where the installer kept a failed step's log, config values that ended in tracebacks, and a local
 user chatting with the local model's server.
 
-Each goes through the real command lines (`python -m run_optimization`, `python -m archive.dashboard`),
+Each goes through the real command lines (`python -m run_optimization`, `python -m apps.dashboard`),
 the Python API (`hyperagents`) or the real llama.cpp server, and asserts what a user sees: one visible
 line and exit 2, no raw control on the terminal, nothing written through a link, a 401.
 """
@@ -177,7 +177,7 @@ def test_set_values_with_escapes_are_one_visible_line(tmp_path, item):
 
 
 def _dashboard(root: Path) -> tuple[subprocess.Popen, int]:
-    proc = subprocess.Popen([sys.executable, "-m", "archive.dashboard", str(root), "--port", "0"], cwd=REPO_ROOT,
+    proc = subprocess.Popen([sys.executable, "-m", "apps.dashboard", str(root), "--port", "0"], cwd=REPO_ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=plain_env())
     assert proc.stdout is not None
     ready, _, _ = select.select([proc.stdout], [], [], 60)

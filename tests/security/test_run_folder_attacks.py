@@ -1,6 +1,6 @@
 """A run folder someone hands over (archive/run_folder.py): its run.json may not decide where code runs or
 data goes, and its ledger.sqlite is read as a stranger's file. Each attack goes through the real command
-lines and API (a resume, archive.analyze, hyperagents.load_run, the dashboard's run page) and must end in
+lines and API (a resume, apps.analyze, hyperagents.load_run, the dashboard's run page) and must end in
 one line, in seconds, with nothing run, contacted or written."""
 
 import dataclasses
@@ -314,7 +314,7 @@ def sqlite_ledger(path, *statements: str) -> None:
 
 
 def readers_answer_in_one_line(tmp_path, run, expected: str) -> None:
-    """load_run, archive.analyze and a resume each refuse in one line; the dashboard's run page shows it."""
+    """load_run, apps.analyze and a resume each refuse in one line; the dashboard's run page shows it."""
     from hyperagents import load_run
     from support.dashboard import get, serving
 
@@ -323,7 +323,7 @@ def readers_answer_in_one_line(tmp_path, run, expected: str) -> None:
         load_run(run)
     assert time.monotonic() - started < SECONDS and "\n" not in str(e.value)
     assert str(e.value).startswith(f"{run / 'ledger.sqlite'}: not a ledger this project wrote: {expected}")
-    for args in (("archive.analyze", str(run), "--out", str(tmp_path / "analysis")),
+    for args in (("apps.analyze", str(run), "--out", str(tmp_path / "analysis")),
                  ("run_optimization", "--resume_from", str(run)), ("run_optimization", "--resume_from", str(run),
                                                                    "--dry_run")):
         r, seconds = timed_cli(*args)
@@ -338,7 +338,7 @@ def readers_answer_in_one_line(tmp_path, run, expected: str) -> None:
 
 @pytest.mark.e2e
 @pytest.mark.attack("a ledger.sqlite whose calls table is a view over an endless recursive query (load_run, the "
-                    "dashboard's run page, archive.analyze and a resume would hang)")
+                    "dashboard's run page, apps.analyze and a resume would hang)")
 def test_a_ledger_view_over_an_endless_query(tmp_path):
     run = handed_run(tmp_path, {})
     sqlite_ledger(run / "ledger.sqlite", "CREATE VIEW calls AS WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 "
@@ -460,7 +460,7 @@ def test_a_hard_linked_shm_is_never_written(tmp_path):
     (run / "ledger.sqlite-wal").write_bytes(b"")
     os.link(victim, run / "ledger.sqlite-shm")
     before = listing(run)
-    r, seconds = timed_cli("archive.analyze", str(run), "--out", str(tmp_path / "analysis"))
+    r, seconds = timed_cli("apps.analyze", str(run), "--out", str(tmp_path / "analysis"))
     assert r.returncode == 0 and seconds < SECONDS, r.stderr[-2000:]
     assert "| meta | 0.5000 | 20 |" in (tmp_path / "analysis" / "analysis.md").read_text()  # its calls, read
     assert victim.read_bytes() == b"the user's own bytes\n" and listing(run) == before  # read, nothing written
@@ -486,7 +486,7 @@ def test_a_hard_linked_lock_is_never_written(tmp_path):
 
 
 def handed_members(run) -> None:
-    """Two scored members of `run` with stored val predictions, for archive.ensemble."""
+    """Two scored members of `run` with stored val predictions, for apps.ensemble."""
     from archive.records import Node
     from domains.registry import get_domain
     from services.fsutil import atomic_write_csv
@@ -505,7 +505,7 @@ def handed_members(run) -> None:
 
 @pytest.mark.e2e
 @pytest.mark.attack("a handed group whose analysis/ is a link to a folder of the user, and a handed run whose "
-                    "ensembles/ (or a folder below it) is one: archive.analyze and archive.ensemble would write "
+                    "ensembles/ (or a folder below it) is one: apps.analyze and apps.ensemble would write "
                     "their reports into it")
 def test_readers_never_write_through_a_planted_folder_link(tmp_path):
     victim = tmp_path / "victimdir"
@@ -517,18 +517,18 @@ def test_readers_never_write_through_a_planted_folder_link(tmp_path):
         (group / f"seed-{seed}" / "handed").rename(group / f"run-{seed}")
         os.rmdir(group / f"seed-{seed}")
     os.symlink(victim, group / "analysis")
-    r, seconds = timed_cli("archive.analyze", str(group))
+    r, seconds = timed_cli("apps.analyze", str(group))
     refused(r, f"{group}/analysis is a link or not a folder: nothing is written through it", seconds=seconds)
     run = handed_run(tmp_path / "e", {})
     handed_members(run)
     for planted in ("ensembles", "ensembles/val-majority-top5"):
         (run / planted).parent.mkdir(parents=True, exist_ok=True)
         os.symlink(victim, run / planted)
-        r, seconds = timed_cli("archive.ensemble", str(run), "--split", "val")
+        r, seconds = timed_cli("apps.ensemble", str(run), "--split", "val")
         refused(r, f"{run}/{planted} is a link or not a folder: nothing is written through it", seconds=seconds)
         os.unlink(run / planted)
     assert list(victim.iterdir()) == []
-    r, _ = timed_cli("archive.ensemble", str(run), "--split", "val")  # the same run, without the link: written
+    r, _ = timed_cli("apps.ensemble", str(run), "--split", "val")  # the same run, without the link: written
     assert r.returncode == 0 and (run / "ensembles" / "val-majority-top5" / "report.json").is_file(), r.stderr
 
 

@@ -5,8 +5,8 @@
   name, the worker's message, the folder's other transcripts) scores nothing, on a spec whose ids
   would give every label away.
 - A record in `domain_specs/` naming `builtins:exec`, `os:system` or a module planted beside the
-  run is never imported or called by a resume, `archive.ensemble`, `hyperagents.evaluate`,
-  `archive.analyze`, `hyperagents.load_run` or the dashboard's reader: those that must score stop
+  run is never imported or called by a resume, `apps.ensemble`, `hyperagents.evaluate`,
+  `apps.analyze`, `hyperagents.load_run` or the dashboard's reader: those that must score stop
   in one line naming --domain_spec, the others show the stored scores.
 - A user's scorer is loaded by file: a `litellm.py` and a `json.py` beside it are never imported
   by the host, and a scorer file reached through `..` or a link out of the spec's folder is refused.
@@ -168,11 +168,11 @@ SCORERS = ["builtins:exec", "os:system", "planted:score"]
 
 @pytest.mark.e2e
 @pytest.mark.attack("a run folder whose spec record names builtins:exec, os:system or a module planted beside it "
-                    "as its scorer, handed to a resume, archive.ensemble, hyperagents.evaluate, archive.analyze, "
+                    "as its scorer, handed to a resume, apps.ensemble, hyperagents.evaluate, apps.analyze, "
                     "hyperagents.load_run and the dashboard's reader")
 @pytest.mark.parametrize("scorer", SCORERS)
 def test_a_record_that_names_a_callable_runs_nothing(scorer, hostile_run, tmp_path, monkeypatch):
-    from archive.dashboard.reader import RunReader
+    from apps.dashboard.reader import RunReader
     from domains import registry
     from hyperagents import evaluate, load_run
 
@@ -183,11 +183,11 @@ def test_a_record_that_names_a_callable_runs_nothing(scorer, hostile_run, tmp_pa
     flag = "--domain_spec FILE"
     one_line_exit_2(run_cli("run_optimization", "--resume_from", str(run_dir), "--final_test", env=env,
                             timeout=300), flag)
-    one_line_exit_2(run_cli("archive.ensemble", str(run_dir), "--split", "val", "--top", "1", env=env,
+    one_line_exit_2(run_cli("apps.ensemble", str(run_dir), "--split", "val", "--top", "1", env=env,
                             timeout=300), flag)
     with pytest.raises(UserError, match=flag):
         evaluate(f"{run_dir}:initial", "capitals", "val")
-    r = run_cli("archive.analyze", str(run_dir), "--out", str(tmp_path / "analysis"), env=env, timeout=300)
+    r = run_cli("apps.analyze", str(run_dir), "--out", str(tmp_path / "analysis"), env=env, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     view = load_run(run_dir)
     data = RunReader(run_dir).read()

@@ -12,9 +12,9 @@ import time
 
 import pytest
 
-from archive.dashboard import transcript as transcript_view
-from archive.dashboard.pages import MAX_DIFF_LINES, diff_block
-from archive.dashboard.reader import Text
+from apps.dashboard import transcript as transcript_view
+from apps.dashboard.pages import MAX_DIFF_LINES, diff_block
+from apps.dashboard.reader import Text
 from archive.novelty import MAX_LINES, Change, nearest
 from archive.tamper import NOT_SCREENED, READ_BYTES, flags
 from archive.text_pass import MAX_STEPS

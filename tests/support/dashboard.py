@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from archive.dashboard.server import serve
+from apps.dashboard.server import serve
 from support.little_servers import in_a_thread
 from support.synthetic_run import ATTACKS, make_run
 

@@ -1,5 +1,5 @@
 """Run folders made of node records whose scores a test chooses, written with the project's own records,
-for checks against a hand count (archive.analyze, the run state)."""
+for checks against a hand count (apps.analyze, the run state)."""
 
 from __future__ import annotations
 

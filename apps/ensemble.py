@@ -1,15 +1,15 @@
 """Ensembles over the archive: the stored predictions of a run's best nodes, combined row by row.
 
-    python -m archive.ensemble RUN --split val --rule majority --top 5
+    python -m apps.ensemble RUN --split val --rule majority --top 5
 
 Members are the `--top` K valid nodes with the best selection scores (val where the domain has
 one, else train: never test) among those evaluated on `--split`. Their predictions are
 combined on the rows every member answered, from what the run stored (evals/<key>/), so an
 ensemble costs no model call. With `--rows all` the members are the K best nodes of the whole
 archive, and those not yet evaluated on all of `--split` (on test, all but the node the final
-test chose) are evaluated first by the run's own command, `python -m run_optimization
---resume_from RUN --evaluate NODES --split SPLIT`: in the run's sandbox, under its budget, paying
-only for rows not already answered. Rules:
+test chose) are evaluated first as the run's own command `python -m run_optimization
+--resume_from RUN --evaluate NODES --split SPLIT` evaluates them (its launch, called in this
+process): in the run's sandbox, under its budget, paying only for rows not already answered. Rules:
 
 - `majority`: the most frequent answer per row (grading labels as the metrics read them, final
   answers as the answer checker extracts them), ties to the member with the better score;
@@ -35,8 +35,6 @@ import io
 import json
 import os
 import secrets
-import subprocess
-import sys
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -50,12 +48,19 @@ from archive.experiments import EVALUATIONS, FINAL_TEST, read_evaluations, read_
 from archive.promotion import row_scores
 from archive.records import Node, RunRecord
 from archive.run_folder import data_config, read_run_record, repository_read
-from archive.store import Archive, observed_rule, observed_score, observed_sizes
+from archive.store import Archive, observed_rule, observed_sizes, run_score
+from optimizer.launch import RunRequest, launch
 from search.stats import interval, paired_p
 from services.cli_parser import ArgumentParser
-from services.config import PROJECT_ROOT
 from services.errors import UserError, exit_on_user_error
-from services.fsutil import atomic_write_csv, atomic_write_json, csv_values, guard_folder, read_bounded
+from services.fsutil import (
+    atomic_write_csv,
+    atomic_write_json,
+    csv_values,
+    guard_folder,
+    read_bounded,
+    release_folder,
+)
 from services.render import console
 
 if TYPE_CHECKING:
@@ -118,15 +123,16 @@ def ranked(run_dir: Path, archive: Archive, nodes: list[Node]) -> list[tuple[flo
     record = read_run_record(run_dir)
     sizes = observed_sizes(record.domains, list(archive.nodes.values()))
     rule = observed_rule(record.config.get("loop"), record.domains)
-    return sorted(((observed_score(n, sizes, rule), n) for n in nodes if n.valid_parent),
+    return sorted(((run_score(n, sizes, rule), n) for n in nodes if n.valid_parent),
                   key=lambda t: (-(t[0] or 0), -t[1].generation))
 
 
 def evaluate_missing(run_dir: Path, domain: Domain, split: str, top: int,
                      out: Callable[[str], None] = show, specs: tuple[str, ...] = ()) -> None:
     """--rows all: the `top` best nodes of the archive, each evaluated on all of `split` (those not
-    yet evaluated on it by the run's own command, which pays only for rows not answered before).
-    `specs`: the --domain_spec files to hand it (a run's folder never names a scorer of the user's)."""
+    yet evaluated on it as `run_optimization --evaluate` does, through the same launch, which pays only
+    for rows not answered before). `specs`: the --domain_spec files to hand it (a run's folder never
+    names a scorer of the user's)."""
     archive = Archive(run_dir)
     best = [n.node_id for score, n in ranked(run_dir, archive, list(archive.nodes.values()))
             if score is not None][:top]
@@ -134,13 +140,17 @@ def evaluate_missing(run_dir: Path, domain: Domain, split: str, top: int,
     missing = [n for n in best if n not in keys]
     if not missing:
         return
-    command = [sys.executable, "-m", "run_optimization", "--resume_from", str(run_dir), "--evaluate",
-               ",".join(missing), "--split", split, *(arg for spec in specs for arg in ("--domain_spec", spec))]
-    out(f"evaluating node{'s' if len(missing) > 1 else ''} {', '.join(missing)} on {domain.name}/{split} first: "
-        f"{' '.join(command[1:])}")
-    if subprocess.run(command, stdin=subprocess.DEVNULL, cwd=PROJECT_ROOT).returncode != 0:
-        raise UserError(f"the evaluation of node(s) {', '.join(missing)} on {split} did not finish (see above); "
-                        f"run it again, or combine what is stored with --rows shared")
+    command = ["run_optimization", "--resume_from", str(run_dir), "--evaluate", ",".join(missing), "--split", split,
+               *(arg for spec in specs for arg in ("--domain_spec", spec))]
+    out(f"evaluating node{'s' if len(missing) > 1 else ''} {', '.join(missing)} on {domain.name}/{split} first, "
+        f"as python -m {' '.join(command)} does")
+    try:
+        launch(RunRequest(resume_from=run_dir, domain_specs=specs, evaluate=tuple(missing), split=split))
+    except UserError as e:
+        raise UserError(f"the evaluation of node(s) {', '.join(missing)} on {split} did not finish: {e}; "
+                        f"run it again, or combine what is stored with --rows shared") from None
+    finally:
+        release_folder(run_dir)  # the run is this process's no longer: the ensemble only reads it
 
 
 def choose_members(run_dir: Path, domain: Domain, split: str, top: int,
@@ -334,7 +344,7 @@ def lines(summary: dict) -> list[str]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = ArgumentParser(prog="python -m archive.ensemble", description=(__doc__ or "").split("\n\n")[0])
+    ap = ArgumentParser(prog="python -m apps.ensemble", description=(__doc__ or "").split("\n\n")[0])
     ap.add_argument("run", metavar="RUN", help="a run folder")
     ap.add_argument("--split", default="val", help="the split to combine predictions on (default val)")
     ap.add_argument("--domain", help="the domain, when the run has several")

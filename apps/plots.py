@@ -6,12 +6,12 @@
 - `heldout_gap.png` (with models.heldout_grader): per generation, the best node's grade by the grader
   the run optimizes against and by the held-out grader, on the same proofs, and every graded node's
   two grades as dots (archive/heldout.py).
-- `archive_tree.png`: the tree as report.html draws it (archive.dashboard.svg.layout: depth
+- `archive_tree.png`: the tree as report.html draws it (apps.dashboard.svg.layout: depth
   down, a parent over its children), coloured by selection score (grey: never scored), the
   best node's lineage drawn thick and the best node starred. The figure grows with the tree
   up to a page's size; past that the layout is drawn closer and the dots smaller.
 
-Axis ticks are archive.dashboard.svg.nice_ticks, as on every chart of the project.
+Axis ticks are apps.dashboard.svg.nice_ticks, as on every chart of the project.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from archive.dashboard.svg import LABEL_ALL, TreeNode, layout, nice_ticks
+from apps.dashboard.svg import LABEL_ALL, TreeNode, layout, nice_ticks
 from archive.heldout import HeldOutRecord, read_heldout
 from archive.records import Node
 from archive.store import Archive, mean_score

@@ -20,10 +20,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from archive.dashboard import pages, runs_page
-from archive.dashboard.compare import compare_page
-from archive.dashboard.evaluations import Evaluation, evaluation_marks, is_evaluation, read_evaluation
-from archive.dashboard.reader import RunData, RunReader
+from apps.dashboard import pages, runs_page
+from apps.dashboard.compare import compare_page
+from apps.dashboard.evaluations import Evaluation, evaluation_marks, is_evaluation, read_evaluation
+from apps.dashboard.reader import RunData, RunReader
 from archive.experiments import read_group
 from archive.records import NODE_ID, Node
 from services.errors import UserError

@@ -13,8 +13,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from archive.dashboard.markup import Markup, h, join
-from archive.dashboard.reader import Text
+from apps.dashboard.markup import Markup, h, join
+from apps.dashboard.reader import Text
 
 ROLES = ("system", "user", "assistant", "tool", "error", "usage")
 _HEADING = re.compile(rf"^## ({'|'.join(ROLES)})[ \t]*$", re.M)

@@ -19,13 +19,13 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import pandas as pd
 
-from archive.dashboard.flight import MAX_TAIL, InFlight, in_flight_of
+from apps.dashboard.flight import MAX_TAIL, InFlight, in_flight_of
 from archive.eval_store import JOURNAL, PREDICTIONS, REPORT
 from archive.promotion import row_scores
 from archive.records import EVAL_KEY, NODE_ID, Node, RunRecord
 from archive.run_folder import ledger_of
 from archive.run_state import Phase, RunState, json_objects, read_events, run_state, state_text
-from archive.store import META_TRANSCRIPT, UNTRUSTED, observed_best, observed_rule, observed_score, observed_sizes
+from archive.store import META_TRANSCRIPT, UNTRUSTED, observed_best, observed_rule, observed_sizes, run_score
 from services.errors import UserError
 from services.fsutil import read_below, read_bounded
 from services.ledger import NotALedger
@@ -101,7 +101,7 @@ class RunData:
     def score(self, node: Node) -> float | None:
         """The node's score as the loop selects on it, averaged over the run's domains."""
         if node.node_id not in self._scores:
-            self._scores[node.node_id] = observed_score(node, self._sizes, self._rule)
+            self._scores[node.node_id] = run_score(node, self._sizes, self._rule)
         return self._scores[node.node_id]
 
     @cached_property

@@ -1,8 +1,8 @@
 """Compare groups of runs as the paper does: progress with confidence bands, imp@k, the best node's
 scores, cost per role, and a test between every two groups.
 
-    python -m archive.analyze outputs/dgm_h outputs/transfer --k 10,50
-    python -m archive.analyze --label initial=outputs/a,transfer=outputs/b --out analysis/transfer
+    python -m apps.analyze outputs/dgm_h outputs/transfer --k 10,50
+    python -m apps.analyze --label initial=outputs/a,transfer=outputs/b --out analysis/transfer
 
 Each argument is a group: a run folder (run.json), a folder of replicates (group.json, from
 `run_optimization --replicates K`) or any folder whose subfolders are runs. `--label NAME=PATH`
@@ -276,7 +276,7 @@ def _ks(text: str) -> list[int]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = ArgumentParser(prog="python -m archive.analyze", description=(__doc__ or "").split("\n\n")[0],
+    ap = ArgumentParser(prog="python -m apps.analyze", description=(__doc__ or "").split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("paths", nargs="*", metavar="RUN_OR_GROUP", help="a run folder, or a folder of runs")
     ap.add_argument("--label", action="append", default=[], metavar="NAME=PATH[,NAME=PATH...]",

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from importlib import resources
 
-from archive.dashboard import pieces, transcript
-from archive.dashboard.evaluations import Evaluation, evaluations_table
-from archive.dashboard.flight import MAX_TAIL, InFlight
-from archive.dashboard.markup import Markup, h, join, url
-from archive.dashboard.reader import RunData, RunReader, Text, known_domain
+from apps.dashboard import pieces, transcript
+from apps.dashboard.evaluations import Evaluation, evaluations_table
+from apps.dashboard.flight import MAX_TAIL, InFlight
+from apps.dashboard.markup import Markup, h, join, url
+from apps.dashboard.reader import RunData, RunReader, Text, known_domain
 from archive.records import Node
 from archive.run_state import Phase
 from search.stats import interval_text
@@ -24,7 +24,7 @@ TOP_NODES = 50  # nodes in the run page's table (all of them: /runs/<run>/nodes)
 
 
 def static(name: str) -> str:
-    return resources.files("archive.dashboard").joinpath("static", name).read_text(encoding="utf-8")
+    return resources.files("apps.dashboard").joinpath("static", name).read_text(encoding="utf-8")
 
 
 def page(title: str, body: Markup, crumbs: list[tuple[str, str | None]], live: str | None = None,
@@ -276,7 +276,7 @@ def text_block(text: Text, what: str) -> Markup:
 
 
 def transcript_block(text: Text) -> Markup:
-    """A meta agent's whole transcript, its summary first (archive/dashboard/transcript.py)."""
+    """A meta agent's whole transcript, its summary first (apps/dashboard/transcript.py)."""
     return text_block(text, "transcript") if text.missing else transcript.block(text) + cut_note(text)
 
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
-from archive.dashboard.markup import Markup, h, join
-from archive.dashboard.reader import RunData, RunReader
-from archive.dashboard.svg import TreeNode, line_chart, score_colour, score_range, tree_svg
+from apps.dashboard.markup import Markup, h, join
+from apps.dashboard.reader import RunData, RunReader
+from apps.dashboard.svg import TreeNode, line_chart, score_colour, score_range, tree_svg
 from archive.heldout import GenerationGap, Grade, read_heldout
 from archive.records import Node
 from archive.tamper import NOT_SCREENED

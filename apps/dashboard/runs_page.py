@@ -3,17 +3,17 @@
 A run's band is the 95% interval of the node that is its best so far at each generation (the
 interval its evaluation recorded). When two or more replicates of one group (GROUP/seed-N) are
 compared, the group also gets a line of its own: the mean over its replicates of the best score
-so far, with a bootstrap band over replicates (search.stats.bootstrap_band, as archive.analyze
+so far, with a bootstrap band over replicates (search.stats.bootstrap_band, as apps.analyze
 draws them), up to the last generation all of them reached.
 """
 
 from __future__ import annotations
 
-from archive.dashboard import pieces
-from archive.dashboard.markup import Markup, h, join, url
-from archive.dashboard.pages import page
-from archive.dashboard.reader import RunData
-from archive.dashboard.svg import line_chart
+from apps.dashboard import pieces
+from apps.dashboard.markup import Markup, h, join, url
+from apps.dashboard.pages import page
+from apps.dashboard.reader import RunData
+from apps.dashboard.svg import line_chart
 from search.stats import bootstrap_band
 
 MAX_COMPARED = 20  # runs on one comparison (the rest of a longer query is left out)

@@ -1,4 +1,4 @@
-"""Serve the dashboard of the runs in a folder (or of one run): python -m archive.dashboard [outputs/ | outputs/RUN]
+"""Serve the dashboard of the runs in a folder (or of one run): python -m apps.dashboard [outputs/ | outputs/RUN]
 
 Read-only: it never writes to a run, and reads a run while its loop writes it.
 """
@@ -19,11 +19,11 @@ from services.errors import Terminated, UserError, exit_on_user_error
 from services.render import console
 
 if TYPE_CHECKING:
-    from archive.dashboard.server import Server
+    from apps.dashboard.server import Server
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = ArgumentParser(prog="python -m archive.dashboard", description=(__doc__ or "").split("\n\n")[0])
+    ap = ArgumentParser(prog="python -m apps.dashboard", description=(__doc__ or "").split("\n\n")[0])
     ap.add_argument("path", nargs="?", default="outputs", help="a folder of runs, or one run (default: outputs)")
     ap.add_argument("--port", type=int, default=8765, help="port to listen on (0: any free port; default 8765)")
     ap.add_argument("--host", default="127.0.0.1",
@@ -50,7 +50,7 @@ def stop_when_gone(server: Server, pid: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from archive.dashboard.server import serve, url_of
+    from apps.dashboard.server import serve, url_of
 
     args = build_parser().parse_args(argv)
     root = Path(args.path)

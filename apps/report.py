@@ -1,6 +1,6 @@
 """`report.html`: one self-contained page per run (no script, no file beside it), to keep or mail.
 
-It is made from the dashboard's own pieces (archive/dashboard/pieces.py): the summary, the
+It is made from the dashboard's own pieces (apps/dashboard/pieces.py): the summary, the
 tree, the progress charts (and the held-out grader's gap, archive/heldout.py), the cost chart, spend by
 role and model, the top nodes and the plan."""
 
@@ -9,10 +9,10 @@ from __future__ import annotations
 from datetime import datetime
 from pathlib import Path
 
-from archive.dashboard import pieces
-from archive.dashboard.markup import Markup, h, join
-from archive.dashboard.pages import static
-from archive.dashboard.reader import RunReader
+from apps.dashboard import pieces
+from apps.dashboard.markup import Markup, h, join
+from apps.dashboard.pages import static
+from apps.dashboard.reader import RunReader
 from services.fsutil import atomic_write_text
 
 TOP = 15  # nodes in the table
@@ -26,7 +26,7 @@ def write_report(run_dir: Path, out: Path) -> Path:
         h("h1", {}, f"Run {data.name}"),
         pieces.summary(data, spend),
         h("p", {"class": "note"}, f"Written at {datetime.now():%Y-%m-%d %H:%M:%S} while the run was running; "
-                                  "python -m archive.dashboard shows it as it is now.") if data.live else "",
+                                  "python -m apps.dashboard shows it as it is now.") if data.live else "",
         h("h2", {}, "Archive"), pieces.tree(data, static=True),
         h("h2", {}, "Progress"), pieces.progress(data), pieces.heldout(data),
         h("h2", {}, "Cost"), pieces.cost_chart(reader), pieces.spend_table(spend), pieces.meta_models_table(data),
@@ -34,7 +34,7 @@ def write_report(run_dir: Path, out: Path) -> Path:
         h("p", {}, "Scores are each domain's score key, with its 95% interval and the rows scored (n), as the "
                    "console writes them; a node that stopped at the staged evaluation has only those rows. "
                    "Patches and transcripts are in the run folder (nodes/, untrusted/), or in its dashboard: "
-                   "python -m archive.dashboard ", str(data.path)),
+                   "python -m apps.dashboard ", str(data.path)),
         pieces.nodes_table(data, limit=TOP),
         h("h2", {}, "Plan"), pieces.plan(data)])
     page = "<!doctype html>\n" + h(

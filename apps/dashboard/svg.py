@@ -7,7 +7,7 @@ import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from archive.dashboard.markup import Markup, h, join
+from apps.dashboard.markup import Markup, h, join
 
 X_STEP, Y_STEP, RADIUS, MARGIN = 26, 64, 9, 30
 LABEL_ROOM = 12  # below the lowest dots, for their labels

@@ -17,7 +17,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from archive.dashboard.markup import Markup, h, join
+from apps.dashboard.markup import Markup, h, join
 from archive.eval_store import JOURNAL, PREDICTIONS
 from services.fsutil import read_below
 from services.render import console

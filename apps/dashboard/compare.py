@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import subprocess
 
-from archive.dashboard import pieces
-from archive.dashboard.markup import Markup, h, join, url
-from archive.dashboard.pages import compare_form, diff_block, page
-from archive.dashboard.reader import MAX_TEXT, RunData, RunReader, Text, known_domain
+from apps.dashboard import pieces
+from apps.dashboard.markup import Markup, h, join, url
+from apps.dashboard.pages import compare_form, diff_block, page
+from apps.dashboard.reader import MAX_TEXT, RunData, RunReader, Text, known_domain
 from archive.records import Node
 from search.stats import MAX_ENUMERATED_FLIPS, paired_p
 from services.errors import UserError

@@ -1,4 +1,4 @@
-"""A read-only web dashboard of runs: `python -m archive.dashboard`, or `run_optimization --dashboard`.
+"""A read-only web dashboard of runs: `python -m apps.dashboard`, or `run_optimization --dashboard`.
 
 reader.py reads a run folder (bounded, checked, cached), flight.py the generations under way;
 markup.py escapes; svg.py draws; pieces.py, pages.py, compare.py (two nodes) and runs_page.py

@@ -1,4 +1,4 @@
-"""Export one node's agent code from a run: python -m archive.export RUN [--node best|ID] --out DIR [--force]
+"""Export one node's agent code from a run: python -m apps.export RUN [--node best|ID] --out DIR [--force]
 
 DIR gets the node's code as a folder of its own (`code/`: an agent folder, which `--initial_agent DIR/code`
 starts a run from), its change from the run's initial agent (`changes.patch`, a git diff that applies to the
@@ -47,7 +47,7 @@ class Chosen:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = ArgumentParser(prog="python -m archive.export", description=(__doc__ or "").split("\n\n")[0])
+    ap = ArgumentParser(prog="python -m apps.export", description=(__doc__ or "").split("\n\n")[0])
     ap.add_argument("run", metavar="RUN", help="a run folder of run_optimization")
     ap.add_argument("--node", default="best",
                     help="a node id (initial, 3, ...) or best: the run's best as the run chose it (default: best)")
