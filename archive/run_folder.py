@@ -13,6 +13,7 @@ on bwrap); otherwise the resume is refused in one line naming the flag that acce
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import os
@@ -180,8 +181,7 @@ def resumed_config(saved: Config, command: Config, source: Path, refuse: bool = 
     more than the command gives, else a UserError in one line naming the flags that accept what the
     folder asks for (or, without `refuse`, the command's value)."""
     defaults, asked = load_config(), []
-    config = dataclasses.replace(saved, **{f.name: dataclasses.replace(getattr(saved, f.name))
-                                            for f in dataclasses.fields(saved)})
+    config = copy.deepcopy(saved)  # every section its own, so setting a guarded field leaves `saved` as it was
     for key, guard in GUARDED.items():
         mine, theirs = value_of(command, key), value_of(saved, key)
         if mine != value_of(defaults, key) or theirs == mine:

@@ -303,7 +303,7 @@ def prepare(request: RunRequest) -> Prepared:
     if isinstance(initial_agent, AgentFolder) and not initial_agent.bundled:
         config.loop.initial_agent = str(initial_agent.path)  # run.json names the folder, wherever it is read
     check_optimizable(domains)
-    load_named(config.loop, [s.rule for d in domains for s in d.screening(config.loop) if s.rule])  # plug-ins load
+    load_named(config, [s.rule for d in domains for s in d.screening(config.loop) if s.rule])  # plug-ins load
     return Prepared(request, run_dir, config, domains, domain_names, record, initial_agent, transfer, name, tags)
 
 

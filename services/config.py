@@ -62,6 +62,7 @@ class Config:
     sandbox: SandboxConfig = field(default_factory=SandboxConfig)
     loop: LoopConfig = field(default_factory=LoopConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    search: dict = field(default_factory=dict)  # a search strategy's own settings, by its name: {islands: {islands: 4, migrate_every: 10}}; each strategy's are listed in docs/strategies.md and checked before a run starts
 
     def resolve_model(self, name: str) -> str:
         """A role alias (task, meta, grader, judge, heldout_grader) to its model string (the first of a
@@ -114,7 +115,27 @@ ROLE_ALIASES = tuple(f.name for f in dataclasses.fields(ModelsConfig))
 _Section = typing.TypeVar("_Section", bound="DataclassInstance")
 
 
+# Keys that became a strategy's own settings: loop.KEY -> (strategy, its setting). A config, a --set or a run's
+# run.json that names one still works: the value moves to `search` (a run saved before the move resumes).
+MOVED = {"islands": ("islands", "islands"), "migrate_every": ("islands", "migrate_every")}
+
+
+def _moved(data: dict) -> dict:
+    """`data` (a config mapping) with MOVED's loop keys under `search`."""
+    loop = data.get("loop")
+    if not isinstance(loop, dict) or not MOVED.keys() & loop.keys():
+        return data
+    search = dict(data.get("search") or {}) if isinstance(data.get("search") or {}, dict) else data["search"]
+    for key in MOVED.keys() & loop.keys():
+        strategy, name = MOVED[key]
+        if isinstance(search, dict):
+            search[strategy] = {**(search.get(strategy) or {}), name: loop[key]}
+    return {**data, "loop": {k: v for k, v in loop.items() if k not in MOVED}, "search": search}
+
+
 def _merge(obj: _Section, data: object, where: str) -> _Section:
+    if not where and isinstance(data, dict):
+        data = _moved(data)
     if not isinstance(data, dict):
         raise UserError(f"config section {where or 'top level'} must be a mapping, got {type(data).__name__}")
     known = {f.name: f for f in dataclasses.fields(obj)}
@@ -123,6 +144,10 @@ def _merge(obj: _Section, data: object, where: str) -> _Section:
             name = key if isinstance(key, str) and key.isidentifier() else show(key)
             raise UserError(f"unknown config key {where + '.' if where else ''}{name} (known: {', '.join(known)})")
         current = getattr(obj, key)
+        if key == "search" and not where and isinstance(value, dict) and isinstance(current, dict):
+            # One strategy's settings given are merged into what the config has for it, not put in place of all.
+            value = {**current, **{k: ({**current[k], **v} if isinstance(current.get(k), dict) and isinstance(v, dict)
+                                       else v) for k, v in value.items()}}
         if dataclasses.is_dataclass(current) and not isinstance(current, type):
             _merge(current, {} if value is None else value, f"{where + '.' if where else ''}{key}")
         else:
@@ -177,8 +202,6 @@ def _loop_rules() -> dict:
         **{f"loop.{key}": one_of(*strategy_names(kind)) for kind, key in CONFIG_KEYS.items()},
         "loop.max_generation": between(0, 100_000),
         "loop.max_minutes": above_up_to(0, 10**7),
-        "loop.islands": (lambda v: 1 <= v <= 64, "from 1 to 64"),
-        "loop.migrate_every": count(10**6),
         "loop.merge_every": between(0, 10**6),
         "models.meta": META_MODELS,
         "models.heldout_grader": (lambda v: is_model(v) and v != "auto", "a model (not auto)"),
@@ -225,8 +248,13 @@ def validate(config: Config) -> Config:
     if isinstance(meta, str) and "," in meta:  # --meta_model a,b: no provider's model name has a comma
         config.models.meta = [m.strip() for m in meta.split(",")]
     rules = _rules()
+    if not settings_sections(config.search):
+        raise UserError(f"search must be a mapping of strategy name -> its settings (a mapping of setting -> "
+                        f"value), got {show(config.search)}")
     for section in dataclasses.fields(config):
         part = getattr(config, section.name)
+        if not dataclasses.is_dataclass(part):  # `search`, checked above and, setting by setting, before a run
+            continue
         hints = typing.get_type_hints(type(part))
         for f in dataclasses.fields(part):
             key, value = f"{section.name}.{f.name}", getattr(part, f.name)
@@ -244,6 +272,16 @@ def validate(config: Config) -> Config:
         raise UserError("sandbox.backend none cannot run on a Ray cluster: each node runs agent code in its own "
                         "bwrap or docker sandbox (sandbox.backend auto, bwrap or docker)")
     return config
+
+
+def settings_sections(value: object) -> bool:
+    """Whether `value` is shaped as `search` must be: strategy names (identifiers) -> mappings of setting names ->
+    plain values (what the strategy's Settings then checks: search.registry)."""
+    return isinstance(value, dict) and all(
+        isinstance(name, str) and name.isidentifier() and len(name) <= 64 and isinstance(section, dict)
+        and all(isinstance(k, str) and k.isidentifier() and len(k) <= 64 and bad_text(v, MAX_TEXT) is None
+                for k, v in section.items())
+        for name, section in value.items())
 
 
 def preset_names() -> list[str]:

@@ -102,8 +102,19 @@ def page() -> str:
     lines = [INTRO]
     config = load_config()  # the dataclasses' defaults with configs/default.yaml over them: what a run gets
     for f in dataclasses.fields(config):
-        lines += section_lines(f.name, getattr(config, f.name))
+        value = getattr(config, f.name)
+        lines += section_lines(f.name, value) if dataclasses.is_dataclass(value) else mapping_lines(f.name)
     return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def mapping_lines(name: str) -> list[str]:
+    """A section whose keys are not fixed (`search`: a strategy's name -> its settings): its comment in Config."""
+    from services.config import Config
+
+    _, fields = field_notes(Config)
+    annotation, note = fields.get(name, ("", ""))
+    return [f"## `{name}`", "", f"`{annotation}`, empty by default: {note}.", "",
+            "Each strategy's settings, their defaults and what they do: [the strategies](strategies.md).", ""]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -72,9 +72,7 @@ class SandboxConfig:
 class LoopConfig:
     max_generation: int = 10  # generations after the initial node
     max_minutes: float | None = None  # wall clock of one command (run_optimization, or a resume of it) before it stops the run as Ctrl-C does, resumably; counted from the command's start; a resume keeps no limit unless given one (archive/run_folder.py PER_COMMAND); null = none
-    parent_selection: str = "score_child_prop"  # random | latest | best | score_prop | score_child_prop (the paper's) | pareto (GEPA's per-row front) | islands (score_child_prop within loop.islands sub-archives) | an installed plug-in's; each a file of search/parent_selection/
-    islands: int = 4  # parent_selection islands: how many sub-archives (generation g draws from island g mod islands)
-    migrate_every: int = 10  # parent_selection islands: every this many generations each island's best node joins the next island
+    parent_selection: str = "score_child_prop"  # random | latest | best | score_prop | score_child_prop (the paper's) | pareto (GEPA's per-row front) | islands (score_child_prop within sub-archives: search.islands) | an installed plug-in's; each a file of search/parent_selection/
     merge_every: int = 0  # every this many generations, a merge: its meta agent gets a second parent of another lineage that is better on rows the first is not, and is asked to combine them; 0 = never (the paper's)
     merge_partner: str = "complement"  # with merge_every: how the second parent is chosen (search/merge_partner/, or a plug-in's)
     meta_bandit: str = "ucb1"  # with models.meta a list: the meta model choice (search/meta_model_choice/: ucb1 | thompson, or a plug-in's), rewarded by the child's gain over its parent per dollar

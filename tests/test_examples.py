@@ -245,6 +245,24 @@ def test_the_installed_tournament_chooses_the_parents_of_a_run_by_name(tmp_path,
     assert {k: c["p"] for k, c in picks[2]["candidates"].items()} == {"initial": 0.25, "1": 0.75}
 
 
+@pytest.mark.e2e
+def test_the_tournaments_size_is_a_setting_of_its_own_in_the_config(tmp_path, fake_openai, plugin_site):
+    copied(tmp_path, "exact_scorer")
+    table = rows(*(tmp_path / "examples" / "exact_scorer").glob("conversions_*.csv"))
+    fake_openai.set_responder(responder(lambda question, marked: table[question]["Answer"] if marked else "7"))
+    env = with_plugin(cli_env(fake_openai), plugin_site)
+    r = run_command("parent_selection_plugin", tmp_path, fake_openai, "--set", "search.tournament={size: 0}",
+                    env=env)
+    assert r.returncode == 2 and r.stderr.strip().splitlines()[-1] == \
+        "error: search.tournament: a tournament draws at least one node, not 0", r.stderr[-2000:]
+    assert not (tmp_path / "out" / "run").exists()
+    r = run_command("parent_selection_plugin", tmp_path, fake_openai, "--max_generation", "2", "--seed", "3",
+                    "--set", "search.tournament={size: 1}", env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    picks = {e["generation"]: e for e in events(tmp_path / "out" / "run") if e["event"] == "parent_chosen"}
+    assert {k: c["p"] for k, c in picks[2]["candidates"].items()} == {"initial": 0.5, "1": 0.5}  # size 1: random
+
+
 # -- api_sweep -----------------------------------------------------------------------------------------------
 def sweep(tmp_path: Path, fake, site: Path, *args: str, config: Path | None = None):
     script = copied(tmp_path, "api_sweep", "exact_scorer") / "api_sweep" / "sweep.py"
