@@ -99,6 +99,7 @@ DATA = frozenset({
     "sandbox.disk_mb", "sandbox.tmp_mb", "sandbox.output_cap_mb",
     "tracking.experiment", "tracking.text_kb",
     *(f"loop.{f.name}" for f in dataclasses.fields(Config().loop)),
+    "search",  # the strategies' own settings: numbers and names, never a place (search.registry checks each)
 })
 
 # What a resume may not change, and why: the measure every node of the run was scored with, and what is
@@ -133,13 +134,14 @@ NAMED_LIKE_A_PLACE = {
 
 
 def value_of(config: Config, key: str) -> object:
-    section, name = key.split(".")
-    return getattr(getattr(config, section), name)
+    """The value of SECTION.KEY, or of a whole section of no fixed keys (`search`)."""
+    section, _, name = key.partition(".")
+    return getattr(getattr(config, section), name) if name else getattr(config, section)
 
 
 def _set_value(config: Config, key: str, value: object) -> None:
-    section, name = key.split(".")
-    setattr(getattr(config, section), name, value)
+    section, _, name = key.partition(".")
+    setattr(getattr(config, section), name, value) if name else setattr(config, section, value)
 
 
 def read_run_record(run_dir: Path, where: str | None = None) -> RunRecord:
