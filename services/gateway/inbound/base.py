@@ -5,16 +5,25 @@ The request inside the gateway is OpenAI's chat form (messages and checked param
 form the provider is called in (services/provider/); a protocol of another shape translates to it and
 from it, in its own file beside chat.py. Every protocol's calls go the one way through the gateway
 (sessions, caps, the response cache, the budget, the breaker, the ledger), so none of that is written
-twice. A protocol that streams (server-sent events) would also say here how its reply is written.
+twice.
+
+Streaming: the gateway calls the provider without streaming, and a caller that asked for a stream gets
+the whole answer written as its protocol's server-sent events (`events`), in one reply of known length.
+The answer is no later than a streamed one would end, the cache and the ledger see one answer as for any
+call, and a Ray node's door (services/sandbox/ray_channel.py) carries it as JSON and writes the events
+on the node, as the listener here does.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from services.config import GatewayConfig
+
+Event = tuple[str | None, dict]  # one server-sent event: its name (None: unnamed) and its JSON data
 
 
 @dataclass
@@ -29,6 +38,16 @@ def error_reply(status: int, message: str, kind: str) -> Reply:
     return Reply(status, {"error": {"message": message, "type": kind, "code": status}}, {})
 
 
+def event_stream(events: list[Event]) -> bytes:
+    """Events as the text of a server-sent event stream."""
+    lines = []
+    for name, data in events:
+        if name is not None:
+            lines.append(f"event: {name}\n")
+        lines.append(f"data: {json.dumps(data, ensure_ascii=False)}\n\n")
+    return "".join(lines).encode()
+
+
 class Inbound(Protocol):
     """One wire format the gateway answers."""
 
@@ -40,6 +59,12 @@ class Inbound(Protocol):
     @property
     def paths(self) -> tuple[str, ...]:
         """The POST paths it answers, the first the one a Ray node's door sends to."""
+        ...
+
+    @property
+    def counts(self) -> bool:
+        """Whether it only asks how many tokens a prompt holds: answered by the gateway's estimate, with no
+        provider call (Anthropic's count_tokens); `reply` then gets {"usage": {"prompt_tokens": N}}."""
         ...
 
     def model(self, body: dict) -> str:
@@ -56,6 +81,23 @@ class Inbound(Protocol):
         the model as the caller did."""
         ...
 
+    def streams(self, body: dict) -> bool:
+        """Whether the caller asked for its answer as server-sent events."""
+        ...
+
+    def events(self, answer: dict) -> list[Event]:
+        """An answer of `reply` as this protocol's event stream."""
+        ...
+
     def error(self, status: int, message: str, kind: str) -> Reply:
         """A refusal or a failed call in this protocol's form."""
         ...
+
+
+def in_shape(inbound: Inbound, refused: Reply) -> Reply:
+    """A refusal in OpenAI's shape (the listener's own, as `Answerer.refuse` writes them) in `inbound`'s."""
+    error = refused.body.get("error")
+    error = error if isinstance(error, dict) else {}
+    reply = inbound.error(refused.status, str(error.get("message", "")), str(error.get("type", "")))
+    reply.headers.update(refused.headers)
+    return reply

@@ -4,13 +4,14 @@ are already the gateway's form, so reading one is checking it (params.py)."""
 from __future__ import annotations
 
 from services.config import GatewayConfig
-from services.gateway.inbound.base import Reply, error_reply
+from services.gateway.inbound.base import Event, Reply, error_reply
 from services.gateway.params import Refusal, checked
 
 
 class ChatCompletions:
     name = "chat"
     paths = ("/v1/chat/completions", "/chat/completions")
+    counts = False
 
     @staticmethod
     def model(body: dict) -> str:
@@ -28,6 +29,14 @@ class ChatCompletions:
     @staticmethod
     def reply(payload: dict, requested: str) -> dict:
         return dict(payload, model=requested)
+
+    @staticmethod
+    def streams(body: dict) -> bool:
+        return False  # refused by `request`
+
+    @staticmethod
+    def events(answer: dict) -> list[Event]:
+        return []
 
     @staticmethod
     def error(status: int, message: str, kind: str) -> Reply:
