@@ -149,6 +149,7 @@ class Plain:
 
     name = "plain-test"
     paths = ("/v1/plain-test",)
+    counts = False
 
     @staticmethod
     def model(body: dict) -> str:
@@ -165,6 +166,14 @@ class Plain:
     @staticmethod
     def reply(payload: dict, requested: str) -> dict:
         return {"text": payload["choices"][0]["message"]["content"], "by": requested}
+
+    @staticmethod
+    def streams(body: dict) -> bool:
+        return False
+
+    @staticmethod
+    def events(answer: dict) -> list:
+        return []
 
     @staticmethod
     def error(status: int, message: str, kind: str) -> Reply:
