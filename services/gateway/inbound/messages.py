@@ -31,7 +31,7 @@ from services.gateway.inbound.shapes import (
     optional,
     tool_calls,
 )
-from services.gateway.params import Refusal, checked
+from services.gateway.params import Refusal, check_cache_control, checked
 
 _STOPS = {"length": "max_tokens", "tool_calls": "tool_use", "function_call": "tool_use", "content_filter": "refusal"}
 _ERRORS = {400: "invalid_request_error", 401: "authentication_error", 402: "billing_error", 403: "permission_error",
@@ -46,6 +46,7 @@ def _text(block: dict, where: str) -> dict:
     part: dict = {"type": "text", "text": need(block.get("text"), str, f"{where}.text")}
     if block.get("cache_control") is not None:
         part["cache_control"] = need(block["cache_control"], dict, f"{where}.cache_control")
+        check_cache_control(f"{where}.cache_control", part["cache_control"])
     return part
 
 
