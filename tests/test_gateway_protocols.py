@@ -222,3 +222,43 @@ def test_the_sdks_drive_both_protocols(claude, fake_anthropic):
         anthropic_sdk.Anthropic(api_key="gw-" + "x" * 32, base_url=base, max_retries=0).messages.create(
             model=CLAUDE, max_tokens=10, messages=[{"role": "user", "content": "Hi"}])
     assert [r["role"] for r in gw.ledger.calls()] == ["meta"] * 4
+
+
+
+class _Door:
+    """What services/sandbox/ray_host.Door does, with the Mailbox and the channel's thread taken out: each
+    request forwarded as the controller's channel forwards it (ray_channel.forward) to the gateway's socket."""
+
+    def __init__(self, socket_path, config):
+        from services.sandbox.ray_channel import forward
+
+        self.forward, self.socket_path, self.gw = forward, str(socket_path), config
+
+    def handle(self, protocol, api_key, body):
+        from services.gateway.inbound import Reply
+
+        return Reply(*self.forward(self.socket_path, protocol, api_key, body, 30))
+
+    def refuse(self, api_key, status, message, kind):
+        from services.gateway.inbound import error_reply
+
+        return error_reply(status, message, kind)
+
+    def models_for(self, api_key):
+        return []
+
+
+def test_a_ray_nodes_door_asks_for_json_and_streams_on_the_node(claude, fake_anthropic, tmp_path):
+    pytest.importorskip("ray")
+    from services.gateway.server import Listeners
+
+    gw, key = claude
+    node = Listeners(_Door(gw.unix_socket, gw.gw), "127.0.0.1", 0, tmp_path / "door.log")
+    try:
+        body = {"model": CLAUDE, "max_tokens": 50, "stream": True, "messages": [{"role": "user", "content": "Hi"}]}
+        status, headers, stream = anthropic(node, key, body)
+    finally:
+        node.close()
+    assert status == 200 and headers["content-type"] == "text/event-stream"
+    assert [name for name, _ in stream][-1] == "message_stop" and float(headers["x-gateway-cost-usd"]) > 0
+    assert [r["role"] for r in gw.ledger.calls()] == ["meta"]
