@@ -225,6 +225,30 @@ def test_the_sdks_drive_both_protocols(claude, fake_anthropic):
 
 
 
+def test_chat_completions_stream_as_chunks(claude, fake_anthropic):
+    """OpenAI's SDK and litellm, streaming chat completions: the text, a tool call, the usage, and [DONE]."""
+    openai_sdk = pytest.importorskip("openai")
+    import litellm
+
+    gw, key = claude
+    fake_anthropic.set_replies(["Streamed words.", [{"type": "tool_use", "name": "bash", "input": {"command": "ls"}}]])
+    client = openai_sdk.OpenAI(api_key=key, base_url=gw.url, max_retries=0)
+    parts = list(client.chat.completions.create(model=CLAUDE, stream=True, stream_options={"include_usage": True},
+                                                messages=[{"role": "user", "content": "Say it."}]))
+    assert "".join(p.choices[0].delta.content or "" for p in parts if p.choices) == "Streamed words."
+    assert {"stream", "stream_options"}.isdisjoint(fake_anthropic.requests[-1]["json"])  # read here, never sent
+    assert parts[-1].choices[0].finish_reason == "stop" and parts[-1].usage.completion_tokens > 0
+    tools = [{"type": "function", "function": {"name": "bash", "parameters": BASH["input_schema"]}}]
+    stream = litellm.completion(model=f"openai/{CLAUDE}", api_base=gw.url, api_key=key, stream=True, tools=tools,
+                                messages=[{"role": "user", "content": "List."}])
+    calls = [c for part in stream for c in (part.choices[0].delta.tool_calls or [])]
+    assert calls[0].function.name == "bash" and json.loads(calls[0].function.arguments) == {"command": "ls"}
+    status, headers, raw = post(gw, "/v1/chat/completions", {"model": CLAUDE, "stream": "yes", "messages": [
+        {"role": "user", "content": "Hi"}]}, {"Authorization": f"Bearer {key}"})
+    assert status == 400 and "'stream'" in json.loads(raw)["error"]["message"]
+    assert [r["role"] for r in gw.ledger.calls()] == ["meta"] * 2
+
+
 class _Door:
     """What services/sandbox/ray_host.Door does, with the Mailbox and the channel's thread taken out: each
     request forwarded as the controller's channel forwards it (ray_channel.forward) to the gateway's socket."""

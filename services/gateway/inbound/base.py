@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:
     from services.config import GatewayConfig
 
-Event = tuple[str | None, dict]  # one server-sent event: its name (None: unnamed) and its JSON data
+# One server-sent event: its name (None: unnamed) and its data, JSON or a text as it is (chat's "[DONE]").
+Event = tuple[str | None, dict | str]
 
 
 @dataclass
@@ -44,7 +45,7 @@ def event_stream(events: list[Event]) -> bytes:
     for name, data in events:
         if name is not None:
             lines.append(f"event: {name}\n")
-        lines.append(f"data: {json.dumps(data, ensure_ascii=False)}\n\n")
+        lines.append(f"data: {data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)}\n\n")
     return "".join(lines).encode()
 
 
