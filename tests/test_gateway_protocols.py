@@ -137,7 +137,7 @@ def test_responses_function_call_round_trip_streamed(claude, fake_anthropic):
     assert (call["type"], call["name"], json.loads(call["arguments"])) == ("function_call", "shell", {"command": "ls"})
     sent = fake_anthropic.requests[-1]["json"]
     assert [t["name"] for t in sent["tools"]] == ["shell"]  # web_search left out
-    assert sent["system"][0]["text"] == "You are a coding agent."
+    assert sent["system"][0]["text"] == "You are a coding agent." and "thinking" not in sent
     body["input"] += [{"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "opaque"}, call,
                       {"type": "function_call_output", "call_id": call["call_id"], "output": "a.py"}]
     status, _, stream = openai(gw, key, body)

@@ -44,8 +44,9 @@ _MEDIA = ("image", "document")
 def _text(block: dict, where: str) -> dict:
     """A text block as a chat text part, its cache mark kept (params.py checks it)."""
     part: dict = {"type": "text", "text": need(block.get("text"), str, f"{where}.text")}
-    if block.get("cache_control") is not None:
-        part["cache_control"] = need(block["cache_control"], dict, f"{where}.cache_control")
+    if block.get("cache_control") is not None:  # its type and lifetime: what a provider's cache reads
+        mark = need(block["cache_control"], dict, f"{where}.cache_control")
+        part["cache_control"] = {k: mark[k] for k in ("type", "ttl") if k in mark}
         check_cache_control(f"{where}.cache_control", part["cache_control"])
     return part
 

@@ -7,10 +7,11 @@ The gateway keeps no responses: `store` is answered without storing, and a reque
 one (`previous_response_id`, `conversation`) or runs in the background is refused with a 400 saying to
 send the whole conversation, as Codex does with `store: false`. Left out on the way, and said so here
 rather than refused, since Codex sends them on its own: reasoning items of earlier turns (their
-encrypted content is one provider's), `include`, `prompt_cache_key` (the gateway keys the provider's
-cache by session, caching.py), `metadata`, `text.verbosity`, reasoning efforts the chat form has no
-name for; images and files in the input (a short note stands in, shapes.LEFT_OUT); and hosted tools
-(web and file search, code interpreter, image generation, computer use, MCP servers, local shell,
+encrypted content is one provider's); `reasoning` (a Claude model that thinks in a tool loop must be sent
+each earlier turn's thinking back, which those items cannot carry across providers); `include`,
+`prompt_cache_key` (the gateway keys the provider's cache by session, caching.py), `metadata`,
+`text.verbosity`; images and files in the input (a short note stands in, shapes.LEFT_OUT); and hosted
+tools (web and file search, code interpreter, image generation, computer use, MCP servers, local shell,
 freeform custom tools), which no provider but OpenAI runs and which would reach outside the sandbox.
 A tool of a kind not named here is refused. `max_output_tokens` above gateway.max_output_tokens is
 lowered to it.
@@ -30,7 +31,6 @@ _HOSTED = frozenset(("web_search", "web_search_preview", "web_search_2025_08_26"
                      "file_search", "code_interpreter", "image_generation", "computer_use_preview", "mcp",
                      "local_shell", "custom"))
 _TEXTS = ("input_text", "output_text", "text")
-_EFFORTS = ("minimal", "low", "medium", "high")
 _KEPT = ("previous_response_id", "conversation")
 
 
@@ -124,7 +124,7 @@ def _tools(body: dict, params: dict) -> None:
 
 
 def _settings(body: dict, params: dict, gw: GatewayConfig) -> None:
-    """Sampling, the output cap, reasoning effort and the output's format, in the chat form's names."""
+    """Sampling, the output cap and the output's format, in the chat form's names."""
     most = optional(body, "max_output_tokens", int)
     if most is not None:
         if most < 1:
@@ -133,9 +133,6 @@ def _settings(body: dict, params: dict, gw: GatewayConfig) -> None:
     for key in ("temperature", "top_p", "parallel_tool_calls", "user"):
         if body.get(key) is not None:
             params[key] = body[key]
-    effort = (optional(body, "reasoning", dict) or {}).get("effort")
-    if effort in _EFFORTS:
-        params["reasoning_effort"] = effort
     shape = (optional(body, "text", dict) or {}).get("format")
     if isinstance(shape, dict) and shape.get("type") == "json_schema":
         params["response_format"] = {"type": "json_schema", "json_schema": {
