@@ -199,6 +199,36 @@ def test_caps_refuse_in_each_protocols_shape(claude, fake_anthropic):
     assert fake_anthropic.count == 1 and gw.spent().refused == 3
 
 
+def test_the_budget_refuses_in_each_protocols_shape(gateway_factory, fake_openai):
+    gw = gateway_factory(budget_tokens=10)  # less than any call's worst case
+    key = gw.new_session("n", "meta", ["openai/fake"])
+    status, headers, refused = anthropic(gw, key, {"model": "openai/fake", "max_tokens": 50, "stream": True,
+                                                   "messages": [{"role": "user", "content": "Hi"}]})
+    assert (status, refused["error"]["type"], headers["x-should-retry"]) == (402, "billing_error", "false")
+    status, _, refused = openai(gw, key, {"model": "openai/fake", "input": "Hi", "stream": True})
+    assert (status, refused["error"]["type"]) == (402, "budget_exceeded") and fake_openai.count == 0
+
+
+def test_what_other_providers_cannot_read_is_left_out_or_noted(gateway_factory, fake_openai):
+    """Thinking blocks of earlier turns go; an image or a failed tool's result is said in text."""
+    gw = gateway_factory()
+    key = gw.new_session("n", "meta", ["openai/fake"])
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}}
+    body = {"model": "openai/fake", "max_tokens": 50, "thinking": {"type": "enabled", "budget_tokens": 1024},
+            "messages": [{"role": "user", "content": [{"type": "text", "text": "Look:"}, image]},
+                         {"role": "assistant", "content": [{"type": "thinking", "thinking": "hmm", "signature": "s"},
+                                                           {"type": "tool_use", "id": "t1", "name": "cat",
+                                                            "input": {"path": "a.png"}}]},
+                         {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "is_error": True,
+                                                       "content": [{"type": "text", "text": "no such file"}]}]}]}
+    assert anthropic(gw, key, body)[0] == 200
+    sent = fake_openai.requests[-1]["json"]
+    assert sent["messages"][0]["content"][1]["text"] == "[image left out: the gateway forwards text only]"
+    assert sent["messages"][1].get("content") is None and sent["messages"][1]["tool_calls"][0]["id"] == "t1"
+    assert sent["messages"][2] == {"role": "tool", "tool_call_id": "t1", "content": "Error: no such file"}
+    assert "thinking" not in json.dumps(sent) and "reasoning_effort" not in sent
+
+
 def test_the_sdks_drive_both_protocols(claude, fake_anthropic):
     """Anthropic's and OpenAI's own clients, pointed at the gateway, plain and streamed."""
     anthropic_sdk = pytest.importorskip("anthropic")
