@@ -153,6 +153,29 @@ def test_responses_function_call_round_trip_streamed(claude, fake_anthropic):
     assert (used["input_tokens"], used["output_tokens"]) == (row["prompt_tokens"], row["completion_tokens"])
 
 
+def test_a_freeform_tool_is_a_function_of_its_text(claude, fake_anthropic):
+    """Codex's apply_patch for GPT-5 models: a `custom` tool with a grammar, called with free text."""
+    gw, key = claude
+    patch = "*** Begin Patch\n*** Add File: a.py\n+x = 1\n*** End Patch"
+    fake_anthropic.set_replies([[{"type": "tool_use", "name": "apply_patch", "input": {"input": patch}}], "Done."])
+    tool = {"type": "custom", "name": "apply_patch", "description": "Edit files.",
+            "format": {"type": "grammar", "syntax": "lark", "definition": "start: begin_patch hunk+ end_patch"}}
+    body = {"model": CLAUDE, "stream": True, "tools": [tool, SHELL], "input": "Add a.py."}
+    status, _, stream = openai(gw, key, body)
+    assert status == 200 and [n for n, _ in stream][3:5] == ["response.custom_tool_call_input.delta",
+                                                            "response.custom_tool_call_input.done"]
+    call = stream[-2][1]["item"]
+    assert (call["type"], call["name"], call["input"]) == ("custom_tool_call", "apply_patch", patch)
+    [sent] = [t for t in fake_anthropic.requests[-1]["json"]["tools"] if t["name"] == "apply_patch"]
+    assert sent["input_schema"]["required"] == ["input"] and "start: begin_patch" in sent["description"]
+    body["input"] = [{"type": "message", "role": "user", "content": "Add a.py."}, call,
+                     {"type": "custom_tool_call_output", "call_id": call["call_id"], "output": "Success."}]
+    status, _, stream = openai(gw, key, {**body, "stream": False})
+    assert status == 200 and stream["output"][0]["content"][0]["text"] == "Done."
+    assistant, result = fake_anthropic.requests[-1]["json"]["messages"][1:3]
+    assert assistant["content"][0]["input"] == {"input": patch} and result["content"][0]["content"] == "Success."
+
+
 def test_responses_plain_answer_and_its_output_cap(gateway_factory, fake_openai):
     fake_openai.set_replies(["Hello there."])
     gw = gateway_factory()

@@ -164,8 +164,8 @@ class Plain:
         return checked(chat, gw)  # type: ignore[arg-type]
 
     @staticmethod
-    def reply(payload: dict, requested: str) -> dict:
-        return {"text": payload["choices"][0]["message"]["content"], "by": requested}
+    def reply(payload: dict, body: dict) -> dict:
+        return {"text": payload["choices"][0]["message"]["content"], "by": body["model"]}
 
     @staticmethod
     def streams(body: dict) -> bool:

@@ -30,6 +30,7 @@ class Admitted(NamedTuple):
     model: str  # as provider/name
     messages: list
     params: dict
+    body: dict  # the request as the caller sent it, which its answer is written for (inbound/)
 
 
 class Admission:
@@ -63,14 +64,14 @@ class Admission:
                           "permission_error")
         messages, params = inbound.request(body, self.config.gateway)
         if not call:
-            return Admitted(session, requested, model, messages, params)
+            return Admitted(session, requested, model, messages, params, body)
         with self._lock:
             session.calls += 1
             over = session.max_calls is not None and session.calls > session.max_calls
         if over:
             raise Refusal(429, f"this session's limit of {session.max_calls} model calls is reached",
                           "call_limit_reached")
-        return Admitted(session, requested, model, messages, params)
+        return Admitted(session, requested, model, messages, params, body)
 
     def answered(self, session: Session) -> None:
         with self._lock:

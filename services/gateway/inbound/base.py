@@ -77,9 +77,9 @@ class Inbound(Protocol):
         what may not go on."""
         ...
 
-    def reply(self, payload: dict, requested: str) -> dict:
-        """The answer (OpenAI's chat-completions JSON, as the provider gave it) in this protocol's form, naming
-        the model as the caller did."""
+    def reply(self, payload: dict, body: dict) -> dict:
+        """The answer (OpenAI's chat-completions JSON, as the provider gave it) in this protocol's form, as the
+        answer to the request `body` (admitted: its model is a string), naming the model as the caller did."""
         ...
 
     def streams(self, body: dict) -> bool:

@@ -53,8 +53,8 @@ class ChatCompletions:
         return checked({k: v for k, v in body.items() if k != "stream_options"}, gw)
 
     @staticmethod
-    def reply(payload: dict, requested: str) -> dict:
-        return dict(payload, model=requested)
+    def reply(payload: dict, body: dict) -> dict:
+        return dict(payload, model=body["model"])
 
     @staticmethod
     def streams(body: dict) -> bool:

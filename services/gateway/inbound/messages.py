@@ -162,7 +162,7 @@ def to_chat(body: dict, gw: GatewayConfig, counting: bool = False) -> tuple[list
     return checked({**params, "messages": _messages(body)}, gw)
 
 
-def as_message(payload: dict, requested: str) -> dict:
+def as_message(payload: dict, body: dict) -> dict:
     """A chat answer as a Message: its text and tool_use blocks, why it stopped, and its tokens."""
     said, finish = choice(payload)
     calls = tool_calls(said)
@@ -172,7 +172,7 @@ def as_message(payload: dict, requested: str) -> dict:
         content.append({"type": "tool_use", "id": call_id or answer_id(f"toolu_{i}_", payload), "name": name,
                         "input": arguments(args)})
     used = Tokens.of(payload)
-    return {"id": answer_id("msg_", payload), "type": "message", "role": "assistant", "model": requested,
+    return {"id": answer_id("msg_", payload), "type": "message", "role": "assistant", "model": body["model"],
             "content": content, "stop_reason": "tool_use" if calls else _STOPS.get(finish, "end_turn"),
             "stop_sequence": None,
             "usage": {"input_tokens": used.uncached, "output_tokens": used.output,
@@ -240,7 +240,7 @@ class CountTokens:
         return to_chat(body, gw, counting=True)
 
     @staticmethod
-    def reply(payload: dict, requested: str) -> dict:
+    def reply(payload: dict, body: dict) -> dict:
         return {"input_tokens": Tokens.of(payload).prompt}
 
     @staticmethod

@@ -11,27 +11,42 @@ encrypted content is one provider's); `reasoning` (a Claude model that thinks in
 each earlier turn's thinking back, which those items cannot carry across providers); `include`,
 `prompt_cache_key` (the gateway keys the provider's cache by session, caching.py), `metadata`,
 `text.verbosity`; images and files in the input (a short note stands in, shapes.LEFT_OUT); and hosted
-tools (web and file search, code interpreter, image generation, computer use, MCP servers, local shell,
-freeform custom tools), which no provider but OpenAI runs and which would reach outside the sandbox.
-A tool of a kind not named here is refused. `max_output_tokens` above gateway.max_output_tokens is
+tools (web and file search, code interpreter, image generation, computer use, MCP servers, local shell),
+which no provider but OpenAI runs and which would reach outside the sandbox. A tool of a kind not named
+here is refused. A freeform tool (`custom`, Codex's apply_patch for GPT-5 models) is given to the model as
+a function of one text argument, `input`, its grammar in the description; the model's call of it comes
+back as a custom_tool_call of that text. `max_output_tokens` above gateway.max_output_tokens is
 lowered to it.
 """
 
 from __future__ import annotations
 
+import json
 import time
 
 from services.config import GatewayConfig
 from services.gateway.inbound.base import Event, Reply, error_reply
 from services.gateway.inbound.messages import FINAL
-from services.gateway.inbound.shapes import LEFT_OUT, Tokens, answer_id, choice, invalid, need, optional, tool_calls
+from services.gateway.inbound.shapes import (
+    LEFT_OUT,
+    Tokens,
+    answer_id,
+    arguments,
+    choice,
+    invalid,
+    need,
+    optional,
+    tool_calls,
+)
 from services.gateway.params import Refusal, checked
 
 _HOSTED = frozenset(("web_search", "web_search_preview", "web_search_2025_08_26", "web_search_preview_2025_03_11",
                      "file_search", "code_interpreter", "image_generation", "computer_use_preview", "mcp",
-                     "local_shell", "custom"))
+                     "local_shell"))
 _TEXTS = ("input_text", "output_text", "text")
 _KEPT = ("previous_response_id", "conversation")
+_FREEFORM = {"type": "object", "required": ["input"], "properties": {"input": {
+    "type": "string", "description": "The tool's input, as text in the form its description gives."}}}
 
 
 def _text(content: object, where: str) -> str:
@@ -71,9 +86,11 @@ def _item(messages: list, item: dict, where: str) -> None:
             raise invalid(f"{where}.role", "must be 'user', 'assistant', 'system' or 'developer'")
         messages.append({"role": role, "content": _text(item.get("content"), f"{where}.content")})
     elif kind in ("function_call", "custom_tool_call"):
-        at = "arguments" if kind == "function_call" else "input"
+        custom = kind == "custom_tool_call"
+        field = "input" if custom else "arguments"
+        given = need(item.get(field), str, f"{where}.{field}")
         _call(messages, need(item.get("call_id"), str, f"{where}.call_id"),
-              need(item.get("name"), str, f"{where}.name"), need(item.get(at), str, f"{where}.{at}"))
+              need(item.get("name"), str, f"{where}.name"), json.dumps({"input": given}) if custom else given)
     elif kind in ("function_call_output", "custom_tool_call_output"):
         messages.append({"role": "tool", "tool_call_id": need(item.get("call_id"), str, f"{where}.call_id"),
                          "content": _text(item.get("output"), f"{where}.output")})
@@ -95,26 +112,42 @@ def _messages(body: dict) -> list:
     return messages
 
 
+def _function(tool: dict, where: str) -> dict:
+    """A function tool, or a freeform one as a function of its text `input`, in the chat form."""
+    name = need(tool.get("name"), str, f"{where}.name")
+    description = optional(tool, "description", str, f"{where}.")
+    if tool.get("type") == "custom":
+        shape = optional(tool, "format", dict, f"{where}.") or {}
+        grammar = optional(shape, "definition", str, f"{where}.format.")
+        if grammar:
+            syntax = optional(shape, "syntax", str, f"{where}.format.") or "given"
+            description = f"{description or ''}\n\nThe input follows this {syntax} grammar:\n{grammar}"
+        return {"name": name, "parameters": _FREEFORM, **({"description": description} if description else {})}
+    function = {"name": name, "parameters": optional(tool, "parameters", dict, f"{where}.")
+                or {"type": "object", "properties": {}}}
+    if description is not None:
+        function["description"] = description
+    if tool.get("strict") is not None:
+        function["strict"] = need(tool["strict"], bool, f"{where}.strict")
+    return function
+
+
 def _tools(body: dict, params: dict) -> None:
-    """Function tools (hosted ones left out, see the module's docstring) and `tool_choice`."""
+    """Function and freeform tools (hosted ones left out, see the module's docstring) and `tool_choice`."""
     tools = []
     for i, tool in enumerate(optional(body, "tools", list) or ()):
         where = f"tools[{i}]"
         kind = need(tool, dict, where).get("type")
         if kind in _HOSTED:
             continue
-        if kind != "function":
-            raise invalid(f"{where}.type", "must be 'function' (hosted tools are left out; others are unknown)")
-        schema = optional(tool, "parameters", dict, f"{where}.") or {"type": "object", "properties": {}}
-        function = {"name": need(tool.get("name"), str, f"{where}.name"), "parameters": schema}
-        for key, kind_ in (("description", str), ("strict", bool)):
-            if tool.get(key) is not None:
-                function[key] = need(tool[key], kind_, f"{where}.{key}")
-        tools.append({"type": "function", "function": function})
+        if kind not in ("function", "custom"):
+            raise invalid(f"{where}.type", "must be 'function' or 'custom' (hosted tools are left out; others are "
+                          "unknown)")
+        tools.append({"type": "function", "function": _function(tool, where)})
     chosen = body.get("tool_choice")
     if tools:
         params["tools"] = tools
-        if isinstance(chosen, dict) and chosen.get("type") == "function":
+        if isinstance(chosen, dict) and chosen.get("type") in ("function", "custom"):
             params["tool_choice"] = {"type": "function", "function": {"name": need(chosen.get("name"), str,
                                                                                   "tool_choice.name")}}
         elif chosen in ("auto", "none", "required"):
@@ -154,23 +187,38 @@ def to_chat(body: dict, gw: GatewayConfig) -> tuple[list, dict]:
     return checked({**params, "messages": _messages(body)}, gw)
 
 
-def response(payload: dict, requested: str) -> dict:
-    """A chat answer as a Response: a message item with its text, a function_call item per tool call, its
-    status (incomplete when the output cap cut it) and its tokens."""
+def _freeform(body: dict) -> set[str]:
+    """The names of the request's freeform tools (an admitted request's tools are objects)."""
+    return {str(t.get("name")) for t in body.get("tools") or () if isinstance(t, dict) and t.get("type") == "custom"}
+
+
+def _call_item(i: int, call: tuple[str, str, str], payload: dict, freeform: set[str]) -> dict:
+    """A tool call of the answer as a function_call item, or a custom_tool_call of a freeform tool's text."""
+    call_id, name, args = call
+    item = {"id": answer_id(f"fc_{i}_", payload), "status": "completed",
+            "call_id": call_id or answer_id(f"call_{i}_", payload), "name": name}
+    if name not in freeform:
+        return {"type": "function_call", **item, "arguments": args}
+    text = arguments(args).get("input")
+    return {"type": "custom_tool_call", **item, "input": text if isinstance(text, str) else args}
+
+
+def response(payload: dict, body: dict) -> dict:
+    """A chat answer as a Response: a message item with its text, an item per tool call, its status
+    (incomplete when the output cap cut it) and its tokens."""
     said, finish = choice(payload)
     output: list = []
     if isinstance(said.get("content"), str) and said["content"]:
         output.append({"type": "message", "id": answer_id("msg_", payload), "status": "completed", "role":
                        "assistant", "content": [{"type": "output_text", "text": said["content"], "annotations": []}]})
-    for i, (call_id, name, args) in enumerate(tool_calls(said)):
-        output.append({"type": "function_call", "id": answer_id(f"fc_{i}_", payload), "status": "completed",
-                       "call_id": call_id or answer_id(f"call_{i}_", payload), "name": name, "arguments": args})
+    freeform = _freeform(body)
+    output += [_call_item(i, call, payload, freeform) for i, call in enumerate(tool_calls(said))]
     used, cut = Tokens.of(payload), finish == "length"
     created = payload.get("created")
     return {"id": answer_id("resp_", payload), "object": "response",
             "created_at": created if isinstance(created, int) else int(time.time()),
             "status": "incomplete" if cut else "completed", "error": None,
-            "incomplete_details": {"reason": "max_output_tokens"} if cut else None, "model": requested,
+            "incomplete_details": {"reason": "max_output_tokens"} if cut else None, "model": body["model"],
             "output": output, "parallel_tool_calls": True, "tool_choice": "auto", "tools": [], "store": False,
             "usage": {"input_tokens": used.prompt, "input_tokens_details": {"cached_tokens": used.cache_read},
                       "output_tokens": used.output, "output_tokens_details": {"reasoning_tokens": 0},
@@ -189,9 +237,11 @@ def _item_events(i: int, item: dict) -> list[tuple[str, dict]]:
                   ("response.content_part.done", {**spoken, "part": part})]
         started = {**item, "status": "in_progress", "content": []}
     else:
-        middle = [("response.function_call_arguments.delta", {**where, "delta": item["arguments"]}),
-                  ("response.function_call_arguments.done", {**where, "arguments": item["arguments"]})]
-        started = {**item, "status": "in_progress", "arguments": ""}
+        field = "arguments" if item["type"] == "function_call" else "input"
+        named = "function_call_arguments" if field == "arguments" else "custom_tool_call_input"
+        middle = [(f"response.{named}.delta", {**where, "delta": item[field]}),
+                  (f"response.{named}.done", {**where, field: item[field]})]
+        started = {**item, "status": "in_progress", field: ""}
     return [("response.output_item.added", {"output_index": i, "item": started}), *middle,
             ("response.output_item.done", {"output_index": i, "item": item})]
 
