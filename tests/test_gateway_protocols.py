@@ -28,8 +28,8 @@ def post(gw, path: str, body: dict, headers: dict) -> tuple[int, dict, bytes]:
         conn.close()
 
 
-def events(raw: bytes) -> list[tuple[str | None, dict]]:
-    """A server-sent event stream parsed: (event name, JSON data) per event."""
+def events(raw: bytes) -> list[tuple[str | None, dict | str]]:
+    """A server-sent event stream parsed: (event name, JSON data, or chat's "[DONE]") per event."""
     found = []
     for chunk in raw.decode().split("\n\n"):
         name, data = None, []
@@ -40,7 +40,8 @@ def events(raw: bytes) -> list[tuple[str | None, dict]]:
             elif field == "data":
                 data.append(value)
         if data:
-            found.append((name, json.loads("\n".join(data))))
+            text = "\n".join(data)
+            found.append((name, text if text == "[DONE]" else json.loads(text)))
     return found
 
 
@@ -339,3 +340,17 @@ def test_a_ray_nodes_door_asks_for_json_and_streams_on_the_node(claude, fake_ant
     assert status == 200 and headers["content-type"] == "text/event-stream"
     assert [name for name, _ in stream][-1] == "message_stop" and float(headers["x-gateway-cost-usd"]) > 0
     assert [r["role"] for r in gw.ledger.calls()] == ["meta"]
+
+
+@pytest.mark.parametrize("protocol", ["messages", "responses", "chat"])
+def test_an_answer_no_utf_8_can_hold_still_streams(gateway_factory, fake_openai, protocol):
+    """A model can be asked to write a lone surrogate (JSON's "\\ud800"): the stream escapes it."""
+    fake_openai.set_replies(["half \ud800 of a pair"])
+    gw = gateway_factory()
+    key = gw.new_session("n", "meta", ["openai/fake"])
+    body, path = {"model": "openai/fake", "stream": True, "max_tokens": 20}, f"/v1/{protocol}"
+    body.update(input="Hi") if protocol == "responses" else body.update(messages=[{"role": "user", "content": "Hi"}])
+    status, headers, raw = post(gw, "/v1/chat/completions" if protocol == "chat" else path, body,
+                                {"Authorization": f"Bearer {key}"})
+    assert status == 200 and raw.isascii()
+    assert "half \ud800 of a pair" in json.dumps(events(raw), ensure_ascii=False)

@@ -45,8 +45,8 @@ def event_stream(events: list[Event]) -> bytes:
     for name, data in events:
         if name is not None:
             lines.append(f"event: {name}\n")
-        lines.append(f"data: {data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)}\n\n")
-    return "".join(lines).encode()
+        lines.append(f"data: {data if isinstance(data, str) else json.dumps(data)}\n\n")
+    return "".join(lines).encode()  # ASCII: JSON escapes what a model wrote (a lone surrogate included)
 
 
 class Inbound(Protocol):

@@ -189,7 +189,7 @@ def message_events(answer: dict) -> list[Event]:
             opened, delta = {"type": "text", "text": ""}, {"type": "text_delta", "text": block["text"]}
         else:
             opened = {**block, "input": {}}
-            delta = {"type": "input_json_delta", "partial_json": json.dumps(block["input"], ensure_ascii=False)}
+            delta = {"type": "input_json_delta", "partial_json": json.dumps(block["input"])}
         events += [("content_block_start", {"type": "content_block_start", "index": i, "content_block": opened}),
                    ("content_block_delta", {"type": "content_block_delta", "index": i, "delta": delta}),
                    ("content_block_stop", {"type": "content_block_stop", "index": i})]
