@@ -184,7 +184,7 @@ class Gateway:
     def _handle(self, inbound: Inbound, api_key: str, body: dict) -> Reply:
         try:
             if inbound.counts:
-                return self._count(inbound, api_key, body)
+                return _count(self.admission, inbound, api_key, body)
             request = self.admission.admit(api_key, body, inbound)
             session, model, params = request.session, request.model, request.params
             canon = canonical(model, request.messages, params)
@@ -203,13 +203,6 @@ class Gateway:
             return self._call(inbound, request._replace(params=params), key)
         finally:
             self._budget.release(*worst)
-
-    def _count(self, inbound: Inbound, api_key: str, body: dict) -> Reply:
-        """How many tokens a request's prompt holds, estimated here (a token per 4 bytes of its chat form)
-        for a session that could send it: no provider call, nothing booked."""
-        request = self.admission.admit(api_key, body, inbound, call=False)
-        size = len(canonical(request.model, request.messages, request.params))
-        return Reply(200, inbound.reply({"usage": {"prompt_tokens": -(-size // 4)}}, body), {})
 
     def refuse(self, api_key: str, status: int, message: str, kind: str, protocol: str = CHAT.name) -> Reply:
         """Count a request refused before any provider call to its session's node and role ("unknown"
@@ -246,6 +239,14 @@ class Gateway:
         """Write a call to the ledger and add it to the run's totals; MachineDown when the disk cannot."""
         self._writes.record(call)
         self._budget.add(call)
+
+
+def _count(admission: Admission, inbound: Inbound, api_key: str, body: dict) -> Reply:
+    """How many tokens a request's prompt holds, estimated here (a token per 4 bytes of its chat form) for a
+    session that could send it: no provider call, nothing booked."""
+    request = admission.admit(api_key, body, inbound, call=False)
+    size = len(canonical(request.model, request.messages, request.params))
+    return Reply(200, inbound.reply({"usage": {"prompt_tokens": -(-size // 4)}}, body), {})
 
 
 def _reply(inbound: Inbound, payload: dict, body: dict, cost: float) -> Reply:
