@@ -389,4 +389,3 @@ class _Handler(BaseHTTPRequestHandler):
         reply = in_shape(inbound or CHAT, self.gateway.refuse(api_key, status, message, kind))
         reply.headers["Connection"] = "close"
         self._send(reply)
-
