@@ -44,8 +44,35 @@ def strategy(kind: str, name: str) -> object:
     """The strategy of `kind` called `name`: as the run's `search` settings made it (`configure`), else one this
     process was given (`use`), else bundled or a plug-in's, loaded once."""
     if (kind, name) in CONFIGURED:
-        return CONFIGURED[(kind, name)]
-    return GIVEN[kind][name] if name in GIVEN[kind] else _loaded(kind, name)
+        found = CONFIGURED[(kind, name)]
+    else:
+        found = GIVEN[kind][name] if name in GIVEN[kind] else _loaded(kind, name)
+    return found if name in bundled_names(kind) else Guarded(found, f"{kind.replace('_', ' ')} strategy {name}")
+
+
+class Guarded:
+    """A strategy that is not the project's (a plug-in's, or an object the API was given): someone's code, so an
+    exception in any of its methods ends the run as one line naming it (a UserError), never a traceback; what
+    the loop recorded before stays, and a resume goes on once the strategy is mended."""
+
+    def __init__(self, inner: object, what: str) -> None:
+        self._inner, self._what = inner, what
+
+    def __getattr__(self, name: str) -> object:
+        value = getattr(self._inner, name)
+        if not callable(value) or isinstance(value, type):
+            return value
+        what = self._what
+
+        def guarded(*args: object, **kwargs: object) -> object:
+            try:
+                return value(*args, **kwargs)
+            except UserError:
+                raise
+            except Exception as e:
+                raise UserError(f"the {what} raised {type(e).__name__} in {name}: {str(e)[:300]}") from None
+
+        return guarded
 
 
 def configure(search: Mapping[str, Mapping[str, object]]) -> None:
@@ -81,6 +108,8 @@ def with_settings(kind: str, name: str, base: object, values: Mapping[str, objec
             raise UserError(f"search.{name}.{key} must be {describe(expected)}, got {show(value)}")
     try:
         return make(settings_type(**values))
+    except UserError:
+        raise
     except ValueError as e:  # the strategy's own check of a value
         raise UserError(f"search.{name}: {str(e)[:300]}") from None
     except Exception as e:  # a plug-in's code: anything may go wrong in it

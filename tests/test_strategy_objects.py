@@ -74,3 +74,28 @@ def test_an_object_without_the_kinds_methods_is_refused_before_anything_is_made(
     with pytest.raises(UserError, match=r"the name 'best' is another strategy's"):
         run(domain_spec=SPEC, output_dir=tmp_path, parent_selection=named_as_bundled)
     assert list(tmp_path.iterdir()) == []
+
+
+class Boom(FirstEver):
+    name = "boom"
+
+    def pick(self, candidates: list[Candidate], context: Context) -> Candidate:
+        raise RuntimeError("no candidate suits me")
+
+
+@pytest.mark.e2e
+def test_a_strategy_that_raises_ends_the_run_in_one_line_and_keeps_what_was_done(tmp_path, fake_openai, monkeypatch):
+    from hyperagents import load_run, run
+
+    monkeypatch.setenv("OPENAI_API_BASE", fake_openai.base_url)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-provider-secret-0123456789")
+    fake_openai.responder = lambda request: "Paris"
+    config = tmp_path / "c.yaml"
+    config.write_text(FAST_CONFIG)
+    with pytest.raises(UserError) as e:
+        run(domain_spec=SPEC, config=config, output_dir=tmp_path, run_id="r", max_generation=1, eval_samples=4,
+            task_model="openai/fake", meta_model="openai/fake-meta", parent_selection=Boom())
+    assert str(e.value) == "the parent selection strategy boom raised RuntimeError in choose: no candidate suits me"
+    assert "\n" not in str(e.value) and e.value.__cause__ is None
+    view = load_run(tmp_path / "r")
+    assert list(view.nodes) == ["initial"] and view.nodes["initial"].status == "ok"  # kept, for a resume

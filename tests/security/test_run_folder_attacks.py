@@ -302,6 +302,27 @@ def test_a_run_json_names_only_strategies_of_the_search_or_of_installed_plug_ins
             refused(r, f"loop.{field} must be one of {names}", seconds=seconds)
 
 
+@pytest.mark.e2e
+@pytest.mark.attack("a handed run folder whose run.json gives strategies settings (the config's `search` section) "
+                    "that name a module or a path as a strategy, a setting the strategy lacks, a value of another "
+                    "type or out of its range, a name with a control character or a deeply nested value, so that "
+                    "resuming it would import something, call a strategy with what it never checks, or stall")
+def test_a_run_json_gives_strategies_only_settings_they_declare(tmp_path):
+    cases = [({"os.path": {"x": 1}}, "search.os.path"),  # not an identifier: the shape is refused whole
+             ({"__init__": {"islands": 2}}, "search.__init__: no strategy is named __init__"),
+             ({"islands": {"__class__": 1}}, "search.islands.__class__: islands has no such setting"),
+             ({"islands": {"islands": "4; rm -rf /"}}, "search.islands.islands must be an integer"),
+             ({"islands": {"islands": 10**6}}, "search.islands: islands must be from 1 to 64"),
+             ({"islands\x1b[2J": {}}, "search must be a mapping of strategy name -> its settings"),
+             ({"islands": {"islands": [[[[[[[[[[1]]]]]]]]]]}}, "search.islands.islands must be an integer")]
+    for i, (search, expected) in enumerate(cases):
+        run = handed_run(tmp_path / str(i), {"loop": {"parent_selection": "islands"}, "search": search})
+        r, seconds = timed_cli("run_optimization", "--resume_from", str(run), "--dry_run")
+        text = refused(r, seconds=seconds)
+        assert expected in text or (i == 0 and "search must be a mapping" in text), (search, text)
+        assert "\x1b" not in text  # a control character of the folder's is shown, never sent to the terminal
+
+
 # -- ledger.sqlite -------------------------------------------------------------------------------------
 CALLS = ("id INTEGER PRIMARY KEY, ts REAL, run_id TEXT, node TEXT, role TEXT, model TEXT, prompt_tokens INTEGER, "
          "completion_tokens INTEGER, cost_usd REAL, latency_s REAL, cache_hit INTEGER, attempts INTEGER, error TEXT")
