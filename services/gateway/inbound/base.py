@@ -20,6 +20,8 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
+from services.gateway.params import Refusal
+
 if TYPE_CHECKING:
     from services.config import GatewayConfig
 
@@ -32,6 +34,30 @@ class Reply:
     status: int
     body: dict
     headers: dict
+
+
+# Refusals a retry cannot change: an SDK that reads `x-should-retry: false` gives up at once instead of backing off.
+FINAL = frozenset(("call_limit_reached", "budget_exceeded", "provider_down", "authentication_error"))
+
+
+def retry_headers(kind: str) -> dict:
+    """The headers of a refusal of `kind`: `x-should-retry: false` for a FINAL one, none otherwise."""
+    return {"x-should-retry": "false"} if kind in FINAL else {}
+
+
+def asks_to_stream(body: dict) -> bool:
+    """Whether a request asks for its answer as server-sent events (`"stream": true`)."""
+    return body.get("stream") is True
+
+
+def requested_model(body: dict, field: str, kinds: type | tuple[type, ...], refusal: str) -> str:
+    """The model a request names, when it also holds `field` of `kinds` (what makes it a request at all); else a
+    400 Refusal saying `refusal`."""
+
+    model = body.get("model")
+    if not isinstance(model, str) or not isinstance(body.get(field), kinds):
+        raise Refusal(400, refusal)
+    return model
 
 
 def error_reply(status: int, message: str, kind: str) -> Reply:

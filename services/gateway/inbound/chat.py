@@ -6,7 +6,7 @@ finish reason with the usage, then `[DONE]`."""
 from __future__ import annotations
 
 from services.config import GatewayConfig
-from services.gateway.inbound.base import Event, Reply, error_reply
+from services.gateway.inbound.base import Event, Reply, asks_to_stream, error_reply, requested_model
 from services.gateway.inbound.shapes import mapping, need
 from services.gateway.params import Refusal, checked
 
@@ -37,10 +37,7 @@ class ChatCompletions:
 
     @staticmethod
     def model(body: dict) -> str:
-        requested = body.get("model")
-        if not isinstance(requested, str) or not isinstance(body.get("messages"), list):
-            raise Refusal(400, "a chat request needs a model string and a messages list")
-        return requested
+        return requested_model(body, "messages", list, "a chat request needs a model string and a messages list")
 
     @staticmethod
     def request(body: dict, gw: GatewayConfig) -> tuple[list, dict]:
@@ -56,9 +53,7 @@ class ChatCompletions:
     def reply(payload: dict, body: dict) -> dict:
         return dict(payload, model=body["model"])
 
-    @staticmethod
-    def streams(body: dict) -> bool:
-        return body.get("stream") is True
+    streams = staticmethod(asks_to_stream)
 
     @staticmethod
     def error(status: int, message: str, kind: str) -> Reply:

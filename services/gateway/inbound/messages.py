@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 
 from services.config import GatewayConfig
-from services.gateway.inbound.base import Event, Reply
+from services.gateway.inbound.base import Event, Reply, asks_to_stream, requested_model, retry_headers
 from services.gateway.inbound.shapes import (
     LEFT_OUT,
     Tokens,
@@ -31,13 +31,11 @@ from services.gateway.inbound.shapes import (
     optional,
     tool_calls,
 )
-from services.gateway.params import Refusal, check_cache_control, checked
+from services.gateway.params import check_cache_control, checked
 
 _STOPS = {"length": "max_tokens", "tool_calls": "tool_use", "function_call": "tool_use", "content_filter": "refusal"}
 _ERRORS = {400: "invalid_request_error", 401: "authentication_error", 402: "billing_error", 403: "permission_error",
            404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error", 529: "overloaded_error"}
-# Refusals that the same request meets again at once: the SDKs honour this header and do not retry.
-FINAL = frozenset(("call_limit_reached", "budget_exceeded", "provider_down", "authentication_error"))
 _MEDIA = ("image", "document")
 
 
@@ -200,15 +198,11 @@ def message_events(answer: dict) -> list[Event]:
 def anthropic_error(status: int, message: str, kind: str) -> Reply:
     """An error in Anthropic's shape, its type by status as Anthropic names them."""
     named = _ERRORS.get(status) or ("api_error" if status >= 500 else "invalid_request_error")
-    headers = {"x-should-retry": "false"} if kind in FINAL else {}
-    return Reply(status, {"type": "error", "error": {"type": named, "message": message}}, headers)
+    return Reply(status, {"type": "error", "error": {"type": named, "message": message}}, retry_headers(kind))
 
 
 def _model(body: dict) -> str:
-    requested = body.get("model")
-    if not isinstance(requested, str) or not isinstance(body.get("messages"), list):
-        raise Refusal(400, "a Messages request needs a model string and a messages list")
-    return requested
+    return requested_model(body, "messages", list, "a Messages request needs a model string and a messages list")
 
 
 class Messages:
@@ -221,9 +215,7 @@ class Messages:
     events = staticmethod(message_events)
     error = staticmethod(anthropic_error)
 
-    @staticmethod
-    def streams(body: dict) -> bool:
-        return body.get("stream") is True
+    streams = staticmethod(asks_to_stream)
 
 
 class CountTokens:

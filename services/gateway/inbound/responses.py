@@ -25,8 +25,7 @@ import json
 import time
 
 from services.config import GatewayConfig
-from services.gateway.inbound.base import Event, Reply, error_reply
-from services.gateway.inbound.messages import FINAL
+from services.gateway.inbound.base import Event, Reply, asks_to_stream, error_reply, requested_model, retry_headers
 from services.gateway.inbound.shapes import (
     LEFT_OUT,
     Tokens,
@@ -258,8 +257,7 @@ def response_events(answer: dict) -> list[Event]:
 
 def openai_error(status: int, message: str, kind: str) -> Reply:
     reply = error_reply(status, message, kind)
-    if kind in FINAL:
-        reply.headers["x-should-retry"] = "false"
+    reply.headers.update(retry_headers(kind))
     return reply
 
 
@@ -274,11 +272,7 @@ class Responses:
 
     @staticmethod
     def model(body: dict) -> str:
-        requested = body.get("model")
-        if not isinstance(requested, str) or not isinstance(body.get("input"), str | list):
-            raise Refusal(400, "a Responses request needs a model string and an input (a string or a list of items)")
-        return requested
+        return requested_model(body, "input", (str, list),
+                               "a Responses request needs a model string and an input (a string or a list of items)")
 
-    @staticmethod
-    def streams(body: dict) -> bool:
-        return body.get("stream") is True
+    streams = staticmethod(asks_to_stream)
