@@ -125,11 +125,14 @@ def _moved(data: dict) -> dict:
     loop = data.get("loop")
     if not isinstance(loop, dict) or not MOVED.keys() & loop.keys():
         return data
-    search = dict(data.get("search") or {}) if isinstance(data.get("search") or {}, dict) else data["search"]
-    for key in MOVED.keys() & loop.keys():
-        strategy, name = MOVED[key]
-        if isinstance(search, dict):
-            search[strategy] = {**(search.get(strategy) or {}), name: loop[key]}
+    search = data.get("search") or {}
+    if isinstance(search, dict):  # else left as it is, for the validation to refuse its shape
+        search = dict(search)
+        for key in MOVED.keys() & loop.keys():
+            strategy, name = MOVED[key]
+            section = search.get(strategy) or {}
+            if isinstance(section, dict):
+                search[strategy] = {**section, name: loop[key]}
     return {**data, "loop": {k: v for k, v in loop.items() if k not in MOVED}, "search": search}
 
 

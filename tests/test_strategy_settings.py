@@ -39,6 +39,9 @@ def test_the_keys_that_moved_still_read_from_a_file_a_flag_and_an_older_runs_rec
     assert "islands" not in old.to_dict()["loop"] and Config.from_dict(old.to_dict()) == old
     flagged = apply_settings(load_config(), ["loop.islands=5", "search.islands={migrate_every: 2}"])
     assert flagged.search == {"islands": {"islands": 5, "migrate_every": 2}}  # merged, not put in place
+    for search in ({"islands": 5}, ["islands"]):  # a moved key beside a misshapen section: its shape refused
+        with pytest.raises(UserError, match=r"^search must be a mapping of strategy name"):
+            Config.from_dict({"loop": {"islands": 2}, "search": search})
 
 
 @pytest.mark.parametrize("search, message", [
