@@ -65,7 +65,3 @@ class RunContext:
     def workspaces(self) -> Path:
         """Where the run's plain folders of agent code are, one a sandbox (removed when it closes)."""
         return self.run_dir / "workspaces"
-
-    @property
-    def backend(self) -> str:
-        return self.sandboxes.backend

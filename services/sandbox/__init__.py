@@ -69,11 +69,6 @@ class Sandboxes:
     backend: str
     gateway_socket: Path | None = None
 
-    @classmethod
-    def chosen(cls, config: SandboxConfig, gateway_socket: Path | None = None) -> Sandboxes:
-        """The backend `config` chooses on this machine (`choose_backend`), bound."""
-        return cls(config, choose_backend(config), gateway_socket)
-
     def open(self, workspace: str | Path, mounts: Sequence[Mount] = (), *, model_calls: bool = True) -> Sandbox:
         """An unopened sandbox on `workspace` with `mounts`; use it with `with`. `model_calls=False`: the
         code inside reaches no gateway (a parent selector, a check)."""
