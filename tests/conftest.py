@@ -51,6 +51,14 @@ def fake_openai_session():
 
 
 @pytest.fixture
+def api_provider(fake_openai, monkeypatch):
+    """The fake server as the provider of a run started in this process (hyperagents.run), its key set."""
+    monkeypatch.setenv("OPENAI_API_BASE", fake_openai.base_url)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-provider-secret-0123456789")
+    return fake_openai
+
+
+@pytest.fixture
 def provider(fake_openai, monkeypatch):
     """agent.llm calling the fake server directly, as it does outside a run."""
     monkeypatch.delenv("AGENT_GATEWAY_URL", raising=False)

@@ -97,12 +97,10 @@ def test_load_run_reads_a_run_while_it_runs_without_holding_it_up(tmp_path, fake
 
 
 @pytest.mark.e2e
-def test_run_takes_a_domain_spec_in_process(tmp_path, fake_openai, monkeypatch):
+def test_run_takes_a_domain_spec_in_process(tmp_path, api_provider):
     from hyperagents import run
 
-    monkeypatch.setenv("OPENAI_API_BASE", fake_openai.base_url)
-    monkeypatch.setenv("OPENAI_API_KEY", "sk-provider-secret-0123456789")
-    fake_openai.responder = lambda request: "Paris"
+    api_provider.responder = lambda request: "Paris"
     config = tmp_path / "c.yaml"
     config.write_text(FAST_CONFIG)
     view = run(domain_spec=REPO_ROOT / "examples" / "capitals" / "capitals.yaml", config=config, output_dir=tmp_path,
@@ -140,12 +138,10 @@ def test_bad_input_raises_the_command_lines_one_line_error_and_makes_nothing(tmp
 
 
 @pytest.mark.e2e
-def test_evaluate_runs_a_task_agent_on_a_split_and_scores_it(tmp_path, fake_openai, monkeypatch):
+def test_evaluate_runs_a_task_agent_on_a_split_and_scores_it(tmp_path, api_provider):
     from hyperagents import evaluate
 
-    monkeypatch.setenv("OPENAI_API_BASE", fake_openai.base_url)
-    monkeypatch.setenv("OPENAI_API_KEY", "sk-provider-secret-0123456789")
-    fake_openai.responder = lambda request: '<json>{"response": "incorrect"}</json>'
+    api_provider.responder = lambda request: '<json>{"response": "incorrect"}</json>'
     result = evaluate("task_agent", "imo_grading", "_filtered_100_val", output_dir=tmp_path, run_id="e",
                       num_samples=6, model="openai/fake", settings={"sandbox.backend": "bwrap"})
     predictions = (tmp_path / "e" / "predictions.csv").read_text().splitlines()
@@ -184,13 +180,11 @@ def test_every_error_the_api_raises_is_an_exception_of_one_base():
 
 
 @pytest.mark.e2e
-def test_a_providers_outage_reaches_the_caller_as_an_exception(tmp_path, fake_openai, monkeypatch):
+def test_a_providers_outage_reaches_the_caller_as_an_exception(tmp_path, api_provider):
     import hyperagents
 
-    monkeypatch.setenv("OPENAI_API_BASE", fake_openai.base_url)
-    monkeypatch.setenv("OPENAI_API_KEY", "sk-provider-secret-0123456789")
-    fake_openai.responder = lambda request: '<json>{"response": "incorrect"}</json>'
-    fake_openai.add_faults(["503"] * 200)
+    api_provider.responder = lambda request: '<json>{"response": "incorrect"}</json>'
+    api_provider.add_faults(["503"] * 200)
     settings = {"sandbox.backend": "bwrap", "gateway.breaker_failures": 2, "gateway.max_retries": 0,
                 "gateway.backoff_base_s": 0.01, "gateway.backoff_max_s": 0.02}
     try:

@@ -31,12 +31,10 @@ class NoMethods:
 
 
 @pytest.mark.e2e
-def test_a_strategy_object_chooses_the_parents_and_a_resume_needs_it_again(tmp_path, fake_openai, monkeypatch):
+def test_a_strategy_object_chooses_the_parents_and_a_resume_needs_it_again(tmp_path, api_provider):
     from hyperagents import run
 
-    monkeypatch.setenv("OPENAI_API_BASE", fake_openai.base_url)
-    monkeypatch.setenv("OPENAI_API_KEY", "sk-provider-secret-0123456789")
-    fake_openai.responder = lambda request: "Paris"  # the meta agent makes no edit: each child is no_change
+    api_provider.responder = lambda request: "Paris"  # the meta agent makes no edit: each child is no_change
     config = tmp_path / "c.yaml"
     config.write_text(FAST_CONFIG)
     chooser = FirstEver()
@@ -84,12 +82,10 @@ class Boom(FirstEver):
 
 
 @pytest.mark.e2e
-def test_a_strategy_that_raises_ends_the_run_in_one_line_and_keeps_what_was_done(tmp_path, fake_openai, monkeypatch):
+def test_a_strategy_that_raises_ends_the_run_in_one_line_and_keeps_what_was_done(tmp_path, api_provider):
     from hyperagents import load_run, run
 
-    monkeypatch.setenv("OPENAI_API_BASE", fake_openai.base_url)
-    monkeypatch.setenv("OPENAI_API_KEY", "sk-provider-secret-0123456789")
-    fake_openai.responder = lambda request: "Paris"
+    api_provider.responder = lambda request: "Paris"
     config = tmp_path / "c.yaml"
     config.write_text(FAST_CONFIG)
     with pytest.raises(UserError) as e:
