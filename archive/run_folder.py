@@ -86,7 +86,7 @@ GUARDED: dict[str, Guard] = {
 
 # Every other field of services.config, each what a run is about rather than where it runs.
 DATA = frozenset({
-    "models.task", "models.meta", "models.grader", "models.judge", "models.heldout_grader",
+    "models.task", "models.meta", "models.grader", "models.judge", "models.heldout_grader", "models.meta_agent",
     "gateway.port", "gateway.max_retries", "gateway.breaker_failures", "gateway.backoff_base_s",
     "gateway.backoff_max_s", "gateway.request_timeout_s", "gateway.cache", "gateway.prompt_caching",
     "gateway.budget_usd", "gateway.budget_tokens", "gateway.max_concurrent_calls", "gateway.requests_per_minute",

@@ -33,6 +33,7 @@ from services.config_values import (
     uri,
 )
 from services.errors import UserError
+from services.meta_agent_names import meta_agent_names
 from services.plain_data import conforms, describe, show
 from services.strategy_names import CONFIG_KEYS, strategy_names
 from services.user_files import expand_user, read_yaml
@@ -53,6 +54,7 @@ class ModelsConfig:
     meta: str | list[str] = "auto"  # model of the meta agent; role alias "meta" (the first); a list (or --meta_model a,b): a bandit (loop.meta_bandit) picks one per generation
     grader: str = "auto"  # model of the proof grader; role alias "grader"
     judge: str = "auto"  # model of LLM judges in answer domains; role alias "judge"
+    meta_agent: str = "builtin"  # what edits the code each generation: builtin (the workspace's meta agent, run by inside/run_meta.py) | paper (the same, starting from the HyperAgents reference's meta agent: loop.initial_meta_agent paper) | claude-code | codex | mini-swe-agent | an installed plug-in's (services/coding_agents/; python -m services.install --coding-agents)
     heldout_grader: str | None = None  # a second, independent grader model for imo_proof (any domain graded by a grader model): the best nodes' proofs graded again, never optimized against, to report the gap per generation (loop.best_choice heldout reads it); role alias "heldout_grader"; null = off
 
 
@@ -294,6 +296,7 @@ def _loop_rules() -> dict:
         "loop.migrate_every": count(10**6),
         "loop.merge_every": between(0, 10**6),
         "models.meta": META_MODELS,
+        "models.meta_agent": one_of(*meta_agent_names()),
         "models.heldout_grader": (lambda v: is_model(v) and v != "auto", "a model (not auto)"),
         "loop.novelty_threshold": (lambda v: 0 < v <= 1, "a number above 0 and at most 1"),
         "loop.seed": (lambda v: 0 <= v < SEED_LIMIT, f"an integer from 0 to 2**{SEED_LIMIT.bit_length() - 1} - 1"),
