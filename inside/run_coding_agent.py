@@ -84,7 +84,7 @@ def command_of(spec: dict, settings: dict, max_calls: int, prompt: str) -> list[
              for item in flag_items(flag, settings[key], max_calls)]
     argv[spec["skip"]:spec["skip"]] = flags
     tokens = {"{prompt}": prompt, "{python}": sys.executable or "python3"}
-    return [tokens.get(item, item) for item in argv]
+    return [tokens[item] if item in tokens else str(item) for item in argv]
 
 
 class Sink:

@@ -75,6 +75,10 @@ class CodingAgent(Protocol):
 
     def command(self, launch: Launch) -> Command: ...
 
+    def version_argv(self, launch: Launch) -> list[str]:
+        """A command that prints its version inside the sandbox (`python -m services.sandbox check`)."""
+        ...
+
 
 def bundled_text(name: str, file: str) -> str:
     """A bundled agent's default file (meta_agent/coding_agents/<name>/<file>), the project's own."""

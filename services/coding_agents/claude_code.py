@@ -53,4 +53,7 @@ class ClaudeCode:
                        settings_flags={"max_turns": "--max-turns", "allowed_tools": "--allowedTools"})
 
 
+    def version_argv(self, launch: Launch) -> list[str]:
+        return [f"{launch.installed}/node_modules/{'/'.join(PACKAGE)}", "--version"]
+
 AGENT = ClaudeCode()

@@ -55,4 +55,7 @@ class Codex:
                        settings_flags={"reasoning_effort": "-c model_reasoning_effort="}, skip=2)
 
 
+    def version_argv(self, launch: Launch) -> list[str]:
+        return [f"{launch.installed}/node_modules/{'/'.join(PACKAGE)}", "--version"]
+
 AGENT = Codex()

@@ -1,5 +1,6 @@
 """mini-swe-agent (PyPI mini-swe-agent) as the meta agent: its `mini` command, run as a module of the
-interpreter the sandbox already has (pip installs it beside the project), its trajectory as the events.
+interpreter the sandbox already has (pip installs it and what it needs into the install folder's python/,
+on its PYTHONPATH), its trajectory as the events.
 
 It calls models through litellm in OpenAI's chat completions form, so it needs nothing of the gateway but
 what the built-in meta agent uses: the model `openai/<meta model>` at the gateway's /v1 with the session
@@ -9,7 +10,6 @@ lookups (the gateway prices and books every call) are switched off by its own va
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -32,11 +32,8 @@ class MiniSweAgent:
         self.settings = json.loads(bundled_text(self.name, "settings.json"))
 
     def program(self, installed: Path) -> Path | None:
-        try:
-            spec = importlib.util.find_spec("minisweagent")
-        except (ImportError, ValueError):
-            return None
-        return Path(spec.origin) if spec and spec.origin else None
+        path = installed / "python" / "minisweagent" / "__init__.py"
+        return path if path.is_file() else None
 
     def command(self, launch: Launch) -> Command:
         argv = [launch.python, "-m", "minisweagent.run.mini", "--model", f"openai/{launch.model}", "--task", PROMPT,
@@ -44,8 +41,11 @@ class MiniSweAgent:
                 "--config", "mini.yaml", "--config", f"model.model_kwargs.api_base={launch.gateway_url}"]
         env = {"OPENAI_API_KEY": launch.key, "MSWEA_CONFIGURED": "true", "MSWEA_SILENT_STARTUP": "1",
                "MSWEA_COST_TRACKING": "ignore_errors", "MSWEA_GLOBAL_CONFIG_DIR": f"{launch.home}/mini",
-               "HOME": launch.home}
+               "HOME": launch.home, "PYTHONPATH": f"{launch.installed}/python:{launch.workdir}"}
         return Command(argv, env, "mini-trajectory", TRAJECTORY, {"step_limit": "--config agent.step_limit="}, skip=3)
 
+
+    def version_argv(self, launch: Launch) -> list[str]:
+        return [launch.python, "-c", "import minisweagent; print('mini-swe-agent', minisweagent.__version__)"]
 
 AGENT = MiniSweAgent()
