@@ -145,7 +145,16 @@ def say(text: str) -> None:
     print(console(f"      {text}"), flush=True)
 
 
-def main(install: str = INSTALL, coding_agents: bool = False) -> int:
+def main(argv: list[str] | None = None) -> int:
+    """The command line: the set-up's install, or with --coding-agents the coding agents'."""
+    parser = ArgumentParser(prog="python -m services.install", description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--coding-agents", action="store_true",
+                        help="install the coding agents --meta_agent can run (claude-code, codex, mini-swe-agent), "
+                             "pinned, into the project's .coding_agents/ folder")
+    return install(coding_agents=parser.parse_args(argv).coding_agents)
+
+
+def install(install: str = INSTALL, coding_agents: bool = False) -> int:
     """Run the pip commands of `install` (with `coding_agents`: the coding agents' steps instead,
     services/install_agents.py); the exit code (pip's or npm's, when a step fails)."""
     if sys.version_info < MIN_PYTHON:
@@ -192,8 +201,4 @@ def run_steps(commands: list[tuple[str, list[str]]], resolve: Callable[[list[str
 
 
 if __name__ == "__main__":
-    parser = ArgumentParser(prog="python -m services.install", description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument("--coding-agents", action="store_true",
-                        help="install the coding agents --meta_agent can run (claude-code, codex, mini-swe-agent), "
-                             "pinned, into the project's .coding_agents/ folder")
-    sys.exit(main(coding_agents=parser.parse_args().coding_agents))
+    sys.exit(main())
