@@ -38,7 +38,7 @@ class MiniSweAgent:
     def command(self, launch: Launch) -> Command:
         argv = [launch.python, "-m", "minisweagent.run.mini", "--model", f"openai/{launch.model}", "--task", PROMPT,
                 "--yolo", "--exit-immediately", "--cost-limit", "0", "--output", f"{launch.out_dir}/{TRAJECTORY}",
-                "--config", "mini.yaml", "--config", f"model.model_kwargs.api_base={launch.gateway_url}"]
+                "--config", "mini.yaml", "--config", f"model.model_kwargs.base_url={launch.gateway_url}"]
         env = {"OPENAI_API_KEY": launch.key, "MSWEA_CONFIGURED": "true", "MSWEA_SILENT_STARTUP": "1",
                "MSWEA_COST_TRACKING": "ignore_errors", "MSWEA_GLOBAL_CONFIG_DIR": f"{launch.home}/mini",
                "HOME": launch.home, "PYTHONPATH": f"{launch.installed}/python:{launch.workdir}"}
