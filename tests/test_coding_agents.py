@@ -183,3 +183,53 @@ def test_an_installed_agent_runs_in_a_sandbox_with_no_network(name):
         pytest.skip(f"{name} is not installed here ({INSTALL_HINT})")
     said = runs_in(agent, "bwrap", SandboxConfig())
     assert said.startswith("runs (") and re.search(r"\d+\.\d+\.\d+", said), said
+
+
+SED = "sed -i 's/You are an expert grader/GRADE-CAREFULLY-7 You are an expert grader/' task_agent/task_agent.py"
+
+
+def mini_responder(meta_calls: list):
+    """As the meta model, mini-swe-agent's two turns as native tool calls of its `bash` tool: the scripted
+    improving edit, then the command that ends its run; as the task model, scripted_loop's grader."""
+    grade = responder({}, [])
+
+    def respond(request: dict):
+        messages = request["messages"]
+        opening = " ".join(str(m.get("content")) for m in messages[:2])
+        if "/workspace" not in opening or "/feedback" not in opening:
+            return grade(request)
+        meta_calls.append(request)
+        turn = sum(1 for m in messages if m["role"] == "assistant")
+        command = SED if turn == 0 else "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
+        return {"role": "assistant", "content": f"Step {turn + 1}.", "tool_calls": [
+            {"id": f"call_{turn}", "type": "function",
+             "function": {"name": "bash", "arguments": json.dumps({"command": command})}}]}
+
+    return respond
+
+
+@pytest.mark.e2e
+def test_mini_swe_agent_edits_through_the_loop_and_the_gateway(tmp_path, fake_openai):
+    """mini-swe-agent, installed as the README says, runs in bwrap and calls the run's gateway in OpenAI's chat
+    form (the fake provider behind it scripts its tool calls): its edit is committed and evaluated, its calls are
+    the meta session's in the ledger, and its trajectory is the node's meta transcript."""
+    if coding_agent("mini-swe-agent").program(INSTALL_DIR) is None:
+        pytest.skip(f"mini-swe-agent is not installed here ({INSTALL_HINT})")
+    meta_calls: list = []
+    fake_openai.set_responder(mini_responder(meta_calls))
+    r = run_loop(tmp_path, fake_openai, "--max_generation", "1", "--meta_agent", "mini-swe-agent", "--sandbox",
+                 "bwrap", config=loop_config(tmp_path))
+    assert r.returncode == 0, r.stderr[-3000:]
+    run_dir = tmp_path / "out" / "run"
+    child = nodes(run_dir)["1"]
+    assert child["status"] == "ok", (child, (run_dir / "nodes" / "1" / "meta_stdout.log").read_text()[-3000:])
+    assert MARKER in (run_dir / "nodes" / "1" / "patch.diff").read_text()
+    assert child["scores"]["imo_grading"]["val"] == 1.0
+    assert len(meta_calls) == 2 and meta_calls[0]["tools"][0]["function"]["name"] == "bash"
+    import sqlite3
+
+    with sqlite3.connect(run_dir / "ledger.sqlite") as db:
+        booked = db.execute("SELECT COUNT(*) FROM calls WHERE node = '1' AND role = 'meta'").fetchone()[0]
+    assert booked == 2
+    transcript = (run_dir / "untrusted" / "1" / "meta" / "meta_chat_history.md").read_text()
+    assert f"Tool call: bash {json.dumps({'command': SED})}" in transcript and "[exit status 0]" in transcript
