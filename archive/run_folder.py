@@ -126,6 +126,9 @@ NAMED_LIKE_A_PLACE = {
                           "--initial_from takes the new run's own",
     "loop.try_command": "whether the meta agent may run the task agent on train rows, in its own sandbox",
     "loop.initial_meta_agent": "read only when a run starts, and only names a bundled meta agent (default or paper)",
+    "models.meta_agent": "names a meta agent of this project or of a plug-in the user installed, which runs in the "
+                         "run's sandbox like any meta agent (a coding agent's program from the project's own install "
+                         "folder, read-only)",
     "loop.domains": "read only when a new run names no domain, from the command's own config (a resume keeps its "
                     "run's domains; a group's replicates take a spec file only when the command names it)",
 }
