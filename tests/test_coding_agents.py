@@ -233,3 +233,11 @@ def test_mini_swe_agent_edits_through_the_loop_and_the_gateway(tmp_path, fake_op
     assert booked == 2
     transcript = (run_dir / "untrusted" / "1" / "meta" / "meta_chat_history.md").read_text()
     assert f"Tool call: bash {json.dumps({'command': SED})}" in transcript and "[exit status 0]" in transcript
+
+
+def test_the_docs_estimate_table_is_the_agents_own():
+    """docs/coding_agents.md's table of what the estimate assumes says each bundled agent's calls and tokens."""
+    page = (REPO_ROOT / "docs" / "coding_agents.md").read_text()
+    for name in BUNDLED:
+        agent = coding_agent(name)
+        assert f"| `{name}` | {agent.calls} | {agent.call_tokens:,} |" in page, name
