@@ -38,7 +38,11 @@ def claude(event: dict) -> str:
     blocks = message.get("content") if isinstance(message, dict) else None
     blocks = blocks if isinstance(blocks, list) else []
     if kind == "system" and event.get("subtype") == "init":
-        return turn("system", f"claude-code {event.get('claude_code_version', '')}, model {event.get('model', '')}")
+        return turn("system", f"claude-code {event.get('claude_code_version', '')}, model {event.get('model', '')}, "
+                              f"tools {cut(event.get('tools'), 2000)}")
+    if kind == "system" and event.get("subtype") == "api_retry":  # a model call that failed, tried again
+        return turn("error", f"model call failed ({event.get('error_status')} {event.get('error')}); "
+                             f"attempt {event.get('attempt')} of {event.get('max_retries')}")
     if kind == "assistant":
         parts = []
         for block in (b for b in blocks if isinstance(b, dict)):

@@ -21,8 +21,12 @@ import sys
 import threading
 from pathlib import Path
 
-from agent_events import line as read_line  # mounted beside this file
-from agent_events import mini, turn
+if __package__:  # the host's inside.run_coding_agent (its tests)
+    from inside.agent_events import line as read_line
+    from inside.agent_events import mini, turn
+else:  # run in the sandbox, where agent_events.py is mounted beside this file
+    from agent_events import line as read_line
+    from agent_events import mini, turn
 
 AGENT_EVENTS = "agent_events.jsonl"  # the agent's own stream (or trajectory), in --out
 MAX_EVENTS = 16 * 2**20  # bytes of the events, and of the transcript, kept
@@ -126,7 +130,8 @@ def main() -> int:
     settings = settings_of(workspace_text(files / "settings.json"),
                            json.loads((spec_dir / "settings.json").read_text()))
     argv = command_of(spec, settings, args.max_calls, prompt)
-    os.makedirs(os.environ.get("HOME", "/tmp"), exist_ok=True)
+    for folder in [os.environ.get("HOME", "/tmp"), *spec.get("folders", ())]:
+        os.makedirs(folder, exist_ok=True)
     transcript = Sink(Path(args.transcript))
     transcript.write(turn("user", prompt))
     try:

@@ -241,3 +241,40 @@ def test_the_docs_estimate_table_is_the_agents_own():
     for name in BUNDLED:
         agent = coding_agent(name)
         assert f"| `{name}` | {agent.calls} | {agent.call_tokens:,} |" in page, name
+
+
+FIRST_EVENT = {"claude-code": '"subtype":"init"', "codex": '"type":"thread.started"'}
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("name", sorted(FIRST_EVENT))
+def test_an_npm_agent_takes_its_command_and_calls_where_it_is_pointed(tmp_path, name):
+    """Claude Code and Codex started by the launcher in bwrap as the meta step starts them, with a gateway address
+    nothing serves (their protocols are the gateway's to speak): each accepts its argv and environment (its first
+    event, no usage error), and its model calls fail to connect, each a failure in the meta transcript."""
+    from optimizer import agent_launch
+    from services.config import SandboxConfig
+    from services.sandbox import Mount, open_sandbox
+
+    agent = coding_agent(name)
+    if agent.program(INSTALL_DIR) is None:
+        pytest.skip(f"{name} is not installed here ({INSTALL_HINT})")
+    workspace, out, spec = tmp_path / "ws", tmp_path / "out", tmp_path / "spec"
+    (workspace / "task_agent").mkdir(parents=True)
+    out.mkdir()
+    box = open_sandbox(SandboxConfig(), workspace, [Mount(out, "/out/node", writable=True),
+                                                    *agent_launch.mounts(spec)], backend="bwrap")
+    launch = agent_launch.launch_of(box, "openai/fake-meta", "/out/node", "KEY")
+    launch = Launch(**{**launch.__dict__, "gateway_url": "http://127.0.0.1:18080/v1"})  # the relay's, unserved
+    agent_launch.write_spec(spec, agent, launch)
+    with box:
+        argv = agent_launch.argv(box, agent, "/out/node/meta_chat_history.md", "/out/node", 3,
+                                 {"repo": "/workspace", "feedback": "/feedback"})
+        env = {**box.base_env(), "AGENT_GATEWAY_KEY": "KEY", **agent_launch.environment(agent, launch)}
+        result = box.run(argv, env, timeout=25)
+    events = (out / "agent_events.jsonl").read_text()
+    assert FIRST_EVENT[name] in events.splitlines()[0], (events[:2000], result.stderr[-2000:])
+    assert "unknown option" not in result.stderr and "unexpected argument" not in result.stderr
+    transcript = (out / "meta_chat_history.md").read_text()
+    assert transcript.startswith("## user\n\nYou are improving an AI agent system") and "/feedback" in transcript
+    assert "\n## error\n" in transcript

@@ -53,6 +53,7 @@ class Command:
     events_file: str | None = None  # where it writes its transcript; None: its stdout
     settings_flags: dict[str, str] = field(default_factory=dict)  # a settings.json key -> the flag it becomes
     skip: int = 1  # the settings' flags go after this many items of argv (the program, a subcommand)
+    folders: tuple[str, ...] = ()  # folders the launcher makes before it starts the agent (its state's)
 
 
 @runtime_checkable
@@ -66,7 +67,7 @@ class CodingAgent(Protocol):
     calls: int  # model calls a generation of it typically makes (the estimate)
     call_tokens: int  # prompt tokens of a typical call (a coding agent resends its long context each turn)
     prompt: str  # its default instructions, with {repo} {feedback} {data} {iterations_left} {try_command}
-    settings: dict  # its default settings (settings.json): max_turns, allowed_tools, ...
+    settings: dict  # its default settings (settings.json): max_turns, tools, ...
 
     def program(self, installed: Path) -> Path | None:
         """Its program on this host, under `installed` (INSTALL_DIR) or the interpreter's packages; None

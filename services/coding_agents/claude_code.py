@@ -49,8 +49,8 @@ class ClaudeCode:
         env = {"ANTHROPIC_BASE_URL": launch.gateway_url.removesuffix("/v1"), "ANTHROPIC_API_KEY": launch.key,
                "CLAUDE_CONFIG_DIR": f"{launch.home}/claude", "HOME": launch.home, **QUIET,
                **dict.fromkeys(aliases, launch.model)}
-        return Command(argv, env, "claude-stream-json",
-                       settings_flags={"max_turns": "--max-turns", "allowed_tools": "--allowedTools"})
+        return Command(argv, env, "claude-stream-json", settings_flags={"max_turns": "--max-turns", "tools": "--tools"},
+                       folders=(f"{launch.home}/claude",))
 
 
     def version_argv(self, launch: Launch) -> list[str]:

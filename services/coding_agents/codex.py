@@ -52,7 +52,8 @@ class Codex:
         for key, value in config.items():
             argv += ["-c", f"{key}={value}"]
         return Command([*argv, "-"], {"CODEX_HOME": f"{launch.home}/codex", "HOME": launch.home}, "codex-jsonl",
-                       settings_flags={"reasoning_effort": "-c model_reasoning_effort="}, skip=2)
+                       settings_flags={"reasoning_effort": "-c model_reasoning_effort="}, skip=2,
+                       folders=(f"{launch.home}/codex",))
 
 
     def version_argv(self, launch: Launch) -> list[str]:
