@@ -73,6 +73,15 @@ def test_paper_is_the_references_agent_code(tmp_path):
     assert "--meta_agent builtin runs the meta agent that initial agent comes with" in r.stderr
 
 
+def test_a_coding_agent_on_the_ray_executor_is_one_line():
+    from services.coding_agents import require_meta_agent
+
+    require_meta_agent("builtin", "ray")
+    if coding_agent("codex").program(INSTALL_DIR) is not None:
+        with pytest.raises(UserError, match="^--meta_agent codex runs on this machine's sandboxes only"):
+            require_meta_agent("codex", "ray")
+
+
 @pytest.mark.e2e
 def test_a_plug_in_agent_is_listed_and_a_broken_or_missing_one_stops_the_run_in_one_line(tmp_path, agent_site,
                                                                                           fake_openai):

@@ -62,10 +62,16 @@ def missing_line(name: str) -> str | None:
     return f"the meta agent {name} is not installed: run {INSTALL_HINT}"
 
 
-def require_meta_agent(name: str) -> None:
-    """Stop a run whose meta agent is a coding agent that does not load or is not installed, in one line."""
-    if is_coding_agent(name) and (problem := missing_line(name)):
+def require_meta_agent(name: str, executor: str = "local") -> None:
+    """Stop a run whose meta agent is a coding agent that does not load or is not installed, in one line; or
+    one on the Ray executor, whose nodes get their mounts as copies (the install folder is hundreds of MB)."""
+    if not is_coding_agent(name):
+        return
+    if problem := missing_line(name):
         raise UserError(problem)
+    if executor == "ray":
+        raise UserError(f"--meta_agent {name} runs on this machine's sandboxes only (the Ray executor would copy "
+                        "its install folder to a node every generation); drop --executor ray")
 
 
 __all__ = ["BUNDLED", "EVENT_FORMATS", "GROUP", "INSTALL_HINT", "IN_WORKSPACE", "coding_agent", "is_coding_agent",
