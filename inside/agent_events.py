@@ -129,6 +129,20 @@ def _exit_status(observation: str) -> str:
 
 
 LINES = {"claude-stream-json": claude, "codex-jsonl": codex}  # formats read a line at a time
+TURN_LIMIT = {"claude-stream-json": '"subtype":"error_max_turns"'}  # the line that says the turns ran out
+
+
+def turns_ran_out(events: str, text: str) -> bool:
+    """Whether a line of events says the agent stopped at its turn limit: a run that ends so ended well, as the
+    built-in meta agent's does when it reaches its call cap (its change is evaluated)."""
+    marker = TURN_LIMIT.get(events)
+    if marker is None or marker not in text.replace(" ", ""):
+        return False
+    try:
+        event = json.loads(text)
+    except (ValueError, RecursionError):
+        return False
+    return isinstance(event, dict) and event.get("type") == "result" and event.get("subtype") == "error_max_turns"
 
 
 def line(events: str, text: str) -> str:

@@ -9,7 +9,8 @@ settings are flags) and its default prompt and settings into --spec. The prompt 
 runs with are the workspace's own (--files: prompt.md, settings.json), which earlier generations may have
 edited, else the defaults. The agent's events go to AGENT_EVENTS in --out, and their reading to the meta
 transcript (inside/agent_events.py); both stop at MAX_EVENTS, and an agent that writes more is killed
-(exit 5), as one whose program is missing exits 3. Otherwise the exit code is the agent's.
+(exit 5), as one whose program is missing exits 3. Otherwise the exit code is the agent's, but 0 for one that
+stopped at its turn limit (the built-in meta agent's run ends well at its call cap too).
 """
 
 import argparse
@@ -23,10 +24,10 @@ from pathlib import Path
 
 if __package__:  # the host's inside.run_coding_agent (its tests)
     from inside.agent_events import line as read_line
-    from inside.agent_events import mini, turn
+    from inside.agent_events import mini, turn, turns_ran_out
 else:  # run in the sandbox, where agent_events.py is mounted beside this file
     from agent_events import line as read_line
-    from agent_events import mini, turn
+    from agent_events import mini, turn, turns_ran_out
 
 AGENT_EVENTS = "agent_events.jsonl"  # the agent's own stream (or trajectory), in --out
 MAX_EVENTS = 16 * 2**20  # bytes of the events, and of the transcript, kept
@@ -144,7 +145,7 @@ def main() -> int:
     threading.Thread(target=pass_stderr, args=(proc.stderr,), daemon=True).start()
     stdin_prompt = "{prompt}" not in spec["argv"]
     threading.Thread(target=feed, args=(proc.stdin, prompt if stdin_prompt else ""), daemon=True).start()
-    flooded = follow(proc, spec, Path(args.out), transcript)
+    flooded, ran_out = follow(proc, spec, Path(args.out), transcript)
     code = proc.wait()
     if spec["events_file"] and not flooded:
         transcript.write(mini(read_trajectory(Path(args.out) / spec["events_file"])))
@@ -152,7 +153,7 @@ def main() -> int:
         transcript.write(turn("error", f"killed: its events passed {MAX_EVENTS // 2**20} MiB"))
         print(f"the coding agent was killed: its events passed {MAX_EVENTS // 2**20} MiB", file=sys.stderr)
         return 5
-    return code
+    return 0 if ran_out else code
 
 
 def feed(pipe, text: str) -> None:
@@ -167,19 +168,20 @@ def feed(pipe, text: str) -> None:
             pass
 
 
-def follow(proc, spec: dict, out: Path, transcript: Sink) -> bool:
-    """Copy the agent's stdout to AGENT_EVENTS and its reading to the transcript; True when it flooded
-    them (then it is killed)."""
-    events = Sink(out / AGENT_EVENTS)
+def follow(proc, spec: dict, out: Path, transcript: Sink) -> tuple[bool, bool]:
+    """Copy the agent's stdout to AGENT_EVENTS and its reading to the transcript: (whether it flooded them,
+    then it is killed; whether it said it stopped at its turn limit)."""
+    events, ran_out = Sink(out / AGENT_EVENTS), False
     for raw in iter(lambda: proc.stdout.readline(MAX_LINE), b""):
         text = raw.decode("utf-8", "replace")
         events.write(text)
         if not spec["events_file"]:
             transcript.write(read_line(spec["events"], text.rstrip("\n")))
+            ran_out = ran_out or turns_ran_out(spec["events"], text)
         if events.full or transcript.full:
             proc.kill()
-            return True
-    return False
+            return True, ran_out
+    return False, ran_out
 
 
 def read_trajectory(path: Path) -> dict:

@@ -81,3 +81,10 @@ def test_settings_become_flags_within_bounds():
                                                         "--tools", "Bash,Edit", "PROMPT"]
     assert flag_items("--x", True, 40) == [] and flag_items("--x", {"a": 1}, 40) == []
     assert flag_items("--x", 0, 40) == ["--x", "1"] and flag_items("--x", "y" * 501, 40) == []
+
+
+def test_claude_codes_turn_limit_is_a_run_that_ended_well():
+    assert agent_events.turns_ran_out("claude-stream-json", json.dumps(CLAUDE[-1]))
+    assert not agent_events.turns_ran_out("claude-stream-json", json.dumps({"type": "assistant", "text":
+                                                                               "error_max_turns"}))
+    assert not agent_events.turns_ran_out("codex-jsonl", json.dumps(CLAUDE[-1]))
