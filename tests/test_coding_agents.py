@@ -287,3 +287,27 @@ def test_an_npm_agent_takes_its_command_and_calls_where_it_is_pointed(tmp_path, 
     transcript = (out / "meta_chat_history.md").read_text()
     assert transcript.startswith("## user\n\nYou are improving an AI agent system") and "/feedback" in transcript
     assert "\n## error\n" in transcript
+
+
+@pytest.mark.e2e
+def test_the_install_puts_the_pinned_npm_agents_into_a_folder_with_progress_lines(tmp_path):
+    """The install's npm step, as `python -m services.install --coding-agents` runs it, into a folder of the test's
+    (npm's cache makes a second install quick): the same numbered progress lines, and each program where the
+    agent looks for it."""
+    if shutil.which("npm") is None:
+        pytest.skip("no npm on this machine")
+    code = ("import sys; from pathlib import Path; from services import install, install_agents\n"
+            "steps = install_agents.steps(('claude-code', 'codex'), Path(sys.argv[1]))\n"
+            "sys.exit(install.run_steps(steps, install_agents.resolved, install_agents.node_path))\n")
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=600,
+                          cwd=REPO_ROOT, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("[1/1] npm install @anthropic-ai/claude-code@") and "@openai/codex@" in lines[0]
+    assert lines[-1].startswith("set-up done in ")
+    for name in ("claude-code", "codex"):
+        program = coding_agent(name).program(tmp_path)
+        assert program is not None, name
+        version = subprocess.run([str(program), "--version"], capture_output=True, text=True, timeout=60,
+                                 env={**os.environ, "HOME": str(tmp_path), "CODEX_HOME": str(tmp_path)})
+        assert coding_agent(name).install[1].rsplit("@", 1)[1] in version.stdout, version.stdout
