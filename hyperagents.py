@@ -43,7 +43,8 @@ from domains.base import Domain
 from domains.registry import register
 from domains.spec import DomainSpec, check_data, checked, differs, run_specs
 from domains.spec_scoring import SpecScorer
-from optimizer.launch import launch
+from optimizer.launch import launch, plan_of, prepare
+from optimizer.plan import RunPlan
 from optimizer.request import RunRequest
 from optimizer.transfer import split_spec
 from search.stats import interval
@@ -52,8 +53,8 @@ from services.errors import MachineDownError as MachineDown
 from services.errors import ProviderDownError as ProviderDown
 from services.fsutil import make_folder, release_folder, write_below
 
-__all__ = ["Error", "EvalResult", "MachineDown", "NodeView", "ProviderDown", "RunView", "Score", "Spend", "Task",
-           "UserError", "evaluate", "load_run", "run"]
+__all__ = ["Error", "EvalResult", "MachineDown", "NodeView", "ProviderDown", "RunPlan", "RunView", "Score", "Spend",
+           "Task", "UserError", "evaluate", "load_run", "plan", "run"]
 TASK_DATA = "task_data"  # RUN/task_data/<split>.jsonl: a Task's examples as its run keeps them
 ROW_ID = "row_id"  # the column of a Task's row ids, made here ("train-0", ...): examples need none
 
@@ -232,26 +233,53 @@ def run(domain: str | Sequence[str] | None = None, config: str | Path | Mapping 
     run's lock is let go when the call returns, so another process may resume it."""
     if isinstance(domain, str):
         domain = [domain]
-    if isinstance(domain_spec, (str, Path)):
-        domain_spec = [domain_spec]
     run_id = run_id or datetime.now().strftime("%Y%m%d_%H%M%S_%f")
     folder = Path(resume_from) if resume_from else Path(output_dir) / run_id
     if task is not None:
         named = _use_task(task, folder.resolve(), resume_from is not None)
         domain = list(domain or ()) if resume_from else [*(domain or ()), named]
-    request = RunRequest(
-        domains=tuple(domain or ()), domain_specs=tuple(map(str, domain_spec or ())),
-        config=_config_named(config) if isinstance(config, Mapping) else config, preset=preset,
-        settings=_settings(settings), overrides=_named(overrides),
-        data=tuple(f"{k}={v}" for k, v in (data or {}).items()),
-        output_dir=output_dir, run_id=run_id, resume_from=resume_from, name=name,
-        tags=None if tags is None else tuple([tags] if isinstance(tags, str) else tags), initial_from=initial_from,
-        transfer=transfer, dashboard=dashboard)
+    request = _request(domain, config, output_dir, domain_spec, preset, settings, run_id, resume_from, name, tags,
+                       data, initial_from, transfer, overrides, dashboard=dashboard)
     try:
         run_dir = launch(request, draw=pictures.draw)
     finally:
         release_folder(folder.resolve())
     return load_run(run_dir)
+
+
+def _request(domain: str | Sequence[str] | None, config: str | Path | Mapping | None, output_dir: str | Path,
+             domain_spec: str | Path | Sequence[str | Path] | None, preset: str | None,
+             settings: Mapping[str, object] | Sequence[str] | None, run_id: str | None,
+             resume_from: str | Path | None, name: str | None, tags: Sequence[str] | None,
+             data: Mapping[str, str] | None, initial_from: str | None, transfer: str | None,
+             overrides: dict[str, object], **more: object) -> RunRequest:
+    """The RunRequest of `run`'s (or `plan`'s) arguments."""
+    domains = [domain] if isinstance(domain, str) else list(domain or ())
+    specs = [domain_spec] if isinstance(domain_spec, (str, Path)) else list(domain_spec or ())
+    return RunRequest(
+        domains=tuple(domains), domain_specs=tuple(map(str, specs)),
+        config=_config_named(config) if isinstance(config, Mapping) else config, preset=preset,
+        settings=_settings(settings), overrides=_named(overrides),
+        data=tuple(f"{k}={v}" for k, v in (data or {}).items()),
+        output_dir=output_dir, run_id=run_id, resume_from=resume_from, name=name,
+        tags=None if tags is None else tuple([tags] if isinstance(tags, str) else tags), initial_from=initial_from,
+        transfer=transfer, **more)  # type: ignore[arg-type]
+
+
+@api_errors
+def plan(domain: str | Sequence[str] | None = None, config: str | Path | Mapping | None = None,
+         output_dir: str | Path = "./outputs", *, domain_spec: str | Path | Sequence[str | Path] | None = None,
+         preset: str | None = None, settings: Mapping[str, object] | Sequence[str] | None = None,
+         run_id: str | None = None, resume_from: str | Path | None = None, name: str | None = None,
+         tags: Sequence[str] | None = None, data: Mapping[str, str] | None = None, initial_from: str | None = None,
+         transfer: str | None = None, replicates: int | None = None, **overrides: object) -> RunPlan:
+    """What `run` with the same arguments would do and cost, as `--dry_run` prints it: its plan's lines, the cost
+    estimate (`.estimate.run_usd`) and the sandbox backend. Nothing is made and no model is called; a problem
+    the run would refuse is the same UserError. (A `Task` is planned by its run: it is not taken here.)"""
+    request = _request(domain, config, output_dir, domain_spec, preset, settings,
+                       run_id or datetime.now().strftime("%Y%m%d_%H%M%S_%f"), resume_from, name, tags, data,
+                       initial_from, transfer, overrides, dry_run=True, replicates=replicates)
+    return plan_of(prepare(request))
 
 
 def _node_of(agent: str) -> tuple[Path, str] | None:

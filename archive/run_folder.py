@@ -13,6 +13,7 @@ on bwrap); otherwise the resume is refused in one line naming the flag that acce
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import os
@@ -98,6 +99,7 @@ DATA = frozenset({
     "sandbox.disk_mb", "sandbox.tmp_mb", "sandbox.output_cap_mb",
     "tracking.experiment", "tracking.text_kb",
     *(f"loop.{f.name}" for f in dataclasses.fields(Config().loop)),
+    "search",  # the strategies' own settings: numbers and names, never a place (search.registry checks each)
 })
 
 # What a resume may not change, and why: the measure every node of the run was scored with, and what is
@@ -135,13 +137,14 @@ NAMED_LIKE_A_PLACE = {
 
 
 def value_of(config: Config, key: str) -> object:
-    section, name = key.split(".")
-    return getattr(getattr(config, section), name)
+    """The value of SECTION.KEY, or of a whole section of no fixed keys (`search`)."""
+    section, _, name = key.partition(".")
+    return getattr(getattr(config, section), name) if name else getattr(config, section)
 
 
 def _set_value(config: Config, key: str, value: object) -> None:
-    section, name = key.split(".")
-    setattr(getattr(config, section), name, value)
+    section, _, name = key.partition(".")
+    setattr(getattr(config, section), name, value) if name else setattr(config, section, value)
 
 
 def read_run_record(run_dir: Path, where: str | None = None) -> RunRecord:
@@ -183,8 +186,7 @@ def resumed_config(saved: Config, command: Config, source: Path, refuse: bool = 
     more than the command gives, else a UserError in one line naming the flags that accept what the
     folder asks for (or, without `refuse`, the command's value)."""
     defaults, asked = load_config(), []
-    config = dataclasses.replace(saved, **{f.name: dataclasses.replace(getattr(saved, f.name))
-                                            for f in dataclasses.fields(saved)})
+    config = copy.deepcopy(saved)  # every section its own, so setting a guarded field leaves `saved` as it was
     for key, guard in GUARDED.items():
         mine, theirs = value_of(command, key), value_of(saved, key)
         if mine != value_of(defaults, key) or theirs == mine:

@@ -153,13 +153,11 @@ class Variant:
     name: str
     strategy: str
     ties: str = "latest"
-    islands: int = 4
-    migrate_every: int = 10
     merge_every: int = 0  # loop.merge_every: 0, no merges
     novelty: bool = False  # loop.novelty_threshold set: repeats are caught, recorded duplicate, not evaluated
 
     def context(self, generation: int) -> Context:
-        return Context(generation, self.ties, self.islands, self.migrate_every)
+        return Context(generation, self.ties)
 
 
 # The paper's first: every other row is compared with it. random, latest and best are the baselines. Merges and

@@ -79,14 +79,6 @@ def grading_metrics(df: pd.DataFrame, label_col: str = "Reward", qid_col: str = 
         for t, p in zip(truths, preds)
     ]
 
-    matrix = [[0] * len(LABELS) for _ in LABELS]
-    invalid_by_truth: dict[str, int] = dict.fromkeys(LABELS, 0)
-    for t, p in zip(truths, preds):
-        if p is None:
-            invalid_by_truth[t] += 1
-        else:
-            matrix[LABELS.index(t)][LABELS.index(p)] += 1
-
     truth_fraction = {label: truths.count(label) / total for label in LABELS}
     pred_fraction = {label: preds.count(label) / total for label in LABELS}
     pred_fraction[INVALID] = len(invalid_ids) / total
@@ -99,13 +91,7 @@ def grading_metrics(df: pd.DataFrame, label_col: str = "Reward", qid_col: str = 
         "invalid_predictions": len(invalid_ids),
         "invalid_ids": invalid_ids,
         "per_label": {label: _label_scores(truths, preds, label) for label in LABELS},
-        "confusion_matrix": {
-            "labels": list(LABELS),
-            "rows": "truth",
-            "cols": "prediction",
-            "matrix": matrix,
-            "invalid_by_truth": invalid_by_truth,
-        },
+        "confusion_matrix": _confusion(truths, preds),
         "label_distribution": {"ground_truth": truth_fraction, "prediction": pred_fraction},
         # Accuracy of guessing each label with its ground-truth frequency, the
         # baseline the HyperAgents report compares against.
@@ -114,6 +100,19 @@ def grading_metrics(df: pd.DataFrame, label_col: str = "Reward", qid_col: str = 
         "question_ids_failed": [i for i, t, p in zip(ids, truths, preds) if p != t],
         "row_scores": {i: float(p == t) for i, t, p in zip(ids, truths, preds)},
     }
+
+
+def _confusion(truths: list[str], preds: list[str | None]) -> dict:
+    """Truth by prediction counts over LABELS, and the invalid predictions by truth."""
+    matrix = [[0] * len(LABELS) for _ in LABELS]
+    invalid_by_truth: dict[str, int] = dict.fromkeys(LABELS, 0)
+    for t, p in zip(truths, preds):
+        if p is None:
+            invalid_by_truth[t] += 1
+        else:
+            matrix[LABELS.index(t)][LABELS.index(p)] += 1
+    return {"labels": list(LABELS), "rows": "truth", "cols": "prediction", "matrix": matrix,
+            "invalid_by_truth": invalid_by_truth}
 
 
 def proof_metrics(df: pd.DataFrame, qid_col: str = "Problem ID", pred_col: str = "prediction",

@@ -78,7 +78,7 @@ class Beginnings:
                 return chosen
             archive.log("selection_fallback", reason=problem)
             self.events.emit(Warned(f"select_next_parent.py failed ({problem}); using {settings.parent_selection}"))
-        context = Context(generation, settings.ties, settings.islands, settings.migrate_every, settings.tie_tolerance)
+        context = Context(generation, settings.ties, settings.tie_tolerance)
         chosen = select_parent(candidates, settings.parent_selection, self.rng_of(generation), context).node_id
         chances = probabilities(candidates, settings.parent_selection, context)
         # The scores are the selection scores, staged-only and initial nodes scaled as the run's ScoreRule says.

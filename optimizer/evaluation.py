@@ -47,7 +47,7 @@ from optimizer.events import Events, SplitDone, SplitStarted
 from search.registry import promotion_rule
 from search.stats import Estimate, interval
 from services.choices import RowError, StageSplits
-from services.errors import UserError
+from services.errors import AgentFailed, UserError
 from services.fsutil import make_folder
 from services.sandbox import Sandbox
 from services.workspace import discard
@@ -140,7 +140,7 @@ class Evaluator:
         started = time.monotonic()
         try:
             node.worker.start()
-        except UserError as e:
+        except AgentFailed as e:
             raise LoadFailed(str(e)) from None
         finally:
             timings["check"] = round(time.monotonic() - started, 3)
@@ -179,7 +179,7 @@ class Evaluator:
         """`split` of every domain, all its rows (`loop.eval_samples`), no stages: the final test."""
         try:
             node.worker.start()
-        except UserError as e:
+        except AgentFailed as e:
             raise LoadFailed(str(e)) from None
         return {d.name: self._split(d, split, split_rows(d, split, self.config.loop.eval_samples), node, agent_hash)
                 for d in domains}

@@ -24,7 +24,7 @@ from urllib.parse import quote
 
 from archive.records import RUN_JSON, RunRecord
 from archive.run_folder import accepting_flags, ledger_of, read_run_record, resumed_config, saved_config, settle_resume
-from optimizer.plan import plan_lines, print_dry_run, summary_lines
+from optimizer.plan import RunPlan, dry_run_plan, plan_lines, summary_lines
 from optimizer.request import FLAG_FIELDS, RunRequest, command_config, labels, with_flags
 from services.config import PROJECT_ROOT, Config
 from services.errors import ProviderDown, Terminated, UserError, advise
@@ -308,7 +308,7 @@ def prepare(request: RunRequest) -> Prepared:
     if isinstance(initial_agent, AgentFolder) and not initial_agent.bundled:
         config.loop.initial_agent = str(initial_agent.path)  # run.json names the folder, wherever it is read
     check_optimizable(domains)
-    load_named(config.loop, [s.rule for d in domains for s in d.screening(config.loop) if s.rule])  # plug-ins load
+    load_named(config, [s.rule for d in domains for s in d.screening(config.loop) if s.rule])  # plug-ins load
     return Prepared(request, run_dir, config, domains, domain_names, record, initial_agent, transfer, name, tags)
 
 
@@ -318,10 +318,16 @@ def launch(request: RunRequest, draw: Draw | None = None) -> Path:
     started = time.monotonic()  # where loop.max_minutes counts from
     run = prepare(request)
     if request.dry_run:
-        print_dry_run(run.run_dir, run.domains, run.config, run.initial_from, request.replicates, run.name, run.tags)
+        print(plan_of(run).text())
     else:
         open_and_run(run, started, draw)
     return run.run_dir
+
+
+def plan_of(run: Prepared) -> RunPlan:
+    """The plan of a prepared run, as --dry_run prints it: nothing made, no model called."""
+    return dry_run_plan(run.run_dir, run.domains, run.config, run.initial_from, run.request.replicates, run.name,
+                        run.tags)
 
 
 def open_and_run(run: Prepared, started: float, draw: Draw | None = None) -> None:

@@ -7,6 +7,7 @@ import math
 import random
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from statistics import NormalDist
 from typing import TYPE_CHECKING, cast
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
     from archive.eval_store import EvalStore
     from archive.records import Node
     from domains.base import Domain, Stage
+    from optimizer.estimate import Estimate
     from optimizer.loop import Loop
     from services.ledger import Totals
 
@@ -251,8 +253,24 @@ def duration(seconds: float) -> str:
         f"{seconds / 3600:.1f} h"
 
 
-def print_dry_run(run_dir: Path, domains: list[Domain], config: Config, initial_from: dict | None,
-                  replicates: int | None, name: str = "", tags: Sequence[str] = ()) -> None:
+@dataclass(frozen=True)
+class RunPlan:
+    """What a run would do, before anything is made or called: its plan's lines as the command prints them
+    (folder, domains, agents, models, sandbox, loop, time and cost estimate, departures from the paper), the
+    estimate itself and the sandbox backend it would use. `python -m run_optimization --dry_run` prints it,
+    `hyperagents.plan` returns it."""
+
+    run_dir: Path
+    lines: tuple[str, ...]
+    estimate: Estimate
+    backend: str
+
+    def text(self) -> str:
+        return "\n".join([*self.lines, "dry run: nothing started"])
+
+
+def dry_run_plan(run_dir: Path, domains: list[Domain], config: Config, initial_from: dict | None,
+                 replicates: int | None, name: str = "", tags: Sequence[str] = ()) -> RunPlan:
     """--dry_run: the plan and the cost estimate (of each replicate and of the group), with no folder made
     and no call."""
     from optimizer.estimate import estimate
@@ -270,4 +288,5 @@ def print_dry_run(run_dir: Path, domains: list[Domain], config: Config, initial_
         seed = config.loop.seed or 0
         lines.append(f"group    {replicates} replicates, seeds {seed} to {seed + replicates - 1}, each run as above: "
                      f"~${replicates * costs.run_usd:.2f} in all")
-    print("\n".join(lines + ["dry run: nothing started"]))
+    return RunPlan(run_dir, tuple(lines), costs, backend)
+

@@ -5,8 +5,10 @@ A name no strategy has, a plug-in that does not load, or an object without the k
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
-from collections.abc import Iterable
+import typing
+from collections.abc import Iterable, Mapping
 from functools import cache
 from typing import TYPE_CHECKING
 
@@ -17,10 +19,11 @@ from search.novelty import NoveltyMeasure
 from search.parent_selection import ParentSelection
 from search.promotion import PromotionRule
 from services.errors import UserError
+from services.plain_data import conforms, describe, show
 from services.strategy_names import GIVEN, NAME, bundled_names, group, plugin_points, strategy_names
 
 if TYPE_CHECKING:
-    from services.config import LoopConfig
+    from services.config import Config
 
 # Each kind's protocol (services.strategy_names.KINDS) and what it asks of a strategy, in words.
 PROTOCOLS = {"parent_selection": (ParentSelection, "needs_rows, weights(candidates, context), choose(candidates, rng, "
@@ -34,10 +37,55 @@ PROTOCOLS = {"parent_selection": (ParentSelection, "needs_rows, weights(candidat
              "merge_partner": (MergePartner, "partner(candidates, first, parent_of, ties)")}
 
 
+CONFIGURED: dict[tuple[str, str], object] = {}  # (kind, name) -> the strategy made with the run's settings
+
+
 def strategy(kind: str, name: str) -> object:
-    """The strategy of `kind` called `name`: one this process was given (`use`), else bundled or a plug-in's,
-    loaded once."""
+    """The strategy of `kind` called `name`: as the run's `search` settings made it (`configure`), else one this
+    process was given (`use`), else bundled or a plug-in's, loaded once."""
+    if (kind, name) in CONFIGURED:
+        return CONFIGURED[(kind, name)]
     return GIVEN[kind][name] if name in GIVEN[kind] else _loaded(kind, name)
+
+
+def configure(search: Mapping[str, Mapping[str, object]]) -> None:
+    """The strategies `search` (config.search) gives settings to, made with them for this process's run: a
+    strategy with settings has `Settings` (a dataclass whose fields have defaults; it may refuse a value in
+    __post_init__ with a ValueError) and `configured(settings)` (the strategy with them). A name no strategy
+    has, a setting it lacks or a value it refuses is one line (UserError), said before the run starts."""
+    CONFIGURED.clear()
+    for name, values in search.items():
+        kinds = [kind for kind in PROTOCOLS if name in strategy_names(kind)]
+        if not kinds:
+            known = sorted({n for kind in PROTOCOLS for n in strategy_names(kind)})
+            raise UserError(f"search.{name}: no strategy is named {name} (known: {', '.join(known)})")
+        for kind in kinds:
+            CONFIGURED[(kind, name)] = with_settings(kind, name, strategy(kind, name), values)
+
+
+def with_settings(kind: str, name: str, base: object, values: Mapping[str, object]) -> object:
+    """`base` made with the settings `values` (see `configure`); `base` itself when it takes none and none are
+    given."""
+    kind_name, settings_type, make = kind.replace("_", " "), getattr(base, "Settings", None), \
+        getattr(base, "configured", None)
+    if not (dataclasses.is_dataclass(settings_type) and isinstance(settings_type, type) and callable(make)):
+        if values:
+            raise UserError(f"search.{name}: the {kind_name} strategy {name} takes no settings")
+        return base
+    known = {f.name: f for f in dataclasses.fields(settings_type)}
+    for key, value in values.items():
+        if key not in known:
+            raise UserError(f"search.{name}.{key}: {name} has no such setting (it has {', '.join(known)})")
+        expected = typing.get_type_hints(settings_type).get(key, object)
+        if not conforms(value, expected):
+            raise UserError(f"search.{name}.{key} must be {describe(expected)}, got {show(value)}")
+    try:
+        return make(settings_type(**values))
+    except ValueError as e:  # the strategy's own check of a value
+        raise UserError(f"search.{name}: {str(e)[:300]}") from None
+    except Exception as e:  # a plug-in's code: anything may go wrong in it
+        raise UserError(f"search.{name}: the {kind_name} strategy {name} did not take its settings: "
+                        f"{type(e).__name__}: {str(e)[:200]}") from None
 
 
 def use(kind: str, value: object) -> str:
@@ -112,9 +160,12 @@ def merge_partner_rule(name: str) -> MergePartner:
     return strategy("merge_partner", name)  # type: ignore[return-value]
 
 
-def load_named(loop: LoopConfig, stage_rules: Iterable[str] = ()) -> None:
-    """Every strategy `loop` names (and the promotion rules of the run's stages), loaded: a plug-in that does not
-    load is one line (UserError) before the run starts."""
+def load_named(config: Config, stage_rules: Iterable[str] = ()) -> None:
+    """Every strategy the config names (and the promotion rules of the run's stages), loaded and made with the
+    config's `search` settings: a plug-in that does not load, or a setting a strategy refuses, is one line
+    (UserError) before the run starts."""
+    configure(config.search)
+    loop = config.loop
     parent_selection(loop.parent_selection)
     best_choice_rule(loop.best_choice)
     novelty_measure(loop.novelty_measure)

@@ -36,6 +36,14 @@ class UserError(Error):
         return console(super().__str__())
 
 
+class AgentFailed(UserError):
+    """The agent's code, not the user's input, failed so that it cannot be evaluated: it did not load, its worker
+    died before it was ready, its sandbox was stopped for what it wrote. The loop records it on the node
+    (load_failed) and goes on; a command that evaluates one agent ends with it as one line, exit 2, as it ends
+    for a bad input. A UserError raised while an agent starts is no longer taken for the agent's failure: only
+    this is."""
+
+
 class Terminated(BaseException):
     """SIGTERM, raised in the main thread so every `finally` (sandboxes, gateway) still runs."""
 

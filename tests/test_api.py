@@ -200,3 +200,23 @@ def test_a_providers_outage_reaches_the_caller_as_an_exception(tmp_path, fake_op
         assert isinstance(e, hyperagents.ProviderDown) and "openai/fake" in str(e), repr(e)
     else:
         raise AssertionError("the outage did not reach the caller")
+
+
+def test_plan_returns_what_the_dry_run_prints_and_makes_nothing(tmp_path):
+    from hyperagents import plan
+
+    flags = {"max_generation": 3, "eval_samples": 20, "task_model": "openai/gpt-4o-mini",
+             "meta_model": "openai/gpt-4o-mini"}
+    found = plan("imo_grading", output_dir=tmp_path / "out", run_id="r", sandbox="none",
+                 settings={"loop.promotion": "sica"}, **flags)
+    r = run_cli("run_optimization", "--domain", "imo_grading", "--output_dir", str(tmp_path / "out"), "--run_id", "r",
+                "--sandbox", "none", "--set", "loop.promotion=sica", "--dry_run",
+                *(f"--{k}={v}" for k, v in flags.items()), timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.rstrip("\n") == found.text()  # the command prints the plan the API returns
+    assert found.lines[0].startswith("run ") and found.backend == "none" and found.run_dir == tmp_path / "out" / "r"
+    assert found.estimate.generations == 3 and found.estimate.run_usd > 0
+    assert any("loop.promotion sica" in line for line in found.lines)
+    assert not (tmp_path / "out").exists()
+    with pytest.raises(UserError, match="unknown option 'max_generations'"):
+        plan("imo_grading", output_dir=tmp_path / "out", max_generations=2)

@@ -64,15 +64,22 @@ def test_ints_for_floats_and_yaml_defaults_pass_and_saved_configs_round_trip(tmp
     saved = json.loads(json.dumps(loaded.to_dict()))  # as run.json keeps it
     assert Config.from_dict(saved) == loaded
     # A rule for a field that no longer exists would never run: every rule names a real field.
-    fields = {f"{s.name}.{f.name}" for s in dataclasses.fields(Config)
-              for f in dataclasses.fields(getattr(Config(), s.name))}
+    fields = {f"{s.name}.{f.name}" for s in sections() for f in dataclasses.fields(getattr(Config(), s.name))}
     assert set(_rules()) <= fields
 
 
 def test_every_field_but_a_bool_has_a_range_or_a_shape():
     hints = {f"{s.name}.{f.name}": typing.get_type_hints(type(getattr(Config(), s.name)))[f.name]
-             for s in dataclasses.fields(Config) for f in dataclasses.fields(getattr(Config(), s.name))}
+             for s in sections() for f in dataclasses.fields(getattr(Config(), s.name))}
     assert sorted(key for key, hint in hints.items() if hint is not bool and key not in _rules()) == []
+    # The one section of no fixed keys, `search`, has its shape checked as a whole (services.config
+    # settings_sections), each strategy's settings by the strategy (tests/test_strategy_settings.py).
+    assert [s.name for s in dataclasses.fields(Config) if s not in sections()] == ["search"]
+
+
+def sections() -> list:
+    """The config's sections of fixed keys (dataclasses)."""
+    return [s for s in dataclasses.fields(Config) if dataclasses.is_dataclass(getattr(Config(), s.name))]
 
 
 @pytest.mark.parametrize("key, value", [

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from support.cli import FAST_CONFIG, REPO_ROOT, cli_env, run_cli
-from support.scripted_loop import events, nodes
+from support.scripted_loop import events, nodes, one_edit
 from support.venvs import PIP_TAIL_LINES
 
 EXAMPLES = REPO_ROOT / "examples"
@@ -52,12 +52,9 @@ def responder(task_answer, judge=None):
     `judge(request)` for a judge's request."""
 
     def respond(request: dict) -> str:
-        messages = request["messages"]
-        opening = " ".join(str(m["content"]) for m in messages[:2])
-        if "/workspace" in opening and "/feedback" in opening:
-            turn = sum(1 for m in messages if m["role"] == "assistant")
-            return f"I will do this.\n<json>{json.dumps(IMPROVE)}</json>" if turn == 0 else "Done."
-        user = str(messages[-1]["content"])
+        if (meta := one_edit(request, IMPROVE)) is not None:
+            return meta
+        user = str(request["messages"][-1]["content"])
         if judge and "## Rubric" in user:
             return judge(request)
         found = re.search(r"((?:How many|Define) [^?.]+[?.])", user)
@@ -229,12 +226,18 @@ def with_plugin(env: dict, site: Path) -> dict:
     return {**env, "PYTHONPATH": os.pathsep.join([str(site), str(REPO_ROOT)])}
 
 
-@pytest.mark.e2e
-def test_the_installed_tournament_chooses_the_parents_of_a_run_by_name(tmp_path, fake_openai, plugin_site):
+def tournament_run(tmp_path: Path, fake, site: Path) -> dict:
+    """The exact scorer's task copied, the fake provider answering it (rightly once the edit is in), and the
+    environment that has the installed plug-in."""
     copied(tmp_path, "exact_scorer")
     table = rows(*(tmp_path / "examples" / "exact_scorer").glob("conversions_*.csv"))
-    fake_openai.set_responder(responder(lambda question, marked: table[question]["Answer"] if marked else "7"))
-    env = with_plugin(cli_env(fake_openai), plugin_site)
+    fake.set_responder(responder(lambda question, marked: table[question]["Answer"] if marked else "7"))
+    return with_plugin(cli_env(fake), site)
+
+
+@pytest.mark.e2e
+def test_the_installed_tournament_chooses_the_parents_of_a_run_by_name(tmp_path, fake_openai, plugin_site):
+    env = tournament_run(tmp_path, fake_openai, plugin_site)
     assert "tournament" in run_cli("run_optimization", "--help", env=env).stdout
     r = run_command("parent_selection_plugin", tmp_path, fake_openai, "--max_generation", "2", "--seed", "3",
                     env=env)
@@ -243,6 +246,21 @@ def test_the_installed_tournament_chooses_the_parents_of_a_run_by_name(tmp_path,
     picks = {e["generation"]: e for e in events(tmp_path / "out" / "run") if e["event"] == "parent_chosen"}
     assert sorted(picks) == [1, 2] and {p["strategy"] for p in picks.values()} == {"tournament"}
     assert {k: c["p"] for k, c in picks[2]["candidates"].items()} == {"initial": 0.25, "1": 0.75}
+
+
+@pytest.mark.e2e
+def test_the_tournaments_size_is_a_setting_of_its_own_in_the_config(tmp_path, fake_openai, plugin_site):
+    env = tournament_run(tmp_path, fake_openai, plugin_site)
+    r = run_command("parent_selection_plugin", tmp_path, fake_openai, "--set", "search.tournament={size: 0}",
+                    env=env)
+    assert r.returncode == 2 and r.stderr.strip().splitlines()[-1] == \
+        "error: search.tournament: a tournament draws at least one node, not 0", r.stderr[-2000:]
+    assert not (tmp_path / "out" / "run").exists()
+    r = run_command("parent_selection_plugin", tmp_path, fake_openai, "--max_generation", "2", "--seed", "3",
+                    "--set", "search.tournament={size: 1}", env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    picks = {e["generation"]: e for e in events(tmp_path / "out" / "run") if e["event"] == "parent_chosen"}
+    assert {k: c["p"] for k, c in picks[2]["candidates"].items()} == {"initial": 0.5, "1": 0.5}  # size 1: random
 
 
 # -- api_sweep -----------------------------------------------------------------------------------------------

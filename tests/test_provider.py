@@ -149,6 +149,7 @@ class Plain:
 
     name = "plain-test"
     paths = ("/v1/plain-test",)
+    counts = False
 
     @staticmethod
     def model(body: dict) -> str:
@@ -163,8 +164,16 @@ class Plain:
         return checked(chat, gw)  # type: ignore[arg-type]
 
     @staticmethod
-    def reply(payload: dict, requested: str) -> dict:
-        return {"text": payload["choices"][0]["message"]["content"], "by": requested}
+    def reply(payload: dict, body: dict) -> dict:
+        return {"text": payload["choices"][0]["message"]["content"], "by": body["model"]}
+
+    @staticmethod
+    def streams(body: dict) -> bool:
+        return False
+
+    @staticmethod
+    def events(answer: dict) -> list:
+        return []
 
     @staticmethod
     def error(status: int, message: str, kind: str) -> Reply:

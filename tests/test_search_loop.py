@@ -37,7 +37,7 @@ def islands_run(tmp_path, fake, *extra):
     tmp_path.mkdir(exist_ok=True)
     config = loop_config(tmp_path)
     with open(config, "a") as f:
-        f.write("  islands: 2\n  migrate_every: 2\n")
+        f.write("search:\n  islands: {islands: 2, migrate_every: 2}\n")  # the strategy's own settings
     return ["--domain", "imo_grading", "--output_dir", str(tmp_path / "out"), "--run_id", "run",
             "--task_model", "openai/fake", "--meta_model", "openai/fake-meta", "--config", config,
             "--max_generation", "5", "--parent_selection", "islands", "--seed", "7", *extra]
@@ -75,7 +75,7 @@ def test_a_child_repeating_an_earlier_change_is_recorded_duplicate_and_costs_no_
     fake_openai.set_responder(responder({1: [IMPROVE], 2: [IMPROVE]}, []))
     config = loop_config(tmp_path)
     with open(config, "a") as f:
-        f.write("  islands: 2\n  migrate_every: 100\n  novelty_threshold: 0.9\n")
+        f.write("  novelty_threshold: 0.9\nsearch:\n  islands: {islands: 2, migrate_every: 100}\n")
     r = run_loop(tmp_path, fake_openai, "--max_generation", "2", "--parent_selection", "islands", config=config)
     assert r.returncode == 0, r.stderr[-3000:]
     run_dir = tmp_path / "out" / "run"

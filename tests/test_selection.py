@@ -7,6 +7,7 @@ from collections import Counter
 import pytest
 
 from archive.selection import Candidate, Context, island_members, probabilities, select_parent
+from search.parent_selection.islands import Islands, Settings
 
 
 def node(node_id, score, rows, order, generation=None, parent="initial", children=0):
@@ -63,20 +64,20 @@ def island_archive(generations):
 
 def test_each_generation_draws_from_its_own_island_and_the_initial_node():
     cands = island_archive(8)
-    members = island_members(cands, Context(generation=9, islands=4, migrate_every=100))
+    members = island_members(cands, Context(generation=9), Settings(4, 100))
     assert [c.node_id for c, m in zip(cands, members) if m] == ["initial", "1", "5"]  # 9 mod 4 = 1
-    chances = probabilities(cands, "islands", Context(generation=9, islands=4, migrate_every=100))
+    chances = probabilities(cands, Islands(Settings(4, 100)), Context(generation=9))
     assert {c.node_id for c, p in zip(cands, chances) if p > 0} == {"initial", "1", "5"}
 
 
 def test_each_island_receives_the_previous_islands_best_at_every_migration():
     cands = island_archive(12)
     # Island 1 at generation 13, after migrations at generations 4, 8 and 12: island 0's best each time.
-    members = island_members(cands, Context(generation=13, islands=4, migrate_every=4))
+    members = island_members(cands, Context(generation=13), Settings(4, 4))
     assert {c.node_id for c, m in zip(cands, members) if m} == {"initial", "1", "5", "9", "4", "8", "12"}
     # Island 2 at generation 10, after migrations at 4 and 8: island 1's best then was 1, then 5.
     cands = island_archive(9)
-    members = island_members(cands, Context(generation=10, islands=4, migrate_every=4))
+    members = island_members(cands, Context(generation=10), Settings(4, 4))
     assert {c.node_id for c, m in zip(cands, members) if m} == {"initial", "2", "6", "1", "5"}
-    one = island_members(cands, Context(generation=13, islands=1, migrate_every=4))
+    one = island_members(cands, Context(generation=13), Settings(1, 4))
     assert all(one)  # a single island is the whole archive

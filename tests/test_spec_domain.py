@@ -21,6 +21,7 @@ from services.config import PROJECT_ROOT
 from services.errors import UserError
 from support.cli import FAST_CONFIG, cli_env, run_cli
 from support.docs import DOCS, section
+from support.scripted_loop import one_edit
 
 EXAMPLE = PROJECT_ROOT / "examples" / "capitals"
 CAPITALS = {re.search(r"capital of (.+)\?", r["Question"]).group(1): r["Answer"]
@@ -35,12 +36,9 @@ IMPROVE = {"tool_name": "editor", "tool_input": {
 def answer(request: dict, right=lambda country, user: MARKER in user) -> str:
     """The fake provider: the meta agent makes the improving edit once; the task agent names the
     capital when `right` says so, else Paris."""
-    messages = request["messages"]
-    opening = " ".join(str(m["content"]) for m in messages[:2])
-    if "/workspace" in opening and "/feedback" in opening:
-        turn = sum(1 for m in messages if m["role"] == "assistant")
-        return f"I will do this.\n<json>{json.dumps(IMPROVE)}</json>" if turn == 0 else "Done."
-    user = str(messages[-1]["content"])
+    if (meta := one_edit(request, IMPROVE)) is not None:
+        return meta
+    user = str(request["messages"][-1]["content"])
     found = re.search(r"What is the capital of (.+?)\?", user)
     if not found:
         return "ok"

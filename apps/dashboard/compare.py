@@ -9,7 +9,8 @@ import subprocess
 from apps.dashboard import pieces
 from apps.dashboard.markup import Markup, h, join, url
 from apps.dashboard.pages import compare_form, diff_block, page
-from apps.dashboard.reader import MAX_TEXT, RunData, RunReader, Text, known_domain
+from apps.dashboard.reader import RunData, RunReader, known_domain
+from apps.dashboard.run_files import MAX_TEXT, Text
 from archive.records import Node
 from search.stats import MAX_ENUMERATED_FLIPS, paired_p
 from services.errors import UserError

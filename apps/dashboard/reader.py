@@ -8,7 +8,6 @@ without following a link. Nothing here writes to the run.
 
 from __future__ import annotations
 
-import io
 import os
 import threading
 from collections.abc import Callable
@@ -17,19 +16,17 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-import pandas as pd
-
 from apps.dashboard.flight import MAX_TAIL, InFlight, in_flight_of
+from apps.dashboard.run_files import MAX_JOURNAL, Text, read_journal, read_labels, read_text
 from archive.eval_store import JOURNAL, PREDICTIONS, REPORT
 from archive.promotion import row_scores
 from archive.records import EVAL_KEY, NODE_ID, Node, RunRecord
 from archive.run_folder import ledger_of
-from archive.run_state import Phase, RunState, json_objects, read_events, run_state, state_text
+from archive.run_state import Phase, RunState, read_events, run_state, state_text
 from archive.store import META_TRANSCRIPT, UNTRUSTED, observed_best, observed_rule, observed_sizes, run_score
 from services.errors import UserError
 from services.fsutil import read_below, read_bounded
 from services.ledger import NotALedger
-from services.render import csv_value
 from services.user_files import parse_json
 
 if TYPE_CHECKING:
@@ -39,18 +36,6 @@ if TYPE_CHECKING:
 T = TypeVar("T")  # what a ledger query returns
 MAX_RECORD = 2**20  # node.json
 MAX_REPORT = 2**24  # evals/<key>/report.json (as the loop reads it)
-MAX_TEXT = 2**20  # a patch or transcript shown on a page; the rest is cut, and the page says so
-MAX_JOURNAL = 2**25  # a split's predictions.jsonl
-MAX_PREDICTIONS = 2**26  # a split's predictions.csv, read for its labels
-
-
-@dataclass
-class Text:
-    """Text read from the run for a page, with why it is missing or whether it was cut."""
-
-    text: str = ""
-    cut: bool = False
-    missing: str | None = None
 
 
 @dataclass
@@ -291,14 +276,14 @@ class RunReader:
 
     # -- what a node page shows -----------------------------------------------------------
     def patch(self, node_id: str) -> Text:
-        return self._text(f"nodes/{node_id}/patch.diff")
+        return read_text(self.path, f"nodes/{node_id}/patch.diff")
 
     def transcript(self, node_id: str) -> Text:
-        return self._text(self._transcript_path(node_id))
+        return read_text(self.path, self._transcript_path(node_id))
 
     def transcript_tail(self, node_id: str) -> Text:
         """The last MAX_TAIL bytes of the transcript a meta agent is writing, from a line's start."""
-        text = self._text(self._transcript_path(node_id), MAX_TAIL, tail=True, none="none written yet")
+        text = read_text(self.path, self._transcript_path(node_id), MAX_TAIL, tail=True, none="none written yet")
         if text.cut and "\n" in text.text:
             text.text = text.text[text.text.index("\n") + 1:]
         return text
@@ -306,15 +291,6 @@ class RunReader:
     @staticmethod
     def _transcript_path(node_id: str) -> str:
         return f"{UNTRUSTED}/{node_id}/meta/{META_TRANSCRIPT}"
-
-    def _text(self, relative: str, limit: int = MAX_TEXT, tail: bool = False, none: str = "none was written") -> Text:
-        try:
-            data, cut = read_below(self.path, relative, limit, tail)
-        except FileNotFoundError:
-            return Text(missing=none)
-        except OSError as e:
-            return Text(missing=f"not shown: {e.strerror or e}")
-        return Text(data.decode("utf-8", errors="replace"), cut)
 
     def split_rows(self, key: str) -> tuple[list[dict], set[str] | None]:
         """An evaluation's rows (id, prediction, error), the ids its report marks failed (None without one)."""
@@ -360,16 +336,7 @@ class RunReader:
         cached = self._labels_cache.get((key, id_column, label_column))
         if cached and cached[0] == mark:
             return cached[1]
-        try:
-            data, _ = read_below(self.path, f"evals/{key}/{PREDICTIONS}", MAX_PREDICTIONS)
-        except OSError:
-            return {}
-        try:  # pandas, as the project reads its CSVs: no limit on a cell's size (a long prediction)
-            table = pd.read_csv(io.BytesIO(data), dtype=str, keep_default_na=False, usecols=[id_column, label_column],
-                                encoding_errors="replace")
-        except (ValueError, pd.errors.ParserError):
-            return {}  # no such columns, or not a CSV
-        found = {csv_value(q): csv_value(label) for q, label in zip(table[id_column], table[label_column])}
+        found = read_labels(self.path, key, id_column, label_column)
         if len(self._labels_cache) > 256:  # node pages of a big run: keep the latest
             self._labels_cache.clear()
         self._labels_cache[(key, id_column, label_column)] = (mark, found)
@@ -384,17 +351,3 @@ def known_domain(name: str) -> Domain | None:
         return get_domain(name)
     except (UserError, KeyError, ValueError):
         return None
-
-
-def read_journal(run_dir: Path, key: str) -> list[dict]:
-    """An evaluation's predictions: id, prediction and error of each row, as text."""
-    try:
-        data, _ = read_below(run_dir, f"evals/{key}/{JOURNAL}", MAX_JOURNAL)
-    except OSError:
-        return []
-    rows = []
-    for row in json_objects(data):
-        if "id" in row:
-            rows.append({"id": str(row["id"]), "prediction": "" if row.get("prediction") is None
-                         else str(row["prediction"]), "error": "" if row.get("error") is None else str(row["error"])})
-    return rows

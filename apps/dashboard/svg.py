@@ -214,32 +214,38 @@ def line_chart(series: dict[str, list[tuple[float, float]]], x_label: str, y_lab
     names: list[str] = list(dict.fromkeys([*series, *(dots or {})]))
     legend = []
     for i, name in enumerate(names):
-        colour = PALETTE[i % len(PALETTE)]
-        band = (bands or {}).get(name)
-        if band and len({x for x, _, _ in band}) == 1:  # one generation: an area of no width, drawn as a bar
-            x, low, high = band[0]
-            (top_x, top_y), (low_x, low_y) = at(x, high).split(","), at(x, low).split(",")
-            parts.append(h("line", {"x1": top_x, "y1": top_y, "x2": low_x, "y2": low_y, "stroke": colour,
-                                    "class": "band-bar", "data-series": name}))
-        elif band:
-            outline = [at(x, high) for x, _, high in band] + [at(x, low) for x, low, _ in reversed(band)]
-            parts.append(h("polygon", {"points": " ".join(outline), "fill": colour, "class": "band",
-                                       "data-series": name}))
-        if series.get(name):
-            parts.append(h("polyline", {"points": " ".join(at(x, y) for x, y in series[name]), "stroke": colour,
-                                        "class": "series", "data-series": name}))
-        if len({x for x, _ in series.get(name, [])}) == 1:  # a line of one point draws nothing: a mark instead
-            cx, cy = at(*series[name][-1]).split(",")
-            parts.append(h("circle", {"cx": cx, "cy": cy, "r": 4, "fill": colour, "class": "point",
-                                      "data-series": name}))
-        for x, y in (dots or {}).get(name, []):
-            cx, cy = at(x, y).split(",")
-            parts.append(h("circle", {"cx": cx, "cy": cy, "r": 2.5, "fill": colour, "class": "dot"}))
+        parts += _marks(name, PALETTE[i % len(PALETTE)], series.get(name, []), (dots or {}).get(name, []),
+                        (bands or {}).get(name), at)
         legend.append(h("li", {}, h("span", {"class": f"swatch c{i % len(PALETTE)}"}), name))
     return h("figure", {"class": "chart"},
              h("svg", {"viewBox": f"0 0 {width} {height}", "xmlns": "http://www.w3.org/2000/svg", "role": "img",
                        "aria-label": y_label}, join(parts)),
              h("ul", {"class": "legend"}, join(legend)))
+
+
+def _marks(name: str, colour: str, line: list[tuple[float, float]], dots: list[tuple[float, float]],
+           band: list[tuple[float, float, float]] | None, at: Callable[[float, float], str]) -> list[Markup]:
+    """One series of a line chart: its band, its line (a mark for a line of one point) and its dots; `at` puts a
+    value on the chart ("x,y")."""
+    parts = []
+    if band and len({x for x, _, _ in band}) == 1:  # one generation: an area of no width, drawn as a bar
+        x, low, high = band[0]
+        (top_x, top_y), (low_x, low_y) = at(x, high).split(","), at(x, low).split(",")
+        parts.append(h("line", {"x1": top_x, "y1": top_y, "x2": low_x, "y2": low_y, "stroke": colour,
+                                "class": "band-bar", "data-series": name}))
+    elif band:
+        outline = [at(x, high) for x, _, high in band] + [at(x, low) for x, low, _ in reversed(band)]
+        parts.append(h("polygon", {"points": " ".join(outline), "fill": colour, "class": "band", "data-series": name}))
+    if line:
+        parts.append(h("polyline", {"points": " ".join(at(x, y) for x, y in line), "stroke": colour,
+                                    "class": "series", "data-series": name}))
+    if len({x for x, _ in line}) == 1:  # a line of one point draws nothing: a mark instead
+        cx, cy = at(*line[-1]).split(",")
+        parts.append(h("circle", {"cx": cx, "cy": cy, "r": 4, "fill": colour, "class": "point", "data-series": name}))
+    for x, y in dots:
+        cx, cy = at(x, y).split(",")
+        parts.append(h("circle", {"cx": cx, "cy": cy, "r": 2.5, "fill": colour, "class": "dot"}))
+    return parts
 
 
 def tick_labels(ticks: list[float]) -> list[str]:

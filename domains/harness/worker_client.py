@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from domains.harness.worker_pipe import WorkerProcess
 from inside.worker import is_file_path
 from services.config import PROJECT_ROOT, Config
-from services.errors import UserError
+from services.errors import AgentFailed, UserError
 from services.fsutil import make_folder
 from services.sandbox import Mount, Sandboxes
 from services.workspace import EVOLVABLE_PATHS, copy_evolvable
@@ -118,7 +118,7 @@ class AgentWorker:
     def start(self) -> None:
         """Start a fresh worker; returns once it loaded the agent."""
         if getattr(self.sandbox, "disk_capped", None):  # its watch kills whatever starts there now
-            raise UserError(f"the agent's sandbox was stopped for {self.sandbox.disk_capped}")
+            raise AgentFailed(f"the agent's sandbox was stopped for {self.sandbox.disk_capped}")
         # Here, where the first call can come: pricing the model imports litellm on the host, which the
         # harness's command overlaps with the sandbox's start (domains/harness/__main__.py).
         self.gateway.allow_models(self.model)
@@ -130,7 +130,7 @@ class AgentWorker:
                 source, msg = self.results.get(timeout=max(0.0, deadline - time.monotonic()))
             except queue.Empty:
                 self.stop()
-                raise UserError(f"the agent did not load within {self.config.harness.start_timeout_s:g} s "
+                raise AgentFailed(f"the agent did not load within {self.config.harness.start_timeout_s:g} s "
                                 f"(see {self.log_path})") from None
             if source is not self.proc:
                 continue
@@ -139,8 +139,8 @@ class AgentWorker:
             self.stop()
             self.sandbox.check_stopped("the agent's worker")  # not the agent's failure to load
             if getattr(self.sandbox, "disk_capped", None):
-                raise UserError(f"the agent's sandbox was stopped for {self.sandbox.disk_capped}")
-            raise UserError(msg.get("fatal") or f"the worker exited before loading the agent (see {self.log_path})")
+                raise AgentFailed(f"the agent's sandbox was stopped for {self.sandbox.disk_capped}")
+            raise AgentFailed(msg.get("fatal") or f"the worker exited before loading the agent (see {self.log_path})")
 
     def _launch(self) -> None:
         box = self.sandbox

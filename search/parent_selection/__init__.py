@@ -73,12 +73,11 @@ def candidates_among(nodes: Sequence[_N], children: Mapping[str | None, int], sc
 
 @dataclass(frozen=True)
 class Context:
-    """What a strategy may read besides the candidates: who is choosing and the strategy's settings."""
+    """What a strategy may read besides the candidates: who is choosing and how equal scores are told apart (a
+    strategy's own settings are its own: search/registry.py's `configured`)."""
 
     generation: int = 0  # the generation whose parent is chosen
     ties: str = "latest"  # latest | earliest: which of equal candidates is preferred
-    islands: int = 4  # islands: how many sub-archives
-    migrate_every: int = 10  # islands: generations between migrations
     tolerance: float = TIE_TOLERANCE  # scores within this of each other are equal (0: the reference's float `max`)
 
 

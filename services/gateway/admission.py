@@ -30,6 +30,7 @@ class Admitted(NamedTuple):
     model: str  # as provider/name
     messages: list
     params: dict
+    body: dict  # the request as the caller sent it, which its answer is written for (inbound/)
 
 
 class Admission:
@@ -45,8 +46,9 @@ class Admission:
         resolved = frozenset(self.config.resolve_model(m) for m in models)
         return self.sessions.new(node, role, resolved, max_calls, sandbox)
 
-    def admit(self, api_key: str, body: dict, inbound: Inbound) -> Admitted:
-        """The request's session, model, messages and checked parameters; a Refusal when it may not go on."""
+    def admit(self, api_key: str, body: dict, inbound: Inbound, call: bool = True) -> Admitted:
+        """The request's session, model, messages and checked parameters; a Refusal when it may not go on.
+        `call` False: a question the gateway answers itself (count_tokens), which spends none of the cap."""
         session = self.sessions.live(api_key)
         stopped = self._stopped()
         if stopped:
@@ -61,13 +63,15 @@ class Admission:
             raise Refusal(403, f"model {requested[:200]!r} is not allowed in this run (allowed: {allowed})",
                           "permission_error")
         messages, params = inbound.request(body, self.config.gateway)
+        if not call:
+            return Admitted(session, requested, model, messages, params, body)
         with self._lock:
             session.calls += 1
             over = session.max_calls is not None and session.calls > session.max_calls
         if over:
             raise Refusal(429, f"this session's limit of {session.max_calls} model calls is reached",
                           "call_limit_reached")
-        return Admitted(session, requested, model, messages, params)
+        return Admitted(session, requested, model, messages, params, body)
 
     def answered(self, session: Session) -> None:
         with self._lock:

@@ -183,6 +183,8 @@ class Gateway:
 
     def _handle(self, inbound: Inbound, api_key: str, body: dict) -> Reply:
         try:
+            if inbound.counts:
+                return _count(self.admission, inbound, api_key, body)
             request = self.admission.admit(api_key, body, inbound)
             session, model, params = request.session, request.model, request.params
             canon = canonical(model, request.messages, params)
@@ -191,7 +193,7 @@ class Gateway:
             if hit is not None:
                 self.admission.answered(session)
                 self._book(Call(session.run_id, session.node, session.role, model, cache_hit=True))
-                return _reply(inbound, hit, request.requested, cost=0.0)
+                return _reply(inbound, hit, request.body, cost=0.0)
             params = with_output_cap(params, self.models.pricing(model), self.gw)
             worst = worst_case(self.models.pricing(model), len(canon), params)
             self._budget.reserve(*worst)
@@ -231,7 +233,7 @@ class Gateway:
         self.admission.answered(session)
         self._book(sent.call)
         self._replays.put(key, sent.payload, sent.call.cost_usd)
-        return _reply(inbound, sent.payload, request.requested, cost=sent.call.cost_usd)
+        return _reply(inbound, sent.payload, request.body, cost=sent.call.cost_usd)
 
     def _book(self, call: Call) -> None:
         """Write a call to the ledger and add it to the run's totals; MachineDown when the disk cannot."""
@@ -239,11 +241,19 @@ class Gateway:
         self._budget.add(call)
 
 
-def _reply(inbound: Inbound, payload: dict, requested: str, cost: float) -> Reply:
+def _count(admission: Admission, inbound: Inbound, api_key: str, body: dict) -> Reply:
+    """How many tokens a request's prompt holds, estimated here (a token per 4 bytes of its chat form) for a
+    session that could send it: no provider call, nothing booked."""
+    request = admission.admit(api_key, body, inbound, call=False)
+    size = len(canonical(request.model, request.messages, request.params))
+    return Reply(200, inbound.reply({"usage": {"prompt_tokens": -(-size // 4)}}, body), {})
+
+
+def _reply(inbound: Inbound, payload: dict, body: dict, cost: float) -> Reply:
     """The reply a caller gets: whether it came from the cache is the ledger's to know (a cached
     reply costs 0, which tells a caller only of its own node and role's earlier calls, the
     cache's scope)."""
-    return Reply(200, inbound.reply(payload, requested), {"x-gateway-cost-usd": f"{cost:.8f}"})
+    return Reply(200, inbound.reply(payload, body), {"x-gateway-cost-usd": f"{cost:.8f}"})
 
 
 def open_gateway(config: Config, run_dir: str | Path, run_id: str) -> Gateway:

@@ -194,7 +194,7 @@ _ECHOED = frozenset(("provider_specific_fields", "refusal", "annotations", "audi
 _CALLED = {"name": str, "arguments": str}
 
 
-def _cache_control(name: str, value: dict) -> None:
+def check_cache_control(name: str, value: dict) -> None:
     """A check of a text part's cache breakpoint: {"type": "ephemeral"} with an optional ttl the provider takes."""
     _shaped(name, value, _CACHE_CONTROL, required=("type",))
     if value["type"] != "ephemeral":
@@ -216,7 +216,7 @@ def _content(name: str, value: object) -> int:
         if part["type"] != "text":
             raise _invalid(f"{name}[{i}].type", "must be 'text'")
         if part.get("cache_control") is not None:
-            _cache_control(f"{name}[{i}].cache_control", part["cache_control"])
+            check_cache_control(f"{name}[{i}].cache_control", part["cache_control"])
             marks += 1
         elif "cache_control" in part:  # null, "not set": litellm would send it on as null, which Anthropic refuses
             del part["cache_control"]

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from services.errors import MachineDown
 from services.fsutil import AppendFile, open_append
-from services.gateway.inbound import BY_PATH, Reply, error_reply
+from services.gateway.inbound import BY_PATH, CHAT, Event, Inbound, Reply, error_reply, event_stream, in_shape
 from services.gateway.machine import Reach
 from services.gateway.params import Refusal
 
@@ -321,20 +321,27 @@ class _Handler(BaseHTTPRequestHandler):
         self.server.deadlines.set(self.connection, READ_TIMEOUT_S, "send its request")
         return super().parse_request()
 
-    def _send(self, reply: Reply) -> None:
+    def _send(self, reply: Reply, events: list[Event] | None = None) -> None:
+        """Write `reply`, or, with `events`, its answer as a server-sent event stream (of known length)."""
         self.server.deadlines.set(self.connection, READ_TIMEOUT_S, "take its reply")
-        data = json.dumps(reply.body).encode()
+        data = json.dumps(reply.body).encode() if events is None else event_stream(events)
         self.send_response(reply.status)
-        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Type", "application/json" if events is None else "text/event-stream")
         self.send_header("Content-Length", str(len(data)))
         for k, v in reply.headers.items():
             self.send_header(k, v)
         self.end_headers()
         self.wfile.write(data)
 
+    def _key(self) -> str:
+        """The caller's session key: `Authorization: Bearer KEY` (OpenAI's clients, Anthropic's with an auth
+        token), else `x-api-key: KEY` (Anthropic's with an API key, as Claude Code sends ANTHROPIC_API_KEY)."""
+        bearer = self.headers.get("Authorization", "").removeprefix("Bearer ").strip()
+        return bearer or self.headers.get("x-api-key", "").strip()
+
     def do_GET(self) -> None:
-        if self.path.rstrip("/") in ("/v1/models", "/models"):
-            api_key = self.headers.get("Authorization", "").removeprefix("Bearer ").strip()
+        if self.path.split("?", 1)[0].rstrip("/") in ("/v1/models", "/models"):
+            api_key = self._key()
             try:
                 models = self.gateway.models_for(api_key)
             except Refusal as refused:
@@ -346,37 +353,39 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(error_reply(404, f"no route {self.path}", "not_found"))
 
     def do_POST(self) -> None:
-        """A request of an inbound protocol (a chat request); its body is read only when its declared size is
-        within gateway.max_request_mb."""
-        api_key = self.headers.get("Authorization", "").removeprefix("Bearer ").strip()
+        """A request of an inbound protocol, routed by its path (a query, as Claude Code's `?beta=true`, aside),
+        answered in that protocol's shape; its body is read only when its declared size is within
+        gateway.max_request_mb."""
+        api_key = self._key()
+        inbound = BY_PATH.get(self.path.split("?", 1)[0].rstrip("/"))
         length = self.headers.get("Content-Length", "").strip()
         limit = self.gateway.gw.max_request_mb * 2**20
         if not (length.isascii() and length.isdigit()):
             return self._refuse_unread(api_key, 400, "a request needs a Content-Length header with its size in bytes",
-                                       "invalid_request_error")
+                                       "invalid_request_error", inbound)
         if int(length) > limit:
             return self._refuse_unread(api_key, 413, f"request body of {length} bytes is over gateway.max_request_mb "
-                                       f"({self.gateway.gw.max_request_mb} MB)", "request_too_large")
+                                       f"({self.gateway.gw.max_request_mb} MB)", "request_too_large", inbound)
         raw = self.rfile.read(int(length))
         if len(raw) < int(length):  # the caller hung up, or was too slow (its connection was shut down)
             self.close_connection = True
             return
         self.server.deadlines.set(self.connection, None)  # the gateway's own time: a provider call may be long
-        inbound = BY_PATH.get(self.path.rstrip("/"))
         if inbound is None:
-            return self._send(error_reply(404, f"no route {self.path}", "not_found"))
+            return self._send(error_reply(404, f"no route {self.path[:200]}", "not_found"))
         try:
             body = json.loads(raw)
         except (ValueError, RecursionError):  # also bytes that are not UTF-8, and nesting too deep to parse
             body = None
         if not isinstance(body, dict):
-            return self._send(self.gateway.refuse(api_key, 400, "request body is not a JSON object",
-                                                  "invalid_request_error"))
-        self._send(self.gateway.handle(inbound.name, api_key, body))
+            return self._send(in_shape(inbound, self.gateway.refuse(api_key, 400, "request body is not a JSON object",
+                                                                   "invalid_request_error")))
+        reply = self.gateway.handle(inbound.name, api_key, body)
+        self._send(reply, inbound.events(reply.body) if reply.status == 200 and inbound.streams(body) else None)
 
-    def _refuse_unread(self, api_key: str, status: int, message: str, kind: str) -> None:
+    def _refuse_unread(self, api_key: str, status: int, message: str, kind: str, inbound: Inbound | None) -> None:
         """Refuse a request whose body stays unread: the connection closes after the answer, since
         the unread bytes would otherwise be taken for the next request."""
-        reply = self.gateway.refuse(api_key, status, message, kind)
+        reply = in_shape(inbound or CHAT, self.gateway.refuse(api_key, status, message, kind))
         reply.headers["Connection"] = "close"
         self._send(reply)

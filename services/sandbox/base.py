@@ -21,13 +21,12 @@ import time
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Protocol
 
 import inside
 from services.config import SandboxConfig
 from services.sandbox import disk_room
 from services.sandbox.disk_room import DiskRoom, disk_use
-from services.sandbox.processes import kill_tree
+from services.sandbox.processes import Process, kill_tree, wait_capped
 
 WORKSPACE = "/workspace"  # where the workspace appears inside an isolating sandbox
 TRUSTED_DIR = "/opt/hyperagents"  # where the trusted scripts of inside/ appear, read-only
@@ -69,20 +68,6 @@ def hidden_core_paths() -> list[str]:
         if any(path == b or path.startswith(b + "/") for b in bound):
             hidden.append(path)
     return hidden
-
-
-class Process(Protocol):
-    """A command started in a sandbox: what each backend's `popen` returns (subprocess.Popen for
-    bwrap and the host, DockerProcess, RemoteProcess)."""
-
-    pid: int
-    stdin: IO[str]  # always pipes
-    stdout: IO[str]
-    stderr: IO[str]
-
-    def poll(self) -> int | None: ...
-    def wait(self, timeout: float | None = None) -> int: ...
-    def kill(self) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -174,7 +159,7 @@ class Sandbox:
         try:
             self.open()
             if self.measures_disk:  # MachineDown when a disk under its folders is short of the host's reserve
-                trees = self._writable_trees()
+                trees = [self.workspace, *(m.source for m in self.mounts if m.writable)]
                 self._room = DiskRoom(trees, disk_use(trees)[1])
         except BaseException:
             self.close()
@@ -182,9 +167,6 @@ class Sandbox:
         threading.Thread(target=self._watch_disk, name=f"sandbox-disk-{self.workspace.name}", daemon=True).start()
         _OPEN[id(self)] = self
         return self
-
-    def _writable_trees(self) -> list[Path]:
-        return [self.workspace, *(m.source for m in self.mounts if m.writable)]
 
     def _watch_disk(self) -> None:
         """Kill everything inside once the folders it may write hold more than `config.disk_mb`
@@ -221,7 +203,7 @@ class Sandbox:
             over, used = disk_use(room.trees, int(self.config.disk_mb * 2**20))
             if over and short:  # counted in full: what it wrote on each disk
                 used = disk_use(room.trees)[1]
-            found = room.culprit(used, short, self._sharing) if short else None
+            found = room.culprit(used, short, _sharing) if short else None
             if over:
                 self.disk_capped = over
             elif found is not None:
@@ -232,10 +214,6 @@ class Sandbox:
                 kill_tree(proc)
             if found is not None:
                 room.make_room(found[1], disk_room.MAX_ENTRIES)
-
-    def _sharing(self, device: int) -> int:
-        """The sandboxes of this process open with writable folders on `device`."""
-        return sum(1 for box in list(_OPEN.values()) if box._room is not None and device in box._room.disks)
 
     def __exit__(self, *exc: object) -> None:
         self.close()
@@ -330,38 +308,18 @@ class Sandbox:
         what the command does."""
         cap = int(output_cap if output_cap is not None else self.config.output_cap_mb * 2**20)
         started = time.monotonic()
-        proc = self.popen(argv, env or {}, cwd)
-        out, err = _CappedReader(proc.stdout, cap), _CappedReader(proc.stderr, cap)
-        over = threading.Event()
-        out.over = err.over = over
-        for reader in (out, err):
-            reader.start()
-        try:
-            if input:
-                proc.stdin.write(input)
-            proc.stdin.close()
-        except (BrokenPipeError, OSError, ValueError):
-            pass
-        deadline = started + timeout
-        timed_out = False
-        while proc.poll() is None:
-            if over.is_set():
-                break
-            if time.monotonic() >= deadline:
-                timed_out = True
-                break
-            over.wait(0.02)
-        if proc.poll() is None:
-            kill_tree(proc)
-        code = proc.wait()
-        for reader in (out, err):
-            reader.join(2.0)
+        code, out, err, timed_out, over = wait_capped(self.popen(argv, env or {}, cwd), input, started + timeout, cap)
         if self._closed:
             raise SandboxClosed(f"the sandbox was closed while {Path(argv[0]).name} ran")
         self._check_disk()  # what it wrote in its last moments, before the caller keeps its result
         capped = self.disk_capped
-        return RunResult(None if (timed_out or over.is_set() or capped) else code, out.text(), err.text(),
-                         time.monotonic() - started, timed_out, over.is_set(), capped)
+        return RunResult(None if (timed_out or over or capped) else code, out, err, time.monotonic() - started,
+                         timed_out, over, capped)
+
+
+def _sharing(device: int) -> int:
+    """The sandboxes of this process open with writable folders on `device`."""
+    return sum(1 for box in list(_OPEN.values()) if box._room is not None and device in box._room.disks)
 
 
 def close_all() -> int:
@@ -371,28 +329,3 @@ def close_all() -> int:
     for box in boxes:
         box.close()
     return len(boxes)
-
-
-class _CappedReader(threading.Thread):
-    """Reads a pipe to its end, keeping at most `cap` characters; past that sets `over`."""
-
-    def __init__(self, pipe: IO[str], cap: int) -> None:
-        super().__init__(daemon=True)
-        self.pipe, self.cap, self.parts, self.size = pipe, cap, [], 0
-        self.over = threading.Event()  # replaced by the one both readers of a command share
-
-    def run(self) -> None:
-        try:
-            while chunk := self.pipe.read(65536):
-                if self.size < self.cap:
-                    self.parts.append(chunk[: self.cap - self.size])
-                self.size += len(chunk)
-                if self.size > self.cap:
-                    self.over.set()
-                    return
-        except (OSError, ValueError):
-            pass
-
-    def text(self) -> str:
-        return "".join(self.parts)
-

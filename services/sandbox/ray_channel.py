@@ -124,7 +124,8 @@ def forward(gateway_socket: str, kind: str, api_key: str, body: dict | None, tim
     connection = _UnixConnection(gateway_socket, timeout)
     try:
         if kind in PROTOCOLS:  # a request of one of the gateway's inbound protocols, sent to its path
-            data = json.dumps(body, ensure_ascii=False).encode()
+            # Asked as JSON: the node's listener writes the events of a streamed answer from it.
+            data = json.dumps({k: v for k, v in (body or {}).items() if k != "stream"}, ensure_ascii=False).encode()
             connection.request("POST", PROTOCOLS[kind].paths[0], data,
                                {"Authorization": f"Bearer {api_key}", "Content-Type": "application/json"})
         else:

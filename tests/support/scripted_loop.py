@@ -67,6 +67,17 @@ def responder(script: dict[int, list[dict]], meta_calls: list, by_iterations_lef
     return respond
 
 
+def one_edit(request: dict, edit: dict) -> str | None:
+    """The project's meta agent's answer in a scripted run that makes one edit: `edit` as a tool call on its first
+    turn, then "Done."; None when `request` is no meta agent's (it names neither /workspace nor /feedback)."""
+    messages = request["messages"]
+    opening = " ".join(str(m["content"]) for m in messages[:2])
+    if "/workspace" not in opening or "/feedback" not in opening:
+        return None
+    turn = sum(1 for m in messages if m["role"] == "assistant")
+    return f"I will do this.\n<json>{json.dumps(edit)}</json>" if turn == 0 else "Done."
+
+
 def loop_config(tmp_path, gateway: str = "") -> str:
     """FAST_CONFIG plus `gateway` lines and a loop of 20 eval samples, written under tmp_path."""
     text = (FAST_CONFIG.replace("gateway:\n", "gateway:\n" + gateway)
