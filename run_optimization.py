@@ -38,6 +38,7 @@ from services.config import BASELINES, EXECUTORS, SANDBOX_BACKENDS, Config
 from services.errors import EXIT_MACHINE_DOWN, EXIT_PROVIDER_DOWN, Terminated, UserError, advise, exit_on_user_error
 from services.flags import int_flag, number_flag
 from services.fsutil import hold_folder
+from services.meta_agent_names import meta_agent_names
 from services.strategy_names import strategy_names
 
 
@@ -117,6 +118,11 @@ def _start_flags(ap: argparse.ArgumentParser) -> None:
     group = ap.add_argument_group("models, budget and start")
     group.add_argument("--budget_usd", type=number_flag(0), default=None, help="stop the run once this much is spent")
     group.add_argument("--meta_model", default=None, help="the meta agent's model (litellm string)")
+    group.add_argument("--meta_agent", choices=meta_agent_names(), default=None,
+                       help="what edits the code each generation: builtin (default: the workspace's meta agent), "
+                            "paper (the HyperAgents reference's), or a coding agent run in the sandbox through the "
+                            "gateway: claude-code, codex, mini-swe-agent (python -m services.install "
+                            "--coding-agents installs them)")
     group.add_argument("--task_model", default=None, help="the task agent's model (litellm string)")
     group.add_argument("--data", action="append", default=None, metavar="DOMAIN=PATH",
                        help="the data file of a domain that is not bundled, e.g. amo_bench=AMO-Bench.jsonl")

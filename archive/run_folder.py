@@ -87,7 +87,7 @@ GUARDED: dict[str, Guard] = {
 
 # Every other field of services.config, each what a run is about rather than where it runs.
 DATA = frozenset({
-    "models.task", "models.meta", "models.grader", "models.judge", "models.heldout_grader",
+    "models.task", "models.meta", "models.grader", "models.judge", "models.heldout_grader", "models.meta_agent",
     "gateway.port", "gateway.max_retries", "gateway.breaker_failures", "gateway.backoff_base_s",
     "gateway.backoff_max_s", "gateway.request_timeout_s", "gateway.cache", "gateway.prompt_caching",
     "gateway.budget_usd", "gateway.budget_tokens", "gateway.max_concurrent_calls", "gateway.requests_per_minute",
@@ -128,6 +128,9 @@ NAMED_LIKE_A_PLACE = {
                           "--initial_from takes the new run's own",
     "loop.try_command": "whether the meta agent may run the task agent on train rows, in its own sandbox",
     "loop.initial_meta_agent": "read only when a run starts, and only names a bundled meta agent (default or paper)",
+    "models.meta_agent": "names a meta agent of this project or of a plug-in the user installed, which runs in the "
+                         "run's sandbox like any meta agent (a coding agent's program from the project's own install "
+                         "folder, read-only)",
     "loop.domains": "read only when a new run names no domain, from the command's own config (a resume keeps its "
                     "run's domains; a group's replicates take a spec file only when the command names it)",
 }

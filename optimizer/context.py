@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from archive.promotion import BestChoice
 from archive.store import ScoreRule
+from services.coding_agents import coding_agent, is_coding_agent
 from services.config import Config, LoopConfig
 from services.sandbox import Sandboxes
 
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
     from archive.records import Node
     from archive.store import Archive
     from domains.base import Domain
+    from services.coding_agents.base import CodingAgent
     from services.gateway import Gateway
 
 
@@ -41,6 +43,7 @@ class RunContext:
     task_model: str
     meta_model: str  # models.meta's first (the one a generation without a bandit uses)
     meta_models: tuple[str, ...]  # the bandit's arms: one model, no bandit
+    coding_agent: CodingAgent | None = None  # models.meta_agent when a coding agent; None: the workspace's code
 
     @classmethod
     def open(cls, run_dir: Path, config: Config, domains: list[Domain], gateway: Gateway, backend: str) -> RunContext:
@@ -48,9 +51,11 @@ class RunContext:
         from optimizer.evaluation import split_rows
 
         sizes = {d.name: split_rows(d, d.selection_split, config.loop.eval_samples) for d in domains}
+        name = config.models.meta_agent
         return cls(run_dir, config, list(domains), gateway, Sandboxes(config.sandbox, backend, gateway.unix_socket),
                    sizes, ScoreRule.of(config.loop, domains), BestChoice.of(config.loop),
-                   config.resolve_model("task"), config.resolve_model("meta"), tuple(config.meta_models()))
+                   config.resolve_model("task"), config.resolve_model("meta"), tuple(config.meta_models()),
+                   coding_agent(name) if is_coding_agent(name) else None)
 
     @property
     def loop(self) -> LoopConfig:

@@ -13,7 +13,8 @@ prompt is estimated shorter than a provider caches (1,024 tokens), so evaluation
 
 Time is estimated the same way, from the same tokens and an assumed speed per call (the constants
 below): rows run `harness.num_workers` at once on a provider, one at a time on the bundled local
-model, whose one server does the work; a generation's meta agent uses all its calls.
+model, whose one server does the work; a generation's meta agent uses all its calls. A coding agent as the meta
+agent (`--meta_agent claude-code`, ...) makes its own typical number of calls, each larger (`meta_shape`).
 """
 
 from __future__ import annotations
@@ -172,8 +173,8 @@ def evaluation_s(domains: list[Domain], config: Config, rows_of: RowsOf, test: b
 
 def timing(domains: list[Domain], config: Config, rows_of: RowsOf) -> Timing:
     """The run's time at the assumed speeds: as `estimate`, with each meta agent run using all its calls."""
-    meta = max(config.loop.meta_max_calls * call_seconds(m, config, META_PROMPT_TOKENS, META_COMPLETION_TOKENS)
-               for m in config.meta_models())
+    calls, average, _ = meta_shape(config)
+    meta = max(calls * call_seconds(m, config, average, META_COMPLETION_TOKENS) for m in config.meta_models())
     if replays_demo(config):  # no model call: the try command's rows are the meta agent's time
         meta = sum(TRY_ROWS * row_seconds(config.resolve_model("task"), config, _row_tokens(d)) for d in domains)
     models = [config.resolve_model("task"), *config.meta_models(),
@@ -228,13 +229,13 @@ def heldout_usd(domains: list[Domain], config: Config, rows_of: RowsOf) -> float
                for model in models for d in domains if d.name in graded)
 
 
-def meta_usd(model: str, gw: GatewayConfig, calls: int) -> tuple[float, float]:
-    """One meta agent run of `calls` calls whose prompt grows evenly from META_FIRST_PROMPT_TOKENS and averages
-    META_PROMPT_TOKENS: what it costs, and what prompt caching saves of that."""
+def meta_usd(model: str, gw: GatewayConfig, calls: int, average: int = META_PROMPT_TOKENS,
+             first: int = META_FIRST_PROMPT_TOKENS) -> tuple[float, float]:
+    """One meta agent run of `calls` calls whose prompt grows evenly from `first` tokens and averages `average`:
+    what it costs, and what prompt caching saves of that."""
     pricing = pricing_of(model, gw.prices)
-    last = 2 * META_PROMPT_TOKENS - META_FIRST_PROMPT_TOKENS
-    prompts = [META_FIRST_PROMPT_TOKENS + (last - META_FIRST_PROMPT_TOKENS) * k / max(calls - 1, 1)
-               for k in range(calls)]
+    last = 2 * average - first
+    prompts = [first + (last - first) * k / max(calls - 1, 1) for k in range(calls)]
     output = calls * META_COMPLETION_TOKENS * pricing.output_usd
     full = sum(prompts) * pricing.input_usd + output
     caches = gw.prompt_caching if takes_marks(model) else pricing.cache_read_usd < pricing.input_usd
@@ -243,6 +244,19 @@ def meta_usd(model: str, gw: GatewayConfig, calls: int) -> tuple[float, float]:
     # Each prompt token is written once, when it is new; every later call reads it.
     cached = prompts[-1] * pricing.cache_write_usd + sum(prompts[:-1]) * pricing.cache_read_usd + output
     return min(full, cached), max(full - cached, 0.0)
+
+
+def meta_shape(config: Config) -> tuple[int, int, int]:
+    """(calls, average prompt tokens, first prompt tokens) of one meta agent run: the built-in agent uses its
+    whole call cap; a coding agent its own typical calls (at most the cap), each about its `call_tokens` (its
+    system prompt and tool definitions alone are thousands of tokens, resent every turn), the first about half."""
+    from services.coding_agents import coding_agent, is_coding_agent
+
+    cap = config.loop.meta_max_calls
+    if not is_coding_agent(config.models.meta_agent):
+        return cap, META_PROMPT_TOKENS, META_FIRST_PROMPT_TOKENS
+    agent = coding_agent(config.models.meta_agent)
+    return min(agent.calls, cap), agent.call_tokens, agent.call_tokens // 2
 
 
 def initial_rows(config: Config, rows_of: RowsOf) -> RowsOf:
@@ -263,7 +277,8 @@ def estimate(domains: list[Domain], config: Config, rows_of: RowsOf) -> Estimate
     evaluation = evaluation_usd(domains, config, rows_of)
     initial = evaluation_usd(domains, config, initial_rows(config, rows_of))
     # With a bandit over several meta models, each generation is priced at the dearest: an upper bound.
-    meta, saved = max(meta_usd(m, config.gateway, config.loop.meta_max_calls) for m in config.meta_models())
+    calls, average, first = meta_shape(config)
+    meta, saved = max(meta_usd(m, config.gateway, calls, average, first) for m in config.meta_models())
     final = 2 * evaluation_usd(domains, config, rows_of, test=True) if config.loop.final_test else 0.0
     return Estimate(initial, meta, evaluation, config.loop.max_generation, final, saved,
                     heldout_usd(domains, config, rows_of), timing(domains, config, rows_of))

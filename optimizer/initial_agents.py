@@ -167,6 +167,24 @@ def paired(name: str, meta_agent: str) -> bool:
     return meta_agent == PAPER and name in PAPER_TASK_AGENTS
 
 
+def with_meta_agent(config: Config) -> None:
+    """A new run's `models.meta_agent: paper` as the code it starts from: the reference's meta agent is agent
+    code, so `paper` is `--initial_agent paper` (the reference's whole folder) for the default task agent,
+    and `loop.initial_meta_agent: paper` for a task agent the reference started from. A task agent it never
+    started from, or a folder of one's own (which brings its own meta agent: `builtin` runs it), is one line."""
+    loop = config.loop
+    if config.models.meta_agent != PAPER or loop.initial_agent == PAPER:
+        return
+    if loop.initial_agent == "default":
+        loop.initial_agent = PAPER
+    elif loop.initial_agent in PAPER_TASK_AGENTS:
+        loop.initial_meta_agent = PAPER
+    else:
+        raise UserError(f"--meta_agent paper starts from the reference's agent code, which has no version of "
+                        f"--initial_agent {loop.initial_agent} (it has: default, {', '.join(PAPER_TASK_AGENTS)}); "
+                        "--meta_agent builtin runs the meta agent that initial agent comes with")
+
+
 def get_initial_agent(name: str, domains: list[str], meta_agent: str = "default") -> InitialAgent | AgentFolder:
     """The named initial agent (or agent folder), after checking it can do every domain of the run;
     `meta_agent` is loop.initial_meta_agent."""

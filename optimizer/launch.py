@@ -278,9 +278,10 @@ def prepare(request: RunRequest) -> Prepared:
     from domains.base import use_data_files
     from domains.registry import config_domains, run_domains, use_domain_specs
     from optimizer.evaluation import split_rows
-    from optimizer.initial_agents import AgentFolder, get_initial_agent
+    from optimizer.initial_agents import AgentFolder, get_initial_agent, with_meta_agent
     from optimizer.trackers import require as require_trackers
     from search.registry import load_named
+    from services.coding_agents import require_meta_agent
 
     config = command_config(request)
     if not (request.resume_from or request.domains or request.domain_specs) and config.loop.domains:
@@ -294,6 +295,10 @@ def prepare(request: RunRequest) -> Prepared:
     name, tags = labels(request, record)
     use_data_files(config.harness.data_files)
     domains = run_domains(domain_names, run_dir)  # a resumed run's spec domains are kept in its folder
+    if record is None:
+        with_meta_agent(config)
+    if not request.dry_run and request.evaluate is None:
+        require_meta_agent(config.models.meta_agent, config.sandbox.executor)  # one line, before anything starts
     # A resumed run's initial node is in its repository: the path its folder names is never read here.
     initial_agent = None if record else get_initial_agent(
         config.loop.initial_agent, [d.task or d.name for d in domains], config.loop.initial_meta_agent)

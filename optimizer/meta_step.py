@@ -4,7 +4,8 @@ agent), and the folder read back as data and committed (services/workspace.py).
 
 What the sandbox may write goes to `untrusted/<node>/meta`; the log and the patch are written by the core, in
 `nodes/<node>/`. A merge also mounts its second parent's code to read; the no_selfimprove baseline runs the
-initial meta agent's code, whatever the workspace's says.
+initial meta agent's code, whatever the workspace's says. A coding agent (`--meta_agent claude-code`, ...) runs
+in its place, on the same workspace, inputs and limits (optimizer/agent_launch.py).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from archive.records import MetaResult
 from archive.store import META_TRANSCRIPT, Archive, untrusted_dir
+from optimizer import agent_launch
 from optimizer.feedback import TRY_ROWS
 from optimizer.meta_outcome import META_LOG, meta_log, meta_result
 from services.config import Baseline
@@ -23,6 +25,7 @@ from services.workspace import Quota, RunRepo, discard
 
 if TYPE_CHECKING:
     from optimizer.context import RunContext
+    from services.coding_agents.base import CodingAgent
 
 FEEDBACK = "/feedback"  # earlier generations' train results, read-only inside
 DATA = "/data"  # train rows with labels, read-only inside
@@ -44,16 +47,26 @@ class MetaStep:
         ctx, records = self.ctx, self.archive.node_dir(node_id)
         workspace = self.repo.checkout(parent_commit, ctx.workspaces / node_id)
         extra = self._beside(node_id, other)  # read-only checkouts beside the workspace, removed after the run
+        agent, spec = ctx.coding_agent, ctx.workspaces / f"{node_id}-agent"
         started = time.monotonic()
         try:
-            with ctx.sandboxes.open(workspace, self._mounts(node_id) + extra) as box:
-                argv = self._argv(box, generation, any(m.target == FROZEN_META for m in extra), meta_model)
-                argv += ["--other_parent", OTHER_PARENT, "--other_node", other] if other is not None else []
+            box = ctx.sandboxes.open(workspace, self._mounts(node_id) + extra + (agent_launch.mounts(spec)
+                                                                                   if agent else []))
+            if agent:
+                agent_launch.write_spec(spec, agent, agent_launch.launch_of(box, meta_model, NODE_OUT))
+            with box:
                 env = self._env(box, node_id, meta_model)
+                if agent:
+                    argv = self._agent_argv(box, agent, generation, other)
+                    env.update(agent_launch.environment(agent, agent_launch.launch_of(
+                        box, meta_model, NODE_OUT, env["AGENT_GATEWAY_KEY"])))
+                else:
+                    argv = self._argv(box, generation, any(m.target == FROZEN_META for m in extra), meta_model)
+                    argv += ["--other_parent", OTHER_PARENT, "--other_node", other] if other is not None else []
                 result = box.run(argv, env, timeout=ctx.loop.meta_timeout_s)
         finally:
-            for mount in extra:
-                discard(mount.source)
+            for folder in [m.source for m in extra] + [spec]:
+                discard(folder)
         atomic_write_text(records / META_LOG, meta_log(result.stdout, result.stderr))
         seconds = round(time.monotonic() - started, 3)
         try:
@@ -88,6 +101,19 @@ class MetaStep:
         if loop.try_command:
             argv += ["--try_command", f"python {box.trusted_script('try_agent.py')} --rows {TRY_ROWS}"]
         return argv + (["--agent_root", FROZEN_META] if frozen else [])
+
+    def _agent_argv(self, box: Sandbox, agent: CodingAgent, generation: int, other: str | None) -> list[str]:
+        """The launcher of a coding agent, with what the built-in meta agent's prompt says (a merge's second
+        parent included)."""
+        loop = self.ctx.loop
+        variables = {"repo": box.workdir, "feedback": FEEDBACK, "data": DATA,
+                     "iterations_left": str(loop.max_generation - generation),
+                     "try_command": (f"python {box.trusted_script('try_agent.py')} --rows {TRY_ROWS}"
+                                     if loop.try_command else "(no try command in this run)")}
+        if other is not None:
+            variables.update(other_parent=OTHER_PARENT, other_node=other)
+        return agent_launch.argv(box, agent, f"{NODE_OUT}/{META_TRANSCRIPT}", NODE_OUT, loop.meta_max_calls,
+                                 variables)
 
     def _mounts(self, node_id: str) -> list[Mount]:
         run_dir = self.ctx.run_dir

@@ -84,7 +84,7 @@ def plan_lines(run_dir: Path, domains: list[Domain], config: Config, backend: st
     agent = (f"all of {source}" if initial_from and initial_from["keep"] == "all" else
              f"meta agent of {source}, task agent {loop.initial_agent}" if initial_from else
              plan_text(loop.initial_agent, loop.initial_meta_agent, config.resolve_model('meta')))
-    lines += [f"agent    {agent}",
+    lines += [f"agent    {agent}", f"meta     {meta_agent_text(config.models.meta_agent)}",
               f"models   task {config.resolve_model('task')}, meta " + (
                   f"{config.resolve_model('meta')}" if len(config.meta_models()) == 1 else
                   f"one of {', '.join(config.meta_models())} each generation ({config.loop.meta_bandit} bandit, "
@@ -101,6 +101,19 @@ def plan_lines(run_dir: Path, domains: list[Domain], config: Config, backend: st
               + (f", time limit {loop.max_minutes:g} min from this command's start" if loop.max_minutes else "")]
     lines += left_over(run_dir, loop.max_generation) if resumed else []
     return [console(line) for line in lines]  # a resumed run's config, a spec's names: a folder's text
+
+
+def meta_agent_text(name: str) -> str:
+    """What edits the code each generation (models.meta_agent), in words."""
+    from services.coding_agents import coding_agent, is_coding_agent
+
+    if not is_coding_agent(name):
+        return f"{name}: the workspace's own MetaAgent, run by inside/run_meta.py"
+    from optimizer.agent_launch import files_of
+
+    agent = coding_agent(name)
+    return (f"{name}: {agent.about}, in the sandbox; its prompt and settings are agent code "
+            f"({files_of(agent)}/), its calls the meta session's")
 
 
 def count(n: int, thing: str) -> str:

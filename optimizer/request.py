@@ -19,7 +19,8 @@ FLAG_FIELDS = {
                                          "skip_staged_eval", "final_test", "edit_select_parent", "run_baseline",
                                          "initial_agent", "max_minutes")},
     "budget_usd": ("gateway", "budget_usd"), "eval_workers": ("harness", "num_workers"),
-    "meta_model": ("models", "meta"), "task_model": ("models", "task"), "sandbox": ("sandbox", "backend"),
+    "meta_model": ("models", "meta"), "meta_agent": ("models", "meta_agent"), "task_model": ("models", "task"),
+    "sandbox": ("sandbox", "backend"),
     "executor": ("sandbox", "executor"), "ray_address": ("sandbox", "ray_address"),
     "track": ("tracking", "backends"),
 }

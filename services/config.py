@@ -41,6 +41,7 @@ from services.config_values import (
     uri,
 )
 from services.errors import UserError
+from services.meta_agent_names import meta_agent_names
 from services.plain_data import conforms, describe, show
 from services.strategy_names import CONFIG_KEYS, strategy_names
 from services.user_files import expand_user, read_yaml
@@ -207,6 +208,7 @@ def _loop_rules() -> dict:
         "loop.max_minutes": above_up_to(0, 10**7),
         "loop.merge_every": between(0, 10**6),
         "models.meta": META_MODELS,
+        "models.meta_agent": one_of(*meta_agent_names()),
         "models.heldout_grader": (lambda v: is_model(v) and v != "auto", "a model (not auto)"),
         "loop.novelty_threshold": (lambda v: 0 < v <= 1, "a number above 0 and at most 1"),
         "loop.seed": (lambda v: 0 <= v < SEED_LIMIT, f"an integer from 0 to 2**{SEED_LIMIT.bit_length() - 1} - 1"),

@@ -14,6 +14,7 @@ class ModelsConfig:
     meta: str | list[str] = "auto"  # model of the meta agent; role alias "meta" (the first); a list (or --meta_model a,b): a bandit (loop.meta_bandit) picks one per generation
     grader: str = "auto"  # model of the proof grader; role alias "grader"
     judge: str = "auto"  # model of LLM judges in answer domains; role alias "judge"
+    meta_agent: str = "builtin"  # what edits the code each generation: builtin (the workspace's meta agent, run by inside/run_meta.py) | paper (the same, starting from the HyperAgents reference's meta agent: loop.initial_meta_agent paper) | claude-code | codex | mini-swe-agent | an installed plug-in's (services/coding_agents/; python -m services.install --coding-agents)
     heldout_grader: str | None = None  # a second, independent grader model for imo_proof (any domain graded by a grader model): the best nodes' proofs graded again, never optimized against, to report the gap per generation (loop.best_choice heldout reads it); role alias "heldout_grader"; null = off
 
 

@@ -86,10 +86,12 @@ def clock(seconds: float) -> str:
     return f"{minutes}:{secs:02d}"
 
 
-def run_step(argv: list[str], log: Path, say: Callable[[str], None], heartbeat_s: float = HEARTBEAT_S) -> int:
+def run_step(argv: list[str], log: Path, say: Callable[[str], None], heartbeat_s: float = HEARTBEAT_S,
+             path: str | None = None) -> int:
     """Run `argv` with its output to `log`, saying each new phase and, while one lasts, how long so far;
-    pip's exit code."""
+    pip's exit code. `path`: the PATH it runs with (default: ours)."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "PIP_PROGRESS_BAR": "off"}  # lines as pip writes them
+    env.update({"PATH": path} if path else {})
     lines: queue.Queue[str | None] = queue.Queue()
     started = time.monotonic()
     with open(log, "w", encoding="utf-8", errors="replace") as out:
@@ -143,32 +145,53 @@ def say(text: str) -> None:
     print(console(f"      {text}"), flush=True)
 
 
-def main(install: str = INSTALL) -> int:
-    """Run the pip commands of `install`; the exit code (pip's, when a step fails)."""
+def main(argv: list[str] | None = None) -> int:
+    """The command line: the set-up's install, or with --coding-agents the coding agents'."""
+    parser = ArgumentParser(prog="python -m services.install", description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--coding-agents", action="store_true",
+                        help="install the coding agents --meta_agent can run (claude-code, codex, mini-swe-agent), "
+                             "pinned, into the project's .coding_agents/ folder")
+    return install(coding_agents=parser.parse_args(argv).coding_agents)
+
+
+def install(install: str = INSTALL, coding_agents: bool = False) -> int:
+    """Run the pip commands of `install` (with `coding_agents`: the coding agents' steps instead,
+    services/install_agents.py); the exit code (pip's or npm's, when a step fails)."""
     if sys.version_info < MIN_PYTHON:
         print(f"error: this project needs Python {'.'.join(map(str, MIN_PYTHON))} or newer; "
               f"{sys.executable} is {sys.version.split()[0]}", file=sys.stderr)
         return 2
+    if coding_agents:
+        from services import install_agents
+
+        commands = install_agents.steps()
+        return run_steps(commands, install_agents.resolved, install_agents.node_path)
     if sys.prefix == sys.base_prefix:
         print(f"note: not in a virtual environment: pip installs into {sys.prefix} "
               "(make one first: python3 -m venv .venv && . .venv/bin/activate)", flush=True)
-    commands = steps(install)
+    return run_steps([(f"pip {shlex.join(args)}", [sys.executable, "-m", "pip", *args]) for args in steps(install)])
+
+
+def run_steps(commands: list[tuple[str, list[str]]], resolve: Callable[[list[str]], list[str]] = list,
+              path: Callable[[], str | None] = lambda: None) -> int:
+    """Run each (title, argv) in turn, with progress; `resolve` completes an argv just before it runs and
+    `path` gives its PATH (the coding agents' npm is known only once an earlier step installed it)."""
     started = time.monotonic()
-    # pip's logs go to a folder only this user can enter (mkdtemp: 0700, a fresh name), kept when a step
+    # The logs go to a folder only this user can enter (mkdtemp: 0700, a fresh name), kept when a step
     # fails: a fixed name in the shared temp folder could be a link another user planted to a file of ours.
     logs = Path(tempfile.mkdtemp(prefix="hyperagents-install-"))
-    for number, args in enumerate(commands, 1):
-        print(console(f"[{number}/{len(commands)}] pip {shlex.join(args)}"), flush=True)
+    for number, (title, argv) in enumerate(commands, 1):
+        print(console(f"[{number}/{len(commands)}] {title}"), flush=True)
         log = logs / f"step-{number}.log"
         try:
-            code = run_step([sys.executable, "-m", "pip", *args], log, say)
+            code = run_step(resolve(argv), log, say, path=path())
         except KeyboardInterrupt:
             shutil.rmtree(logs, ignore_errors=True)
             print(f"interrupted in step {number}; run python -m services.install again to finish", file=sys.stderr)
             return 130
         if code != 0:
-            print(console(f"error: step {number} failed (pip exited with {code}); its last lines (all of them in "
-                          f"{log}):"), file=sys.stderr)
+            print(console(f"error: step {number} failed ({title.split()[0]} exited with {code}); its last "
+                          f"lines (all of them in {log}):"), file=sys.stderr)
             for line in tail(log):
                 print(console(f"  {line}"), file=sys.stderr)
             return code
@@ -178,5 +201,4 @@ def main(install: str = INSTALL) -> int:
 
 
 if __name__ == "__main__":
-    ArgumentParser(prog="python -m services.install", description=(__doc__ or "").split("\n\n")[0]).parse_args()
     sys.exit(main())

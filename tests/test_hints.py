@@ -215,6 +215,7 @@ PRINTED = {
         "python -m domains.report --domain imo_grading --dname outputs/proofgrader_val"),
     "domains/scoring.py: no proofgrader installed": "setup_proofgrader_repo --proofautograder",
     "optimizer/launch.py: --resume_from a harness folder": "python -m domains.harness --resume_from /runs/h",
+    "services/coding_agents: the meta agent a run chose is not installed": "python -m services.install --coding-agents",
     "apps/dashboard/evaluations.py: the evaluations' note": (
         "python -m domains.report --domain DOMAIN --dname FOLDER"),
 }

@@ -43,7 +43,7 @@ def test_the_steps_are_the_pip_commands_of_the_install_line():
 
 
 def test_a_failed_step_shows_the_end_of_pips_log_and_exits_with_its_code(capsys):
-    code = install.main("pip install --no-such-option-here")
+    code = install.install("pip install --no-such-option-here")
     out, err = capsys.readouterr()
     assert code == 2 and "[1/1] pip install --no-such-option-here" in out
     first, *rest = err.strip().splitlines()
@@ -52,6 +52,6 @@ def test_a_failed_step_shows_the_end_of_pips_log_and_exits_with_its_code(capsys)
 
 
 def test_steps_that_pass_end_with_the_total_time(capsys):
-    assert install.main("pip --version && pip --version") == 0
+    assert install.install("pip --version && pip --version") == 0
     out = capsys.readouterr().out.splitlines()
     assert out[-1].startswith("set-up done in 0:") and sum(line.startswith("[") for line in out) == 2

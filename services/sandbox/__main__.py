@@ -1,6 +1,6 @@
 """Sandbox tools: `python -m services.sandbox check` (each backend's state here and why, and the one
 a run takes; exit 2 when none works; with docker it also removes the containers of runs that were
-killed) and
+killed; then which coding agents each working backend can run) and
 `python -m services.sandbox build-image [--full] [--tag T]`."""
 
 from __future__ import annotations
@@ -98,6 +98,11 @@ def check() -> None:
         raise UserError("no sandbox works here (see above): start a Docker engine or install bubblewrap; "
                         "--sandbox none runs agent code unsandboxed") from None
     print(f"a run takes {backend} (--sandbox auto: docker when an engine answers, else bwrap; never none)")
+    from services.coding_agents.check import agent_lines
+
+    working = [name for name in ("docker", "bwrap") if states[name].startswith("works")]
+    for line in agent_lines(working, config):
+        print(console(f"meta agent {line}"), flush=True)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -181,8 +181,9 @@ def test_quotas_bound_what_is_committed(repo, tmp_path):
                                                                      tmp_path / "base")).files.values()))
     cap = repo.capture(ws, repo.node_commit("initial"), "quota", quota)
     assert "over the quota" in cap.dropped_why["agent/huge.bin"]
-    over = [p for p, why in cap.dropped_why.items() if why == "over the workspace quota"]
-    assert 15 <= len(over) <= 25  # about half of the 4 MB of chunks fits into the 2 MB left
+    over = [p for p, why in cap.dropped_why.items() if why == "over the workspace quota" and "chunk_" in p]
+    assert 15 <= len(over) <= 25  # about half of the 4 MB of chunks fits into the 2 MB left (the agent's own files
+    # after them in the walk may or may not fit as well, by a few KB of the project's files)
     sizes = [int(line.split()[3]) for line in repo.git("ls-tree", "-r", "-l", cap.commit).splitlines()]
     assert sum(sizes) <= quota.total_bytes
 

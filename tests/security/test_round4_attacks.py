@@ -245,7 +245,7 @@ def test_the_installer_writes_nothing_through_a_planted_link(tmp_path, monkeypat
     for number in (1, 2):
         (shared / f"hyperagents-install-step-{number}.log").symlink_to(victim)
     monkeypatch.setattr(tempfile, "tempdir", str(shared))
-    assert install.main("pip install --no-such-option-here") == 2
+    assert install.install("pip install --no-such-option-here") == 2
     err = capsys.readouterr().err
     assert victim.read_text() == "the user's own file\n"
     kept = Path(err.split("all of them in ", 1)[1].split("):", 1)[0])

@@ -23,7 +23,7 @@ from typing import Any
 
 from support.fake_http import FakeServer, Handler
 
-Responder = Callable[[dict], str]
+Responder = Callable[[dict], "str | dict"]  # a reply's text, or its whole message (tool_calls: a native tool call)
 
 DEFAULT_REPLY = "This is a fake reply."
 FAULTS = ("429", "500", "503", "malformed", "empty", "disconnect")
@@ -154,9 +154,10 @@ class FakeOpenAI(FakeServer):
         with self._lock:
             self._count += 1
 
-    def _completion(self, request_json: dict, content: str) -> dict:
+    def _completion(self, request_json: dict, content: str | dict) -> dict:
         prompt_tokens = max(1, _content_chars(request_json.get("messages")) // 4)
-        completion_tokens = max(1, len(content) // 4)
+        message = content if isinstance(content, dict) else {"role": "assistant", "content": content}
+        completion_tokens = max(1, len(json.dumps(message) if isinstance(content, dict) else content) // 4)
         return {
             "id": f"chatcmpl-{uuid.uuid4().hex}",
             "object": "chat.completion",
@@ -165,9 +166,9 @@ class FakeOpenAI(FakeServer):
             "system_fingerprint": "fake",
             "choices": [{
                 "index": 0,
-                "message": {"role": "assistant", "content": content},
+                "message": message,
                 "logprobs": None,
-                "finish_reason": "stop",
+                "finish_reason": "tool_calls" if message.get("tool_calls") else "stop",
             }],
             "usage": {
                 "prompt_tokens": prompt_tokens,

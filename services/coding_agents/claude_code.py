@@ -1,0 +1,59 @@
+"""Claude Code (npm @anthropic-ai/claude-code) as the meta agent: headless (`-p`, the prompt on its stdin), its
+events as stream-json.
+
+The npm package installs a native program per platform (@anthropic-ai/claude-code-linux-x64, ...), which
+is what runs: no Node.js inside the sandbox. It speaks Anthropic's Messages API to ANTHROPIC_BASE_URL (the
+gateway, without /v1: it adds /v1/messages itself) with ANTHROPIC_API_KEY (the session key). Every model
+alias it has (the small fast one, sub-agents') is the run's meta model, the only one the key may call.
+Permissions are bypassed (`--dangerously-skip-permissions`, meant for sandboxes without internet): ours is
+the boundary, and a headless run has nobody to ask. Telemetry, error reports, update checks and other
+traffic are switched off by its variables (and there is no network anyway).
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+from pathlib import Path
+
+from services.coding_agents.base import Command, Launch, bundled_text, npm_program
+
+VERSION = "2.1.332"
+ARCH = {"x86_64": "x64", "aarch64": "arm64", "arm64": "arm64"}.get(platform.machine(), platform.machine())
+PACKAGE = ("@anthropic-ai", f"claude-code-linux-{ARCH}", "claude")  # the native program under node_modules/
+QUIET = {"DISABLE_TELEMETRY": "1", "DISABLE_ERROR_REPORTING": "1", "DISABLE_AUTOUPDATER": "1",
+         "DISABLE_BUG_COMMAND": "1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1"}
+
+
+class ClaudeCode:
+    name = "claude-code"
+    protocol = "messages"
+    about = "Claude Code, headless (claude -p), through the gateway's Anthropic Messages protocol"
+    install = ("npm", f"@anthropic-ai/claude-code@{VERSION}")
+    calls = 30  # turns of a generation's edit; each resends the conversation so far
+    call_tokens = 20_000  # its system prompt and tool definitions alone are ~12k tokens
+
+    def __init__(self) -> None:
+        self.prompt = bundled_text(self.name, "prompt.md")
+        self.settings = json.loads(bundled_text(self.name, "settings.json"))
+
+    def program(self, installed: Path) -> Path | None:
+        return npm_program(installed, *PACKAGE)
+
+    def command(self, launch: Launch) -> Command:
+        argv = [f"{launch.installed}/node_modules/{'/'.join(PACKAGE)}", "-p", "--output-format",
+                "stream-json", "--verbose", "--model", launch.model, "--dangerously-skip-permissions",
+                "--no-session-persistence", "--strict-mcp-config"]
+        aliases = ("ANTHROPIC_SMALL_FAST_MODEL", "ANTHROPIC_DEFAULT_HAIKU_MODEL", "ANTHROPIC_DEFAULT_SONNET_MODEL",
+                   "ANTHROPIC_DEFAULT_OPUS_MODEL", "CLAUDE_CODE_SUBAGENT_MODEL")
+        env = {"ANTHROPIC_BASE_URL": launch.gateway_url.removesuffix("/v1"), "ANTHROPIC_API_KEY": launch.key,
+               "CLAUDE_CONFIG_DIR": f"{launch.home}/claude", "HOME": launch.home, **QUIET,
+               **dict.fromkeys(aliases, launch.model)}
+        return Command(argv, env, "claude-stream-json", settings_flags={"max_turns": "--max-turns", "tools": "--tools"},
+                       folders=(f"{launch.home}/claude",))
+
+
+    def version_argv(self, launch: Launch) -> list[str]:
+        return [f"{launch.installed}/node_modules/{'/'.join(PACKAGE)}", "--version"]
+
+AGENT = ClaudeCode()
