@@ -77,13 +77,16 @@ def test_litellms_failures_are_classified_as_the_gateway_acts_on_them(error, ret
 class Scripted:
     """A Provider that is not litellm: each call's answer, or its error, from a list."""
 
-    def __init__(self, outcomes: list) -> None:
+    def __init__(self, outcomes: list, family: str = "scripted") -> None:
         self.outcomes = outcomes
         self.routes: list[Route] = []
         self.registered: dict[str, dict] = {}
+        self.sent: list[list] = []
+        self._family = family
 
     def complete(self, route: Route, messages: list, params: dict, timeout: float | None) -> Answer:
         self.routes.append(route)
+        self.sent.append(messages)
         outcome = self.outcomes.pop(0)
         if isinstance(outcome, Exception):
             raise outcome
@@ -95,7 +98,7 @@ class Scripted:
         return Failure(retry=False, providers_fault=down, status=503 if down else 400)
 
     def family(self, model: str) -> str:
-        return "scripted"
+        return self._family
 
     def missing_keys(self, model: str) -> list[str]:
         return []
@@ -141,6 +144,24 @@ def test_the_gateway_calls_books_and_judges_failures_through_any_provider(tmp_pa
     assert [(r["role"], r["prompt_tokens"], r["completion_tokens"], r["cost_usd"]) for r in rows][0] == (
         "task", 7, 3, 0.25)
     assert [r["role"] for r in rows] == ["task", "task", "task", "probe"]
+
+
+def marked(messages: list) -> bool:
+    return any(isinstance(part, dict) and "cache_control" in part
+               for m in messages for part in (m["content"] if isinstance(m["content"], list) else [m]))
+
+
+@pytest.mark.parametrize(("family", "marks"), [("anthropic", True), ("scripted", False)])
+def test_prompt_cache_marks_follow_the_gateways_provider_not_litellms_table(tmp_path, family, marks):
+    # litellm knows no "scripted/" models: the gateway's own provider says which family takes marks.
+    provider = Scripted(["ok"], family)
+    with Gateway(Config(), Ledger(tmp_path / "ledger.sqlite"), "run", provider=provider) as gw:
+        gw.allow_models("scripted/m")
+        key = gw.new_session("n", "meta", ["scripted/m"])
+        system = {"role": "system", "content": "You edit code. " * 200}
+        body = {"model": "scripted/m", "messages": [system, {"role": "user", "content": "go"}]}
+        assert post(f"{gw.url}/chat/completions", key, body)[0] == 200
+    assert marked(provider.sent[0]) is marks
 
 
 class Plain:

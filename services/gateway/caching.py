@@ -28,14 +28,13 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Callable
-from functools import lru_cache
 from urllib.parse import urlsplit
 
 from services.errors import UserError
 from services.gateway.params import MAX_CACHE_MARKS
 from services.gateway.sessions import Session
 from services.local_model import is_local
-from services.providers import provider_of
+from services.provider import LITELLM, Provider
 
 EPHEMERAL = {"type": "ephemeral"}  # Anthropic's five-minute cache, refreshed by every read
 _SYSTEM = ("system", "developer")  # litellm sends both as the provider's system prompt, before the messages
@@ -50,16 +49,16 @@ REPLAYS: dict[str, Callable[[dict], bool]] = {
 }
 
 
-@lru_cache(maxsize=256)
-def takes_marks(model: str) -> bool:
-    """Whether litellm sends `model`'s cache_control marks on as the provider's cache breakpoints."""
+def takes_marks(model: str, provider: Provider = LITELLM) -> bool:
+    """Whether `provider` (the gateway's; litellm by default) sends `model`'s cache_control marks on as the
+    model's provider's cache breakpoints: the family it finds for the model decides."""
     if is_local(model):
         return False
     try:
-        provider = provider_of(model)
+        family = provider.family(model)
     except UserError:
         return False
-    return provider == "anthropic" or (provider in _CLAUDE_HOSTS and "claude" in model.lower())
+    return family == "anthropic" or (family in _CLAUDE_HOSTS and "claude" in model.lower())
 
 
 def _openai_hosted(model: str) -> bool:
@@ -72,11 +71,12 @@ def _openai_hosted(model: str) -> bool:
     return host is None or host == "openai.com" or host.endswith(".openai.com")
 
 
-def forwarded(model: str, session: Session, messages: list, params: dict, on: bool) -> tuple[list, dict]:
+def forwarded(model: str, session: Session, messages: list, params: dict, on: bool,
+              provider: Provider = LITELLM) -> tuple[list, dict]:
     """The messages and parameters a checked request of `session` is forwarded with: marked for a model
     that takes marks when `on`, without the caller's marks for one that does not, with the session's
     prompt_cache_key to OpenAI when `on`."""
-    if takes_marks(model):
+    if takes_marks(model, provider):
         return (marked(messages) if on else messages), params
     if any(_marks(m) for m in messages):
         messages = [_unmarked(m) for m in messages]

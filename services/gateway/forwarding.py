@@ -49,7 +49,7 @@ class Forwarding:
         """Forward a checked request of `session`, marked for the provider's prompt cache (caching.py)."""
         started = time.monotonic()
         sent = Sent(Call(session.run_id, session.node, session.role, model))
-        messages, params = forwarded(model, session, messages, params, self.gw.prompt_caching)
+        messages, params = forwarded(model, session, messages, params, self.gw.prompt_caching, self.provider)
         try:
             answer, sent.call.attempts = self._attempts(model, messages, params)
         except Exception as e:

@@ -87,7 +87,7 @@ def pricing_of(model: str, prices: dict, provider: Provider = LITELLM) -> Pricin
 
     # A prompt written to the cache of a provider that takes marks costs up to twice its input price (a one-hour
     # write): that is its dearest input.
-    dearest_input = max(dearest(*_INPUT), dearest(_WRITE) if takes_marks(model) else 0.0)
+    dearest_input = max(dearest(*_INPUT), dearest(_WRITE) if takes_marks(model, provider) else 0.0)
     most = DEFAULT_MAX_TOKENS if is_local(model) else info.get("max_output_tokens")
     return Pricing(listed("input_cost_per_token"), listed("output_cost_per_token"), dearest_input, dearest(*_OUTPUT),
                    most if type(most) is int and most > 0 else None, cached(_READ), cached(_WRITE))
