@@ -38,6 +38,7 @@ class Beginnings:
                  rng: random.Random | None = None) -> None:
         self.ctx, self.archive, self.repo, self.events = ctx, archive, repo, events
         self.rng = rng or random.Random()  # the draws of a run without a seed
+        self._read: dict[tuple[int | None, bool], list[Candidate]] = {}  # one start's reads of the archive
 
     def rng_of(self, generation: int, what: str = "") -> random.Random:
         seed = self.ctx.loop.seed
@@ -46,15 +47,24 @@ class Beginnings:
     def start(self, generation: int, upto: int | None = None) -> GenStart:
         """How `generation` starts: its parent, the model its meta agent runs on, and a merge's second parent,
         chosen among the nodes of generations up to `upto` (all when None)."""
+        self._read = {}
         parent = self.parent(generation, upto)
         return GenStart(str(generation), parent, generation, self.meta_model(generation, upto),
                         self.partner(generation, upto, parent))
 
+    def merges(self, generation: int) -> bool:
+        every = self.ctx.loop.merge_every
+        return bool(every) and not generation % every
+
     def candidates(self, upto: int | None, with_rows: bool) -> list[Candidate]:
-        ctx = self.ctx
-        return self.archive.candidates(ctx.domains, ctx.full_sizes, upto, ctx.score_rule,
-                                       failed_meta_bars_parent=ctx.loop.meta_failure == MetaFailure.PARENT,
-                                       with_rows=with_rows)
+        """The candidates among generations up to `upto`, read once per start (a merge generation's parent and
+        partner are chosen among the same ones, with their rows)."""
+        ctx, read = self.ctx, self._read
+        if (upto, with_rows) not in read:
+            read[(upto, with_rows)] = self.archive.candidates(
+                ctx.domains, ctx.full_sizes, upto, ctx.score_rule,
+                failed_meta_bars_parent=ctx.loop.meta_failure == MetaFailure.PARENT, with_rows=with_rows)
+        return read[(upto, with_rows)]
 
     def parent(self, generation: int, upto: int | None = None) -> str:
         """The parent of `generation`, among the nodes of generations up to `upto` (all when None)."""
@@ -62,7 +72,7 @@ class Beginnings:
         if settings.run_baseline == Baseline.NO_ARCHIVE:
             visible = [n for n in archive.ordered() if upto is None or n.generation <= upto]
             return max(visible, key=lambda n: (n.valid_parent, n.generation)).node_id
-        candidates = self.candidates(upto, needs_rows(settings.parent_selection))
+        candidates = self.candidates(upto, needs_rows(settings.parent_selection) or self.merges(generation))
         if not candidates and settings.no_score == NoScore.INITIAL_AT_ZERO:
             # The reference's select_parent (utils/gl_utils.py): no valid node with a score, so the archive's
             # first node is the one candidate, at 0.0, whatever became of it.
@@ -91,8 +101,7 @@ class Beginnings:
         """A merge generation's second parent (every loop.merge_every generations): a node of another
         lineage than `parent`, chosen by loop.merge_partner (search/merge_partner/);
         None when it is no merge generation or no node complements `parent`."""
-        every = self.ctx.loop.merge_every
-        if not every or generation % every:
+        if not self.merges(generation):
             return None
         parent_of = {n.node_id: n.parent for n in self.archive.ordered()}
         partner = merge_partner(self.candidates(upto, True), parent, parent_of, self.ctx.loop.ties,
