@@ -183,20 +183,29 @@ def describe(choice: str) -> str:
 
 
 def ranking_lines(candidates: list[Candidate], choice: str) -> list[str]:
-    """The top nodes of the eligible ones by each metric, as the command prints them."""
-    split, pool = selection_split(), eligible(candidates, choice)
+    """The top nodes of the eligible ones by each metric, as the command prints them; for the rules that rank by
+    cost, of every fully evaluated node (those beyond D too) and by $ per row as well."""
+    costs = choice not in ("paper", "full_eval")
+    split, choice = selection_split(), "full_eval" if costs else choice
+    pool = eligible(candidates, choice)
 
     def row(c: Candidate) -> str:
         accuracy = _number(c.scores[split].get(ACCURACY))
         shown = "n/a" if accuracy is None else f"{accuracy:.3f}"
+        cost = f", {usd_text(c.cost.usd if c.cost else None)} a row" if costs else ""
         return (f"  node {c.node_id:>8} (generation {c.generation}): {split} normalized MAE "
-                f"{_mae(c):.3f}, {split} accuracy {shown}")
+                f"{_mae(c):.3f}, {split} accuracy {shown}{cost}")
 
     by_mae = sorted(pool, key=rank_key(choice))[:TOP_N]
     then = (lambda c: c.position) if choice == "paper" else rank_key(choice)  # the reference: a stable sort
     by_acc = sorted(pool, key=lambda c: (-_accuracy(c), then(c)))[:TOP_N]
-    return [f"top {len(by_mae)} by {split} normalized MAE (lower is better):", *map(row, by_mae),
-            f"top {len(by_acc)} by {split} accuracy:", *map(row, by_acc)]
+    lines = [f"top {len(by_mae)} by {split} normalized MAE (lower is better):", *map(row, by_mae),
+             f"top {len(by_acc)} by {split} accuracy:", *map(row, by_acc)]
+    if costs:
+        by_cost = sorted(pool, key=lambda c: (_usd(c), -_accuracy(c), c.position))[:TOP_N]
+        lines += [f"top {len(by_cost)} by $ per row of grading (the task agent's calls; lower is better):",
+                  *map(row, by_cost)]
+    return lines
 
 
 def cost_lines(candidates: list[Candidate], choice: str, chosen: Candidate) -> list[str]:

@@ -1,0 +1,103 @@
+"""What a row costs per node and domain, the accuracy-cost front, and choosing a grader by it: a real loop on
+imo_grading whose fake provider answers one agent at length (dear) and another tersely (cheap)."""
+
+import json
+import sqlite3
+
+import pandas as pd
+import pytest
+
+from archive.row_costs import Tally, per_row, pooled, usd_text
+from support.cli import run_loop
+from support.proofgrader_runs import setup_repo
+from support.scripted_loop import DATA, MARKER, TRUTH, loop_config, nodes, tool_call
+
+TERSE = "ANSWER-IN-ONE-WORD-3"
+VERBOSE = {"tool_name": "editor", "tool_input": {
+    "command": "str_replace", "path": "/workspace/task_agent/task_agent.py",
+    "old_str": "You are an expert grader", "new_str": f"{MARKER} You are an expert grader"}}
+SHORTEN = {"tool_name": "editor", "tool_input": {
+    "command": "str_replace", "path": "/workspace/task_agent/task_agent.py",
+    "old_str": MARKER, "new_str": f"{MARKER} {TERSE}"}}
+# The terse grader gets the first val row wrong: 19 of 20, 0.05 behind the dear one.
+MISSED = pd.read_csv(DATA / "gradingbench_filtered_100_val.csv")["Response"].iloc[0].strip()
+PRICES = "  prices: {openai/fake: [0.1, 10.0]}\n"  # dollars per million tokens in, out
+
+
+def responder(request: dict, meta_runs: list) -> str:
+    """Generation 1's meta agent makes the grader right and wordy, generation 2's makes it terse; the task model
+    answers by the marks its prompt carries."""
+    messages = request["messages"]
+    opening = " ".join(str(m["content"]) for m in messages[:2])
+    if "/workspace" in opening and "/feedback" in opening:
+        turn = sum(1 for m in messages if m["role"] == "assistant")
+        if turn == 0:
+            meta_runs.append(len(meta_runs))
+        return tool_call(SHORTEN if len(meta_runs) > 1 else VERBOSE) if turn == 0 else "Done."
+    user = str(messages[-1]["content"])
+    if "## Student's answer" not in user:
+        return "ok"
+    answer = user.split("## Student's answer\n", 1)[1].rsplit("\n\nThink the verification", 1)[0].strip()
+    if MARKER not in user:
+        return '<json>{"response": "incorrect"}</json>'
+    label = TRUTH.get(answer, "Incorrect").lower()
+    if TERSE in user:
+        if answer == MISSED:
+            label = "incorrect" if label != "incorrect" else "correct"
+        return f'<json>{{"response": "{label}"}}</json>'
+    return "Let me weigh every step. " + "The step holds. " * 250 + f'<json>{{"response": "{label}"}}</json>'
+
+
+@pytest.fixture
+def costed_run(tmp_path, fake_openai):
+    meta_runs = []
+    fake_openai.set_responder(lambda request: responder(request, meta_runs))
+    r = run_loop(tmp_path, fake_openai, "--max_generation", "2", "--parent_selection", "best",
+                 config=loop_config(tmp_path, gateway=PRICES))
+    assert r.returncode == 0, r.stderr[-3000:]
+    return tmp_path / "out" / "run", r
+
+
+def tallies(run_dir):
+    return {p.parent.name: Tally.from_dict(json.loads(p.read_text())) for p in run_dir.glob("evals/*/cost.json")}
+
+
+def node_cost(run_dir, node):
+    return per_row(pooled(tallies(run_dir)[key] for key in node["eval_keys"]["imo_grading"].values()))
+
+
+@pytest.mark.e2e
+def test_a_dear_and_a_cheap_grader_are_told_apart_and_chosen_by_the_rule(costed_run, tmp_path):
+    run_dir, r = costed_run
+    found = nodes(run_dir)
+    assert found["1"]["scores"]["imo_grading"]["val"] == 1.0 and found["2"]["scores"]["imo_grading"]["val"] == 0.95
+    dear, cheap = node_cost(run_dir, found["1"]), node_cost(run_dir, found["2"])
+    assert dear.usd > 5 * cheap.usd > 0 and dear.completion_tokens > 100 > cheap.completion_tokens
+    # Every task call the ledger booked is in exactly one evaluation's tally: counted once, none lost.
+    db = sqlite3.connect(run_dir / "ledger.sqlite")
+    booked, calls = db.execute("SELECT SUM(cost_usd), COUNT(*) FROM calls WHERE role = 'task'").fetchone()
+    summed = pooled(tallies(run_dir).values())
+    assert summed.calls == calls and summed.cost_usd == pytest.approx(booked, rel=1e-9)
+    assert f"node 1: task agent per row: imo_grading {usd_text(dear.usd)} a row" in r.stdout
+
+    def choose(rule):
+        out = setup_repo("--generate_dir", str(run_dir), "--dst", str(tmp_path / rule), "--choose", rule, cwd=tmp_path)
+        chosen = json.loads((tmp_path / rule / "proofgrader" / "provenance.json").read_text())["node_id"]
+        return out, chosen
+
+    out, chosen = choose("best")
+    assert out.returncode == 0 and chosen == "1", out.stderr
+    assert "chosen: node 1, by the best rule" in out.stdout
+    out, chosen = choose("cheapest_within=0.1")
+    assert out.returncode == 0 and chosen == "2", out.stderr
+    assert (f"  node 2: val accuracy 0.950 [0.764, 0.991], {usd_text(cheap.usd)} a row" in out.stdout
+            and f"  the best, node 1: val accuracy 1.000 [0.839, 1.000], {usd_text(dear.usd)} a row "
+                f"({dear.usd / cheap.usd:.1f}x as much a row)" in out.stdout)
+    assert "within 0.1 of the best's (point estimates; intervals below)" in out.stdout
+    out, chosen = choose("cheapest_within=0.01")  # 0.95 is not within 0.01 of 1.0
+    assert out.returncode == 0 and chosen == "1", out.stderr
+    for bad in ("cheapest_within=nan", "cheapest_within=-0.1", "cheapest_within=2", "cheapest_within="):
+        out = setup_repo("--generate_dir", str(run_dir), "--dst", str(tmp_path / "bad"), "--choose", bad,
+                         cwd=tmp_path)
+        assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1 and "a number from 0 to 1" in \
+            out.stderr and not (tmp_path / "bad").exists(), out.stderr
