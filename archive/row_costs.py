@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, fields
 
 from archive.records import Node
+from services.errors import UserError
 from services.plain_data import show
 
 COST_FILE = "cost.json"
@@ -189,3 +190,28 @@ def node_tallies(node: Node, domain: str, tally_of: Callable[[str], Tally | None
         if (tally := tally_of(key)) is not None:
             found[split] = tally
     return found
+
+
+def node_row_cost(node: Node, domain: str, tally_of: Callable[[str], Tally | None]) -> RowCost | None:
+    """The node's cost per row on `domain`, its splits' tallies pooled; None where none was kept."""
+    found = pooled(node_tallies(node, domain, tally_of).values())
+    return per_row(found) if found is not None else None
+
+
+def front_of(nodes: Iterable[Node], domain: str, split: str,
+             tally_of: Callable[[str], Tally | None]) -> tuple[list[FrontPoint], list[str]]:
+    """`front` of the nodes that ended OK with a full evaluation of `domain` scored on `split`, at their cost per
+    row on it; and the problems met (a cost record that is not one the run wrote: its node is left out)."""
+    points, problems = [], []
+    for node in nodes:
+        found = node.evaluation(domain, split)
+        if not node.valid_parent or not node.full_eval.get(domain) or found is None or found.score is None:
+            continue
+        try:
+            cost = node_row_cost(node, domain, tally_of)
+        except UserError as e:
+            problems.append(str(e))
+            continue
+        if cost is not None:
+            points.append(FrontPoint(node.node_id, node.generation, found.score, found.interval, cost))
+    return front(points), problems

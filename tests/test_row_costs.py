@@ -8,7 +8,9 @@ import pandas as pd
 import pytest
 
 from archive.row_costs import Tally, per_row, pooled, usd_text
+from hyperagents import load_run
 from support.cli import run_loop
+from support.dashboard import get, serving
 from support.proofgrader_runs import setup_repo
 from support.scripted_loop import DATA, MARKER, TRUTH, loop_config, nodes, tool_call
 
@@ -48,12 +50,17 @@ def responder(request: dict, meta_runs: list) -> str:
     return "Let me weigh every step. " + "The step holds. " * 250 + f'<json>{{"response": "{label}"}}</json>'
 
 
-@pytest.fixture
-def costed_run(tmp_path, fake_openai):
-    meta_runs = []
-    fake_openai.set_responder(lambda request: responder(request, meta_runs))
-    r = run_loop(tmp_path, fake_openai, "--max_generation", "2", "--parent_selection", "best",
-                 config=loop_config(tmp_path, gateway=PRICES))
+@pytest.fixture(scope="module")
+def costed_run(tmp_path_factory, fake_openai_session):
+    """One loop for the module's tests: the initial grader, a right and wordy one (1), a terse one 0.05 behind (2)."""
+    tmp_path, meta_runs = tmp_path_factory.mktemp("costed"), []
+    fake_openai_session.reset()
+    fake_openai_session.set_responder(lambda request: responder(request, meta_runs))
+    try:
+        r = run_loop(tmp_path, fake_openai_session, "--max_generation", "2", "--parent_selection", "best",
+                     config=loop_config(tmp_path, gateway=PRICES))
+    finally:
+        fake_openai_session.reset()
     assert r.returncode == 0, r.stderr[-3000:]
     return tmp_path / "out" / "run", r
 
@@ -101,3 +108,28 @@ def test_a_dear_and_a_cheap_grader_are_told_apart_and_chosen_by_the_rule(costed_
                          cwd=tmp_path)
         assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1 and "a number from 0 to 1" in \
             out.stderr and not (tmp_path / "bad").exists(), out.stderr
+
+
+@pytest.mark.e2e
+def test_the_front_is_on_the_dashboard_in_the_report_and_in_the_api(costed_run):
+    run_dir, _ = costed_run
+    found = nodes(run_dir)
+    dear, cheap = node_cost(run_dir, found["1"]), node_cost(run_dir, found["2"])
+    view = load_run(run_dir)
+    front = {p.node_id: p for p in view.front["imo_grading"]}
+    assert front["1"].on_front and front["2"].on_front and front["1"].cost.usd == pytest.approx(dear.usd)
+    assert front["2"].interval == (0.7639, 0.9911) and view.nodes["2"].row_costs["imo_grading"].rows == cheap.rows
+    # The initial node (everything "incorrect") is cheaper than 2 only if its prompts are: either way it is
+    # beaten by none of them on both counts, or it is not on the front; the table says which.
+    assert [p.node_id for p in view.front["imo_grading"] if p.on_front][-1] == "1"  # the dearest of the front
+    report = (run_dir / "report.html").read_text()
+    section = report.split("<h2>Accuracy and cost per row</h2>", 1)[1].split("<h2>", 1)[0]
+    assert '<table class="front">' in section and "<svg" in section
+    assert "<td>1</td>" in section and usd_text(dear.usd) in section and usd_text(cheap.usd) in section
+    with serving(run_dir.parent) as port:
+        status, _, page = get(port, "/runs/run")
+        assert status == 200
+        section = page.split("<h2>Accuracy and cost per row</h2>", 1)[1].split("<h2>", 1)[0]
+        assert '<a href="/runs/run/nodes/2">2</a>' in section and usd_text(cheap.usd) in section
+        status, _, page = get(port, "/runs/run/nodes/1")
+        assert status == 200 and '<table class="row-costs">' in page and "<td>val</td>" in page
