@@ -347,11 +347,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--model", default=None,
                     help="--proofautograder only: its default model (default: the config's grader model)")
     ap.add_argument("--choose", metavar="|".join(grader_choice.CHOICES), default=None,
-                    help="--generate_dir only: which node is the best grader; paper (the default): the lowest val "
-                         "normalized MAE of any node, ties to the earlier; full_eval: among nodes that finished the "
-                         "full evaluation, ties to the higher val accuracy; best: among those, the highest val "
-                         "accuracy; cheapest_within=D: among those within D of the best val accuracy, the lowest $ "
-                         "per row of grading")
+                    help="--generate_dir only: which node is the best grader (archive/grader_choice.py); paper (the "
+                         "default): the lowest val normalized MAE of any node; full_eval: of nodes fully evaluated; "
+                         "best: the highest val accuracy; cheapest_within=D: the lowest $ per row within D of it")
     return ap
 
 
@@ -361,7 +359,7 @@ def main(argv: list[str] | None = None) -> None:
         raise UserError("--model goes with --proofautograder; a run's grader keeps the model it was evaluated with")
     if args.choose and not args.generate_dir:
         raise UserError("--choose goes with --generate_dir: it picks a node of the run")
-    choice = grader_choice.parse_choice(args.choose) if args.choose else "paper"
+    choice = grader_choice.parse_choice(args.choose or "paper")
     dst = Path(os.path.abspath(args.dst))
     check_destination(dst, args.force)  # before any work: a --dst it would refuse at the end is refused now
     try:

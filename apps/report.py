@@ -30,7 +30,7 @@ def write_report(run_dir: Path, out: Path) -> Path:
         h("h2", {}, "Archive"), pieces.tree(data, static=True),
         h("h2", {}, "Progress"), pieces.progress(data), pieces.heldout(data),
         h("h2", {}, "Cost"), pieces.cost_chart(reader), pieces.spend_table(spend), pieces.meta_models_table(data),
-        h("h2", {}, "Accuracy and cost per row"), front.front(reader, data),
+        h("h2", {}, "Accuracy and cost per row"), front.front(data),
         h("h2", {}, f"Top {TOP} nodes"),
         h("p", {}, "Scores are each domain's score key, with its 95% interval and the rows scored (n), as the "
                    "console writes them; a node that stopped at the staged evaluation has only those rows. "

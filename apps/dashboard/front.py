@@ -5,17 +5,49 @@ per row on each split. Every string shown comes from the run's records and goes 
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 from apps.dashboard.markup import Markup, h, join
-from apps.dashboard.reader import RunData, RunReader
+from apps.dashboard.reader import RunData
 from apps.dashboard.svg import line_chart
-from archive.records import Node
-from archive.row_costs import FrontPoint, RowCost, front_of, node_tallies, per_row, usd_text
+from archive.records import EVAL_KEY, Node
+from archive.row_costs import (
+    COST_FILE,
+    MAX_COST_BYTES,
+    FrontPoint,
+    RowCost,
+    Tally,
+    front_of,
+    node_tallies,
+    per_row,
+    usd_text,
+)
 from search.stats import interval_text
 from services.errors import UserError
+from services.fsutil import read_below
+from services.user_files import parse_json
 
 _HEAD = ("node", "gen", "score", "95% interval", "$ a row", "tokens in a row", "tokens out a row",
          "model seconds a row", "rows tallied", "on the front")
+
+
+def tallies_of(run_path: Path) -> Callable[[str], Tally | None]:
+    """What reads an evaluation's cost record of the run in `run_path` (archive/row_costs.py): None when it has
+    none; a UserError naming it when it is not one the run wrote (a forged number, a link, a fifo, too big)."""
+    def tally(key: str) -> Tally | None:
+        if not EVAL_KEY.fullmatch(key):
+            return None
+        relative = f"evals/{key}/{COST_FILE}"
+        try:
+            data, more = read_below(run_path, relative, MAX_COST_BYTES)
+            if more:
+                raise ValueError(f"over {MAX_COST_BYTES} bytes")
+            return Tally.from_dict(parse_json(data))
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as e:
+            raise UserError(f"{relative}: not a cost record the run wrote ({e})") from None
+    return tally
 
 
 def _amount(value: float | None, shown: str = "{:,.0f}") -> str:
@@ -49,7 +81,7 @@ def front_chart(points: list[FrontPoint], split: str) -> Markup:
                       dots={"other nodes": dots} if dots else None)
 
 
-def front(reader: RunReader, data: RunData, href: Callable[[str], str] | None = None) -> Markup:
+def front(data: RunData, href: Callable[[str], str] | None = None) -> Markup:
     """Per domain: the front's chart and table, or why there is nothing to draw; problems met as a list."""
     parts = [h("p", {}, "The nodes that ended OK with a full evaluation, by the score the run selects on and what "
                         "a row costs: the mean price of the task agent's calls answered by the provider (from the "
@@ -58,7 +90,7 @@ def front(reader: RunReader, data: RunData, href: Callable[[str], str] | None = 
                         "time.")]
     for domain in data.domains:
         split = data.selection_split(domain)
-        points, problems = front_of(data.nodes.values(), domain, split, reader.tally)
+        points, problems = front_of(data.nodes.values(), domain, split, tallies_of(data.path))
         parts.append(h("h3", {}, f"{domain} ({split})"))
         if problems:
             parts.append(h("ul", {"class": "problems"}, join(h("li", {}, p) for p in problems)))
@@ -74,13 +106,13 @@ def front(reader: RunReader, data: RunData, href: Callable[[str], str] | None = 
     return h("section", {"class": "front"}, join(parts))
 
 
-def node_costs(reader: RunReader, node: Node) -> Markup:
+def node_costs(data: RunData, node: Node) -> Markup:
     """The node's cost per row on each domain and split it was evaluated on (evaluations it shares with another
     node show what the rows cost when they were paid, once)."""
     rows = []
     for domain in node.eval_keys:
         try:
-            tallies = node_tallies(node, domain, reader.tally)
+            tallies = node_tallies(node, domain, tallies_of(data.path))
         except UserError as e:
             rows.append(h("tr", {}, h("td", {}, domain), h("td", {"colspan": 7}, str(e))))
             continue

@@ -21,7 +21,6 @@ from apps.dashboard.run_files import MAX_JOURNAL, Text, read_journal, read_label
 from archive.eval_store import JOURNAL, PREDICTIONS, REPORT
 from archive.promotion import row_scores
 from archive.records import EVAL_KEY, NODE_ID, Node, RunRecord
-from archive.row_costs import COST_FILE, MAX_COST_BYTES, Tally
 from archive.run_folder import ledger_of
 from archive.run_state import Phase, RunState, read_events, run_state, state_text
 from archive.store import META_TRANSCRIPT, UNTRUSTED, observed_best, observed_rule, observed_sizes, run_score
@@ -326,22 +325,6 @@ class RunReader:
         except (OSError, ValueError):
             return None
         return report if isinstance(report, dict) else None
-
-    def tally(self, key: str) -> Tally | None:
-        """An evaluation's cost record (archive/row_costs.py), None when it has none; a UserError naming it when
-        it is not one the run wrote (a forged number, a link, a fifo, too big)."""
-        if not EVAL_KEY.fullmatch(key):
-            return None
-        relative = f"evals/{key}/{COST_FILE}"
-        try:
-            data, more = read_below(self.path, relative, MAX_COST_BYTES)
-            if more:
-                raise ValueError(f"over {MAX_COST_BYTES} bytes")
-            return Tally.from_dict(parse_json(data))
-        except FileNotFoundError:
-            return None
-        except (OSError, ValueError) as e:
-            raise UserError(f"{relative}: not a cost record the run wrote ({e})") from None
 
     def row_scores(self, key: str, score_key: str) -> dict[str, float] | None:
         """Per row, the score the report gives it (archive.promotion.row_scores checks it)."""
