@@ -7,7 +7,7 @@ import sqlite3
 import pandas as pd
 import pytest
 
-from archive.row_costs import Tally, per_row, pooled, usd_text
+from archive.row_costs import FrontPoint, Tally, front, per_row, pooled, usd_text
 from hyperagents import load_run
 from support.cli import run_loop
 from support.dashboard import get, serving
@@ -133,3 +133,37 @@ def test_the_front_is_on_the_dashboard_in_the_report_and_in_the_api(costed_run):
         assert '<a href="/runs/run/nodes/2">2</a>' in section and usd_text(cheap.usd) in section
         status, _, page = get(port, "/runs/run/nodes/1")
         assert status == 200 and '<table class="row-costs">' in page and "<td>val</td>" in page
+
+
+def point(node_id, score, usd):
+    cost = per_row(Tally(rows=10, calls=10, cost_usd=(usd or 0) * 10, priced=usd is not None))
+    return FrontPoint(node_id, int(node_id), score, None, cost)
+
+
+def test_a_row_costs_the_mean_paid_call_times_its_calls_replays_at_the_paid_price_failures_at_nothing():
+    # 10 rows, 30 calls: 5 failed at the provider, 5 replayed from the cache at $0, 20 paid $0.40 in all.
+    cost = per_row(Tally(rows=10, calls=30, failed=5, replayed=5, cost_usd=0.40, prompt_tokens=2000,
+                         completion_tokens=400, model_seconds=8.0))
+    assert cost.usd == pytest.approx(0.02 * 25 / 10) and cost.prompt_tokens == pytest.approx(100 * 2.5)
+    assert cost.seconds == pytest.approx(0.4 * 2.5) and cost.total_usd == 0.40
+    # The same rows, paid in two passes (a budget stop, then its resume), read the same once added up.
+    halves = Tally(5, 15, 3, 2, 0.20, 1000, 200, 4.0) + Tally(5, 15, 2, 3, 0.20, 1000, 200, 4.0)
+    assert per_row(halves).usd == pytest.approx(cost.usd)
+
+
+def test_what_is_not_known_is_unknown_never_zero():
+    unpriced = per_row(Tally(rows=4, calls=4, prompt_tokens=400, completion_tokens=40, priced=False))
+    assert unpriced.usd is None and unpriced.prompt_tokens == 100 and "unknown a row" in unpriced.text()
+    assert per_row(Tally(rows=4, calls=4, replayed=4)).usd is None  # every call replayed: no price seen
+    assert per_row(Tally(rows=4, calls=0)).usd == 0.0  # an agent that calls no model costs nothing, known
+    assert per_row(Tally(rows=3, calls=3, priced=True, cost_usd=0.0)).usd == 0.0  # a local model: free
+    assert (Tally(priced=True) + Tally(priced=False)).priced is False
+
+
+def test_the_front_keeps_the_nodes_no_other_beats_on_both_score_and_price():
+    points = front([point("1", 0.9, 0.010), point("2", 0.9, 0.005), point("3", 0.8, 0.001), point("4", 0.7, 0.002),
+                    point("5", 0.95, None)])
+    assert [(p.node_id, p.on_front) for p in points] == [("3", True), ("4", False), ("2", True), ("1", False),
+                                                         ("5", False)]
+    with pytest.raises(ValueError, match="cost_usd must be a number from 0"):
+        Tally.from_dict({**Tally().to_dict(), "cost_usd": float("nan")})
