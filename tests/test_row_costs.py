@@ -11,7 +11,7 @@ from archive.row_costs import FrontPoint, Tally, front, per_row, pooled, usd_tex
 from hyperagents import load_run
 from support.cli import run_loop
 from support.dashboard import get, serving
-from support.proofgrader_runs import setup_repo
+from support.proofgrader_runs import SyntheticRun, setup_repo
 from support.scripted_loop import DATA, MARKER, TRUTH, loop_config, nodes, tool_call
 
 TERSE = "ANSWER-IN-ONE-WORD-3"
@@ -167,3 +167,17 @@ def test_the_front_keeps_the_nodes_no_other_beats_on_both_score_and_price():
                                                          ("5", False)]
     with pytest.raises(ValueError, match="cost_usd must be a number from 0"):
         Tally.from_dict({**Tally().to_dict(), "cost_usd": float("nan")})
+
+
+def test_cheapest_within_with_no_known_price_says_so_and_its_hint_runs(tmp_path):
+    run = SyntheticRun(tmp_path)  # evaluations with no cost tallied: a run made before costs were kept
+    run.node("1", (0.0, 1.0))
+    run.node("2", (0.05, 0.95))
+    r = setup_repo("--generate_dir", str(run.dir), "--choose", "cheapest_within=0.1", cwd=tmp_path)
+    assert r.returncode == 2 and r.stderr.strip().splitlines() == [
+        "error: --choose cheapest_within=0.1: no node within 0.1 of the best val accuracy has a known $ per row "
+        "(its task model's price is unknown, or no evaluation's cost was tallied): --choose best picks by accuracy "
+        "alone"]
+    r = setup_repo("--generate_dir", str(run.dir), "--choose", "best", cwd=tmp_path)
+    assert r.returncode == 0 and "chosen: node 1, by the best rule" in r.stdout, r.stderr
+    assert "  node 1: val accuracy 1.000, unknown a row" in r.stdout
