@@ -35,9 +35,10 @@ from typing import cast
 from apps import pictures
 from archive.experiments import EVALUATIONS, Evaluations, read_evaluations
 from archive.promotion import row_scores
+from archive.row_costs import FrontPoint, RowCost
 from archive.run_folder import read_run_record
 from archive.run_state import read_state
-from archive.run_views import EvalResult, NodeView, RunView, Score, Spend, node_view, run_spend
+from archive.run_views import EvalResult, NodeView, RunView, Score, Spend, node_view, run_row_costs, run_spend
 from archive.store import Archive, observed_best, observed_sizes
 from domains.base import Domain
 from domains.registry import register
@@ -53,8 +54,8 @@ from services.errors import MachineDownError as MachineDown
 from services.errors import ProviderDownError as ProviderDown
 from services.fsutil import make_folder, release_folder, write_below
 
-__all__ = ["Error", "EvalResult", "MachineDown", "NodeView", "ProviderDown", "RunPlan", "RunView", "Score", "Spend",
-           "Task", "UserError", "evaluate", "load_run", "plan", "run"]
+__all__ = ["Error", "EvalResult", "FrontPoint", "MachineDown", "NodeView", "ProviderDown", "RowCost", "RunPlan",
+           "RunView", "Score", "Spend", "Task", "UserError", "evaluate", "load_run", "plan", "run"]
 TASK_DATA = "task_data"  # RUN/task_data/<split>.jsonl: a Task's examples as its run keeps them
 ROW_ID = "row_id"  # the column of a Task's row ids, made here ("train-0", ...): examples need none
 
@@ -70,9 +71,11 @@ def load_run(path: str | Path) -> RunView:
     except ValueError as e:
         raise UserError(f"{run_dir / 'run.json'}: {e}") from None
     spend = run_spend(run_dir, nodes)
+    costs, front = run_row_costs(run_dir, record.domains, nodes)
+    views = {n.node_id: node_view(n, costs[n.node_id]) for n in nodes}
     return RunView(run_dir, record.name, tuple(record.tags), tuple(record.domains), str(read_state(run_dir)[0]),
-                   {n.node_id: node_view(n) for n in nodes}, best and node_view(best), spend,
-                   sum(s.cost_usd for s in spend.values()), sum(s.tokens for s in spend.values()), record.config)
+                   views, best and views[best.node_id], spend, sum(s.cost_usd for s in spend.values()),
+                   sum(s.tokens for s in spend.values()), record.config, front)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -5,7 +5,9 @@
     pip install -e ./proofgrader_repo
 
 Which node of a run is the best grader: `--choose paper` (the default), the HyperAgents
-reference's rule, or `--choose full_eval`; archive/grader_choice.py has both and why they differ.
+reference's rule, `--choose full_eval`, `--choose best` (the most accurate) or `--choose
+cheapest_within=D` (the cheapest per row within D of the best's accuracy); archive/grader_choice.py
+has them and why they differ.
 
 The package holds the grader's code only, `agent/` and the task agent (a `task_agent/` package or, in the HyperAgents
 reference's layout of a run started from an agent folder such as the paper's BetterGrader run
@@ -123,7 +125,7 @@ def from_run(run_dir: Path, scratch: Path, choice: str = "paper") -> Grader:
     if GRADING_DOMAIN not in record.domains:
         raise UserError(f"--generate_dir {run_dir}: the run did not optimize {GRADING_DOMAIN} "
                         f"(its domains: {', '.join(record.domains)})")
-    candidates = grader_choice.collect(run_dir)
+    candidates = grader_choice.collect(run_dir, costs=choice not in ("paper", "full_eval"))
     best = grader_choice.choose(candidates, choice)
     if best is None:
         split = grader_choice.selection_split()
@@ -131,7 +133,8 @@ def from_run(run_dir: Path, scratch: Path, choice: str = "paper") -> Grader:
         raise UserError(f"--generate_dir {run_dir}: {which} a {split} normalized MAE yet; "
                         "resume the run or pass --proofautograder")
     for line in [*grader_choice.ranking_lines(candidates, choice),
-                 f"chosen: node {best.node_id}, by {grader_choice.describe(choice)} (--choose {choice})"]:
+                 f"chosen: node {best.node_id}, by {grader_choice.describe(choice)} (--choose {choice})",
+                 *grader_choice.cost_lines(candidates, choice, best)]:
         print(console(line))
     with repository_read(run_dir, best.commit):
         RunRepo(run_dir / "repo").export(best.commit, scratch)
@@ -343,10 +346,10 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--force", action="store_true", help="replace an existing --dst")
     ap.add_argument("--model", default=None,
                     help="--proofautograder only: its default model (default: the config's grader model)")
-    ap.add_argument("--choose", choices=grader_choice.CHOICES, default=None,
-                    help="--generate_dir only: which node is the best grader; paper (the default): the lowest val "
-                         "normalized MAE of any node, ties to the earlier; full_eval: among nodes that finished the "
-                         "full evaluation, ties to the higher val accuracy")
+    ap.add_argument("--choose", metavar="|".join(grader_choice.CHOICES), default=None,
+                    help="--generate_dir only: which node is the best grader (archive/grader_choice.py); paper (the "
+                         "default): the lowest val normalized MAE of any node; full_eval: of nodes fully evaluated; "
+                         "best: the highest val accuracy; cheapest_within=D: the lowest $ per row within D of it")
     return ap
 
 
@@ -356,12 +359,13 @@ def main(argv: list[str] | None = None) -> None:
         raise UserError("--model goes with --proofautograder; a run's grader keeps the model it was evaluated with")
     if args.choose and not args.generate_dir:
         raise UserError("--choose goes with --generate_dir: it picks a node of the run")
+    choice = grader_choice.parse_choice(args.choose or "paper")
     dst = Path(os.path.abspath(args.dst))
     check_destination(dst, args.force)  # before any work: a --dst it would refuse at the end is refused now
     try:
         with tempfile.TemporaryDirectory(prefix="proofgrader-src-") as scratch:
             grader = (proofautograder(args.model, Path(scratch)) if args.proofautograder
-                      else from_run(Path(args.generate_dir).resolve(), Path(scratch), args.choose or "paper"))
+                      else from_run(Path(args.generate_dir).resolve(), Path(scratch), choice))
             dst = build(grader, dst, args.force)
     except (KeyboardInterrupt, Terminated) as e:
         advise(e, "a build starts afresh, and nothing of an unfinished one is kept; to build it: "

@@ -2,14 +2,14 @@
 
 It is made from the dashboard's own pieces (apps/dashboard/pieces.py): the summary, the
 tree, the progress charts (and the held-out grader's gap, archive/heldout.py), the cost chart, spend by
-role and model, the top nodes and the plan."""
+role and model, the accuracy-cost front (apps/dashboard/front.py), the top nodes and the plan."""
 
 from __future__ import annotations
 
 from datetime import datetime
 from pathlib import Path
 
-from apps.dashboard import pieces
+from apps.dashboard import front, pieces
 from apps.dashboard.markup import Markup, h, join
 from apps.dashboard.pages import static
 from apps.dashboard.reader import RunReader
@@ -30,6 +30,7 @@ def write_report(run_dir: Path, out: Path) -> Path:
         h("h2", {}, "Archive"), pieces.tree(data, static=True),
         h("h2", {}, "Progress"), pieces.progress(data), pieces.heldout(data),
         h("h2", {}, "Cost"), pieces.cost_chart(reader), pieces.spend_table(spend), pieces.meta_models_table(data),
+        h("h2", {}, "Accuracy and cost per row"), front.front(data),
         h("h2", {}, f"Top {TOP} nodes"),
         h("p", {}, "Scores are each domain's score key, with its 95% interval and the rows scored (n), as the "
                    "console writes them; a node that stopped at the staged evaluation has only those rows. "

@@ -15,6 +15,7 @@ import os
 from pathlib import Path
 
 from archive.records import EVAL_KEY
+from archive.row_costs import COST_FILE, MAX_COST_BYTES, Tally
 from domains.harness import GRADINGS, JOURNAL, PREDICTIONS
 from domains.harness.journal import MAX_JOURNAL
 from domains.scoring import REPORT_SCHEMA
@@ -61,6 +62,20 @@ class EvalStore:
 
     def save_report(self, key: str, report: dict) -> None:
         atomic_write_json(self.report_path(key), report)
+
+    def tally(self, key: str) -> Tally | None:
+        """What the task agent's calls on the evaluation's rows cost (archive/row_costs.py), or None when
+        no pass of it was tallied; a UserError naming the file when it is not a tally the core wrote."""
+        path = self.folder(key) / COST_FILE
+        try:
+            return Tally.from_dict(parse_json(read_bounded(path, MAX_COST_BYTES)))
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as e:  # ValueError: also bad JSON and bad UTF-8
+            raise UserError(f"{path}: not a cost record the run wrote ({e})") from None
+
+    def save_tally(self, key: str, tally: Tally) -> None:
+        atomic_write_json(self.folder(key) / COST_FILE, tally.to_dict())
 
     def seed(self, key: str, smaller: str) -> bool:
         """Start evaluation `key` from the journal of `smaller`, an evaluation of the same agent on its

@@ -10,6 +10,16 @@ Two rules, by name (`CHOICES`); both rank on the selection split of imo_grading 
 - `full_eval`: only nodes that ended OK and finished the full evaluation; the lowest val normalized
   MAE, then the higher val accuracy, then the earlier node.
 
+Two more rank on val accuracy and on what a proof's grading costs (archive/row_costs.py: the task agent's
+calls per row, from the ledger), among nodes that ended OK and finished the full evaluation:
+
+- `best`: the highest val accuracy, ties to the lower val normalized MAE, then the cheaper per row, then the
+  earlier node.
+- `cheapest_within=D`: among those whose val accuracy is at least the best's less D (point estimates, not
+  intervals: D is the accuracy you agree to give up, and both nodes' intervals are printed beside it so you
+  see whether the difference is noise), the one with the lowest known $ per row, ties to the higher accuracy,
+  then the earlier node. A node whose price is unknown is never the cheapest.
+
 Where a run's nodes differ from the reference's: the reference screened a child on 10 rows of
 every split, val included, so a child that stopped at screening ranks with a 10-row val MAE beside
 the full evaluations' 100-row ones, and one lucky 10-row score can win. A run with
@@ -26,8 +36,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from archive.row_costs import RowCost, node_tallies, per_row, pooled, usd_text
+from search.stats import interval_text
+from services.errors import UserError
+
 GRADING_DOMAIN = "imo_grading"
-CHOICES = ("paper", "full_eval")
+CHOICES = ("paper", "full_eval", "best", "cheapest_within=D")
+WITHIN = "cheapest_within="
 MAE, ACCURACY = "normalized_mean_absolute_error", "overall_accuracy"
 TOP_N = 3
 
@@ -41,6 +56,8 @@ class Candidate:
     position: int = 0  # place in the archive's order (generation, then time recorded)
     status: str = "ok"
     full: bool = True  # whether its evaluation went past screening to the full splits
+    interval: tuple[float, float] | None = None  # val accuracy's 95% interval
+    cost: RowCost | None = None  # what a row's grading cost (read only for the rules that rank by it)
 
 
 @functools.cache
@@ -58,8 +75,9 @@ def _number(value: object) -> float | None:
     return float(value)
 
 
-def collect(run_dir: Path) -> list[Candidate]:
-    """Every node of the run with a normalized MAE on the selection split, in the archive's order."""
+def collect(run_dir: Path, costs: bool = False) -> list[Candidate]:
+    """Every node of the run with a normalized MAE on the selection split, in the archive's order; with `costs`,
+    each with its cost per row (a forged cost record is a UserError naming it)."""
     from archive.eval_store import EvalStore
     from archive.store import Archive
 
@@ -69,15 +87,51 @@ def collect(run_dir: Path) -> list[Candidate]:
         keys = node.eval_keys.get(GRADING_DOMAIN, {})
         scores = {name: report for name, key in keys.items() if (report := evals.report(key)) is not None}
         if split in scores and _number(scores[split].get(MAE)) is not None and node.commit:
+            band = node.intervals.get(GRADING_DOMAIN, {}).get(split)
+            tally = pooled(node_tallies(node, GRADING_DOMAIN, evals.tally).values()) if costs else None
             found.append(Candidate(node.node_id, node.generation, node.commit, scores, position,
-                                   str(node.status), bool(node.full_eval.get(GRADING_DOMAIN))))
+                                   str(node.status), bool(node.full_eval.get(GRADING_DOMAIN)),
+                                   (band[0], band[1]) if band else None, per_row(tally) if tally else None))
     return found
+
+
+def parse_choice(text: str) -> str:
+    """`text` as a rule's name, `cheapest_within=D` with D a number from 0 to 1 written plainly; else a UserError
+    in one line."""
+    if text in CHOICES[:3]:
+        return text
+    if text.startswith(WITHIN):
+        value = text[len(WITHIN):]
+        try:
+            within = float(value) if len(value) <= 20 else math.nan
+        except ValueError:
+            within = math.nan
+        if 0 <= within <= 1:  # NaN is neither
+            return f"{WITHIN}{within:g}"
+        raise UserError(f"--choose {text[:60]!r}: D of cheapest_within=D is how much val accuracy you give up "
+                        "for a cheaper grader, a number from 0 to 1 (e.g. cheapest_within=0.02)")
+    raise UserError(f"--choose {text[:60]!r}: expected one of paper, full_eval, best, cheapest_within=D")
+
+
+def within_of(choice: str) -> float | None:
+    """D of `cheapest_within=D` (as parse_choice wrote it), None for another rule."""
+    return float(choice[len(WITHIN):]) if choice.startswith(WITHIN) else None
+
+
+def _usd(c: Candidate) -> float:
+    """$ per row, infinity where unknown (it ranks last)."""
+    return math.inf if c.cost is None or c.cost.usd is None else c.cost.usd
 
 
 def eligible(candidates: list[Candidate], choice: str) -> list[Candidate]:
     if choice == "paper":
         return list(candidates)
-    return [c for c in candidates if c.full and c.status == "ok"]
+    pool = [c for c in candidates if c.full and c.status == "ok"]
+    within = within_of(choice)
+    if within is None or not pool:
+        return pool
+    floor = _accuracy(min(pool, key=rank_key("best"))) - within
+    return [c for c in pool if _accuracy(c) >= floor - 1e-12]  # 0.95 is within 0.05 of 1.0, rounding aside
 
 
 def _mae(c: Candidate) -> float:
@@ -96,17 +150,31 @@ def rank_key(choice: str) -> Callable[[Candidate], tuple[float, ...]]:
     """The sort key `choice` ranks candidates by: the smallest is the one packaged."""
     if choice == "paper":
         return lambda c: (_mae(c), c.position)
+    if choice == "best":
+        return lambda c: (-_accuracy(c), _mae(c), _usd(c), c.position)
+    if choice.startswith(WITHIN):
+        return lambda c: (_usd(c), -_accuracy(c), c.position)
     return lambda c: (_mae(c), -_accuracy(c), c.position)
 
 
 def choose(candidates: list[Candidate], choice: str) -> Candidate | None:
     """The node `choice` packages among `candidates`, or None when none is eligible."""
     pool = eligible(candidates, choice)
+    if choice.startswith(WITHIN) and pool and all(_usd(c) == math.inf for c in pool):
+        raise UserError(f"--choose {choice}: no node within {within_of(choice):g} of the best {selection_split()} "
+                        "accuracy has a known $ per row (its task model's price is unknown, or no evaluation's cost "
+                        "was tallied): --choose best picks by accuracy alone")
     return min(pool, key=rank_key(choice)) if pool else None
 
 
 def describe(choice: str) -> str:
     split = selection_split()
+    if choice == "best":
+        return (f"the best rule: the highest {split} accuracy among nodes that finished the full evaluation, ties to "
+                f"the lower {split} normalized MAE, then the cheaper per row")
+    if choice.startswith(WITHIN):
+        return (f"the {choice} rule: the lowest $ per row among nodes that finished the full evaluation with a "
+                f"{split} accuracy within {within_of(choice):g} of the best's (point estimates; intervals below)")
     if choice == "paper":
         return (f"the paper's rule: the lowest {split} normalized MAE of any node with one, "
                 "ties to the earlier node")
@@ -115,17 +183,46 @@ def describe(choice: str) -> str:
 
 
 def ranking_lines(candidates: list[Candidate], choice: str) -> list[str]:
-    """The top nodes of the eligible ones by each metric, as the command prints them."""
-    split, pool = selection_split(), eligible(candidates, choice)
+    """The top nodes of the eligible ones by each metric, as the command prints them; for the rules that rank by
+    cost, of every fully evaluated node (those beyond D too) and by $ per row as well."""
+    costs = choice not in ("paper", "full_eval")
+    split, choice = selection_split(), "full_eval" if costs else choice
+    pool = eligible(candidates, choice)
 
     def row(c: Candidate) -> str:
         accuracy = _number(c.scores[split].get(ACCURACY))
         shown = "n/a" if accuracy is None else f"{accuracy:.3f}"
+        cost = f", {usd_text(c.cost.usd if c.cost else None)} a row" if costs else ""
         return (f"  node {c.node_id:>8} (generation {c.generation}): {split} normalized MAE "
-                f"{_mae(c):.3f}, {split} accuracy {shown}")
+                f"{_mae(c):.3f}, {split} accuracy {shown}{cost}")
 
     by_mae = sorted(pool, key=rank_key(choice))[:TOP_N]
     then = (lambda c: c.position) if choice == "paper" else rank_key(choice)  # the reference: a stable sort
     by_acc = sorted(pool, key=lambda c: (-_accuracy(c), then(c)))[:TOP_N]
-    return [f"top {len(by_mae)} by {split} normalized MAE (lower is better):", *map(row, by_mae),
-            f"top {len(by_acc)} by {split} accuracy:", *map(row, by_acc)]
+    lines = [f"top {len(by_mae)} by {split} normalized MAE (lower is better):", *map(row, by_mae),
+             f"top {len(by_acc)} by {split} accuracy:", *map(row, by_acc)]
+    if costs:
+        by_cost = sorted(pool, key=lambda c: (_usd(c), -_accuracy(c), c.position))[:TOP_N]
+        lines += [f"top {len(by_cost)} by $ per row of grading (the task agent's calls; lower is better):",
+                  *map(row, by_cost)]
+    return lines
+
+
+def cost_lines(candidates: list[Candidate], choice: str, chosen: Candidate) -> list[str]:
+    """Why the rules that rank by cost chose `chosen`: its accuracy with its interval and its $ per row, and
+    the best's beside it (with how many times as much a row the best costs)."""
+    if choice != "best" and not choice.startswith(WITHIN):
+        return []
+    split, best = selection_split(), min(eligible(candidates, "best"), key=rank_key("best"))
+
+    def facts(c: Candidate) -> str:
+        band = f" {interval_text(*c.interval)}" if c.interval else ""
+        return (f"{split} accuracy {_accuracy(c):.3f}{band}, "
+                f"{usd_text(c.cost.usd if c.cost else None)} a row")
+
+    lines = [f"  node {chosen.node_id}: {facts(chosen)}"]
+    if best is not chosen:
+        ratio = _usd(best) / _usd(chosen) if 0 < _usd(chosen) < math.inf and _usd(best) < math.inf else None
+        times = f" ({ratio:.1f}x as much a row)" if ratio else ""
+        lines.append(f"  the best, node {best.node_id}: {facts(best)}{times}")
+    return lines

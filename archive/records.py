@@ -39,6 +39,7 @@ MAX_RUN_JSON = 2**20  # bytes of run.json read at most
 MAX_NAME = 120  # characters of a run's name: a title in a list of runs, not a description
 MAX_TAG = 40  # characters of one tag
 MAX_TAGS = 20  # tags of one run
+MAX_AMOUNT = 1e12  # dollars, tokens or seconds a node records per role or phase: far above any real run
 
 COMMIT = re.compile(r"[0-9a-f]{40}")  # a commit of the run's repository (git's SHA-1 object names)
 EVAL_KEY = re.compile(r"[0-9a-f]{24}")  # a folder under evals/: archive/eval_store.py EvalStore.key
@@ -218,6 +219,11 @@ class Node:
             raise ValueError(f"node_id {data['node_id']!r} is not its folder's name {folder!r}")
         if data["generation"] < 0:
             raise ValueError(f"generation must be 0 or more, got {data['generation']}")
+        for name in ("cost_usd", "tokens", "seconds"):  # shown and summed: a handed record may hold NaN or -1e300
+            for what, amount in data.get(name, {}).items():
+                if not 0 <= amount <= MAX_AMOUNT:  # NaN compares false; a huge int compares without a float
+                    raise ValueError(f"{name} of {show(what)} must be a number from 0 to {MAX_AMOUNT:g}, "
+                                     f"got {show(amount)}")
         for domain, keys in data.get("eval_keys", {}).items():
             for split, key in keys.items():
                 if not EVAL_KEY.fullmatch(key):

@@ -7,8 +7,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from archive.eval_store import EvalStore
 from archive.records import DomainEval, Node
+from archive.row_costs import FrontPoint, RowCost, front_of, node_row_cost
 from archive.run_folder import ledger_of
+from archive.store import observed_sizes
 
 
 @dataclass(frozen=True)
@@ -44,6 +47,7 @@ class NodeView:
     full_eval: dict[str, bool]  # domain -> whether it passed screening and was evaluated in full
     spend: dict[str, Spend]  # role -> what the node's calls cost
     error: str | None
+    row_costs: dict[str, RowCost]  # domain -> what a row of its evaluations costs (archive/row_costs.py)
 
 
 @dataclass(frozen=True)
@@ -61,6 +65,7 @@ class RunView:
     cost_usd: float
     tokens: int
     config: dict  # the run's configuration, as run.json keeps it
+    front: dict[str, list[FrontPoint]]  # domain -> its nodes by selection score and $ a row, the front marked
 
 
 @dataclass(frozen=True)
@@ -73,13 +78,13 @@ class EvalResult:
     folder: Path  # where its predictions are: a harness folder, or the run whose node was evaluated
 
 
-def node_view(node: Node) -> NodeView:
+def node_view(node: Node, row_costs: dict[str, RowCost] | None = None) -> NodeView:
     scores: dict[str, dict[str, Score]] = {}
     for domain, split, found in node.evaluations():
         scores.setdefault(domain, {})[split] = Score.of(found)
     spend = {role: Spend(usd, node.tokens.get(role, 0)) for role, usd in node.cost_usd.items()}
     return NodeView(node.node_id, node.parent, node.generation, str(node.status), scores, dict(node.full_eval),
-                    spend, node.error)
+                    spend, node.error, dict(row_costs or {}))
 
 
 def run_spend(run_dir: Path, nodes: list[Node]) -> dict[str, Spend]:
@@ -94,3 +99,13 @@ def run_spend(run_dir: Path, nodes: list[Node]) -> dict[str, Spend]:
                 old = spend.get(role, Spend(0.0, 0))
                 spend[role] = Spend(old.cost_usd + usd, old.tokens + node.tokens.get(role, 0))
     return spend
+
+
+def run_row_costs(run_dir: Path, domains: list[str], nodes: list[Node]) -> tuple[dict[str, dict[str, RowCost]],
+                                                                                 dict[str, list[FrontPoint]]]:
+    """Per node, what a row of each domain costs; per domain, the front (archive/row_costs.py). A cost record
+    that is not one the run wrote is a UserError naming it, as a garbled report is."""
+    store, sizes = EvalStore(run_dir), observed_sizes(domains, nodes)
+    costs = {n.node_id: {d: cost for d in n.eval_keys if (cost := node_row_cost(n, d, store.tally)) is not None}
+             for n in nodes}
+    return costs, {d: front_of(nodes, d, sizes[d][0], store.tally)[0] for d in domains}

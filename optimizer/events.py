@@ -85,6 +85,14 @@ class NodeFinished:
 
 
 @dataclass(frozen=True)
+class RowCostsTold:
+    """What a row of a node's evaluations costs, per domain (optimizer/cost_tally.py), once the node is recorded."""
+
+    node_id: str
+    line: str  # `imo_grading $0.0012 a row (2,310 tokens in, 420 out, 3.1 s), 120 rows; ...`
+
+
+@dataclass(frozen=True)
 class Warned:
     message: str
 
@@ -120,8 +128,8 @@ class FinalTested:
     line: str
 
 
-Event = (GenerationStarted | MetaFinished | SplitStarted | SplitDone | CostBooked | NodeFinished | Warned | FinalTested
-         | HeldOutGraded | RunStarted | RunEnded)
+Event = (GenerationStarted | MetaFinished | SplitStarted | SplitDone | CostBooked | NodeFinished | RowCostsTold | Warned
+         | FinalTested | HeldOutGraded | RunStarted | RunEnded)
 Subscriber = Callable[[Event], None]
 
 
@@ -177,6 +185,8 @@ def console_line(event: Event) -> str | None:
         suspicious = f"; suspicious: {'; '.join(node.flags)}" if node.flags else ""
         return f"node {node.node_id} (parent {node.parent}): {node.status}; {node.scores_text()}; " \
                f"cost ${sum(node.cost_usd.values()):.4f}" + "".join(stopped) + suspicious
+    if isinstance(event, RowCostsTold):
+        return f"node {event.node_id}: task agent per row: {event.line}"
     if isinstance(event, Warned):
         return f"warning: {event.message}"
     if isinstance(event, (FinalTested, HeldOutGraded)):

@@ -33,6 +33,7 @@ from archive.records import GenStart, Node, Status
 from archive.run_state import RunState
 from archive.store import Archive, untrusted_dir
 from optimizer.beginning import Beginnings
+from optimizer.cost_tally import CostTally
 from optimizer.evaluation import BudgetStop, Evaluator, LoadFailed, NodeSandbox, Peers
 from optimizer.events import (
     CostBooked,
@@ -92,6 +93,7 @@ class Loop:
         self.meta = MetaStep(ctx, archive, self.repo)
         self.screen = Screen(ctx, archive)
         ctx.gateway.allow_models(*ctx.meta_models, ctx.task_model)
+        self.events.subscribe(CostTally(ctx, self.evaluator.store, self.events))  # after the task model's price
         if ctx.config.models.heldout_grader:  # the best nodes' proofs graded again, before the pictures draw them
             self.events.subscribe(HeldOut(ctx, archive, self.events, self.evaluator))
         self.pictures = Pictures(archive, ctx.domains, ctx.full_sizes, ctx.run_dir, self.events, ctx.best_choice,

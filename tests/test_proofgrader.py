@@ -242,8 +242,9 @@ def test_choose_goes_with_generate_dir_only(tmp_path):
     r = setup_repo("--proofautograder", "--choose", "paper", cwd=tmp_path)
     assert r.returncode == 2 and r.stderr.strip().splitlines() == [
         "error: --choose goes with --generate_dir: it picks a node of the run"]
-    r = setup_repo("--generate_dir", str(tmp_path), "--choose", "best", cwd=tmp_path)
-    assert r.returncode == 2 and "invalid choice: 'best'" in r.stderr and "Traceback" not in r.stderr
+    r = setup_repo("--generate_dir", str(tmp_path), "--choose", "bestest", cwd=tmp_path)
+    assert r.returncode == 2 and r.stderr.strip().splitlines() == [
+        "error: --choose 'bestest': expected one of paper, full_eval, best, cheapest_within=D"]
     assert not (tmp_path / "proofgrader_repo").exists()
 
 

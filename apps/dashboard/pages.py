@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from importlib import resources
 
-from apps.dashboard import pieces, transcript
+from apps.dashboard import front, pieces, transcript
 from apps.dashboard.evaluations import Evaluation, evaluations_table
 from apps.dashboard.flight import MAX_TAIL, InFlight
 from apps.dashboard.markup import Markup, h, join, url
@@ -86,6 +86,7 @@ def run_page(reader: RunReader, data: RunData) -> str:
         compare_form(data, *default_pair(data)),
         h("h2", {}, "Progress"), pieces.progress(data), pieces.heldout(data),
         h("h2", {}, "Cost"), pieces.cost_chart(reader), pieces.spend_table(spend), pieces.meta_models_table(data),
+        h("h2", {}, "Accuracy and cost per row"), front.front(data, lambda n: url("runs", name, "nodes", n)),
         h("h2", {}, "Nodes"), nodes_list(data, TOP_NODES),
         h("h2", {}, "Plan"), pieces.plan(data)])
     return page(f"{name}: runs", body, [("runs", "/"), (name, None)], url("runs", name, "live"),
@@ -225,6 +226,7 @@ def node_page(reader: RunReader, data: RunData, node: Node) -> str:
                                                                   h("td", {"class": "num"}, f"{s:.1f} s"))
                                                              for phase, s in node.seconds.items())),
         h("h2", {}, "Cost and tokens"), pieces.spend_table(reader.spend(node_id)),
+        h("h3", {}, "Per row of its evaluations"), front.node_costs(data, node),
         h("h2", {}, "Change"), patch_facts(node), diff_block(reader.patch(node_id), "patch"),
         h("h2", {}, "Meta agent transcript"), transcript_block(reader.transcript(node_id)),
         h("h2", {}, "Predictions, wrong first, beside the gold labels"), predictions(reader, node)])

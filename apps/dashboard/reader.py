@@ -83,6 +83,10 @@ class RunData:
     def _rule(self) -> ScoreRule:
         return observed_rule(self.record.config.get("loop") if self.record is not None else None, self.domains)
 
+    def selection_split(self, domain: str) -> str:
+        """The split the run selects on for `domain`, as its nodes' scores show it (val when any has one)."""
+        return self._sizes[domain][0] if domain in self._sizes else "val"
+
     def score(self, node: Node) -> float | None:
         """The node's score as the loop selects on it, averaged over the run's domains."""
         if node.node_id not in self._scores:

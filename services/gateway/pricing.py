@@ -127,3 +127,10 @@ def register_price(model: str, price: list[float] | None, provider: Provider = L
     else:
         rates = _configured(listed, price)
     provider.register_prices(model, rates)
+
+
+def price_known(model: str, prices: dict, pricing: Pricing) -> bool:
+    """Whether anyone knows what `model` costs (its `pricing`, as pricing_of gives it): a local model (free), a
+    configured price (`gateway.prices`), or a price in the provider's table. Calls to any other model are
+    booked at $0, which says nothing of what they cost."""
+    return is_local(model) or model in prices or pricing.input_usd > 0 or pricing.output_usd > 0
