@@ -4,10 +4,10 @@
     setup_proofgrader_repo --generate_dir outputs/RUN   # from the best grader of an imo_grading run
     pip install -e ./proofgrader_repo
 
-Which node of a run is the best grader: `--choose paper` (the default), the HyperAgents
-reference's rule, `--choose full_eval`, `--choose best` (the most accurate) or `--choose
-cheapest_within=D` (the cheapest per row within D of the best's accuracy); archive/grader_choice.py
-has them and why they differ.
+Which node of a run is the best grader: `--choose best` (the default: the most accurate of the fully
+evaluated nodes), `--choose cheapest_within=D` (the cheapest per row within D of its accuracy), `--choose
+paper` (the HyperAgents reference's rule) or `--choose full_eval`; archive/grader_choice.py has them and why
+they differ.
 
 The package holds the grader's code only, `agent/` and the task agent (a `task_agent/` package or, in the HyperAgents
 reference's layout of a run started from an agent folder such as the paper's BetterGrader run
@@ -347,9 +347,10 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--model", default=None,
                     help="--proofautograder only: its default model (default: the config's grader model)")
     ap.add_argument("--choose", metavar="|".join(grader_choice.CHOICES), default=None,
-                    help="--generate_dir only: which node is the best grader (archive/grader_choice.py); paper (the "
-                         "default): the lowest val normalized MAE of any node; full_eval: of nodes fully evaluated; "
-                         "best: the highest val accuracy; cheapest_within=D: the lowest $ per row within D of it")
+                    help="--generate_dir only: which node is the best grader (archive/grader_choice.py); best (the "
+                         "default): the highest val accuracy of nodes fully evaluated; cheapest_within=D: the lowest "
+                         "$ per row within D of it; paper: the reference's, the lowest val normalized MAE of any "
+                         "node; full_eval: that of nodes fully evaluated")
     return ap
 
 
@@ -359,7 +360,7 @@ def main(argv: list[str] | None = None) -> None:
         raise UserError("--model goes with --proofautograder; a run's grader keeps the model it was evaluated with")
     if args.choose and not args.generate_dir:
         raise UserError("--choose goes with --generate_dir: it picks a node of the run")
-    choice = grader_choice.parse_choice(args.choose or "paper")
+    choice = grader_choice.parse_choice(args.choose or "best")
     dst = Path(os.path.abspath(args.dst))
     check_destination(dst, args.force)  # before any work: a --dst it would refuse at the end is refused now
     try:

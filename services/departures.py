@@ -189,7 +189,10 @@ DEPARTURES: tuple[Departure, ...] = (
               applies=_initial("proofautograder")),
     Departure("the packaged grader (`setup_proofgrader_repo --generate_dir`)",
               "the lowest val normalized MAE, ties to the earlier node",
-              "the same (`--choose paper`); `--choose full_eval` takes only fully evaluated nodes", "-"),
+              "the highest val accuracy of the nodes evaluated in full (`--choose best`); `--choose paper` is the "
+              "reference's, `--choose cheapest_within=D` the cheapest within D of the best's accuracy",
+              "a grader is deployed for its accuracy and its price; the reference's rule ranks 10-row screening "
+              "MAEs beside 100-row ones, so one lucky screening can win", applies=_domain("imo_grading")),
     Departure("a row whose model call failed at the provider",
               "the exception ends the harness: the evaluation has no score",
               "not scored: the run stops in one line and `--resume_from` redoes the row (with the preset too)",

@@ -205,14 +205,14 @@ def test_generate_dir_packages_the_chosen_nodes_code(tmp_path):
 
 
 @pytest.mark.e2e
-def test_the_paper_rule_and_full_eval_pick_different_nodes_of_one_run(tmp_path):
+def test_best_the_paper_rule_and_full_eval_pick_different_nodes_of_one_run(tmp_path):
     run = SyntheticRun(tmp_path)
     run.node("1", (0.10, 0.40))  # the earliest of the lowest MAE: the paper's
     run.node("2", (0.10, 0.60))  # same MAE, more accurate: full_eval's
     run.node("3", (float("nan"), 1.00))  # no MAE to rank: neither rule's
     run.node("4", (0.30, 0.90))
     chosen = {}
-    for choice in (None, "paper", "full_eval"):
+    for choice in (None, "paper", "full_eval", "best"):
         dst = tmp_path / f"pkg-{choice}"
         r = setup_repo("--generate_dir", str(run.dir), "--dst", str(dst), *(["--choose", choice] if choice else []),
                        cwd=tmp_path)
@@ -223,7 +223,9 @@ def test_the_paper_rule_and_full_eval_pick_different_nodes_of_one_run(tmp_path):
         chosen[choice] = (provenance["node_id"], provenance["chosen_by"])
         top_mae = r.stdout.split("top")[1].splitlines()[1:4]
         assert "3" not in [line.split()[1] for line in top_mae]
-    assert chosen == {None: ("1", "paper"), "paper": ("1", "paper"), "full_eval": ("2", "full_eval")}
+    # best (the default): the most accurate of the nodes with a val MAE (3 has none), whatever its MAE.
+    assert chosen == {None: ("4", "best"), "paper": ("1", "paper"), "full_eval": ("2", "full_eval"),
+                      "best": ("4", "best")}
 
 
 def test_generate_dir_refuses_a_run_without_a_fully_evaluated_node(tmp_path):
