@@ -18,6 +18,11 @@ class Sica(Compared):
                            f"node's {promotion.confidence:.0%} interval {band.mean:.2f} [{band.low:.2f}, "
                            f"{band.high:.2f}] on {len(mine)} shared rows")
 
+    def race_bar(self, parent: float | None, best_low: float | None) -> tuple[float, str] | None:
+        """What a child racing its full evaluation must reach to pass this rule (search/racing.py): the low
+        end of the best node's 95% interval on the split it is selected on."""
+        return None if best_low is None else (best_low, f"the low end {best_low:.3f} of the best node's interval")
+
     def plan(self, above: str, promotion: Promotion) -> str:
         return f"{above} and its mean reaches the best node's {promotion.confidence:.0%} lower bound (sica)"
 
