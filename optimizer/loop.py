@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 from archive.promotion import row_scores
 from archive.records import GenStart, Node, Status
 from archive.run_state import RunState
-from archive.store import Archive, untrusted_dir
+from archive.store import Archive, loop_sizes, run_score, untrusted_dir
 from optimizer.beginning import Beginnings
 from optimizer.evaluation import BudgetStop, Evaluator, LoadFailed, NodeSandbox, Peers
 from optimizer.events import (
@@ -232,6 +232,7 @@ class Loop:
             node.full_eval[name] = result.full
             if result.screening:
                 node.screening[name] = result.screening
+            node.raced_out = node.raced_out or result.raced_out
         notes = [f"{name}/{s}: {r.note}" for name, res in results.items() for s, r in res.splits.items() if r.note]
         node.error = "; ".join(notes)[:1000] or None  # a split the task agent raised on (loop.row_error invalid)
         return node
@@ -247,11 +248,18 @@ class Loop:
 
     def _peers(self, parent_id: str | None, generation: int) -> Peers:
         """The train row scores a child's screening compares with: its parent's and the best node's
-        among those its generation chose its parent from."""
-        best = self.best(horizon(generation, self.ctx.loop.parallel, self.ctx.loop.replayable))
-        peers = Peers(best_node=best.node_id if best else None)
+        among those its generation chose its parent from; and their selection scores, which a race reads."""
+        ctx = self.ctx
+        best = self.best(horizon(generation, ctx.loop.parallel, ctx.loop.replayable))
+        parent, sizes = self.archive.nodes.get(parent_id or ""), loop_sizes(ctx.domains, ctx.full_sizes)
+        lows = [band[0] for d in ctx.domains
+                if best and (found := best.evaluation(d.name, d.selection_split)) and (band := found.interval)]
+        peers = Peers(best_node=best.node_id if best else None,
+                      best_score=run_score(best, sizes, ctx.score_rule) if best else None,
+                      best_low=sum(lows) / len(lows) if best and len(lows) == len(ctx.domains) else None,
+                      parent_score=run_score(parent, sizes, ctx.score_rule) if parent else None)
         for d in self.ctx.domains:
-            for found, node in ((peers.parent, self.archive.nodes.get(parent_id or "")), (peers.best, best)):
+            for found, node in ((peers.parent, parent), (peers.best, best)):
                 key = node.eval_key(d.name, "train") if node else None
                 report = self.evaluator.store.report(key) if key else None
                 found[d.name] = row_scores(report, d.score_key) if report else None
