@@ -260,7 +260,8 @@ class Node:
     def scores_text(self) -> str:
         """The scores with their 95% interval and rows, for a person: `imo_grading/val=0.620 [0.522, 0.710] n=100`."""
         shown = [f"{d}/{s}={found.text()}" for d, s, found in self.evaluations() if found.score is not None]
-        return ", ".join(shown) or "not scored"
+        raced = f" ({self.raced_out.split(':', 1)[0]})" if self.raced_out else ""  # "raced out after 40 of 100 rows"
+        return (", ".join(shown) or "not scored") + raced
 
     @property
     def meta_failed(self) -> bool:
