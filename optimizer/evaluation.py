@@ -45,6 +45,7 @@ from domains.harness import (
 from domains.judge import GatewayJudge
 from optimizer.events import Events, SplitDone, SplitStarted
 from optimizer.racing import Racer
+from search.racing import Target
 from search.registry import promotion_rule
 from search.stats import Estimate, interval
 from services.choices import RowError, StageSplits
@@ -95,9 +96,11 @@ class Peers:
     parent: dict[str, RowScores | None] = field(default_factory=dict)
     best: dict[str, RowScores | None] = field(default_factory=dict)
     best_node: str | None = None  # whose rows `best` holds
-    best_score: float | None = None  # the best node's selection score (loop.racing's target)
-    best_low: float | None = None  # the low end of its 95% interval on the selection split(s), averaged
-    parent_score: float | None = None  # the parent's selection score
+    # loop.racing's targets (search/racing.py): the best node's and the parent's selection scores with their
+    # rows on the selection split(s), and the low end of the best's 95% interval there
+    best_target: Target | None = None
+    parent_target: Target | None = None
+    best_low: float | None = None
 
 
 class BudgetStop(Exception):

@@ -57,6 +57,7 @@ from optimizer.meta_step import MetaStep
 from optimizer.screening import Screen
 from optimizer.slots import Slots, horizon, run_generation
 from optimizer.trackers import Trackers
+from search.racing import Target
 from services.choices import InitialEval
 from services.sandbox import SandboxClosed
 from services.workspace import RunRepo, discard
@@ -251,19 +252,26 @@ class Loop:
         among those its generation chose its parent from; and their selection scores, which a race reads."""
         ctx = self.ctx
         best = self.best(horizon(generation, ctx.loop.parallel, ctx.loop.replayable))
-        parent, sizes = self.archive.nodes.get(parent_id or ""), loop_sizes(ctx.domains, ctx.full_sizes)
+        parent = self.archive.nodes.get(parent_id or "")
         lows = [band[0] for d in ctx.domains
                 if best and (found := best.evaluation(d.name, d.selection_split)) and (band := found.interval)]
-        peers = Peers(best_node=best.node_id if best else None,
-                      best_score=run_score(best, sizes, ctx.score_rule) if best else None,
-                      best_low=sum(lows) / len(lows) if best and len(lows) == len(ctx.domains) else None,
-                      parent_score=run_score(parent, sizes, ctx.score_rule) if parent else None)
+        peers = Peers(best_node=best.node_id if best else None, best_target=self._target(best, "the best node"),
+                      parent_target=self._target(parent, "its parent"),
+                      best_low=sum(lows) / len(lows) if best and len(lows) == len(ctx.domains) else None)
         for d in self.ctx.domains:
             for found, node in ((peers.parent, parent), (peers.best, best)):
                 key = node.eval_key(d.name, "train") if node else None
                 report = self.evaluator.store.report(key) if key else None
                 found[d.name] = row_scores(report, d.score_key) if report else None
         return peers
+
+    def _target(self, node: Node | None, who: str) -> Target | None:
+        """`node` as a racing child's target (search/racing.py): its selection score; None without one."""
+        ctx = self.ctx
+        score = run_score(node, loop_sizes(ctx.domains, ctx.full_sizes), ctx.score_rule) if node else None
+        if node is None or score is None:
+            return None
+        return Target(score, f"{who} {node.node_id}'s score {score:.3f}")
 
     def entry_points(self) -> list[str]:
         """What must import, besides TaskAgent, for a node to count (checked in the sandbox)."""

@@ -38,17 +38,16 @@ class Racer:
     def target(self, domains: list[Domain], peers: Peers) -> Target | None:
         """What a racing child must reach: the best's score, or its promotion rules' bar (each domain's last
         stage's rule) when lower; None without a best."""
-        own: tuple[float, str] | None = None
+        own: Target | None = None
         for d in domains:
             stages = d.screening(self.loop)
             rule = promotion_rule((stages[-1].rule if stages else None) or self.loop.promotion)
             # A plug-in's rule without a race_bar sets no bar of its own.
-            bar: Callable[[float | None, float | None], tuple[float, str] | None] | None = getattr(rule, "race_bar",
-                                                                                                   None)
-            found = bar(peers.parent_score, peers.best_low) if bar is not None else None
-            if found is not None and (own is None or found[0] < own[0]):
+            bar: Callable[[Target | None, float | None], Target | None] | None = getattr(rule, "race_bar", None)
+            found = bar(peers.parent_target, peers.best_low) if bar is not None else None
+            if found is not None and (own is None or found.bar < own.bar):
                 own = found
-        return target_of(peers.best_score, f"the best node {peers.best_node}'s score", own)
+        return target_of(peers.best_target, own)
 
     def run(self, domains: list[Domain], node: NodeSandbox, agent_hash: str, peers: Peers,
             results: dict[str, DomainResult]) -> RaceVerdict | None:

@@ -52,7 +52,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
 
-CHUNK = 20  # loop.racing_chunk's default: rows of the selection split between two looks
+CHUNK = 10  # loop.racing_chunk's default: rows of the selection split between two looks
 ALPHA = 0.05  # loop.racing_alpha's default: the chance, over all looks, of racing out a child that mattered
 
 
@@ -73,8 +73,8 @@ class Racing:
 
 @dataclass(frozen=True)
 class Target:
-    """What a child must reach to matter: a selection score (the run's scale: the mean over domains) and
-    whose it is, in words for the verdict."""
+    """What a child must reach to matter: a selection score (the run's scale: the mean over domains), whose
+    it is, in words for the verdict."""
 
     bar: float
     why: str
@@ -121,6 +121,31 @@ def looks(start: int, total: int, chunk: int) -> list[int]:
 Evaluate = Callable[[Mapping[str, int]], "Mapping[str, Sequence[float] | None]"]
 
 
+def reachable(rows: Sequence[float], total: int, level: float) -> float:
+    """The highest mean a split of `total` rows could still end with, given its first `rows`, at `level`: the
+    rows left score at most their count times p's upper bound (Wilson, at 1 - level/2), plus z times the sd of
+    their sum with that mean (a value in [0, 1] of mean p varies at most as a Bernoulli's), z at 1 - level/2."""
+    n, left = len(rows), total - len(rows)
+    if left <= 0:
+        return sum(rows) / max(total, 1)
+    p = upper_bound(rows, 1.0 - level / 2.0)
+    z = NormalDist().inv_cdf(1.0 - level / 2.0)
+    more = min(float(left), left * p + z * math.sqrt(left * p * (1.0 - p)))
+    return (sum(rows) + more) / total if n else 1.0
+
+
+def below(target: Target, scores: Mapping[str, Sequence[float]], totals: Mapping[str, int],
+          level: float) -> tuple[bool, str]:
+    """Whether the child's rows so far (domain -> scores) show it cannot reach `target` at `level`, with the
+    evidence in words: the mean over domains of the highest score each could still end with (`reachable`, each
+    at level / domains) is not above the target's."""
+    can = sum(reachable(scores[d], totals[d], level / len(scores)) for d in scores) / len(scores)
+    mean = sum(sum(v) / max(len(v), 1) for v in scores.values()) / len(scores)
+    out = can <= target.bar
+    return out, (f"{mean:.3f} so far, at most {can:.3f} at the end (one-sided level {level:.2g}) "
+                 f"{'<=' if out else '>'} {target.bar:.3f}")
+
+
 def race(racing: Racing, target: Target, plan: Mapping[str, tuple[int, int]], evaluate: Evaluate) -> RaceVerdict:
     """Race a child on its selection split(s): `plan` maps each domain to (rows already evaluated, all its
     rows); `evaluate(rows)` evaluates each domain's first `rows[domain]` rows (the rows a chunk adds, a
@@ -130,6 +155,8 @@ def race(racing: Racing, target: Target, plan: Mapping[str, tuple[int, int]], ev
     laps = {d: looks(start, total, racing.chunk) for d, (start, total) in plan.items()}
     count = max(map(len, laps.values()), default=0)
     total = sum(t for _, t in plan.values())
+    # The error is spent over the looks that can race a child out, all but the last (its rows are all the rows).
+    last = sum(lap[-2] if len(lap) > 1 else lap[-1] for lap in laps.values())
     before = 0.0
     judged = True
     for k in range(count):
@@ -138,25 +165,21 @@ def race(racing: Racing, target: Target, plan: Mapping[str, tuple[int, int]], ev
         seen = sum(rows.values())
         if k == count - 1 or not judged:
             continue
-        if any(scores.get(d) is None for d in plan):
+        known = {d: rows for d in plan if (rows := scores.get(d))}
+        if len(known) < len(plan):
             judged = False  # a split without row scores: nothing to judge, run to the end
             continue
-        share = seen / total
-        level = spent(racing.alpha, share) - before
-        before = spent(racing.alpha, share)
-        bound = sum(upper_bound(scores[d] or (), 1.0 - level / len(plan)) for d in plan) / len(plan)
-        if bound < target.bar:
-            mean = sum(sum(v) / len(v) for d in plan if (v := scores[d])) / len(plan)
-            return RaceVerdict(True, seen, total, f"raced out after {seen} of {total} rows: {mean:.3f}, at most "
-                                                  f"{bound:.3f} (one-sided level {level:.2g}) < {target.bar:.3f}, "
-                                                  f"{target.why}")
-    return RaceVerdict(False, total, total, f"ran all {total} rows; never below {target.bar:.3f}, {target.why}")
+        level = spent(racing.alpha, seen / last) - before
+        before += level
+        out, evidence = below(target, known, {d: t for d, (_, t) in plan.items()}, level)
+        if out:
+            return RaceVerdict(True, seen, total, f"raced out after {seen} of {total} rows: {evidence}; "
+                                                  f"below {target.why}")
+    return RaceVerdict(False, total, total, f"ran all {total} rows, never found below {target.why}")
 
 
-def target_of(best: float | None, best_why: str, rule_bar: tuple[float, str] | None) -> Target | None:
+def target_of(best: Target | None, rule_bar: Target | None) -> Target | None:
     """The lowest bar a child must reach to matter (module docstring), or None: no best yet, no race."""
     if best is None:
         return None
-    if rule_bar is not None and rule_bar[0] < best:
-        return Target(rule_bar[0], rule_bar[1])
-    return Target(best, best_why)
+    return rule_bar if rule_bar is not None and rule_bar.bar < best.bar else best

@@ -179,7 +179,7 @@ DEPARTURES: tuple[Departure, ...] = (
               note="the stage promotes a child whose train score is above 0"),
     Departure("the full evaluation of a promoted child",
               "every row of train and val",
-              "`racing`: val in chunks of 20 rows, stopped once the child can reach neither the best node's score "
+              "`racing`: val in chunks of 10 rows, stopped once the child can reach neither the best node's score "
               "nor its promotion rule's bar (a one-sided bound, 5% error over the looks); train's other rows only "
               "for a child that finished its race",
               "most children cannot become the best, and their rows are most of a run's bill "
