@@ -14,8 +14,8 @@ What a full evaluation decides, and so what a child must reach to matter:
   Every bundled best choice (`highest`, `paired`, `heldout`) lets a node take the best's place only when
   its selection score is higher than the best's, so the target is the current best's selection score
   (the best among the nodes the child's generation chose from, as its screening's peer). A raced-out node
-  is never the run's best: it has fewer rows than a node measured in full, and the test below says its
-  skill is below that score anyway.
+  is never the run's best: it has fewer rows than a node measured in full, and its race found that its
+  full evaluation would not have beaten that score anyway.
 - the next parents: a raced-out node stays a parent candidate, selected on the mean of the rows it has
   (not scaled down as a node stopped at screening is: its rows are an honest estimate, only noisier).
 - its promotion rule's own bar, where the rule compares the child with another node
@@ -25,21 +25,25 @@ What a full evaluation decides, and so what a child must reach to matter:
 
 A child is raced out only when it can reach neither: its target is the lowest of these bars.
 
-The test. A child's true skill p (the mean score it would have over all such rows) matters when
-p >= target. At look k, after n_k of the split's N rows, the child is raced out when a one-sided upper
-confidence bound on p at level 1 - a_k is below the target. The bound is Wilson's score bound on the mean
-of the rows: exact-variance for right/wrong rows, and conservative for partial credit (a value in [0, 1]
-of mean p has variance at most p(1 - p), the Bernoulli's), with no resampling, so it is cheap and
-deterministic (a resumed race reaches the same verdict) and holds at the small levels early looks use,
-where a bootstrap's tails are not resolved. The levels spend `loop.racing_alpha` over the looks by an
-O'Brien-Fleming-like Lan-DeMets function, alpha(t) = 2 - 2 Phi(z_{1-alpha/2} / sqrt(t)) at the share
-t = n_k / N of the rows seen, a_k = alpha(t_k) - alpha(t_{k-1}): by the union bound, a child whose skill
-reaches its target is raced out with probability at most `racing_alpha` over all its looks (the
-bench/evaluation_cost.py simulation measures it). Early looks thus need a large gap, late ones less: a
-child is stopped early only when it is far below. With several domains, the target is on the mean of
-their selection scores (as best choice reads it) and the bound is the mean of each domain's bound at
-level a_k / D (the union bound again). The target is taken as known: it is the score a decision would
-compare with, not an estimate of the best's skill.
+The test. What a full evaluation decides is whether the child's score on all N rows of the split ends above
+its target (every bundled best choice needs that first). So racing controls the chance of racing out a child
+whose full evaluation would have ended above its target. At look k, after n_k rows with sum S, the child is
+raced out when even the highest score it could plausibly still end with is not above the target:
+(S + R) / N <= target, where R bounds the sum of the N - n_k rows left: (N - n_k) u + z sqrt((N - n_k) u (1 - u)),
+u being Wilson's one-sided upper bound on the child's skill from the rows seen and z the normal quantile,
+both at 1 - a_k / 2. A child stopped wrongly needs its skill above u, or its rows left above their bound
+given a skill below u; each has chance at most a_k / 2 (to the normal approximation both bounds rest on),
+so a look errs with chance at most a_k. Wilson's bound is exact-variance for right/wrong rows and conservative
+for partial credit (a value in [0, 1] of mean p varies at most as a Bernoulli's), and needs no resampling:
+cheap, deterministic (a resumed race reaches the same verdict), and it holds at the small levels early looks
+use, where a bootstrap's tails are not resolved. The levels spend `loop.racing_alpha` over the looks that
+can stop a child (all but the last) by an O'Brien-Fleming-like Lan-DeMets function,
+alpha(t) = 2 - 2 Phi(z_{1-alpha/2} / sqrt(t)) at the share t of those looks' rows seen, a_k = alpha(t_k) -
+alpha(t_{k-1}); by the union bound a child is raced out wrongly with chance at most `racing_alpha` over all
+its looks (bench/evaluation_cost.py simulates it: far below, the two bounds being loose together). Early
+looks thus need a large gap, late ones less, and near the end a child that cannot catch up arithmetically
+stops at once. With several domains, the target is on the mean of their scores (as best choice reads it) and
+each domain's bound is at a_k / D. The target is taken as known: it is the score the decision compares with.
 
 `race` drives a race with a callback that evaluates rows, so the loop (optimizer/evaluation.py) and the
 bench run the same code.
