@@ -44,6 +44,7 @@ class NodeView:
     full_eval: dict[str, bool]  # domain -> whether it passed screening and was evaluated in full
     spend: dict[str, Spend]  # role -> what the node's calls cost
     error: str | None
+    raced_out: str | None = None  # loop.racing's verdict when its full evaluation stopped early (search/racing.py)
 
 
 @dataclass(frozen=True)
@@ -79,7 +80,7 @@ def node_view(node: Node) -> NodeView:
         scores.setdefault(domain, {})[split] = Score.of(found)
     spend = {role: Spend(usd, node.tokens.get(role, 0)) for role, usd in node.cost_usd.items()}
     return NodeView(node.node_id, node.parent, node.generation, str(node.status), scores, dict(node.full_eval),
-                    spend, node.error)
+                    spend, node.error, node.raced_out)
 
 
 def run_spend(run_dir: Path, nodes: list[Node]) -> dict[str, Spend]:

@@ -28,8 +28,9 @@ A child is raced out only when it can reach neither: its target is the lowest of
 The test. What a full evaluation decides is whether the child's score on all N rows of the split ends above
 its target (every bundled best choice needs that first). So racing controls the chance of racing out a child
 whose full evaluation would have ended above its target. At look k, after n_k rows with sum S, the child is
-raced out when even the highest score it could plausibly still end with is not above the target:
-(S + R) / N <= target, where R bounds the sum of the N - n_k rows left: (N - n_k) u + z sqrt((N - n_k) u (1 - u)),
+raced out when even the highest score it could plausibly still end with is below the target (an equal
+score may still take the best's place, under loop.ties latest): (S + R) / N < target, where R bounds the
+sum of the N - n_k rows left: (N - n_k) u + z sqrt((N - n_k) u (1 - u)),
 u being Wilson's one-sided upper bound on the child's skill from the rows seen and z the normal quantile,
 both at 1 - a_k / 2. A child stopped wrongly needs its skill above u, or its rows left above their bound
 given a skill below u; each has chance at most a_k / 2 (to the normal approximation both bounds rest on),
@@ -142,12 +143,12 @@ def below(target: Target, scores: Mapping[str, Sequence[float]], totals: Mapping
           level: float) -> tuple[bool, str]:
     """Whether the child's rows so far (domain -> scores) show it cannot reach `target` at `level`, with the
     evidence in words: the mean over domains of the highest score each could still end with (`reachable`, each
-    at level / domains) is not above the target's."""
+    at level / domains) is below the target's."""
     can = sum(reachable(scores[d], totals[d], level / len(scores)) for d in scores) / len(scores)
     mean = sum(sum(v) / max(len(v), 1) for v in scores.values()) / len(scores)
-    out = can <= target.bar
+    out = can < target.bar  # an equal score may still take the best's place (loop.ties latest)
     return out, (f"{mean:.3f} so far, at most {can:.3f} at the end (one-sided level {level:.2g}) "
-                 f"{'<=' if out else '>'} {target.bar:.3f}")
+                 f"{'<' if out else '>='} {target.bar:.3f}")
 
 
 def race(racing: Racing, target: Target, plan: Mapping[str, tuple[int, int]], evaluate: Evaluate) -> RaceVerdict:

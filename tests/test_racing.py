@@ -6,6 +6,8 @@ import random
 
 import pytest
 
+from archive.records import Node
+from archive.store import ScoreRule, run_score
 from search.racing import ALPHA, Racing, Target, looks, race, reachable, spent, target_of, upper_bound
 
 
@@ -84,3 +86,13 @@ def test_a_child_whose_full_evaluation_would_beat_its_target_is_rarely_raced_out
         out += verdict.raced_out
         wrong += verdict.raced_out and sum(answers) / 100 > 0.5
     assert wrong / 3000 <= 0.05 and out > 100  # it does race children out, and rarely wrongly
+
+
+def test_a_raced_out_node_is_a_parent_on_the_mean_of_its_rows_and_never_the_best():
+    node = Node("3", "initial", 3, scores={"d": {"train": 0.9, "val": 0.8}}, samples={"d": {"train": 10, "val": 20}},
+                full_eval={"d": False}, raced_out="raced out after 20 of 100 rows: ...")
+    assert run_score(node, {"d": ("val", 100)}, ScoreRule()) == 0.8  # unscaled, not 0.9 x 10/100
+    assert node.valid_parent and not node.can_be_best
+    assert "(raced out after 20 of 100 rows)" in node.scores_text()
+    node.raced_out = None
+    assert run_score(node, {"d": ("val", 100)}, ScoreRule()) == pytest.approx(0.09) and node.can_be_best
