@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 from archive.promotion import row_scores
 from archive.records import GenStart, Node, Status
 from archive.run_state import RunState
-from archive.store import Archive, loop_sizes, run_score, untrusted_dir
+from archive.store import Archive, untrusted_dir
 from optimizer.beginning import Beginnings
 from optimizer.evaluation import BudgetStop, Evaluator, LoadFailed, NodeSandbox, Peers
 from optimizer.events import (
@@ -54,10 +54,10 @@ from optimizer.feedback import publish_feedback, write_train_data
 from optimizer.heldout import HeldOut
 from optimizer.initial_agents import replays_demo
 from optimizer.meta_step import MetaStep
+from optimizer.racing import race_targets
 from optimizer.screening import Screen
 from optimizer.slots import Slots, horizon, run_generation
 from optimizer.trackers import Trackers
-from search.racing import Target
 from services.choices import InitialEval
 from services.sandbox import SandboxClosed
 from services.workspace import RunRepo, discard
@@ -233,9 +233,9 @@ class Loop:
             node.full_eval[name] = result.full
             if result.screening:
                 node.screening[name] = result.screening
-            node.raced_out = node.raced_out or result.raced_out
         notes = [f"{name}/{s}: {r.note}" for name, res in results.items() for s, r in res.splits.items() if r.note]
         node.error = "; ".join(notes)[:1000] or None  # a split the task agent raised on (loop.row_error invalid)
+        node.raced_out = next((r.raced_out for r in results.values() if r.raced_out), None)  # search/racing.py
         return node
 
     def _evaluated_as(self, node: Node) -> str:
@@ -248,30 +248,17 @@ class Loop:
         return code if self.ctx.loop.reuse_evaluations else f"{code}/node/{node.node_id}"
 
     def _peers(self, parent_id: str | None, generation: int) -> Peers:
-        """The train row scores a child's screening compares with: its parent's and the best node's
-        among those its generation chose its parent from; and their selection scores, which a race reads."""
-        ctx = self.ctx
-        best = self.best(horizon(generation, ctx.loop.parallel, ctx.loop.replayable))
+        """The train rows and selection scores a child's screening and race compare with: its parent's and the
+        best node's among those its generation chose its parent from."""
+        best = self.best(horizon(generation, self.ctx.loop.parallel, self.ctx.loop.replayable))
         parent = self.archive.nodes.get(parent_id or "")
-        lows = [band[0] for d in ctx.domains
-                if best and (found := best.evaluation(d.name, d.selection_split)) and (band := found.interval)]
-        peers = Peers(best_node=best.node_id if best else None, best_target=self._target(best, "the best node"),
-                      parent_target=self._target(parent, "its parent"),
-                      best_low=sum(lows) / len(lows) if best and len(lows) == len(ctx.domains) else None)
+        peers = Peers(best_node=best.node_id if best else None, **race_targets(self.ctx, best, parent))
         for d in self.ctx.domains:
             for found, node in ((peers.parent, parent), (peers.best, best)):
                 key = node.eval_key(d.name, "train") if node else None
                 report = self.evaluator.store.report(key) if key else None
                 found[d.name] = row_scores(report, d.score_key) if report else None
         return peers
-
-    def _target(self, node: Node | None, who: str) -> Target | None:
-        """`node` as a racing child's target (search/racing.py): its selection score; None without one."""
-        ctx = self.ctx
-        score = run_score(node, loop_sizes(ctx.domains, ctx.full_sizes), ctx.score_rule) if node else None
-        if node is None or score is None:
-            return None
-        return Target(score, f"{who} {node.node_id}'s score {score:.3f}")
 
     def entry_points(self) -> list[str]:
         """What must import, besides TaskAgent, for a node to count (checked in the sandbox)."""

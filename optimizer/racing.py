@@ -8,11 +8,14 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
+from archive.store import loop_sizes, run_score
 from search.racing import RaceVerdict, Racing, Target, looks, race, target_of
 from search.registry import promotion_rule
 
 if TYPE_CHECKING:
+    from archive.records import Node
     from domains.base import Domain
+    from optimizer.context import RunContext
     from optimizer.evaluation import DomainResult, Evaluator, NodeSandbox, Peers
 
 
@@ -72,3 +75,18 @@ class Racer:
             return seen
 
         return race(Racing(self.loop.racing_chunk, self.loop.racing_alpha), target, plan, evaluate)
+
+
+def race_targets(ctx: RunContext, best: Node | None, parent: Node | None) -> dict:
+    """What a child's race may compare with (optimizer.evaluation.Peers' fields): the best node and the parent
+    as targets (their selection scores), and the low end of the best's 95% interval on the selection split(s),
+    averaged over domains (None unless every domain has one)."""
+
+    def target(node: Node | None, who: str) -> Target | None:
+        score = run_score(node, loop_sizes(ctx.domains, ctx.full_sizes), ctx.score_rule) if node else None
+        return None if node is None or score is None else Target(score, f"{who} {node.node_id}'s score {score:.3f}")
+
+    lows = [band[0] for d in ctx.domains
+            if best and (found := best.evaluation(d.name, d.selection_split)) and (band := found.interval)]
+    return {"best_target": target(best, "the best node"), "parent_target": target(parent, "its parent"),
+            "best_low": sum(lows) / len(lows) if best and len(lows) == len(ctx.domains) else None}
