@@ -96,8 +96,8 @@ class Peers:
     parent: dict[str, RowScores | None] = field(default_factory=dict)
     best: dict[str, RowScores | None] = field(default_factory=dict)
     best_node: str | None = None  # whose rows `best` holds
-    # loop.racing's targets (search/racing.py): the best node's and the parent's selection scores with their
-    # rows on the selection split(s), and the low end of the best's 95% interval there
+    # loop.racing's targets (search/racing.py): the best node's and the parent's selection scores, and the low
+    # end of the best's 95% interval on the selection split(s) (optimizer.racing.race_targets)
     best_target: Target | None = None
     parent_target: Target | None = None
     best_low: float | None = None
