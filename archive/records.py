@@ -30,7 +30,8 @@ if typing.TYPE_CHECKING:
 
         SCHEMA: typing.ClassVar[int]
 
-NODE_SCHEMA = 4  # node.json; 2 adds intervals, screening; 3 meta_error; 4 status duplicate, flags, meta_model, parents
+NODE_SCHEMA = 5  # node.json; 2 adds intervals, screening; 3 meta_error; 4 status duplicate, flags, meta_model, parents;
+# 5 raced_out
 META_SCHEMA = 1  # the meta agent's result, in archive.jsonl's meta_done event
 START_SCHEMA = 2  # a generation's start, archive.jsonl's gen_start event; 2 adds meta_model and other_parent
 RUN_SCHEMA = 3  # run.json; 2 adds initial_from, 3 name and tags
@@ -194,6 +195,9 @@ class Node:
     eval_keys: dict[str, dict[str, str]] = field(default_factory=dict)  # domain -> split -> address under evals/
     intervals: dict[str, dict[str, list[float]]] = field(default_factory=dict)  # domain -> split -> [low, high] (95%)
     screening: dict[str, list[str]] = field(default_factory=dict)  # domain -> each stage's verdict, as a line
+    # loop.racing's verdict when the full evaluation stopped early (search/racing.py): the node keeps the rows it
+    # has, is a parent on them and is never the run's best; None: not raced out
+    raced_out: str | None = None
     cost_usd: dict[str, float] = field(default_factory=dict)  # role -> dollars spent for this node
     tokens: dict[str, int] = field(default_factory=dict)  # role -> tokens
     seconds: dict[str, float] = field(default_factory=dict)  # phase (meta, check, eval, total) -> wall seconds
@@ -262,7 +266,8 @@ class Node:
     def scores_text(self) -> str:
         """The scores with their 95% interval and rows, for a person: `imo_grading/val=0.620 [0.522, 0.710] n=100`."""
         shown = [f"{d}/{s}={found.text()}" for d, s, found in self.evaluations() if found.score is not None]
-        return ", ".join(shown) or "not scored"
+        raced = f" ({self.raced_out.split(':', 1)[0]})" if self.raced_out else ""  # "raced out after 40 of 100 rows"
+        return (", ".join(shown) or "not scored") + raced
 
     @property
     def meta_failed(self) -> bool:
@@ -273,6 +278,12 @@ class Node:
     def valid_parent(self) -> bool:
         """Only a node that loaded and was scored can be built on (a no-op child is its parent again)."""
         return self.status == Status.OK
+
+    @property
+    def can_be_best(self) -> bool:
+        """A valid parent that was not raced out: a raced-out node has fewer rows than a node measured in full,
+        and its race found it below the best's score (search/racing.py)."""
+        return self.valid_parent and self.raced_out is None
 
 
 @dataclass

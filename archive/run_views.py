@@ -48,6 +48,7 @@ class NodeView:
     spend: dict[str, Spend]  # role -> what the node's calls cost
     error: str | None
     row_costs: dict[str, RowCost]  # domain -> what a row of its evaluations costs (archive/row_costs.py)
+    raced_out: str | None = None  # loop.racing's verdict when its full evaluation stopped early (search/racing.py)
 
 
 @dataclass(frozen=True)
@@ -84,7 +85,7 @@ def node_view(node: Node, row_costs: dict[str, RowCost] | None = None) -> NodeVi
         scores.setdefault(domain, {})[split] = Score.of(found)
     spend = {role: Spend(usd, node.tokens.get(role, 0)) for role, usd in node.cost_usd.items()}
     return NodeView(node.node_id, node.parent, node.generation, str(node.status), scores, dict(node.full_eval),
-                    spend, node.error, dict(row_costs or {}))
+                    spend, node.error, dict(row_costs or {}), node.raced_out)
 
 
 def run_spend(run_dir: Path, nodes: list[Node]) -> dict[str, Spend]:

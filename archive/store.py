@@ -89,8 +89,8 @@ def _scaled_score(node: Node, domain: str, split: str, full: int, rule: ScoreRul
     if rule.scale_initial and node.node_id == "initial":
         share = rule.first_stage.get(domain, full) / full
         return None if found is None or found.score is None else found.score * share
-    if node.full_eval.get(domain) and found is not None:
-        return found.score
+    if (node.full_eval.get(domain) or node.raced_out) and found is not None:
+        return found.score  # a raced-out node: the mean of the rows it has, an honest estimate (search/racing.py)
     staged = node.evaluation(domain, split if rule.staged_split == "selection" else "train")
     if staged is not None and staged.score is not None:
         return staged.score * ((staged.rows or 0) / full)
@@ -151,12 +151,12 @@ def observed_rule(loop: object, domains: list[str]) -> ScoreRule:
 def selection_rows(node: Node, splits: dict[str, tuple[str, str]], store: EvalStore) -> RowScores:
     """The node's per-row scores on the split it is selected on, every domain's rows together
     (keys "domain/question id"); `splits`: domain -> (split, score key); `store`: the run's
-    archive.eval_store.EvalStore. Only full evaluations count; a report that cannot be read
-    counts as no rows."""
+    archive.eval_store.EvalStore. Only full evaluations count, and a raced-out node's rows (search/racing.py);
+    a report that cannot be read counts as no rows."""
     found: RowScores = {}
     for domain, (split, score_key) in splits.items():
         key = node.eval_key(domain, split)
-        if not (key and node.full_eval.get(domain)):
+        if not (key and (node.full_eval.get(domain) or node.raced_out)):
             continue
         try:
             report = store.report(key)
@@ -176,7 +176,7 @@ def observed_best(nodes: list[Node], sizes: dict[str, tuple[str, int]], run_dir:
     store, splits, rule = EvalStore(run_dir), {}, observed_rule(loop, list(sizes))
     if best_choice_rule(choice.rule).reads_rows:
         splits = {d: (split, get_domain(d).score_key) for d, (split, _) in sizes.items()}
-    return choose_best([n for n in nodes if n.valid_parent], lambda n: run_score(n, sizes, rule),
+    return choose_best([n for n in nodes if n.can_be_best], lambda n: run_score(n, sizes, rule),
                        lambda n: selection_rows(n, splits, store), choice, heldout_grades(run_dir, choice))
 
 
@@ -347,7 +347,7 @@ class Archive:
     def best(self, domains: list, full_sizes: dict[str, int], choice: BestChoice = BestChoice(),
              upto: int | None = None, rule: ScoreRule = ScoreRule(),
              heldout: Callable[[Node], float | None] | None = None) -> Node | None:
-        """The run's best valid node under `choice` (archive.promotion.BestChoice; by default the
+        """The run's best valid node (not raced out) under `choice` (archive.promotion.BestChoice; by default the
         highest selection score, the latest among equals), among the nodes of generations up to
         `upto` (all when None) that have a selection score on every domain (a node loop.row_error
         invalid left unscored is no best, as it is no parent). The `heldout` choice reads each node's
@@ -356,7 +356,7 @@ class Archive:
 
         store, splits = EvalStore(self.run_dir), {d.name: (d.selection_split, d.score_key) for d in domains}
         with self._lock:
-            nodes = [n for n in self.nodes.values() if n.valid_parent and (upto is None or n.generation <= upto)]
+            nodes = [n for n in self.nodes.values() if n.can_be_best and (upto is None or n.generation <= upto)]
 
         sizes = loop_sizes(domains, full_sizes)
         return choose_best(nodes, lambda n: run_score(n, sizes, rule), lambda n: selection_rows(n, splits, store),

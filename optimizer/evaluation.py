@@ -44,6 +44,8 @@ from domains.harness import (
 )
 from domains.judge import GatewayJudge
 from optimizer.events import Events, SplitDone, SplitStarted
+from optimizer.racing import Racer
+from search.racing import Target
 from search.registry import promotion_rule
 from search.stats import Estimate, interval
 from services.choices import RowError, StageSplits
@@ -83,6 +85,7 @@ class DomainResult:
     splits: dict[str, SplitScore] = field(default_factory=dict)
     full: bool = False
     screening: list[str] = field(default_factory=list)  # each stage's verdict, as a line to read
+    raced_out: str | None = None  # loop.racing's verdict when the full evaluation stopped early (search/racing.py)
 
 
 @dataclass
@@ -93,6 +96,11 @@ class Peers:
     parent: dict[str, RowScores | None] = field(default_factory=dict)
     best: dict[str, RowScores | None] = field(default_factory=dict)
     best_node: str | None = None  # whose rows `best` holds
+    # loop.racing's targets (search/racing.py): the best node's and the parent's selection scores, and the low
+    # end of the best's 95% interval on the selection split(s) (optimizer.racing.race_targets)
+    best_target: Target | None = None
+    parent_target: Target | None = None
+    best_low: float | None = None
 
 
 class BudgetStop(Exception):
@@ -117,6 +125,7 @@ class Evaluator:
         self.store = EvalStore(ctx.run_dir)
         self._locks: defaultdict[str, threading.Lock] = defaultdict(threading.Lock)  # one evaluation per key at once
         self._locks_lock = threading.Lock()
+        self.racer = Racer(self, split_rows)  # loop.racing: the full evaluation's selection split in chunks
 
     def node_sandbox(self, node_id: str, node_dir: Path, transcripts: Path,
                      check_imports: Sequence[str] = ()) -> NodeSandbox:
@@ -147,7 +156,7 @@ class Evaluator:
         started = time.monotonic()
 
         def run(d: Domain, split: str, limit: int) -> None:
-            results[d.name].splits[split] = self._split(d, split, split_rows(d, split, limit), node, agent_hash)
+            results[d.name].splits[split] = self.split(d, split, split_rows(d, split, limit), node, agent_hash)
 
         screening = {d.name: d.screening(self.config.loop) for d in domains}
         for k in range(max(map(len, screening.values()), default=0)):
@@ -160,6 +169,12 @@ class Evaluator:
             if first_stage_only or not all(v.promote for v in verdicts):
                 timings["eval"] = round(time.monotonic() - started, 3)
                 return results
+        raced = self.racer.run(domains, node, agent_hash, peers or Peers(), results)
+        if raced is not None and raced.raced_out:
+            for d in domains:
+                results[d.name].raced_out = raced.line
+            timings["eval"] = round(time.monotonic() - started, 3)
+            return results
         for d in domains:
             for split in d.full_splits():
                 run(d, split, self.config.loop.eval_samples)
@@ -181,7 +196,7 @@ class Evaluator:
             node.worker.start()
         except AgentFailed as e:
             raise LoadFailed(str(e)) from None
-        return {d.name: self._split(d, split, split_rows(d, split, self.config.loop.eval_samples), node, agent_hash)
+        return {d.name: self.split(d, split, split_rows(d, split, self.config.loop.eval_samples), node, agent_hash)
                 for d in domains}
 
     def _screen(self, domain: Domain, stage: Stage, result: DomainResult, peers: Peers) -> Verdict:
@@ -203,7 +218,7 @@ class Evaluator:
         result.screening.append(f"{stage.rows} rows: {'on' if verdict.promote else 'stopped'}: {verdict.reason}")
         return verdict
 
-    def _split(self, domain: Domain, split: str, rows: int, node: NodeSandbox, agent_hash: str) -> SplitScore:
+    def split(self, domain: Domain, split: str, rows: int, node: NodeSandbox, agent_hash: str) -> SplitScore:
         """The score of one split; two generations in flight with the same task agent (a child that
         only changed the meta agent, and its sibling) take turns: the second reuses the first's."""
         key = self.store.key(agent_hash, domain.name, split, rows, self.task_model)
@@ -218,12 +233,10 @@ class Evaluator:
         report = self.store.report(key)
         if report is not None:
             return self._scored(domain, report, rows, key)
-        if split in self.stage_splits(domain):  # a longer run starts from a screening run's rows, its first rows
-            # A stage below `rows` is within the split, so its evaluation ran exactly its rows.
-            shorter = {s.rows for s in domain.screening(self.config.loop) if s.rows < rows}
-            for smaller in sorted(shorter, reverse=True):
-                if self.store.seed(key, self.store.key(agent_hash, domain.name, split, smaller, self.task_model)):
-                    break
+        # A longer run starts from the rows of a shorter one, its first rows: a screening stage's, a race's look.
+        for smaller in sorted(self._shorter(domain, split, rows), reverse=True):
+            if self.store.seed(key, self.store.key(agent_hash, domain.name, split, smaller, self.task_model)):
+                break
         folder = self.store.folder(key)
         self.events.emit(SplitStarted(node.node_id, domain.name, split, rows, key))
         try:
@@ -243,6 +256,16 @@ class Evaluator:
             raise
         self.store.save_report(key, report)
         return self._scored(domain, report, rows, key)
+
+    def _shorter(self, domain: Domain, split: str, rows: int) -> set[int]:
+        """The shorter evaluations of `split` a run of `rows` rows may start from: the screening stages' (on
+        the splits they run) and, with loop.racing, the race's looks (on the selection split). Each is
+        within the split, so its evaluation ran exactly its rows."""
+        loop = self.config.loop
+        found = {s.rows for s in domain.screening(loop)} if split in self.stage_splits(domain) else set()
+        if loop.racing and split == domain.selection_split:
+            found |= set(self.racer.looks(domain))
+        return {n for n in found if n < rows}
 
     @staticmethod
     def _scored(domain: Domain, report: dict, rows: int, key: str) -> SplitScore:

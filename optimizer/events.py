@@ -183,8 +183,9 @@ def console_line(event: Event) -> str | None:
         node = event.node
         stopped = [f"; {d} {lines[-1]}" for d, lines in node.screening.items() if ": stopped: " in lines[-1]]
         suspicious = f"; suspicious: {'; '.join(node.flags)}" if node.flags else ""
+        raced = f"; race: {node.raced_out.split(': ', 1)[-1]}" if node.raced_out else ""  # why, after scores_text's
         return f"node {node.node_id} (parent {node.parent}): {node.status}; {node.scores_text()}; " \
-               f"cost ${sum(node.cost_usd.values()):.4f}" + "".join(stopped) + suspicious
+               f"cost ${sum(node.cost_usd.values()):.4f}" + "".join(stopped) + raced + suspicious
     if isinstance(event, RowCostsTold):
         return f"node {event.node_id}: task agent per row: {event.line}"
     if isinstance(event, Warned):

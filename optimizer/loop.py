@@ -55,6 +55,7 @@ from optimizer.feedback import publish_feedback, write_train_data
 from optimizer.heldout import HeldOut
 from optimizer.initial_agents import replays_demo
 from optimizer.meta_step import MetaStep
+from optimizer.racing import race_targets
 from optimizer.screening import Screen
 from optimizer.slots import Slots, horizon, run_generation
 from optimizer.trackers import Trackers
@@ -236,6 +237,7 @@ class Loop:
                 node.screening[name] = result.screening
         notes = [f"{name}/{s}: {r.note}" for name, res in results.items() for s, r in res.splits.items() if r.note]
         node.error = "; ".join(notes)[:1000] or None  # a split the task agent raised on (loop.row_error invalid)
+        node.raced_out = next((r.raced_out for r in results.values() if r.raced_out), None)  # search/racing.py
         return node
 
     def _evaluated_as(self, node: Node) -> str:
@@ -248,12 +250,13 @@ class Loop:
         return code if self.ctx.loop.reuse_evaluations else f"{code}/node/{node.node_id}"
 
     def _peers(self, parent_id: str | None, generation: int) -> Peers:
-        """The train row scores a child's screening compares with: its parent's and the best node's
-        among those its generation chose its parent from."""
+        """The train rows and selection scores a child's screening and race compare with: its parent's and the
+        best node's among those its generation chose its parent from."""
         best = self.best(horizon(generation, self.ctx.loop.parallel, self.ctx.loop.replayable))
-        peers = Peers(best_node=best.node_id if best else None)
+        parent = self.archive.nodes.get(parent_id or "")
+        peers = Peers(best_node=best.node_id if best else None, **race_targets(self.ctx, best, parent))
         for d in self.ctx.domains:
-            for found, node in ((peers.parent, self.archive.nodes.get(parent_id or "")), (peers.best, best)):
+            for found, node in ((peers.parent, parent), (peers.best, best)):
                 key = node.eval_key(d.name, "train") if node else None
                 report = self.evaluator.store.report(key) if key else None
                 found[d.name] = row_scores(report, d.score_key) if report else None

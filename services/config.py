@@ -219,6 +219,8 @@ def _loop_rules() -> dict:
                         "such a list"),
         "loop.promotion_level": (lambda v: 0 < v < 1, "a number between 0 and 1"),
         "loop.promotion_test": one_of(*PROMOTION_TESTS),
+        "loop.racing_chunk": count(10**6),
+        "loop.racing_alpha": (lambda v: 0 < v < 0.5, "a number above 0 and below 0.5"),
         "loop.pictures_every_s": between(0, 86400),
         "loop.best_level": (lambda v: 0 < v < 1, "a number between 0 and 1"),
         "loop.stage_splits": one_of(*choices.StageSplits),

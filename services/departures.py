@@ -177,6 +177,14 @@ DEPARTURES: tuple[Departure, ...] = (
     Departure("promotion after the screening", "train score above 0", "the same", "-",
               key="loop.promotion", paper="score_above",
               note="the stage promotes a child whose train score is above 0"),
+    Departure("the full evaluation of a promoted child",
+              "every row of train and val",
+              "`racing`: val in chunks of 10 rows, stopped once the child can reach neither the best node's score "
+              "nor its promotion rule's bar (a one-sided bound, 5% error over the looks); train's other rows only "
+              "for a child that finished its race",
+              "most children cannot become the best, and their rows are most of a run's bill "
+              "(bench/evaluation_cost.py)",
+              key="loop.racing", paper=False, note="every promoted child is evaluated on all its rows"),
     Departure("the run's best node", "the highest selection score", "the same", "-",
               key="loop.best_choice", paper="highest", note="the run's best: the highest selection score"),
     Departure("ProofAutoGrader (`--initial_agent proofautograder`, `setup_proofgrader_repo --proofautograder`)",

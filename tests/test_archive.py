@@ -114,7 +114,7 @@ def test_records_carry_a_schema_version_and_records_of_the_older_shape_still_loa
     archive = Archive(tmp_path)
     archive.record(Node("1", "initial", 1, status=Status.NO_CHANGE))
     saved = json.loads((tmp_path / "nodes" / "1" / "node.json").read_text())
-    assert saved["schema_version"] == NODE_SCHEMA == 4 and saved["status"] == "no_change"
+    assert saved["schema_version"] == NODE_SCHEMA == 5 and saved["status"] == "no_change"
     del saved["schema_version"]  # as every record was written before versions existed
     assert Node.from_dict(saved, "1").status is Status.NO_CHANGE
     with pytest.raises(ValueError, match="newer"):

@@ -74,5 +74,5 @@ def test_the_dry_run_prints_the_departures(tmp_path, extra, expected):
     assert departs and all(line.startswith("departs  " if i == 0 else "         ") for i, line in enumerate(departs))
     assert any(line[9:].startswith(expected) for line in departs), r.stdout
     keyed_lines = [line for line in departs if line[9:].startswith(("loop.", "harness."))]
-    assert len(keyed_lines) == {0: 17, 2: 0, 4: 1}[len(extra)], keyed_lines
+    assert len(keyed_lines) == {0: 18, 2: 0, 4: 1}[len(extra)], keyed_lines
     assert lines[-1] == "dry run: nothing started"

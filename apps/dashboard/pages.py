@@ -238,11 +238,12 @@ def scores_table(node: Node) -> Markup:
     rows = [h("tr", {}, h("td", {}, domain), h("td", {}, split), h("td", {"class": "num"}, pieces.fmt_score(e.score)),
               h("td", {"class": "num"}, interval_text(*e.interval) if e.interval else ""),
               h("td", {"class": "num"}, "" if e.rows is None else e.rows),
-              h("td", {}, "full" if node.full_eval.get(domain) else "staged"))
+              h("td", {}, "full" if node.full_eval.get(domain) else "raced out" if node.raced_out else "staged"))
             for domain, split, e in node.evaluations()]
     if not rows:
         return h("p", {"class": "empty"}, "Not scored.")
     screening = [h("li", {}, f"{domain}: {line}") for domain, lines in node.screening.items() for line in lines]
+    screening += [h("li", {}, f"race: {node.raced_out}")] if node.raced_out else []
     return join([h("table", {"class": "scores"}, h("tr", {}, join(h("th", {}, c) for c in (
         "domain", "split", "score", "95% interval", "rows", "evaluation"))), join(rows)),
         h("ul", {"class": "screening"}, join(screening)) if screening else Markup("")])

@@ -9,7 +9,9 @@ screening is broken whatever its parent did.
 A rule is an object with `verdict` (its verdict on a child that passed the floor, from the child's per-row
 scores, its parent's and the best node's, each None when unknown), `reads_best` (whether the verdict
 compares with the best node, whose id the loop then adds to the verdict's line) and `plan` (when it lets a
-child on, in words, for the plan); `Compared` is the base of a rule that compares with the parent or the
+child on, in words, for the plan); optionally `race_bar(parent, best_low)`, the target a racing child must
+reach to pass the rule (search.racing.Target) (search/racing.py; without it, the rule sets no bar of its own);
+`Compared` is the base of a rule that compares with the parent or the
 best node on their shared rows. A bundled rule is a file of this folder whose `STRATEGY` is an instance;
 a plug-in names its class or instance under the entry point group `hyperagents_imo.promotion`
 (docs/search.md). `loop.promotion`, or a stage's third item in `loop.stages`, chooses one.

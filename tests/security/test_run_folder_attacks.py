@@ -323,6 +323,22 @@ def test_a_run_json_gives_strategies_only_settings_they_declare(tmp_path):
         assert "\x1b" not in text  # a control character of the folder's is shown, never sent to the terminal
 
 
+@pytest.mark.e2e
+@pytest.mark.attack("a handed run folder whose run.json gives loop.racing settings that cannot race (a chunk of 0 "
+                    "or a billion rows, an error rate of 0 or above one half, racing as text), so that resuming it "
+                    "would stop every child at once, never look, or divide by zero")
+def test_a_run_json_races_only_with_settings_that_can_race(tmp_path):
+    cases = [({"racing_chunk": 0}, "loop.racing_chunk must be a positive integer, got 0"),
+             ({"racing_chunk": 10**9}, "loop.racing_chunk must be at most 1,000,000"),
+             ({"racing_alpha": 0}, "loop.racing_alpha must be a number above 0 and below 0.5"),
+             ({"racing_alpha": 0.9}, "loop.racing_alpha must be a number above 0 and below 0.5"),
+             ({"racing": "yes"}, "loop.racing must be")]
+    for i, (loop, expected) in enumerate(cases):
+        run = handed_run(tmp_path / str(i), {"loop": loop})
+        r, seconds = timed_cli("run_optimization", "--resume_from", str(run), "--dry_run")
+        refused(r, expected, seconds=seconds)
+
+
 # -- ledger.sqlite -------------------------------------------------------------------------------------
 CALLS = ("id INTEGER PRIMARY KEY, ts REAL, run_id TEXT, node TEXT, role TEXT, model TEXT, prompt_tokens INTEGER, "
          "completion_tokens INTEGER, cost_usd REAL, latency_s REAL, cache_hit INTEGER, attempts INTEGER, error TEXT")
