@@ -4,10 +4,9 @@
     setup_proofgrader_repo --generate_dir outputs/RUN   # from the best grader of an imo_grading run
     pip install -e ./proofgrader_repo
 
-Which node of a run is the best grader: `--choose best` (the default: the most accurate of the fully
-evaluated nodes), `--choose cheapest_within=D` (the cheapest per row within D of its accuracy), `--choose
-paper` (the HyperAgents reference's rule) or `--choose full_eval`; archive/grader_choice.py has them and why
-they differ.
+Which node is the best grader: `--choose best` (the default: the most accurate fully evaluated node),
+`cheapest_within=D` (the cheapest per row within D of its accuracy), `paper` (the HyperAgents reference's
+rule) or `full_eval`; archive/grader_choice.py has them and why they differ.
 
 The package holds the grader's code only, `agent/` and the task agent (a `task_agent/` package or, in the HyperAgents
 reference's layout of a run started from an agent folder such as the paper's BetterGrader run

@@ -250,8 +250,7 @@ class Loop:
         return code if self.ctx.loop.reuse_evaluations else f"{code}/node/{node.node_id}"
 
     def _peers(self, parent_id: str | None, generation: int) -> Peers:
-        """The train rows and selection scores a child's screening and race compare with: its parent's and the
-        best node's among those its generation chose its parent from."""
+        """The train rows and scores a child's screening and race compare with: its parent's and the best's."""
         best = self.best(horizon(generation, self.ctx.loop.parallel, self.ctx.loop.replayable))
         parent = self.archive.nodes.get(parent_id or "")
         peers = Peers(best_node=best.node_id if best else None, **race_targets(self.ctx, best, parent))
