@@ -88,6 +88,12 @@ class Admission:
             if model is not None:
                 session.failed_model = model
 
+    def budget_refused(self, session: Session | None) -> None:
+        """Count a call of `session` the budget refused (the meta step tells a budget stop from a failure)."""
+        if session is not None:
+            with self._lock:
+                session.budget_refused += 1
+
     def counts(self, key: str) -> Session | None:
         """A copy of the session of `key` with its counts (None for a key never made here)."""
         session = self.sessions.get(key)
