@@ -17,7 +17,9 @@ from services.coding_agents import BUNDLED, INSTALL_HINT, coding_agent
 from services.coding_agents.base import INSTALL_DIR, Launch
 from services.config import load_config, validate
 from services.errors import UserError
+from support.backends import BACKENDS
 from support.cli import REPO_ROOT, cli_env, run_cli, run_loop
+from support.dashboard import assert_inert, get, serving
 from support.scripted_loop import MARKER, loop_config, nodes, responder
 from support.venvs import PIP_TAIL_LINES
 
@@ -311,3 +313,83 @@ def test_the_install_puts_the_pinned_npm_agents_into_a_folder_with_progress_line
         version = subprocess.run([str(program), "--version"], capture_output=True, text=True, timeout=60,
                                  env={**os.environ, "HOME": str(tmp_path), "CODEX_HOME": str(tmp_path)})
         assert coding_agent(name).install[1].rsplit("@", 1)[1] in version.stdout, version.stdout
+
+
+# Each npm agent's shell tool as the gateway hands it to the provider in the chat form, and its argument.
+SHELL_TOOL = {"claude-code": ("Bash", "command"), "codex": ("exec_command", "cmd")}
+
+
+def npm_responder(name: str, meta_calls: list, padding: int = 0):
+    """As the meta model (the requests offering the agent's shell tool), the agent's two turns: the scripted
+    improving edit as a native call of its shell tool (its text padded by `padding` characters, which the fake
+    provider counts as output tokens), then a final answer; as the task model, scripted_loop's grader."""
+    grade = responder({}, [])
+    tool, argument = SHELL_TOOL[name]
+
+    def respond(request: dict):
+        offered = [t.get("function", {}).get("name") for t in request.get("tools") or []]
+        if tool not in offered:
+            return grade(request)
+        meta_calls.append(request)
+        if any(m["role"] == "assistant" for m in request["messages"]):
+            return "Done: the grader is told to grade carefully."
+        return {"role": "assistant", "content": "I edit the grader's prompt." + "." * padding, "tool_calls": [
+            {"id": "call_edit", "type": "function", "function": {"name": tool, "arguments": json.dumps({argument: SED})}}]}
+
+    return respond
+
+
+def meta_ledger(run_dir) -> tuple[int, int, int]:
+    """Node 1's meta calls in the run's ledger: how many, their prompt tokens and their output tokens."""
+    import sqlite3
+
+    with sqlite3.connect(run_dir / "ledger.sqlite") as db:
+        return db.execute("SELECT COUNT(*), SUM(prompt_tokens), SUM(completion_tokens) FROM calls "
+                          "WHERE node = '1' AND role = 'meta'").fetchone()
+
+
+def agents_usage(name: str, events: str) -> tuple[int, int]:
+    """The input and output tokens the agent itself counted, from its own closing event: what the gateway's
+    streamed answers told it (Anthropic's message_delta, the Responses API's response.completed)."""
+    kind = "result" if name == "claude-code" else "turn.completed"
+    usage = [e for e in map(json.loads, events.splitlines()) if e.get("type") == kind][-1]["usage"]
+    return usage["input_tokens"], usage["output_tokens"]
+
+
+def installed_or_skip(name: str) -> None:
+    if coding_agent(name).program(INSTALL_DIR) is None:
+        pytest.skip(f"{name} is not installed here ({INSTALL_HINT})")
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name", sorted(SHELL_TOOL))
+def test_an_npm_agent_edits_through_the_loop_in_its_own_protocol(name, backend, tmp_path, fake_openai):
+    """Claude Code (Anthropic Messages) and Codex (OpenAI Responses), installed as the README says, run in the
+    generation's sandbox and stream their turns from the run's gateway, which translates them to the meta model
+    on the fake provider: the scripted tool call edits the task agent in the sandbox, the agent reports back and
+    finishes; the child is committed, evaluated (1.0) and recorded, its calls and tokens are the meta session's
+    in the ledger (the very tokens the agent counted from the streams), and its transcript is on the dashboard."""
+    installed_or_skip(name)
+    meta_calls: list = []
+    fake_openai.set_responder(npm_responder(name, meta_calls))
+    r = run_loop(tmp_path, fake_openai, "--max_generation", "1", "--meta_agent", name, "--sandbox", backend,
+                 config=loop_config(tmp_path))
+    assert r.returncode == 0, r.stderr[-3000:]
+    run_dir = tmp_path / "out" / "run"
+    child = nodes(run_dir)["1"]
+    assert child["status"] == "ok", (child, (run_dir / "nodes" / "1" / "meta_stdout.log").read_text()[-3000:])
+    assert MARKER in (run_dir / "nodes" / "1" / "patch.diff").read_text()
+    assert child["scores"]["imo_grading"]["val"] == 1.0 and child["full_eval"] == {"imo_grading": True}
+    tool_results = [m for m in meta_calls[-1]["messages"] if m["role"] == "tool"]
+    assert len(meta_calls) == 2 and len(tool_results) == 1  # the edit's outcome went back to the model
+    calls, prompt, output = meta_ledger(run_dir)
+    assert calls == 2 and child["tokens"]["meta"] == prompt + output
+    events = (run_dir / "untrusted" / "1" / "meta" / "agent_events.jsonl").read_text()
+    assert agents_usage(name, events) == (prompt, output)
+    with serving(tmp_path / "out") as port:
+        status, _, page = get(port, "/runs/run/nodes/1")
+    assert status == 200
+    assert_inert(page)
+    assert "GRADE-CAREFULLY-7 You are an expert grader/&#x27; task_agent/task_agent.py" in page
+    assert "Done: the grader is told to grade carefully." in page
