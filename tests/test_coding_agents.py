@@ -8,8 +8,10 @@ import json
 import os
 import re
 import shutil
+import sqlite3
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -237,8 +239,6 @@ def test_mini_swe_agent_edits_through_the_loop_and_the_gateway(tmp_path, fake_op
     assert MARKER in (run_dir / "nodes" / "1" / "patch.diff").read_text()
     assert child["scores"]["imo_grading"]["val"] == 1.0
     assert len(meta_calls) == 2 and meta_calls[0]["tools"][0]["function"]["name"] == "bash"
-    import sqlite3
-
     with sqlite3.connect(run_dir / "ledger.sqlite") as db:
         booked = db.execute("SELECT COUNT(*) FROM calls WHERE node = '1' AND role = 'meta'").fetchone()[0]
     assert booked == 2
@@ -333,16 +333,15 @@ def npm_responder(name: str, meta_calls: list, padding: int = 0):
         meta_calls.append(request)
         if any(m["role"] == "assistant" for m in request["messages"]):
             return "Done: the grader is told to grade carefully."
-        return {"role": "assistant", "content": "I edit the grader's prompt." + "." * padding, "tool_calls": [
-            {"id": "call_edit", "type": "function", "function": {"name": tool, "arguments": json.dumps({argument: SED})}}]}
+        call = {"name": tool, "arguments": json.dumps({argument: SED})}
+        return {"role": "assistant", "content": "I edit the grader's prompt." + "." * padding,
+                "tool_calls": [{"id": "call_edit", "type": "function", "function": call}]}
 
     return respond
 
 
 def meta_ledger(run_dir) -> tuple[int, int, int]:
     """Node 1's meta calls in the run's ledger: how many, their prompt tokens and their output tokens."""
-    import sqlite3
-
     with sqlite3.connect(run_dir / "ledger.sqlite") as db:
         return db.execute("SELECT COUNT(*), SUM(prompt_tokens), SUM(completion_tokens) FROM calls "
                           "WHERE node = '1' AND role = 'meta'").fetchone()
@@ -354,6 +353,14 @@ def agents_usage(name: str, events: str) -> tuple[int, int]:
     kind = "result" if name == "claude-code" else "turn.completed"
     usage = [e for e in map(json.loads, events.splitlines()) if e.get("type") == kind][-1]["usage"]
     return usage["input_tokens"], usage["output_tokens"]
+
+
+def refusals(run_dir, reason: str) -> int:
+    """How often the gateway refused node 1's meta calls for `reason` (the ledger's count)."""
+    with sqlite3.connect(run_dir / "ledger.sqlite") as db:
+        row = db.execute("SELECT count FROM refusals WHERE node = '1' AND role = 'meta' AND reason = ?",
+                         (reason,)).fetchone()
+    return row[0] if row else 0
 
 
 def installed_or_skip(name: str) -> None:
@@ -393,3 +400,47 @@ def test_an_npm_agent_edits_through_the_loop_in_its_own_protocol(name, backend, 
     assert_inert(page)
     assert "GRADE-CAREFULLY-7 You are an expert grader/&#x27; task_agent/task_agent.py" in page
     assert "Done: the grader is told to grade carefully." in page
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("name", sorted(SHELL_TOOL))
+def test_a_gateway_refusal_stops_an_npm_agent_at_once_and_is_recorded_for_what_it_is(name, tmp_path, fake_openai):
+    """The gateway's final refusals are not retried for minutes by the agent's SDK, nor taken for its failure:
+    with one meta call allowed, the agent's second call is refused at the cap, it stops, and its edit is taken and
+    evaluated as the built-in agent's is at its cap; with a budget its first call spends, the second is refused
+    for money (Claude Code honours x-should-retry: false; Codex retries twice at most), the node is
+    budget_stopped, the run stops saying so, and a resume with more budget runs the generation again."""
+    installed_or_skip(name)
+    meta_calls: list = []
+    fake_openai.set_responder(npm_responder(name, meta_calls))
+    config = tmp_path / "cap.yaml"
+    config.write_text(Path(loop_config(tmp_path)).read_text().replace("loop:\n", "loop:\n  meta_max_calls: 1\n"))
+    r = run_loop(tmp_path / "cap", fake_openai, "--max_generation", "1", "--meta_agent", name, config=config)
+    assert r.returncode == 0, r.stderr[-3000:]
+    child = nodes(tmp_path / "cap" / "out" / "run")["1"]
+    assert child["status"] == "ok" and child["scores"]["imo_grading"]["val"] == 1.0, child
+    assert len(meta_calls) == 1
+    # Claude Code's turn limit is the cap (the launcher's), so it stops before the gateway refuses; Codex asks
+    # once more, is refused, and does not ask again.
+    assert refusals(tmp_path / "cap" / "out" / "run", "429 call_limit_reached") == (0 if name == "claude-code" else 1)
+    # Output at $1,000 per 1M tokens, at most 1,000 a call: an ordinary call may cost $1. The first meta call
+    # writes about 700 tokens (~$0.7) of the $1.5: what is left cannot hold another.
+    meta_calls.clear()
+    fake_openai.set_responder(npm_responder(name, meta_calls, padding=2400))
+    config = loop_config(tmp_path, gateway="  max_output_tokens: 1000\n  prices: {openai/fake-meta: [0.0, 1000.0]}\n")
+    r = run_loop(tmp_path / "budget", fake_openai, "--max_generation", "1", "--meta_agent", name, "--budget_usd",
+                 "1.5", config=config)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "stopped: budget exhausted" in r.stdout and "--resume_from" in r.stdout
+    run_dir = tmp_path / "budget" / "out" / "run"
+    child = nodes(run_dir)["1"]
+    assert child["status"] == "budget_stopped" and child["error"].startswith("meta agent stopped: budget exhausted")
+    assert len(meta_calls) == 1
+    assert refusals(run_dir, "402 budget_exceeded") == (1 if name == "claude-code" else 3)
+    meta_calls.clear()
+    r = run_cli("run_optimization", "--resume_from", str(run_dir), "--budget_usd", "100", "--config", config,
+                env=cli_env(fake_openai), timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    child = nodes(run_dir)["1"]
+    assert child["status"] == "ok" and child["scores"]["imo_grading"]["val"] == 1.0
+    assert len(meta_calls) == 2  # the meta agent's run again, whole

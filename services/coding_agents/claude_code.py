@@ -4,12 +4,13 @@ events as stream-json.
 The npm package installs a native program per platform (@anthropic-ai/claude-code-linux-x64, ...), which
 is what runs: no Node.js inside the sandbox. It speaks Anthropic's Messages API to ANTHROPIC_BASE_URL (the
 gateway, without /v1: it adds /v1/messages itself) with ANTHROPIC_API_KEY (the session key). Every model
-alias it has (the small fast one, sub-agents') is the run's meta model, the only one the key may call.
-One call may take as long as the gateway may take over it (API_TIMEOUT_MS) and is retried
-twice at most (CLAUDE_CODE_MAX_RETRIES): the gateway retried the provider already, and a refusal it marks
-final (`x-should-retry: false`: no calls or budget left) is not retried at all. Permissions are bypassed (`--dangerously-skip-permissions`, meant for sandboxes without internet): ours is
-the boundary, and a headless run has nobody to ask. Telemetry, error reports, update checks and other
-traffic are switched off by its variables (and there is no network anyway).
+alias it has (ANTHROPIC_MODEL, the small fast one for background calls, sub-agents') is the run's meta
+model, the only one the key may call. One call may take as long as the gateway may take over it
+(API_TIMEOUT_MS) and is retried twice at most (CLAUDE_CODE_MAX_RETRIES): the gateway retried the provider
+already, and a refusal it marks final (`x-should-retry: false`: no calls or budget left) is not retried at
+all. Permissions are bypassed (`--dangerously-skip-permissions`, meant for sandboxes without internet): ours
+is the boundary, and a headless run has nobody to ask. Telemetry, error reports, update checks, feedback
+surveys and other traffic are switched off by its variables (and there is no network anyway).
 """
 
 from __future__ import annotations

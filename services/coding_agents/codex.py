@@ -60,8 +60,8 @@ class Codex:
         for key, value in config.items():
             argv += ["-c", f"{key}={value}"]
         env = {"CODEX_HOME": f"{launch.home}/codex", "TMPDIR": f"{launch.home}/tmp", "HOME": launch.home}
-        return Command([*argv, "-"], env, "codex-jsonl", settings_flags={"reasoning_effort": "-c model_reasoning_effort="},
-                       skip=2, folders=(f"{launch.home}/codex", f"{launch.home}/tmp"))
+        return Command([*argv, "-"], env, "codex-jsonl", skip=2, folders=(f"{launch.home}/codex", f"{launch.home}/tmp"),
+                       settings_flags={"reasoning_effort": "-c model_reasoning_effort="})
 
     def version_argv(self, launch: Launch) -> list[str]:
         return [f"{launch.installed}/node_modules/{'/'.join(PACKAGE)}", "--version"]
