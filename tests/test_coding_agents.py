@@ -86,6 +86,17 @@ def test_a_coding_agent_on_the_ray_executor_is_one_line():
             require_meta_agent("codex", "ray")
 
 
+@pytest.mark.parametrize("name", sorted(BUNDLED))
+def test_a_coding_agent_without_a_sandbox_stops_the_run_in_one_line(name, tmp_path, fake_openai):
+    """--sandbox none runs the built-in meta agent on this host (with a warning); a coding agent, whose own
+    permission checks are off, never: the run stops before anything is made, installed or not."""
+    r = run_loop(tmp_path, fake_openai, "--meta_agent", name, "--sandbox", "none", config=loop_config(tmp_path))
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert r.stderr == (f"error: --meta_agent {name} runs in a sandbox only (bwrap or docker): under --sandbox none "
+                        "it would run commands on this host, its own permission checks off; drop --sandbox none\n")
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.e2e
 def test_a_plug_in_agent_is_listed_and_a_broken_or_missing_one_stops_the_run_in_one_line(tmp_path, agent_site,
                                                                                           fake_openai):
