@@ -4,6 +4,7 @@ evaluated, its events read into the meta transcript), the one-line stop of a run
 broken, and for each bundled agent installed here: its program runs in a sandbox with no network, and every flag
 the project gives it is one its own --help (or program) knows."""
 
+import importlib.util
 import json
 import os
 import re
@@ -176,8 +177,8 @@ def test_every_flag_an_agent_is_given_is_its_own(name):
     keys |= {flag.split()[1].split("=")[0] for flag in command.settings_flags.values() if len(flag.split()) == 2}
     for key in keys:
         *path, last = key.split(".")
-        if "model_kwargs" in path:  # mini-swe-agent hands these to its litellm's completion, a parameter of it
-            main = (INSTALL_DIR / "python" / "litellm" / "main.py").read_text()
+        if "model_kwargs" in path:  # mini-swe-agent hands these to litellm's completion (the environment's)
+            main = (Path(importlib.util.find_spec("litellm").origin).parent / "main.py").read_text()
             completion = main[main.index("\ndef completion("):][:20_000].split("\n) ->")[0]
             assert f"\n    {last}:" in completion, key
             last = path[-1]
@@ -455,3 +456,23 @@ def test_a_gateway_refusal_stops_an_npm_agent_at_once_and_is_recorded_for_what_i
     child = nodes(run_dir)["1"]
     assert child["status"] == "ok" and child["scores"]["imo_grading"]["val"] == 1.0
     assert len(meta_calls) == 2  # the meta agent's run again, whole
+
+
+def test_the_pip_agents_get_only_what_the_environment_lacks(tmp_path):
+    """mini-swe-agent's install asks pip what installing it here would add (a dry run's report), then installs
+    exactly that, pinned and without its dependencies, into a python/ folder made afresh (a package an earlier
+    install put there, which the environment has now, is gone)."""
+    from services import install_agents
+
+    tmp_path = tmp_path / "agents"  # made by the first step, where pip writes its report
+    (dry, dry_argv), (_, argv) = install_agents.steps(("mini-swe-agent",), tmp_path)
+    assert "--dry-run" in dry_argv and dry_argv[-2:] == ["--report", str(tmp_path / install_agents.PIP_REPORT)]
+    assert dry.startswith("pip: what mini-swe-agent==") and dry.endswith("needs that this environment lacks")
+    assert not tmp_path.exists() and install_agents.resolved(dry_argv) == dry_argv and tmp_path.is_dir()
+    (tmp_path / "python" / "litellm").mkdir(parents=True)  # an older install's copy of the environment's litellm
+    pins = [{"metadata": {"name": "mini-swe-agent", "version": "2.4.6"}},
+            {"metadata": {"name": "rich", "version": "15.0.0"}}]
+    (tmp_path / install_agents.PIP_REPORT).write_text(json.dumps({"install": pins}))
+    done = install_agents.resolved(argv)
+    assert done[-4:] == ["--target", str(tmp_path / "python"), "mini-swe-agent==2.4.6", "rich==15.0.0"]
+    assert "--no-deps" in done and not (tmp_path / "python").exists()
