@@ -19,7 +19,7 @@ from services.config import Config
 from services.errors import MachineDown, ProviderDown
 from services.gateway.admission import Admission, Admitted
 from services.gateway.breaker import Breaker, Check
-from services.gateway.budget import BUDGET_EXCEEDED, Budget, with_output_cap, worst_case
+from services.gateway.budget import Budget, with_output_cap, worst_case
 from services.gateway.failures import PROVIDER_DOWN, preflight
 from services.gateway.forwarding import Forwarding
 from services.gateway.inbound import CHAT, PROTOCOLS, Inbound, Reply
@@ -120,8 +120,7 @@ class Gateway:
 
     @staticmethod
     def redact(text: str) -> str:
-        """`text` with every gateway key in it (of this gateway or any other) replaced: for text a
-        later sandbox reads."""
+        """`text` with every gateway key in it (any gateway's) replaced: for text a later sandbox reads."""
         return redact_keys(text)
 
     def session_counts(self, key: str) -> Session | None:
@@ -210,8 +209,7 @@ class Gateway:
         closes its connection."""
         session = self.admission.sessions.get(api_key)
         node, role = (session.node, session.role) if session else ("unknown", "unknown")
-        if kind == BUDGET_EXCEEDED:
-            self.admission.budget_refused(session)
+        self.admission.refused(session, kind)
         reply = PROTOCOLS[protocol].error(status, message, kind)
         with contextlib.suppress(MachineDown):  # kept by self._machine: the run stops; the refusal is answered
             if self._refusals.count(node, role, f"{status} {kind}", message):
