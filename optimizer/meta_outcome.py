@@ -64,8 +64,7 @@ def at_cap(run: RunResult, session: Session | None) -> bool:
     """Whether the run exited with an error of its own (not killed) after the gateway refused a call at its
     session's call cap: a coding agent ends so when its turns outlast the calls the run gives it."""
     over = session is not None and session.max_calls is not None and session.calls > session.max_calls
-    return over and bool(run.returncode) and run.returncode > 0 and not (run.timed_out or run.output_capped
-                                                                        or run.disk_capped)
+    return over and (run.returncode or 0) > 0 and not (run.timed_out or run.output_capped or run.disk_capped)
 
 
 def meta_failure(gateway: Gateway, key: str, changed: bool) -> str | None:
