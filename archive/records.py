@@ -125,7 +125,7 @@ class MetaResult:
     """What the meta agent's run left: its change committed (or None) and how the run ended."""
 
     SCHEMA: typing.ClassVar[int] = META_SCHEMA
-    status: Status  # OK or META_FAILED
+    status: Status  # OK, META_FAILED, or BUDGET_STOPPED (never logged: the run is redone on resume)
     commit: str | None  # the captured change, None when it changed nothing that counts
     patch: dict  # files, insertions, deletions, dropped, dropped_why
     seconds: float

@@ -16,12 +16,14 @@ from dataclasses import asdict
 from pathlib import Path
 
 from services.coding_agents.base import AGENTS_INSIDE, INSTALL_DIR, PYTHON, CodingAgent, Launch
+from services.config import GatewayConfig, LoopConfig
 from services.fsutil import atomic_write_text, make_folder
 from services.sandbox import Mount, Sandbox
 
 SPEC = "/opt/coding_agent"  # the agent's command and default files, read-only inside
 HOME = "/tmp/agent-home"  # the agent's own state: in the sandbox's private /tmp, gone with it
 KEY_ENV = "AGENT_GATEWAY_KEY"  # the variable holding the meta session's key (domains.harness.worker_env)
+CALL_MARGIN_S = 60.0  # beyond the gateway's own bound on a call: its queue for a connection, the reply's transfer
 
 
 def files_of(agent: CodingAgent) -> str:
@@ -29,10 +31,19 @@ def files_of(agent: CodingAgent) -> str:
     return f"meta_agent/coding_agents/{agent.name.replace('-', '_')}"
 
 
-def launch_of(box: Sandbox, model: str, out_dir: str, key: str = "") -> Launch:
-    """What the agent starts with in `box`; `key` is left out of what is written to the spec folder."""
+def call_timeout(loop: LoopConfig, gw: GatewayConfig) -> float:
+    """How long one of the agent's model calls may take: as long as the gateway may take over it (each of its
+    tries at the provider and the waits between them), and never longer than the meta agent's whole run."""
+    gateway = (gw.max_retries + 1) * gw.request_timeout_s + gw.max_retries * gw.backoff_max_s
+    return min(float(loop.meta_timeout_s), gateway + CALL_MARGIN_S)
+
+
+def launch_of(box: Sandbox, model: str, out_dir: str, key: str = "", timeout_s: float = 900.0) -> Launch:
+    """What the agent starts with in `box`, each model call allowed `timeout_s`; `key` is left out of what is
+    written to the spec folder."""
     installed = AGENTS_INSIDE if box.isolated else str(INSTALL_DIR)
-    return Launch(installed, PYTHON, model, box.gateway_url or "", KEY_ENV, key, box.workdir, HOME, out_dir)
+    return Launch(installed, PYTHON, model, box.gateway_url or "", KEY_ENV, key, box.workdir, HOME, out_dir,
+                  timeout_s)
 
 
 def write_spec(folder: Path, agent: CodingAgent, launch: Launch) -> None:

@@ -298,7 +298,8 @@ def prepare(request: RunRequest) -> Prepared:
     if record is None:
         with_meta_agent(config)
     if not request.dry_run and request.evaluate is None:
-        require_meta_agent(config.models.meta_agent, config.sandbox.executor)  # one line, before anything starts
+        # one line, before anything starts
+        require_meta_agent(config.models.meta_agent, config.sandbox.executor, config.sandbox.backend)
     # A resumed run's initial node is in its repository: the path its folder names is never read here.
     initial_agent = None if record else get_initial_agent(
         config.loop.initial_agent, [d.task or d.name for d in domains], config.loop.initial_meta_agent)

@@ -179,7 +179,8 @@ class Loop:
             self.events.emit(GenerationStarted(node_id, parent, generation, loop.meta_timeout_s, loop.meta_max_calls,
                                                named, replays_demo(ctx.config)))
             done = self.meta.run(node_id, self.repo.node_commit(parent), generation, meta_model, start.other_parent)
-            self.archive.log_meta_result(node_id, done)
+            if done.status != Status.BUDGET_STOPPED:  # a run the budget cut short is run again on resume
+                self.archive.log_meta_result(node_id, done)
             self.events.emit(MetaFinished(node_id, done))
         node = Node(node_id, parent, generation, commit=done.commit, patch=done.patch,
                     seconds={"meta": done.seconds}, flags=self.screen.tamper_flags(node_id, done.patch),

@@ -10,6 +10,7 @@ read here as hostile data, and used only to say why a meta agent that changed no
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING
 
 from archive.records import MetaResult, Status
@@ -18,6 +19,7 @@ from services.choices import MetaFailure
 
 if TYPE_CHECKING:
     from services.gateway import Gateway
+    from services.gateway.sessions import Session
     from services.sandbox import RunResult
 
 META_LOG = "meta_stdout.log"  # in the node's records: what the meta agent's run printed
@@ -33,8 +35,18 @@ def meta_result(gateway: Gateway, key: str, run: RunResult, commit: str | None, 
     """What the meta agent's `run` (its calls made with session `key`) left: its change `commit` (None:
     nothing changed that counts) and how it ended, under loop.meta_failure `rule`. A run that failed
     (exited non-zero, timed out, every call failed) is META_FAILED, its change kept to read and never
-    evaluated (the reference's run_meta_agent.py writes its diff only once forward() returned)."""
+    evaluated (the reference's run_meta_agent.py writes its diff only once forward() returned).
+
+    The gateway's refusals are not the agent's failure, whatever a coding agent's exit code says of them:
+    a run the budget cut short is BUDGET_STOPPED (not logged as done, so a resume with more budget runs it
+    again), and one whose last call was refused at the session's call cap ended as the built-in agent's run
+    ends at its cap, its change taken."""
     failed = meta_failure(gateway, key, commit is not None)
+    session = gateway.session_counts(key)
+    if session and session.budget_refused and (spent := gateway.budget_left_message()):
+        return MetaResult(Status.BUDGET_STOPPED, commit, patch, seconds, f"meta agent stopped: {spent}")
+    if at_cap(run, session):
+        run = dataclasses.replace(run, returncode=0)
     if not run.ok:
         tail = (run.stderr.strip().splitlines() or [""])[-1][:300]
         return MetaResult(Status.META_FAILED, commit, patch, seconds, f"meta agent {run.why()}: {tail}")
@@ -46,6 +58,13 @@ def meta_result(gateway: Gateway, key: str, run: RunResult, commit: str | None, 
         return MetaResult(Status.OK if rule == MetaFailure.PARENT else Status.META_FAILED, None, patch, seconds,
                           f"meta agent: {malformed}")
     return MetaResult(Status.OK, commit, patch, seconds)
+
+
+def at_cap(run: RunResult, session: Session | None) -> bool:
+    """Whether the run exited with an error of its own (not killed) after the gateway refused a call at its
+    session's call cap: a coding agent ends so when its turns outlast the calls the run gives it."""
+    over = session is not None and session.max_calls is not None and session.calls > session.max_calls
+    return over and (run.returncode or 0) > 0 and not (run.timed_out or run.output_capped or run.disk_capped)
 
 
 def meta_failure(gateway: Gateway, key: str, changed: bool) -> str | None:

@@ -52,14 +52,16 @@ class MetaStep:
         try:
             box = ctx.sandboxes.open(workspace, self._mounts(node_id) + extra + (agent_launch.mounts(spec)
                                                                                    if agent else []))
+            timeout_s = agent_launch.call_timeout(ctx.loop, ctx.config.gateway)
             if agent:
-                agent_launch.write_spec(spec, agent, agent_launch.launch_of(box, meta_model, NODE_OUT))
+                agent_launch.write_spec(spec, agent, agent_launch.launch_of(box, meta_model, NODE_OUT,
+                                                                            timeout_s=timeout_s))
             with box:
                 env = self._env(box, node_id, meta_model)
                 if agent:
                     argv = self._agent_argv(box, agent, generation, other)
                     env.update(agent_launch.environment(agent, agent_launch.launch_of(
-                        box, meta_model, NODE_OUT, env["AGENT_GATEWAY_KEY"])))
+                        box, meta_model, NODE_OUT, env["AGENT_GATEWAY_KEY"], timeout_s)))
                 else:
                     argv = self._argv(box, generation, any(m.target == FROZEN_META for m in extra), meta_model)
                     argv += ["--other_parent", OTHER_PARENT, "--other_node", other] if other is not None else []

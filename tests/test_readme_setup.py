@@ -23,6 +23,11 @@ def test_ci_runs_the_readmes_set_up_and_test_command_as_written():
     assert setup[0].endswith("apt-get install -y bubblewrap")  # CI installs it only where it is missing
     assert setup[1] == "python3 -m venv .venv && . .venv/bin/activate"
     assert [line for line in setup[1:] if line not in ci_lines()] == []
+    # The optional install of the coding agents, which the set-up section shows after its own block: CI runs it
+    # too, after the set-up, so tests/test_coding_agents.py runs each agent.
+    agents = section(README, "Set up").split("```")[3].strip()
+    assert agents == "python -m services.install --coding-agents" and agents in ci_lines()
+    assert ci_lines().index(setup[-1]) < ci_lines().index(agents)
     test_command = section(README, "Tests").split("```")[1].strip()
     assert test_command in ci_lines()
     assert ci_lines().index(setup[1]) < ci_lines().index(test_command)

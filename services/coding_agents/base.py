@@ -38,6 +38,8 @@ class Launch:
     workdir: str  # the workspace it edits
     home: str  # a writable folder for its own state (config, caches), gone with the sandbox
     out_dir: str  # the node's untrusted meta folder, where an events file of its own goes
+    call_timeout_s: float = 900.0  # how long one model call through the gateway may take (agent_launch.call_timeout)
+    retries: int = 2  # how often it may retry a failed call: the gateway already retried the provider's failures
 
 
 @dataclass(frozen=True)

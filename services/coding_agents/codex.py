@@ -7,7 +7,11 @@ at the gateway's /v1 with `wire_api = "responses"` (OpenAI's Responses API, the 
 takes its key from AGENT_GATEWAY_KEY (`env_key`). Its own sandbox and approvals are off
 (`--dangerously-bypass-approvals-and-sandbox`, meant for an agent already in a sandbox: ours has no network
 and Codex's own Landlock or bubblewrap could not start inside it); its config file, update check and
-analytics are not read or sent (`--ignore-user-config`, CODEX_HOME in the sandbox's own folder).
+analytics are not read or sent (`--ignore-user-config`, CODEX_HOME in the sandbox's own folder, TMPDIR
+beside it, not above it, so that Codex puts its apply_patch helper there). Sub-agents and web search are
+off: their tools are of kinds only OpenAI's own API serves. One call may wait as long as the gateway may
+take over it (the provider's `stream_idle_timeout_ms`: the gateway sends the whole answer at once), and a
+failed one is retried twice at most, as the gateway retried the provider already.
 """
 
 from __future__ import annotations
@@ -45,18 +49,22 @@ class Codex:
                   "model_providers.gateway.base_url": f'"{launch.gateway_url}"',
                   "model_providers.gateway.env_key": f'"{launch.key_env}"',
                   "model_providers.gateway.wire_api": '"responses"', "approval_policy": '"never"',
-                  "check_for_update_on_startup": "false", "analytics.enabled": "false"}
+                  "model_providers.gateway.request_max_retries": str(launch.retries),
+                  "model_providers.gateway.stream_max_retries": str(launch.retries),
+                  "model_providers.gateway.stream_idle_timeout_ms": str(int(launch.call_timeout_s * 1000)),
+                  "check_for_update_on_startup": "false", "analytics.enabled": "false",
+                  "features.multi_agent": "false", "web_search": '"disabled"'}
         argv = [f"{launch.installed}/node_modules/{'/'.join(PACKAGE)}", "exec", "--json", "--model", launch.model,
                 "--skip-git-repo-check", "--ephemeral", "--ignore-user-config", "--color", "never",
                 "--dangerously-bypass-approvals-and-sandbox", "--cd", launch.workdir]
         for key, value in config.items():
             argv += ["-c", f"{key}={value}"]
-        return Command([*argv, "-"], {"CODEX_HOME": f"{launch.home}/codex", "HOME": launch.home}, "codex-jsonl",
-                       settings_flags={"reasoning_effort": "-c model_reasoning_effort="}, skip=2,
-                       folders=(f"{launch.home}/codex",))
-
+        env = {"CODEX_HOME": f"{launch.home}/codex", "TMPDIR": f"{launch.home}/tmp", "HOME": launch.home}
+        return Command([*argv, "-"], env, "codex-jsonl", skip=2, folders=(f"{launch.home}/codex", f"{launch.home}/tmp"),
+                       settings_flags={"reasoning_effort": "-c model_reasoning_effort="})
 
     def version_argv(self, launch: Launch) -> list[str]:
         return [f"{launch.installed}/node_modules/{'/'.join(PACKAGE)}", "--version"]
+
 
 AGENT = Codex()

@@ -44,8 +44,8 @@ class MiniSweAgent:
                "HOME": launch.home, "PYTHONPATH": f"{launch.installed}/python:{launch.workdir}"}
         return Command(argv, env, "mini-trajectory", TRAJECTORY, {"step_limit": "--config agent.step_limit="}, skip=3)
 
-
     def version_argv(self, launch: Launch) -> list[str]:
         return [launch.python, "-c", "import minisweagent; print('mini-swe-agent', minisweagent.__version__)"]
+
 
 AGENT = MiniSweAgent()

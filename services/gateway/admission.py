@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, NamedTuple
 
 from services.config import Config
+from services.gateway.budget import BUDGET_EXCEEDED
 from services.gateway.failures import PROVIDER_DOWN
 from services.gateway.inbound import Inbound
 from services.gateway.models import RunModels
@@ -87,6 +88,13 @@ class Admission:
             session.provider_failures += 1
             if model is not None:
                 session.failed_model = model
+
+    def refused(self, session: Session | None, kind: str) -> None:
+        """Note a call of `session` refused for `kind`: the budget's are counted (the meta step tells a budget
+        stop from a failure)."""
+        if session is not None and kind == BUDGET_EXCEEDED:
+            with self._lock:
+                session.budget_refused += 1
 
     def counts(self, key: str) -> Session | None:
         """A copy of the session of `key` with its counts (None for a key never made here)."""

@@ -22,6 +22,8 @@ from services.gateway.params import Refusal
 from services.gateway.pricing import Pricing
 from services.ledger import Call, Totals
 
+BUDGET_EXCEEDED = "budget_exceeded"  # the kind of a refusal for money or tokens the budget cannot hold
+
 ORDINARY_PROMPT_BYTES = 2**16  # the longest prompt of an ordinary call: a grading row is a few KB to tens of KB
 
 
@@ -124,7 +126,7 @@ class Budget:
                     self._held_tokens += tokens
                     return
                 self._lock.wait()
-        raise Refusal(402, problem, "budget_exceeded")
+        raise Refusal(402, problem, BUDGET_EXCEEDED)
 
     def _past_budget(self, cost: float, tokens: int, what: str = "this call") -> tuple[str, str] | None:
         """Which budget `what`, a call of this worst case, could pass on top of what is spent, and how; None

@@ -120,8 +120,7 @@ class Gateway:
 
     @staticmethod
     def redact(text: str) -> str:
-        """`text` with every gateway key in it (of this gateway or any other) replaced: for text a
-        later sandbox reads."""
+        """`text` with every gateway key in it (any gateway's) replaced: for text a later sandbox reads."""
         return redact_keys(text)
 
     def session_counts(self, key: str) -> Session | None:
@@ -210,6 +209,7 @@ class Gateway:
         closes its connection."""
         session = self.admission.sessions.get(api_key)
         node, role = (session.node, session.role) if session else ("unknown", "unknown")
+        self.admission.refused(session, kind)
         reply = PROTOCOLS[protocol].error(status, message, kind)
         with contextlib.suppress(MachineDown):  # kept by self._machine: the run stops; the refusal is answered
             if self._refusals.count(node, role, f"{status} {kind}", message):

@@ -49,6 +49,7 @@ class Session:
     answered: int = 0  # calls answered (from the cache too)
     provider_failures: int = 0  # calls that failed at the provider, or were refused once the breaker tripped
     failed_model: str | None = None  # the model of the last such failure
+    budget_refused: int = 0  # calls refused because the run's budget could not hold them
     revoked: str | None = None  # why its key is refused now
     # a weak reference to the sandbox it lives in
     sandbox: Callable[[], object] | None = field(default=None, repr=False, compare=False)

@@ -97,7 +97,11 @@ def test_oversize_and_deep_bodies_are_refused_in_the_protocols_shape(gw, fake_op
 
 
 BAD_MESSAGES = [
-    ({"messages": [{"role": "system", "content": "x"}]}, "messages[0].role"),
+    ({"messages": [{"role": "tool", "content": "x"}]}, "messages[0].role"),
+    ({"messages": [{"role": "system", "content": 5}]}, "messages[0].content"),
+    ({"messages": [{"role": "system", "content": [{"type": "image"}]}]}, "messages[0].content[0].text"),
+    ({"messages": [{"role": "system", "content": [{"type": "text", "text": "x", "cache_control": {"type": "x"}}]}]},
+     "messages[0].content[0].cache_control"),
     ({"messages": [{"role": "user", "content": [{"type": "tool_use", "id": "t", "name": "x", "input": {}}]}]},
      "messages[0].content[0].type"),
     ({"messages": [{"role": "user", "content": [{"type": "text"}]}]}, "messages[0].content[0].text"),
@@ -134,7 +138,7 @@ BAD_RESPONSES = [
 
 
 @pytest.mark.attack("malformed Messages blocks and Responses items (unknown kinds, wrong types, tool calls in "
-                    "the wrong role, broken cache marks)")
+                    "the wrong role, broken cache marks, system messages mid-conversation of other than text)")
 @pytest.mark.parametrize(("protocol", "fields", "where"), [("messages", f, w) for f, w in BAD_MESSAGES]
                          + [("responses", f, w) for f, w in BAD_RESPONSES])
 def test_malformed_requests_get_one_clear_400(gw, fake_openai, capfd, protocol, fields, where):

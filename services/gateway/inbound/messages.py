@@ -49,12 +49,13 @@ def _text(block: dict, where: str) -> dict:
     return part
 
 
-def _system(value: object) -> list:
-    """`system`, a string or text blocks, as a system message (none when empty)."""
+def _system(value: object, where: str = "system") -> list:
+    """`system`, or a system message of the conversation (what Claude Code says mid-way, such as its
+    environment), a string or text blocks, as a system message (none when empty)."""
     if isinstance(value, str):
         return [{"role": "system", "content": value}] if value else []
-    blocks = need(value, list, "system")
-    parts = [_text(need(b, dict, f"system[{i}]"), f"system[{i}]") for i, b in enumerate(blocks)]
+    blocks = need(value, list, where)
+    parts = [_text(need(b, dict, f"{where}[{i}]"), f"{where}[{i}]") for i, b in enumerate(blocks)]
     return [{"role": "system", "content": parts}] if parts else []
 
 
@@ -106,10 +107,12 @@ def _messages(body: dict) -> list:
     for i, message in enumerate(need(body.get("messages"), list, "messages")):
         where = f"messages[{i}]"
         role = need(message, dict, where).get("role")
-        if role not in ("user", "assistant"):
-            raise invalid(f"{where}.role", "must be 'user' or 'assistant'")
+        if role not in ("user", "assistant", "system"):
+            raise invalid(f"{where}.role", "must be 'user', 'assistant' or 'system'")
         content = message.get("content")
-        if isinstance(content, str):
+        if role == "system":
+            messages += _system(content, f"{where}.content")
+        elif isinstance(content, str):
             messages.append({"role": role, "content": content})
         else:
             messages += _turn(role, need(content, list, f"{where}.content"), where)
