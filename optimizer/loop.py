@@ -163,8 +163,7 @@ class Loop:
         return self.beginnings.start(generation, upto)
 
     def generation(self, start: GenStart) -> Node:
-        """One generation: the meta agent's change to its parent, then its evaluation; the initial
-        node (no parent) is only evaluated."""
+        """One generation: the meta agent's change to its parent, then its evaluation (the initial node's only)."""
         node_id, parent, generation = start.node_id, start.parent, start.generation
         ctx, loop = self.ctx, self.ctx.loop
         meta_model = start.meta_model or ctx.meta_model
