@@ -263,7 +263,7 @@ class Evaluator:
         within the split, so its evaluation ran exactly its rows."""
         loop = self.config.loop
         found = {s.rows for s in domain.screening(loop)} if split in self.stage_splits(domain) else set()
-        if loop.racing and split == domain.selection_split:
+        if self.racer.races(domain) and split == domain.selection_split:
             found |= set(self.racer.looks(domain))
         return {n for n in found if n < rows}
 

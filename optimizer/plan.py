@@ -42,6 +42,17 @@ def promotion_text(domain: Domain, stage: Stage, loop: LoopConfig) -> str:
     return promotion_rule(rule.rule).plan(f"{domain.score_key} > {stage.above:g}", rule)
 
 
+def racing_text(domain: Domain, domains: list[Domain], config: Config) -> str:
+    """What loop.racing does to a domain's full evaluation (one of the run's `domains`), for the plan."""
+    loop, split = config.loop, domain.selection_split
+    scored_by_model = [d.name for d in domains if d.scorer.models(config)]
+    if scored_by_model:  # optimizer.racing.Racer.races: a race runs on all the run's domains or on none
+        return (f"racing off: scoring {scored_by_model[0]} calls a model, and each look would pay for all its "
+                "rows' scoring again")
+    return (f"racing: {split} in chunks of {loop.racing_chunk} rows, stopped once the child can reach neither the "
+            f"best node nor its promotion bar (error {loop.racing_alpha:g}); the rest only for one that finishes")
+
+
 def meta_model_record(run_dir: Path, config: Config, domains: list[str]) -> str:
     """What the meta model bandit has seen so far in a resumed run: each model's generations, children
     that gained on their parent, mean gain per dollar and cost, scored as the run's readers score."""
@@ -76,6 +87,8 @@ def plan_lines(run_dir: Path, domains: list[Domain], config: Config, backend: st
         staged = "".join(f"staged {s.rows} {rows_of} rows (on if {promotion_text(d, s, config.loop)}), then "
                          for s in d.screening(config.loop))
         lines.append(f"domain   {d.name}: {staged}{' + '.join(full)} (score: {d.score_key})")
+        if config.loop.racing:
+            lines.append(f"         {racing_text(d, domains, config)}")
         if d.score_note:
             lines.append(f"         {d.score_key} is {d.score_note}")
     lines += [line for d in domains if (line := d.scorer.plan_line(d, config))]

@@ -25,6 +25,12 @@ class Racer:
         self.loop = evaluator.config.loop
         self.split_rows = split_rows  # optimizer.evaluation's: how many rows an evaluation of a split covers
 
+    def races(self, domain: Domain) -> bool:
+        """Whether `domain`'s selection split runs as a race: with loop.racing, when scoring it calls no model.
+        A domain scored by a grader or a judge scores all its rows again at every look (its rows' predictions
+        are kept, their grades are not), so a race would pay its scoring several times over."""
+        return bool(self.loop.racing) and not domain.scorer.models(self.evaluator.config)
+
     def start(self, domain: Domain) -> int:
         """Rows of the selection split the screening already ran (its last stage's, when it runs that split)."""
         if domain.selection_split not in self.evaluator.stage_splits(domain):
@@ -56,7 +62,7 @@ class Racer:
             results: dict[str, DomainResult]) -> RaceVerdict | None:
         """Race the child on each domain's selection split, its scores so far put into `results`; None when
         there is no race (racing off, no best to reach, no look before the last row)."""
-        target = self.target(domains, peers) if self.loop.racing else None
+        target = self.target(domains, peers) if all(self.races(d) for d in domains) else None
         if target is None:
             return None
         plan = {d.name: (self.start(d), self.total(d)) for d in domains}

@@ -2,6 +2,7 @@
 --dry_run the models `auto` resolves to, as the run's own plan names them."""
 
 import os
+from types import SimpleNamespace
 
 import pytest
 
@@ -47,3 +48,26 @@ def test_the_loop_line_counts_generations_and_shows_a_time_limit(tmp_path):
         config.loop.max_generation, config.loop.max_minutes = generations, limit
         lines = plan_lines(tmp_path, [get_domain("imo_grading")], config, "bwrap", False)
         assert expected in lines
+
+
+def test_the_plan_says_how_a_domain_races_and_why_a_domain_scored_by_a_model_does_not(tmp_path):
+    from domains.registry import get_domain
+    from optimizer.evaluation import split_rows
+    from optimizer.plan import plan_lines
+    from optimizer.racing import Racer
+
+    config = Config()
+    config.models.task = config.models.meta = config.models.grader = "openai/x"
+    grading, proof = get_domain("imo_grading"), get_domain("imo_proof")
+    lines = plan_lines(tmp_path, [grading], config, "bwrap", False)
+    assert any(line.strip().startswith("racing: val in chunks of 10 rows") for line in lines), lines
+    # imo_proof is scored by the grader package: every look would grade all its proofs again.
+    for domains in ([proof], [grading, proof]):
+        lines = plan_lines(tmp_path, domains, config, "bwrap", False)
+        off = [line.strip() for line in lines if "racing" in line]
+        assert off and all(line.startswith("racing off: scoring imo_proof calls a model") for line in off), off
+    racer = Racer(SimpleNamespace(config=config), split_rows)  # the evaluator's own asks only its config
+    assert racer.races(grading) and not racer.races(proof)
+    config.loop.racing = False
+    assert not racer.races(grading)
+    assert not any("racing" in line for line in plan_lines(tmp_path, [grading], config, "bwrap", False))
