@@ -67,7 +67,8 @@ def load_run(path: str | Path) -> RunView:
     record = read_run_record(run_dir)
     nodes = Archive(run_dir).ordered()
     try:
-        best = observed_best(nodes, observed_sizes(record.domains, nodes), run_dir, record.config.get("loop"))
+        best = observed_best(nodes, observed_sizes(record.domains, nodes), run_dir, record.config.get("loop"),
+                             record.config.get("search"))
     except ValueError as e:
         raise UserError(f"{run_dir / 'run.json'}: {e}") from None
     spend = run_spend(run_dir, nodes)

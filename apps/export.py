@@ -69,11 +69,13 @@ def check_out(out: Path, force: bool) -> None:
                         f"{PATCH}, {RECORD} and {README} are replaced)")
 
 
-def choose(run_dir: Path, nodes: list[Node], domains: list[str], loop: object, which: str) -> Chosen:
-    """The node `which` names: an id of the run's, or `best` as the run chose it (loop.best_choice)."""
+def choose(run_dir: Path, nodes: list[Node], domains: list[str], config: dict, which: str) -> Chosen:
+    """The node `which` names: an id of the run's, or `best` as the run chose it (loop.best_choice, with its
+    search settings; `config` is run.json's)."""
+    loop, search = config.get("loop"), config.get("search")
     if which == "best":
         try:
-            best = observed_best(nodes, observed_sizes(domains, nodes), run_dir, loop)
+            best = observed_best(nodes, observed_sizes(domains, nodes), run_dir, loop, search)
         except ValueError as e:
             raise UserError(f"{run_dir / 'run.json'}: {e}") from None
         if best is None:
@@ -162,7 +164,7 @@ def export(run: str | Path, which: str, out: str | Path, force: bool = False) ->
                         "it has no nodes to export")
     record = read_run_record(run_dir, str(run))
     nodes = Archive(run_dir).ordered()
-    chosen = choose(run_dir, nodes, record.domains, record.config.get("loop"), which)
+    chosen = choose(run_dir, nodes, record.domains, record.config, which)
     node, initial = chosen.node, next((n for n in nodes if n.node_id == "initial"), None)
     if node.commit is None:
         raise UserError(f"{run}: node {node.node_id}'s record names no commit (its change was not kept): "

@@ -10,39 +10,44 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable
+from typing import cast
 
-from search.best_choice import BestChoice, Node, replaces
-from search.promotion import TESTS, Promotion, RowScores, Verdict
-from search.registry import best_choice_rule, promotion_rule
+from search.best_choice import BestChoice, BestChoiceRule, Node
+from search.promotion import Promotion, PromotionRule, RowScores, Verdict
+from search.registry import best_choice_rule, promotion_rule, with_settings
+from services.errors import UserError
 from services.strategy_names import strategy_names
 
-__all__ = ["BestChoice", "Promotion", "RowScores", "Verdict", "check", "choose_best", "decide", "replaces",
+__all__ = ["BestChoice", "Promotion", "RowScores", "Verdict", "best_rule", "check", "choose_best", "decide",
            "row_scores"]
 
 
-def check(rule: Promotion) -> None:
-    """Raise ValueError with a one-line message when `rule` cannot be applied."""
+def check(rule: Promotion) -> PromotionRule:
+    """The rule `rule` names, with its own settings when it has some (else the run's, search.registry's);
+    ValueError with a one-line message when it cannot be applied."""
     rules = strategy_names("promotion")
     if rule.rule not in rules:
         raise ValueError(f"promotion rule must be one of {', '.join(rules)}, got {rule.rule!r}")
-    if rule.test not in TESTS:
-        raise ValueError(f"promotion test must be one of {', '.join(TESTS)}, got {rule.test!r}")
-    for name, value in (("level", rule.level), ("confidence", rule.confidence)):
-        if not (isinstance(value, (int, float)) and 0.0 < value < 1.0):
-            raise ValueError(f"promotion {name} must be between 0 and 1, got {value!r}")
+    if not rule.settings:
+        return promotion_rule(rule.rule)
+    try:
+        made = with_settings("promotion", rule.rule, promotion_rule(rule.rule), dict(rule.settings))
+        return cast(PromotionRule, made)
+    except UserError as e:
+        raise ValueError(f"promotion {e}") from None
 
 
 def decide(rule: Promotion, above: float, child: RowScores, parent: RowScores | None = None,
            best: RowScores | None = None) -> Verdict:
     """The stage's verdict on a child from its per-row scores, `parent`'s and `best`'s (each
     None when unknown). The floor first: the child's mean over its rows must be > `above`."""
-    check(rule)
+    strategy = check(rule)
     if not child:
         return Verdict(False, "no row scores for the child")
     score = sum(child.values()) / len(child)
     if not score > above:
         return Verdict(False, f"score {score:.3f} <= {above:g}")
-    return promotion_rule(rule.rule).verdict(rule, child, parent, best, f"score {score:.3f} > {above:g}")
+    return strategy.verdict(rule, child, parent, best, f"score {score:.3f} > {above:g}")
 
 
 def _is_share(value: object) -> bool:
@@ -92,4 +97,16 @@ def choose_best(nodes: Iterable[Node], score: Callable[[Node], float | None], ro
     its held-out grade (None: not graded), asked by the heldout rule of the best so far and of each node
     that scores higher, and only of those (the loop grades what it asks)."""
     scored = [(s, n) for n in nodes if (s := score(n)) is not None]
-    return best_choice_rule(choice.rule).choose(scored, rows, choice, heldout or (lambda n: None)) if scored else None
+    return best_rule(choice).choose(scored, rows, choice, heldout or (lambda n: None)) if scored else None
+
+
+def best_rule(choice: BestChoice) -> BestChoiceRule:
+    """The rule `choice` names, made with its settings when it carries some (a run's, read from its run.json),
+    else as this process's run configured it; ValueError in one line for settings the rule refuses."""
+    rule = best_choice_rule(choice.rule)
+    if not choice.settings:
+        return rule
+    try:
+        return cast(BestChoiceRule, with_settings("best_choice", choice.rule, rule, dict(choice.settings)))
+    except UserError as e:
+        raise ValueError(f"best choice {e}") from None

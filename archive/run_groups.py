@@ -82,7 +82,8 @@ class Run:
     @cached_property
     def _best(self) -> Node:
         try:
-            best = observed_best(list(self.nodes.values()), self.sizes, self.path, self.record.config.get("loop"))
+            best = observed_best(list(self.nodes.values()), self.sizes, self.path, self.record.config.get("loop"),
+                                 self.record.config.get("search"))
         except ValueError as e:
             raise UserError(f"{self.path / 'run.json'}: {e}") from None
         if best is None:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from archive.heldout import read_heldout
-from archive.promotion import BestChoice, RowScores, choose_best, row_scores
+from archive.promotion import BestChoice, RowScores, best_rule, choose_best, row_scores
 from archive.records import GenStart, MetaResult, Node, Status
 from archive.run_state import MAX_LOG
 from search.parent_selection import Candidate, candidates_among
@@ -166,13 +166,15 @@ def selection_rows(node: Node, splits: dict[str, tuple[str, str]], store: EvalSt
     return found
 
 
-def observed_best(nodes: list[Node], sizes: dict[str, tuple[str, int]], run_dir: Path, loop: object) -> Node | None:
-    """The best node as the run chose it (its loop config `loop`, from run.json), for readers without
-    the domains' data: scores from `run_score`, rows from the run's reports."""
+def observed_best(nodes: list[Node], sizes: dict[str, tuple[str, int]], run_dir: Path, loop: object,
+                  search: object = None) -> Node | None:
+    """The best node as the run chose it (its config's `loop` and `search` sections, from run.json), for
+    readers without the domains' data: scores from `run_score`, rows from the run's reports."""
     from archive.eval_store import EvalStore
     from domains.registry import get_domain
 
-    choice = BestChoice.of(loop if isinstance(loop, dict) else {})
+    choice = BestChoice.of(loop if isinstance(loop, dict) else {}, search)
+    best_rule(choice)  # settings the rule refuses: a ValueError before anything is read
     store, splits, rule = EvalStore(run_dir), {}, observed_rule(loop, list(sizes))
     if best_choice_rule(choice.rule).reads_rows:
         splits = {d: (split, get_domain(d).score_key) for d, (split, _) in sizes.items()}

@@ -43,8 +43,8 @@ CHILDREN = (0.3, 0.4, 0.45, 0.5, 0.55, 0.6, 0.7)
 STAGES = (10, 100)
 FULL_ROWS = 200  # rows of the full evaluation a promoted child then runs (100 train + 100 val)
 RULES = (("score_above", Promotion("score_above")),
-         ("not_worse_than_parent p<0.05", Promotion("not_worse_than_parent", level=0.05)),
-         ("not_worse_than_parent p<0.2", Promotion("not_worse_than_parent", level=0.2)),
+         ("not_worse_than_parent p<0.05", Promotion("not_worse_than_parent", (("level", 0.05),))),
+         ("not_worse_than_parent p<0.2", Promotion("not_worse_than_parent", (("level", 0.2),))),
          ("sica 95%", Promotion("sica")))
 
 

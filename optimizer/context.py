@@ -53,7 +53,7 @@ class RunContext:
         sizes = {d.name: split_rows(d, d.selection_split, config.loop.eval_samples) for d in domains}
         name = config.models.meta_agent
         return cls(run_dir, config, list(domains), gateway, Sandboxes(config.sandbox, backend, gateway.unix_socket),
-                   sizes, ScoreRule.of(config.loop, domains), BestChoice.of(config.loop),
+                   sizes, ScoreRule.of(config.loop, domains), BestChoice.of(config.loop, config.search),
                    config.resolve_model("task"), config.resolve_model("meta"), tuple(config.meta_models()),
                    coding_agent(name) if is_coding_agent(name) else None)
 

@@ -202,7 +202,7 @@ class Evaluator:
     def _screen(self, domain: Domain, stage: Stage, result: DomainResult, peers: Peers) -> Verdict:
         """The stage's verdict on one domain, also kept (as a line) in `result.screening`."""
         loop = self.config.loop
-        rule = Promotion(stage.rule or loop.promotion, loop.promotion_level, loop.promotion_test)
+        rule = Promotion(stage.rule or loop.promotion)
         train = result.splits["train"]
         if train.score is None and train.note:  # the task agent raised on a row: no score (loop.row_error)
             verdict = Verdict(False, train.note)

@@ -108,7 +108,7 @@ def transfer_of(request: RunRequest, command: Config,
     use_data_files(config.harness.data_files)
     domains = run_domains(record.domains, run_dir)
     return pick_transfer(run_dir, node_id, domains, full_sizes(domains, config), keep,
-                         f"--initial_from {request.initial_from}", BestChoice.of(config.loop))
+                         f"--initial_from {request.initial_from}", BestChoice.of(config.loop, config.search))
 
 
 def start_dashboard(run_dir: Path, port: int) -> None:

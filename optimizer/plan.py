@@ -12,10 +12,10 @@ from pathlib import Path
 from statistics import NormalDist
 from typing import TYPE_CHECKING, cast
 
-from archive.promotion import Promotion, RowScores, row_scores
+from archive.promotion import Promotion, RowScores, best_rule, row_scores
 from archive.run_state import read_state, state_text
 from optimizer.initial_agents import plan_text
-from search.registry import best_choice_rule, promotion_rule
+from search.registry import promotion_rule
 from search.stats import bootstrap_mean
 from services.choices import StageSplits
 from services.config import Config, LoopConfig
@@ -38,7 +38,7 @@ RESAMPLES = 2000  # bootstrap draws of the closing line's unpaired interval
 
 def promotion_text(domain: Domain, stage: Stage, loop: LoopConfig) -> str:
     """When a stage lets a child on, for the plan."""
-    rule = Promotion(stage.rule or loop.promotion, loop.promotion_level, loop.promotion_test)
+    rule = Promotion(stage.rule or loop.promotion)
     return promotion_rule(rule.rule).plan(f"{domain.score_key} > {stage.above:g}", rule)
 
 
@@ -172,7 +172,7 @@ def summary_lines(loop: Loop, name: str = "", tags: Sequence[str] = ()) -> list[
     best = loop.best()
     if best:
         choice = loop.ctx.best_choice
-        how = f", {note}" if (note := best_choice_rule(choice.rule).note(choice)) else ""
+        how = f", {note}" if (note := best_rule(choice).note(choice)) else ""
         lines.append(f"best node {best.node_id} (generation {best.generation}{how}): {best.scores_text()}")
     initial = loop.archive.nodes.get("initial")
     if best and initial:

@@ -109,16 +109,20 @@ class Baseline(StrEnum):
 
 
 BASELINES = tuple(Baseline)
-PROMOTION_TESTS = ("exact", "bootstrap")
 ROLE_ALIASES = tuple(f.name for f in dataclasses.fields(ModelsConfig))
 
 
 _Section = typing.TypeVar("_Section", bound="DataclassInstance")
 
 
-# Keys that became a strategy's own settings: loop.KEY -> (strategy, its setting). A config, a --set or a run's
-# run.json that names one still works: the value moves to `search` (a run saved before the move resumes).
-MOVED = {"islands": ("islands", "islands"), "migrate_every": ("islands", "migrate_every")}
+# Keys that became a strategy's own settings: loop.KEY -> the (strategy, its setting) pairs it set. A config, a
+# --set or a run's run.json that names one still works: the value moves to `search` (a run saved before the move
+# resumes); promotion_test was the test of both paired rules.
+MOVED: dict[str, tuple[tuple[str, str], ...]] = {
+    "islands": (("islands", "islands"),), "migrate_every": (("islands", "migrate_every"),),
+    "promotion_level": (("not_worse_than_parent", "level"),),
+    "promotion_test": (("not_worse_than_parent", "test"), ("paired", "test")),
+    "best_level": (("paired", "level"),)}
 
 
 def _moved(data: dict) -> dict:
@@ -129,11 +133,11 @@ def _moved(data: dict) -> dict:
     search = data.get("search") or {}
     if isinstance(search, dict):  # else left as it is, for the validation to refuse its shape
         search = dict(search)
-        for key in MOVED.keys() & loop.keys():
-            strategy, name = MOVED[key]
-            section = search.get(strategy) or {}
-            if isinstance(section, dict):
-                search[strategy] = {**section, name: loop[key]}
+        for key in sorted(MOVED.keys() & loop.keys()):
+            for strategy, name in MOVED[key]:
+                section = search.get(strategy) or {}
+                if isinstance(section, dict):
+                    search[strategy] = {**section, name: loop[key]}
     return {**data, "loop": {k: v for k, v in loop.items() if k not in MOVED}, "search": search}
 
 
@@ -217,12 +221,9 @@ def _loop_rules() -> dict:
         "loop.stages": (lambda v: stages(v, promotions), "a list of [rows, above] or [rows, above, rule] (rows from 1 to 10000000 and "
                         f"growing, above a number, rule one of {', '.join(promotions)}), or domain name -> "
                         "such a list"),
-        "loop.promotion_level": (lambda v: 0 < v < 1, "a number between 0 and 1"),
-        "loop.promotion_test": one_of(*PROMOTION_TESTS),
         "loop.racing_chunk": count(10**6),
         "loop.racing_alpha": (lambda v: 0 < v < 0.5, "a number above 0 and below 0.5"),
         "loop.pictures_every_s": between(0, 86400),
-        "loop.best_level": (lambda v: 0 < v < 1, "a number between 0 and 1"),
         "loop.stage_splits": one_of(*choices.StageSplits),
         "loop.staged_score": one_of(*choices.StagedScore),
         "loop.ties": one_of(*choices.Ties),

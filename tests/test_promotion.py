@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from archive.promotion import BestChoice, Promotion, check, choose_best, decide, replaces, row_scores
+from archive.promotion import BestChoice, Promotion, best_rule, check, choose_best, decide, row_scores
+from search.best_choice.paired import Settings as PairedSettings
+from search.best_choice.paired import replaces
 from search.stats import wilson
 from services.strategy_names import strategy_names
 
@@ -54,7 +56,7 @@ def test_three_against_one_is_not_evidence_at_five_percent():
     verdict = decide(NOT_WORSE, 0, child, parent)
     assert verdict.promote
     assert verdict.reason == "not worse than parent: 0.50 vs 0.83 on 6 shared rows, p=0.31 >= 0.05"
-    assert not decide(Promotion("not_worse_than_parent", level=0.4), 0, child, parent).promote
+    assert not decide(Promotion("not_worse_than_parent", (("level", 0.4),)), 0, child, parent).promote
 
 
 def test_only_the_rows_both_answered_are_compared():
@@ -67,7 +69,7 @@ def test_only_the_rows_both_answered_are_compared():
 
 def test_not_worse_with_the_bootstrap_test():
     child, parent = rows(*[0] * 8, *[1] * 12), rows(*[1] * 20)
-    verdict = decide(Promotion("not_worse_than_parent", test="bootstrap"), 0, child, parent)
+    verdict = decide(Promotion("not_worse_than_parent", (("test", "bootstrap"),)), 0, child, parent)
     assert not verdict.promote and "worse than parent" in verdict.reason
 
 
@@ -75,7 +77,7 @@ def test_partial_credit_uses_the_sign_flips():
     # d = (-6/7, -6/7, -5/7, -1/7, 0...): every difference against the child, p = 1/16.
     child, parent = rows(0, 0, 1 / 7, 0, 1), rows(6 / 7, 6 / 7, 6 / 7, 1 / 7, 1)
     assert decide(NOT_WORSE, 0, child, parent).reason.endswith("p=0.062 >= 0.05")
-    assert not decide(Promotion("not_worse_than_parent", level=0.1), 0, child, parent).promote
+    assert not decide(Promotion("not_worse_than_parent", (("level", 0.1),)), 0, child, parent).promote
 
 
 def test_without_a_parent_the_floor_decides_and_says_so():
@@ -102,7 +104,7 @@ def test_sica_compares_on_the_shared_rows_at_its_confidence():
     best = {**rows(*[1] * 7, *[0] * 3), **rows(*[0] * 50, start=10)}
     child = rows(*[1] * 3, *[0] * 7)
     assert not decide(SICA, 0, child, best=best).promote
-    assert decide(Promotion("sica", confidence=0.999), 0, child, best=best).promote
+    assert decide(Promotion("sica", (("confidence", 0.999),)), 0, child, best=best).promote
 
 
 def test_without_a_best_node_sica_is_the_floor():
@@ -112,8 +114,13 @@ def test_without_a_best_node_sica_is_the_floor():
     assert verdict.promote and "no rows shared with the best node" in verdict.reason
 
 
-@pytest.mark.parametrize("rule", [Promotion("luck"), Promotion(test="t"), Promotion(level=0), Promotion(level=1.5),
-                                  Promotion(confidence=1.0), Promotion(level="0.05")])
+NWP = "not_worse_than_parent"
+
+
+@pytest.mark.parametrize("rule", [Promotion("luck"), Promotion(NWP, (("test", "t"),)), Promotion(NWP, (("level", 0),)),
+                                  Promotion(NWP, (("level", 1.5),)), Promotion("sica", (("confidence", 1.0),)),
+                                  Promotion(NWP, (("level", "0.05"),)), Promotion(NWP, (("confidence", 0.9),)),
+                                  Promotion("score_above", (("level", 0.1),))])
 def test_check_refuses_what_cannot_be_applied(rule):
     with pytest.raises(ValueError) as raised:
         check(rule)
@@ -124,8 +131,10 @@ def test_check_refuses_what_cannot_be_applied(rule):
 
 def test_check_accepts_every_rule_and_test():
     for rule in RULES:
-        for test in ("exact", "bootstrap"):
-            check(Promotion(rule, 0.2, test, 0.9))
+        check(Promotion(rule))
+    for test in ("exact", "bootstrap"):
+        assert check(Promotion(NWP, (("level", 0.2), ("test", test)))).settings.test == test  # type: ignore[attr-defined]
+    assert check(Promotion("sica", (("confidence", 0.9),))).settings.confidence == 0.9  # type: ignore[attr-defined]
 
 
 def test_row_scores_come_from_the_report():
@@ -187,14 +196,14 @@ STRONG_P = (4845 + 1140 + 190 + 20 + 1) / 2**20  # P(X >= 16), X ~ Binomial(20, 
 
 
 def test_a_node_two_rows_better_is_not_evidence_of_being_better():
-    verdict = replaces(BestChoice("paired"), 0.55, 0.5, LUCKY, BASE)
+    verdict = replaces(0.55, 0.5, LUCKY, BASE)
     assert not verdict.promote and "p=0.25 >= 0.05" in verdict.reason and "40 shared rows" in verdict.reason
 
 
 def test_sixteen_rows_against_four_replace_the_best():
-    verdict = replaces(BestChoice("paired"), 0.8, 0.5, STRONG, BASE)
+    verdict = replaces(0.8, 0.5, STRONG, BASE)
     assert verdict.promote and f"p={STRONG_P:.2g} < 0.05" in verdict.reason
-    assert not replaces(BestChoice("paired", level=0.005), 0.8, 0.5, STRONG, BASE).promote  # p = 0.0059
+    assert not replaces(0.8, 0.5, STRONG, BASE, PairedSettings(level=0.005)).promote  # p = 0.0059
 
 
 def test_the_paper_takes_the_highest_score_and_paired_keeps_the_best_until_a_node_beats_it():
@@ -215,13 +224,32 @@ def test_a_lower_score_never_replaces_the_best_and_the_highest_takes_the_latest_
 def test_nodes_without_shared_rows_compare_by_score():
     picks = [Pick("initial", 0, 0.5, {}), Pick("1", 1, 0.6, LUCKY)]
     assert best_of(picks, BestChoice("paired")) == "1"
-    assert "no shared rows" in replaces(BestChoice("paired"), 0.6, 0.5, LUCKY, {"other": 1.0}).reason
+    assert "no shared rows" in replaces(0.6, 0.5, LUCKY, {"other": 1.0}).reason
 
 
 def test_best_choice_from_a_config_is_checked():
-    assert BestChoice.of({"best_choice": "paired", "best_level": 0.1, "promotion_test": "bootstrap"}) == \
-        BestChoice("paired", 0.1, "bootstrap")
-    assert BestChoice.of({}) == BestChoice()
-    for bad in ({"best_choice": "luckiest"}, {"best_level": 1.5}, {"best_level": "0.1"}, {"promotion_test": "t"}):
+    paired = {"best_choice": "paired"}
+    assert BestChoice.of(paired, {"paired": {"level": 0.1, "test": "bootstrap"}, "islands": {"islands": 2}}) == \
+        BestChoice("paired", settings=(("level", 0.1), ("test", "bootstrap")))
+    assert BestChoice.of({}) == BestChoice() and BestChoice.of({}, {"paired": {"level": 0.1}}) == BestChoice()
+    for bad in ({"best_choice": "luckiest"}, {"ties": "random"}, {"tie_tolerance": 1.0}):
         with pytest.raises(ValueError, match="best choice must be one of heldout, highest, paired"):
             BestChoice.of(bad)
+    for search, why in (({"paired": {"level": 1.5}}, "level must be a number between 0 and 1"),
+                        ({"paired": {"level": "0.1"}}, "search.paired.level must be a number"),
+                        ({"paired": {"test": "t"}}, "test must be one of exact, bootstrap"),
+                        ({"paired": {"luck": 1}}, "paired has no such setting"),
+                        ({"paired": [1]}, "search.paired must be a mapping")):
+        with pytest.raises(ValueError, match=why):
+            best_rule(BestChoice.of(paired, search))
+
+
+def test_a_paired_best_reads_its_level_from_the_runs_search_settings_as_the_run_saved_them():
+    # The same nodes, the same rule: the level the run configured decides, also for a reader of run.json.
+    picks = [Pick("initial", 0, 0.5, BASE), Pick("3", 3, 0.8, STRONG)]
+    assert best_of(picks, BestChoice.of({"best_choice": "paired"}, {})) == "3"
+    assert best_of(picks, BestChoice.of({"best_choice": "paired"}, {"paired": {"level": 0.005}})) == "initial"
+    from services.config import Config
+    legacy = Config.from_dict({"loop": {"best_choice": "paired", "best_level": 0.005, "promotion_test": "exact"}})
+    assert legacy.search["paired"] == {"level": 0.005, "test": "exact"}  # a run.json saved before the move
+    assert best_of(picks, BestChoice.of(legacy.loop, legacy.search)) == "initial"

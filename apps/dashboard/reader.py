@@ -95,9 +95,10 @@ class RunData:
 
     @cached_property
     def _best(self) -> Node | None:
-        loop = self.record.config.get("loop") if self.record is not None else None
+        config = self.record.config if self.record is not None else {}
         try:
-            return observed_best(list(self.nodes.values()), self._sizes, self.path, loop)
+            return observed_best(list(self.nodes.values()), self._sizes, self.path, config.get("loop"),
+                                 config.get("search"))
         except (ValueError, UserError) as e:  # a run.json this reader cannot follow: the highest score
             self.problems.append(f"run.json: best node by the highest score ({e})")
             return observed_best(list(self.nodes.values()), self._sizes, self.path, {})

@@ -17,8 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, TypeVar, runtime_checkable
 
 from search.parent_selection import TIE_TOLERANCE
-from search.promotion import TESTS, RowScores, Verdict, shared
-from search.stats import paired_p
+from search.promotion import RowScores
 from services.choices import Ties
 from services.strategy_names import strategy_names
 
@@ -29,43 +28,31 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class BestChoice:
     """How a run names its best node: the rule (`loop.best_choice`, a file of this folder or a plug-in's)
-    with its settings. Every rule takes a score as higher only when it is more than `tolerance` higher."""
+    with its own settings (`search.<rule>`; the rule's defaults when empty), ties and tolerance. Every rule
+    takes a score as higher only when it is more than `tolerance` higher."""
 
     rule: str = "highest"
-    level: float = 0.05  # paired: a node replaces the best so far when the test's p-value is below this
-    test: str = "exact"
     ties: str = "latest"
     tolerance: float = TIE_TOLERANCE  # loop.tie_tolerance: scores within it are equal
+    settings: tuple[tuple[str, object], ...] = ()  # the rule's search.<rule> settings, (name, value) pairs
 
     @classmethod
-    def of(cls, loop: LoopConfig | dict) -> BestChoice:
-        """From a loop config (services.config.LoopConfig) or its dict in run.json (checked)."""
+    def of(cls, loop: LoopConfig | dict, search: object = None) -> BestChoice:
+        """From a loop config (services.config.LoopConfig) or its dict in run.json, and the config's `search`
+        section (its settings for the rule), checked: ValueError in one line."""
         get = loop.get if isinstance(loop, dict) else lambda name, default: getattr(loop, name, default)
-        choice = cls(get("best_choice", "highest"), get("best_level", 0.05), get("promotion_test", "exact"),
-                     get("ties", "latest"), get("tie_tolerance", TIE_TOLERANCE))
+        rule = get("best_choice", "highest")
+        own = search.get(rule) if isinstance(search, dict) and isinstance(rule, str) else None
+        settings = tuple(sorted(own.items())) if isinstance(own, dict) else ()
+        choice = cls(rule, get("ties", "latest"), get("tie_tolerance", TIE_TOLERANCE), settings)
         rules = strategy_names("best_choice")
-        if choice.rule not in rules or choice.test not in TESTS or choice.ties not in tuple(Ties) \
-                or not (isinstance(choice.level, (int, float)) and 0.0 < choice.level < 1.0) \
+        if choice.rule not in rules or choice.ties not in tuple(Ties) \
                 or not (type(choice.tolerance) in (int, float) and 0.0 <= choice.tolerance < 1.0):
-            raise ValueError(f"best choice must be one of {', '.join(rules)} with a level between 0 and 1, "
-                             f"a test among {', '.join(TESTS)}, ties latest or earliest and a tie tolerance from 0 "
-                             f"to below 1, got {choice}")
-        return choice
-
-
-def replaces(choice: BestChoice, score: float, incumbent_score: float, rows: RowScores,
-             incumbent_rows: RowScores) -> Verdict:
-    """Whether a node (its mean `score`, per-row `rows`) takes the best node's place by a paired test at
-    `choice.level` on the rows both have; without shared rows, by score alone."""
-    if not score > incumbent_score + choice.tolerance:
-        return Verdict(False, f"{score:.3f} <= {incumbent_score:.3f}")
-    mine, theirs = shared(rows, incumbent_rows)
-    if not mine:
-        return Verdict(True, f"{score:.3f} > {incumbent_score:.3f}, no shared rows to pair")
-    p = paired_p(mine, theirs, "greater", choice.test)
-    better = p < choice.level
-    return Verdict(better, f"{sum(mine) / len(mine):.2f} vs {sum(theirs) / len(theirs):.2f} on {len(mine)} shared "
-                           f"rows, p={p:.2g} {'<' if better else '>='} {choice.level:g}")
+            raise ValueError(f"best choice must be one of {', '.join(rules)} with ties latest or earliest and a "
+                             f"tie tolerance from 0 to below 1, got {choice}")
+        if not (own is None or isinstance(own, dict)):
+            raise ValueError(f"search.{rule} must be a mapping of its settings, got {type(own).__name__}")
+        return choice  # its settings are the rule's to check: archive.promotion.best_rule makes it with them
 
 
 class Ranked(Protocol):

@@ -29,10 +29,23 @@ RowScores = dict[str, float]  # question id -> score in [0, 1]
 
 @dataclass(frozen=True)
 class Promotion:
+    """A stage's promotion rule by name, with settings of its own (the `search.<rule>` keys) when they are not
+    the run's: the benches and tests compare settings side by side; a run's stages leave them empty."""
+
     rule: str = "score_above"
-    level: float = 0.05  # significance of not_worse_than_parent's one-sided test
-    test: str = "exact"  # "exact" | "bootstrap": the paired test of not_worse_than_parent
-    confidence: float = 0.95  # SICA's interval on the best node's score
+    settings: tuple[tuple[str, object], ...] = ()  # (setting, value) pairs, e.g. (("level", 0.2),)
+
+
+def check_test(test: object) -> None:
+    """ValueError in one line unless `test` names a paired test of search/stats.py."""
+    if test not in TESTS:
+        raise ValueError(f"test must be one of {', '.join(TESTS)}, got {test!r}")
+
+
+def check_share(name: str, value: object) -> None:
+    """ValueError in one line unless `value` is a number strictly between 0 and 1."""
+    if not (type(value) in (int, float) and 0.0 < value < 1.0):  # type: ignore[operator]
+        raise ValueError(f"{name} must be a number between 0 and 1, got {value!r}")
 
 
 @dataclass(frozen=True)

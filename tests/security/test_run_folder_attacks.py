@@ -305,8 +305,10 @@ def test_a_run_json_names_only_strategies_of_the_search_or_of_installed_plug_ins
 @pytest.mark.e2e
 @pytest.mark.attack("a handed run folder whose run.json gives strategies settings (the config's `search` section) "
                     "that name a module or a path as a strategy, a setting the strategy lacks, a value of another "
-                    "type or out of its range, a name with a control character or a deeply nested value, so that "
-                    "resuming it would import something, call a strategy with what it never checks, or stall")
+                    "type or out of its range (a paired test's level or test, sica's confidence, also as the loop "
+                    "keys they were before), a name with a control character or a deeply nested value, so that "
+                    "resuming or reading it would import something, call a strategy with what it never checks, or "
+                    "stall")
 def test_a_run_json_gives_strategies_only_settings_they_declare(tmp_path):
     cases = [({"os.path": {"x": 1}}, "search.os.path"),  # not an identifier: the shape is refused whole
              ({"__init__": {"islands": 2}}, "search.__init__: no strategy is named __init__"),
@@ -314,13 +316,26 @@ def test_a_run_json_gives_strategies_only_settings_they_declare(tmp_path):
              ({"islands": {"islands": "4; rm -rf /"}}, "search.islands.islands must be an integer"),
              ({"islands": {"islands": 10**6}}, "search.islands: islands must be from 1 to 64"),
              ({"islands\x1b[2J": {}}, "search must be a mapping of strategy name -> its settings"),
-             ({"islands": {"islands": [[[[[[[[[[1]]]]]]]]]]}}, "search.islands.islands must be an integer")]
+             ({"islands": {"islands": [[[[[[[[[[1]]]]]]]]]]}}, "search.islands.islands must be an integer"),
+             ({"paired": {"level": 5}}, "search.paired: level must be a number between 0 and 1"),
+             ({"not_worse_than_parent": {"test": "os.system"}}, "test must be one of exact, bootstrap"),
+             ({"sica": {"confidence": float("nan")}}, "search.sica: confidence must be a number between 0 and 1")]
     for i, (search, expected) in enumerate(cases):
         run = handed_run(tmp_path / str(i), {"loop": {"parent_selection": "islands"}, "search": search})
         r, seconds = timed_cli("run_optimization", "--resume_from", str(run), "--dry_run")
         text = refused(r, seconds=seconds)
         assert expected in text or (i == 0 and "search must be a mapping" in text), (search, text)
         assert "\x1b" not in text  # a control character of the folder's is shown, never sent to the terminal
+    # The settings the paired tests once had as loop keys (a run.json saved before they moved) are checked alike,
+    # and a reader (the API's load_run, the dashboard) refuses the best choice's in one line too.
+    run = handed_run(tmp_path / "legacy", {"loop": {"best_choice": "paired", "promotion_test": "__import__"}})
+    refused(timed_cli("run_optimization", "--resume_from", str(run), "--dry_run")[0],
+            "test must be one of exact, bootstrap")
+    from hyperagents import load_run
+
+    run = handed_run(tmp_path / "read", {"loop": {"best_choice": "paired"}, "search": {"paired": {"level": -1}}})
+    with pytest.raises(UserError, match="run.json: best choice search.paired: level must be a number"):
+        load_run(run)
 
 
 @pytest.mark.e2e
