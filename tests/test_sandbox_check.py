@@ -38,6 +38,12 @@ def test_each_backend_is_listed_with_why_and_the_one_a_run_takes(tmp_path):
     assert "only when asked for (--sandbox none)" in found["none"]
     ray = "installed (ray " if importlib.util.find_spec("ray") else "not installed"
     assert found["ray"].startswith(ray)
+    # Then each coding agent: on the working backend (bwrap), its version asked in a sandbox, or how to install it.
+    agents = [line for line in r.stdout.splitlines() if line.startswith("meta agent ")]
+    assert [line.split()[2].rstrip(":") for line in agents] == ["claude-code", "codex", "mini-swe-agent"]
+    for line in agents:
+        assert line.split(": ", 1)[1].startswith(("bwrap: runs (", "not installed (python -m services.install "
+                                                                  "--coding-agents)")), line
     assert r.stdout.splitlines()[-1].startswith("a run takes bwrap ")
 
 

@@ -81,8 +81,8 @@ def ray_state() -> str:
 
 
 def check() -> None:
-    """Print each backend's state and why, then the one a run takes (`auto`), or why none works (then
-    exit 2). Taking docker removes the containers whose creating process is gone, each named on stderr."""
+    """Print each backend's state and why, which coding agents each working one runs, then the one a run
+    takes (`auto`), or why none works (then exit 2). Taking docker removes the containers whose creating process is gone, each named on stderr."""
     from services.sandbox.backends import choose_local_backend
 
     config = SandboxConfig()
@@ -92,17 +92,17 @@ def check() -> None:
               "ray": ray_state()}
     for name, state in states.items():
         print(console(f"{name:<7} {state}"), flush=True)
+    from services.coding_agents.check import agent_lines
+
+    working = [name for name in ("docker", "bwrap") if states[name].startswith("works")]
+    for line in agent_lines(working, config):  # which coding agents each working backend runs
+        print(console(f"meta agent {line}"), flush=True)
     try:
         backend, _ = choose_local_backend(config)
     except UserError:  # neither docker nor bwrap: each said why above
         raise UserError("no sandbox works here (see above): start a Docker engine or install bubblewrap; "
                         "--sandbox none runs agent code unsandboxed") from None
     print(f"a run takes {backend} (--sandbox auto: docker when an engine answers, else bwrap; never none)")
-    from services.coding_agents.check import agent_lines
-
-    working = [name for name in ("docker", "bwrap") if states[name].startswith("works")]
-    for line in agent_lines(working, config):
-        print(console(f"meta agent {line}"), flush=True)
 
 
 def main(argv: list[str] | None = None) -> None:
