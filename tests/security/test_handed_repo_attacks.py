@@ -67,7 +67,9 @@ def plant(kind: str, repo: Path, marker: Path) -> None:
         os.rename(repo / "refs" / "nodes", repo.parent / "nodes-elsewhere")
         os.symlink(repo.parent / "nodes-elsewhere", repo / "refs" / "nodes")
     elif kind == "an object folder as a link":
-        os.symlink(repo.parent, repo / "objects" / "ff")
+        # A two-digit folder the repository does not have yet (its objects' names depend on the commits' times).
+        free = next(name for name in (f"{i:02x}" for i in range(255, -1, -1)) if not (repo / "objects" / name).exists())
+        os.symlink(repo.parent, repo / "objects" / free)
     elif kind == "HEAD as a fifo":
         (repo / "HEAD").unlink()
         os.mkfifo(repo / "HEAD")
