@@ -188,8 +188,12 @@ def run(request, tmp_path_factory, fake_openai_session, tripwire):
     agent = tmp_path / "hostile.py"
     agent.write_text(agent_source(rows, tmp_path, tripwire.port, victim))
     config = tmp_path / "c.yaml"
+    # Docker's cap is on memory in use, so the bomb's allocation succeeds and its pages are touched up to the cap:
+    # 1 GB of them is far within the row's 8 s on a busy machine, 2 GB was not always. bwrap caps the address
+    # space, which the worker's own imports need more of.
+    memory = 1024 if backend == "docker" else 2048
     config.write_text(FAST_CONFIG.replace("harness:\n", "harness:\n  row_timeout_s: 8\n  num_workers: 1\n")
-                      .replace("sandbox:\n", "sandbox:\n  memory_mb: 2048\n  output_cap_mb: 4\n  tmp_mb: 256\n"))
+                      .replace("sandbox:\n", f"sandbox:\n  memory_mb: {memory}\n  output_cap_mb: 4\n  tmp_mb: 256\n"))
     fake_openai_session.reset()
     fake_openai_session.set_replies(["looks fine"])
     result = run_cli("domains.harness", "--domain", "imo_grading", "--subset", "train", "--num_samples", str(n),
