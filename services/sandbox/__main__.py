@@ -82,7 +82,8 @@ def ray_state() -> str:
 
 def check() -> None:
     """Print each backend's state and why, which coding agents each working one runs, then the one a run
-    takes (`auto`), or why none works (then exit 2). Taking docker removes the containers whose creating process is gone, each named on stderr."""
+    takes (`auto`), or why none works (then exit 2). Taking docker removes the containers whose creating
+    process is gone, each named on stderr."""
     from services.sandbox.backends import choose_local_backend
 
     config = SandboxConfig()
