@@ -33,7 +33,8 @@ def write_report(run_dir: Path, out: Path) -> Path:
         h("h2", {}, "Accuracy and cost per row"), front.front(data),
         h("h2", {}, f"Top {TOP} nodes"),
         h("p", {}, "Scores are each domain's score key, with its 95% interval and the rows scored (n), as the "
-                   "console writes them; a node that stopped at the staged evaluation has only those rows. "
+                   "console writes them; a node that stopped at the staged evaluation has only those rows, one raced "
+                   "out (loop.racing) those of its race. "
                    "Patches and transcripts are in the run folder (nodes/, untrusted/), or in its dashboard: "
                    "python -m apps.dashboard ", str(data.path)),
         pieces.nodes_table(data, limit=TOP),

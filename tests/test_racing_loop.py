@@ -78,6 +78,10 @@ def test_a_child_below_the_best_is_raced_out_and_a_kill_mid_race_pays_no_row_twi
     assert "(raced out after 20 of 40 rows); cost $" in r.stdout and "; race: 0.000 so far" in r.stdout
     assert "best node initial (generation 0" in r.stdout and (view := load_run(run_dir)).best.id == "initial"
     assert view.nodes["1"].raced_out == child["raced_out"]
+    from apps.report import write_report
+
+    page = write_report(run_dir, tmp_path / "report.html").read_text()
+    assert "n=20 raced out</small>" in page and 'title="raced out after 20 of 40 rows: 0.000 so far' in page
     # No row paid twice: node 1's task calls are its 10 screening rows and 20 val rows, but for the rows in
     # flight at the kill (5 workers); the resumed chunk started from the journal it had.
     db = sqlite3.connect(run_dir / "ledger.sqlite")

@@ -329,12 +329,15 @@ def meta_models_table(data: RunData) -> Markup:
 
 
 def score_note(node: Node, domain: str, split: str) -> Markup:
-    """After a score: its 95% interval and rows as the console writes them, ` [0.522, 0.710] n=100`."""
+    """After a score: its 95% interval and rows as the console writes them, ` [0.522, 0.710] n=100`, and on the
+    split a race ran (val, else train) of a node loop.racing stopped, `raced out` with its verdict as the title."""
     found = node.evaluation(domain, split)
     if found is None or not found.rows:
         return Markup("")
-    return h("small", {"title": f"95% interval, {found.rows} rows"},
-             f" {interval_text(*found.interval)}" if found.interval else "", f" n={found.rows}")
+    raced = node.raced_out and split == ("val" if node.evaluation(domain, "val") else "train")
+    return h("small", {"title": node.raced_out if raced else f"95% interval, {found.rows} rows"},
+             f" {interval_text(*found.interval)}" if found.interval else "", f" n={found.rows}",
+             " raced out" if raced else "")
 
 
 def node_seconds(node: Node) -> float:
