@@ -111,9 +111,16 @@ def plan_lines(run_dir: Path, domains: list[Domain], config: Config, backend: st
               + (f", {loop.parallel} in flight" + ("" if loop.replayable else " (not replayable)")
                  if loop.parallel > 1 else "")
               + (f", baseline {loop.run_baseline}" if loop.run_baseline else "")
-              + (f", time limit {loop.max_minutes:g} min from this command's start" if loop.max_minutes else "")]
+              + (f", time limit {loop.max_minutes:g} min from this command's start" if loop.max_minutes else ""),
+              *([f"search   {settings_text(config.search)}"] if config.search else [])]
     lines += left_over(run_dir, loop.max_generation) if resumed else []
     return [console(line) for line in lines]  # a resumed run's config, a spec's names: a folder's text
+
+
+def settings_text(search: dict) -> str:
+    """The strategies' own settings the config gives (`search`), in one line: `paired: level 0.01; ...`."""
+    return "; ".join(f"{name}: " + ", ".join(f"{key} {value}" for key, value in sorted(values.items()))
+                     for name, values in sorted(search.items()) if isinstance(values, dict))
 
 
 def meta_agent_text(name: str) -> str:

@@ -1,4 +1,5 @@
-"""Values given on a command line: `--set SECTION.KEY=VALUE` config fields, `--data DOMAIN=PATH`
+"""Values given on a command line: `--set SECTION.KEY=VALUE` config fields (a strategy's own settings as
+`--set search.STRATEGY.SETTING=VALUE`), `--data DOMAIN=PATH`
 data files, and argparse types of numbers with a lower bound. Each bad value is one line naming its
 flag (a UserError), or argparse's usage line (exit 2)."""
 
@@ -39,9 +40,13 @@ def apply_settings(config: Config, settings: Iterable[str | tuple[str, object]] 
             key, value = item
         key = key.strip()
         section, _, name = key.partition(".")
-        if not section or not name or "." in name:
-            raise UserError(f"{flag} {key[:60]}: expected SECTION.KEY, e.g. loop.promotion")
-        apply_mapping(config, {section: {name: value}}, f"{flag} {key[:60]}")
+        strategy, dot, setting = name.partition(".") if section == "search" else (name, "", "")
+        if not section or not name or "." in setting or (dot and not (strategy and setting)) \
+                or (section != "search" and "." in name):
+            raise UserError(f"{flag} {key[:60]}: expected SECTION.KEY (or search.STRATEGY.SETTING), "
+                            "e.g. loop.promotion")
+        given = {strategy: {setting: value}} if setting else {name: value}
+        apply_mapping(config, {section: given}, f"{flag} {key[:60]}")
     return config
 
 

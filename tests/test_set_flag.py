@@ -42,11 +42,25 @@ def test_settings_are_read_as_yaml_and_applied_in_order():
     ("loop.seed=[1,", "--set loop.seed: not a YAML value"),
     ("loop.seed=&a 1", "--set loop.seed: not a YAML value: anchors and aliases"),
     ("loop.seed=" + "1" * 20_000, "--set loop.seed: longer than 10000 characters"),
+    ("search.paired.level.x=1", "--set search.paired.level.x: expected SECTION.KEY (or search.STRATEGY.SETTING)"),
+    ("search..level=1", "--set search..level: expected SECTION.KEY (or search.STRATEGY.SETTING)"),
+    ("search.paired.=1", "--set search.paired.: expected SECTION.KEY (or search.STRATEGY.SETTING)"),
 ])
 def test_a_bad_setting_is_one_line_naming_it(item, expected):
     with pytest.raises(UserError) as e:
         apply_settings(load_config(), [item])
     assert str(e.value).startswith(expected) and "\n" not in str(e.value)
+
+
+def test_a_strategys_own_setting_is_set_by_its_dotted_name_or_as_a_mapping_and_merged():
+    config = apply_settings(load_config(), ["search.paired={level: 0.3}", "search.paired.test=bootstrap",
+                                            "search.islands.islands=2", "loop.promotion_level=0.2"])
+    assert config.search == {"paired": {"level": 0.3, "test": "bootstrap"}, "islands": {"islands": 2},
+                             "not_worse_than_parent": {"level": 0.2}}
+    from optimizer.plan import settings_text
+
+    assert settings_text(config.search) == ("islands: islands 2; not_worse_than_parent: level 0.2; "
+                                            "paired: level 0.3, test bootstrap")
 
 
 def cli_env_plain():
@@ -61,6 +75,16 @@ def dry_run(tmp_path, *flags):
 
 
 @pytest.mark.e2e
+@pytest.mark.e2e
+def test_the_plan_names_a_strategys_settings_and_a_refused_one_is_one_line(tmp_path):
+    r = dry_run(tmp_path, "--set", "loop.best_choice=paired", "--set", "search.paired.level=0.01")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "search   paired: level 0.01" in r.stdout.splitlines()
+    r = dry_run(tmp_path, "--set", "search.paired.level=2")
+    assert r.returncode == 2 and r.stderr.strip().splitlines() == [
+        "error: search.paired: level must be a number between 0 and 1, got 2"]
+
+
 def test_set_comes_after_the_config_file_and_before_the_flags(tmp_path):
     config = tmp_path / "c.yaml"
     config.write_text("loop:\n  seed: 1\n  max_generation: 2\n  parent_selection: best\n")
