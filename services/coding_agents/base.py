@@ -10,6 +10,7 @@ flags, runs it and turns its events into the meta transcript. Nothing here reads
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, runtime_checkable
@@ -86,6 +87,17 @@ class CodingAgent(Protocol):
 def bundled_text(name: str, file: str) -> str:
     """A bundled agent's default file (meta_agent/coding_agents/<name>/<file>), the project's own."""
     return (AGENT_FILES / name.replace("-", "_") / file).read_text(encoding="utf-8")
+
+
+class Bundled:
+    """A bundled agent: its default prompt and settings (meta_agent/coding_agents/<name>/), read when it is made;
+    a run reads the workspace's copies, which the meta agent may have edited."""
+
+    name: str
+
+    def __init__(self) -> None:
+        self.prompt = bundled_text(self.name, "prompt.md")
+        self.settings = json.loads(bundled_text(self.name, "settings.json"))
 
 
 def npm_program(installed: Path, *parts: str) -> Path | None:

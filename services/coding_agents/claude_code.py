@@ -15,11 +15,10 @@ surveys and other traffic are switched off by its variables (and there is no net
 
 from __future__ import annotations
 
-import json
 import platform
 from pathlib import Path
 
-from services.coding_agents.base import Command, Launch, bundled_text, npm_program
+from services.coding_agents.base import Bundled, Command, Launch, npm_program
 
 VERSION = "2.1.332"
 ARCH = {"x86_64": "x64", "aarch64": "arm64", "arm64": "arm64"}.get(platform.machine(), platform.machine())
@@ -29,17 +28,13 @@ QUIET = {"DISABLE_TELEMETRY": "1", "DISABLE_ERROR_REPORTING": "1", "DISABLE_AUTO
          "CLAUDE_CODE_DISABLE_FEEDBACK_SURVEY": "1"}
 
 
-class ClaudeCode:
+class ClaudeCode(Bundled):
     name = "claude-code"
     protocol = "messages"
     about = "Claude Code, headless (claude -p), through the gateway's Anthropic Messages protocol"
     install = ("npm", f"@anthropic-ai/claude-code@{VERSION}")
     calls = 30  # turns of a generation's edit; each resends the conversation so far
     call_tokens = 20_000  # its system prompt and tool definitions alone are ~12k tokens
-
-    def __init__(self) -> None:
-        self.prompt = bundled_text(self.name, "prompt.md")
-        self.settings = json.loads(bundled_text(self.name, "settings.json"))
 
     def program(self, installed: Path) -> Path | None:
         return npm_program(installed, *PACKAGE)

@@ -16,11 +16,10 @@ failed one is retried twice at most, as the gateway retried the provider already
 
 from __future__ import annotations
 
-import json
 import platform
 from pathlib import Path
 
-from services.coding_agents.base import Command, Launch, bundled_text, npm_program
+from services.coding_agents.base import Bundled, Command, Launch, npm_program
 
 VERSION = "0.171.0"
 TRIPLE = {"x86_64": "x86_64-unknown-linux-musl", "aarch64": "aarch64-unknown-linux-musl"}.get(
@@ -29,17 +28,13 @@ ARCH = {"x86_64": "x64", "aarch64": "arm64"}.get(platform.machine(), platform.ma
 PACKAGE = ("@openai", f"codex-linux-{ARCH}", "vendor", TRIPLE, "bin", "codex")  # under node_modules/
 
 
-class Codex:
+class Codex(Bundled):
     name = "codex"
     protocol = "responses"
     about = "OpenAI Codex CLI (codex exec), through the gateway's OpenAI Responses protocol"
     install = ("npm", f"@openai/codex@{VERSION}")
     calls = 30  # turns of a generation's edit
     call_tokens = 15_000  # its instructions and tools, then the growing conversation
-
-    def __init__(self) -> None:
-        self.prompt = bundled_text(self.name, "prompt.md")
-        self.settings = json.loads(bundled_text(self.name, "settings.json"))
 
     def program(self, installed: Path) -> Path | None:
         return npm_program(installed, *PACKAGE)

@@ -10,26 +10,21 @@ lookups (the gateway prices and books every call) are switched off by its own va
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from services.coding_agents.base import PROMPT, Command, Launch, bundled_text
+from services.coding_agents.base import PROMPT, Bundled, Command, Launch
 
 VERSION = "2.4.6"
 TRAJECTORY = "mini_trajectory.json"  # in the node's untrusted meta folder
 
 
-class MiniSweAgent:
+class MiniSweAgent(Bundled):
     name = "mini-swe-agent"
     protocol = "chat"
     about = "mini-swe-agent (mini), through the gateway's OpenAI chat completions protocol"
     install = ("pip", f"mini-swe-agent=={VERSION}")
     calls = 30  # one bash command a call
     call_tokens = 8_000  # a short system prompt; the conversation grows with each command's output
-
-    def __init__(self) -> None:
-        self.prompt = bundled_text(self.name, "prompt.md")
-        self.settings = json.loads(bundled_text(self.name, "settings.json"))
 
     def program(self, installed: Path) -> Path | None:
         path = installed / "python" / "minisweagent" / "__init__.py"
