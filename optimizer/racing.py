@@ -44,6 +44,13 @@ class Racer:
         """The rows of the selection split at each look of a race, the last one all of them."""
         return looks(self.start(domain), self.total(domain), self.loop.racing_chunk)
 
+    def evaluated_in_full(self, domains: list[Domain], agent_hash: str) -> bool:
+        """Whether every domain's selection split already has its full evaluation for this task agent (an earlier
+        node with the same code and model): the full evaluation then reuses it and pays nothing, so no race."""
+        evaluator = self.evaluator
+        return all(evaluator.store.report(evaluator.store.key(agent_hash, d.name, d.selection_split, self.total(d),
+                                                              evaluator.task_model)) is not None for d in domains)
+
     def target(self, domains: list[Domain], peers: Peers) -> Target | None:
         """What a racing child must reach: the best's score, or its promotion rules' bar (each domain's last
         stage's rule) when lower; None without a best."""
@@ -64,6 +71,8 @@ class Racer:
         there is no race (racing off, no best to reach, no look before the last row)."""
         target = self.target(domains, peers) if all(self.races(d) for d in domains) else None
         if target is None:
+            return None
+        if self.evaluated_in_full(domains, agent_hash):  # reused, as any evaluation of the same task agent is
             return None
         plan = {d.name: (self.start(d), self.total(d)) for d in domains}
         if all(len(looks(start, total, self.loop.racing_chunk)) < 2 for start, total in plan.values()):

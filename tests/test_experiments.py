@@ -170,7 +170,8 @@ def test_not_worse_than_parent_stops_a_child_the_paper_s_rule_promotes(tmp_path,
         (tmp_path / rule).mkdir()
         config = loop_config(tmp_path / rule)
         with open(config, "a") as f:
-            f.write(f"  promotion: {rule}\n  promotion_level: 0.2\n")
+            # racing off: the paper's rule must evaluate the worse child in full (racing would stop it on val)
+            f.write(f"  promotion: {rule}\n  promotion_level: 0.2\n  racing: false\n")
         r = run_loop(tmp_path / rule, fake_openai, "--max_generation", "1", config=config)
         assert r.returncode == 0, r.stderr[-3000:]
         found[rule] = (nodes(tmp_path / rule / "out" / "run")["1"], r.stdout)

@@ -138,6 +138,8 @@ def test_kills_at_any_step_lose_nothing_and_pay_nothing_twice(tmp_path, fake_ope
     fake_openai.set_responder(responder({1: [IMPROVE]}, meta_calls, by_iterations_left=True))
     fake_openai.latency = 0.3
     config = loop_config(tmp_path)
+    with open(config, "a") as f:  # the rows are counted from the journals, which a race's looks copy forward
+        f.write("  racing: false\n")  # (tests/test_racing_loop.py kills a race)
     first = ["--domain", "imo_grading", "--output_dir", str(tmp_path / "out"), "--run_id", "run",
              "--task_model", "openai/fake", "--meta_model", "openai/fake-meta", "--config", config,
              "--max_generation", "2", "--parent_selection", "best"]

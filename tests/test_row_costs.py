@@ -56,9 +56,12 @@ def costed_run(tmp_path_factory, fake_openai_session):
     tmp_path, meta_runs = tmp_path_factory.mktemp("costed"), []
     fake_openai_session.reset()
     fake_openai_session.set_responder(lambda request: responder(request, meta_runs))
+    config = loop_config(tmp_path, gateway=PRICES)
+    with open(config, "a") as f:  # both graders evaluated in full: racing would stop the one behind the best on val
+        f.write("  racing: false\n")
     try:
         r = run_loop(tmp_path, fake_openai_session, "--max_generation", "2", "--parent_selection", "best",
-                     config=loop_config(tmp_path, gateway=PRICES))
+                     config=config)
     finally:
         fake_openai_session.reset()
     assert r.returncode == 0, r.stderr[-3000:]
