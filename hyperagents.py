@@ -36,7 +36,7 @@ from apps import pictures
 from archive.experiments import EVALUATIONS, Evaluations, read_evaluations
 from archive.promotion import row_scores
 from archive.row_costs import FrontPoint, RowCost
-from archive.run_folder import read_run_record
+from archive.run_folder import read_run_record, saved_config
 from archive.run_state import read_state
 from archive.run_views import EvalResult, NodeView, RunView, Score, Spend, node_view, run_row_costs, run_spend
 from archive.store import Archive, observed_best, observed_sizes
@@ -48,6 +48,7 @@ from optimizer.launch import launch, plan_of, prepare
 from optimizer.plan import RunPlan
 from optimizer.request import RunRequest
 from optimizer.transfer import split_spec
+from search.registry import configured
 from search.stats import interval
 from services.errors import Error, UserError, api_errors
 from services.errors import MachineDownError as MachineDown
@@ -65,6 +66,10 @@ def load_run(path: str | Path) -> RunView:
     nothing is written, and a running run is read as it is now."""
     run_dir = Path(path).resolve()
     record = read_run_record(run_dir)
+    try:  # its config checked as a resume checks it: types, ranges, the strategies' own settings
+        configured(saved_config(record, run_dir).search)
+    except UserError as e:
+        raise UserError(f"{run_dir / 'run.json'}: {e}" if "run.json" not in str(e)[:300] else str(e)) from None
     nodes = Archive(run_dir).ordered()
     try:
         best = observed_best(nodes, observed_sizes(record.domains, nodes), run_dir, record.config.get("loop"),

@@ -41,6 +41,7 @@ MAX_NAME = 120  # characters of a run's name: a title in a list of runs, not a d
 MAX_TAG = 40  # characters of one tag
 MAX_TAGS = 20  # tags of one run
 MAX_AMOUNT = 1e12  # dollars, tokens or seconds a node records per role or phase: far above any real run
+MAX_VERDICT = 1000  # characters of a node's raced_out verdict (the loop writes about 150)
 
 COMMIT = re.compile(r"[0-9a-f]{40}")  # a commit of the run's repository (git's SHA-1 object names)
 EVAL_KEY = re.compile(r"[0-9a-f]{24}")  # a folder under evals/: archive/eval_store.py EvalStore.key
@@ -228,6 +229,10 @@ class Node:
                 if not 0 <= amount <= MAX_AMOUNT:  # NaN compares false; a huge int compares without a float
                     raise ValueError(f"{name} of {show(what)} must be a number from 0 to {MAX_AMOUNT:g}, "
                                      f"got {show(amount)}")
+        raced = data.get("raced_out")  # the loop's own words and numbers (search/racing.py), shown as they are
+        if raced is not None and (len(raced) > MAX_VERDICT or not raced.isprintable()):
+            raise ValueError(f"raced_out must be one line of printable text of at most {MAX_VERDICT} characters, "
+                             f"got {show(raced[:60])}{'...' if len(raced) > 60 else ''}")
         for domain, keys in data.get("eval_keys", {}).items():
             for split, key in keys.items():
                 if not EVAL_KEY.fullmatch(key):

@@ -297,9 +297,9 @@ def prepare(request: RunRequest) -> Prepared:
     domains = run_domains(domain_names, run_dir)  # a resumed run's spec domains are kept in its folder
     if record is None:
         with_meta_agent(config)
-    if not request.dry_run and request.evaluate is None:
-        # one line, before anything starts
-        require_meta_agent(config.models.meta_agent, config.sandbox.executor, config.sandbox.backend)
+    if request.evaluate is None:  # one line, before anything starts (a dry run's plan only needs no install)
+        require_meta_agent(config.models.meta_agent, config.sandbox.executor, config.sandbox.backend,
+                           installed=not request.dry_run)
     # A resumed run's initial node is in its repository: the path its folder names is never read here.
     initial_agent = None if record else get_initial_agent(
         config.loop.initial_agent, [d.task or d.name for d in domains], config.loop.initial_meta_agent)

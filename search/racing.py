@@ -72,8 +72,8 @@ class Racing:
         """ValueError in one line when the settings cannot be applied."""
         if type(self.chunk) is not int or not 1 <= self.chunk <= 10**6:
             raise ValueError(f"racing chunk must be a count of rows from 1 to 1000000, got {self.chunk!r}")
-        if not (isinstance(self.alpha, (int, float)) and 0.0 < self.alpha < 0.5):
-            raise ValueError(f"racing alpha must be a number above 0 and below 0.5, got {self.alpha!r}")
+        if not (isinstance(self.alpha, (int, float)) and 1e-6 <= self.alpha < 0.5):
+            raise ValueError(f"racing alpha must be a number from 0.000001 to below 0.5, got {self.alpha!r}")
 
 
 @dataclass(frozen=True)
@@ -176,6 +176,8 @@ def race(racing: Racing, target: Target, plan: Mapping[str, tuple[int, int]], ev
             continue
         level = spent(racing.alpha, seen / last) - before
         before += level
+        if not 1.0 - level / (2.0 * len(known)) < 1.0:  # an early look spends (next to) nothing: it cannot race out
+            continue
         out, evidence = below(target, known, {d: t for d, (_, t) in plan.items()}, level)
         if out:
             return RaceVerdict(True, seen, total, f"raced out after {seen} of {total} rows: {evidence}; "

@@ -80,14 +80,23 @@ def configure(search: Mapping[str, Mapping[str, object]]) -> None:
     strategy with settings has `Settings` (a dataclass whose fields have defaults; it may refuse a value in
     __post_init__ with a ValueError) and `configured(settings)` (the strategy with them). A name no strategy
     has, a setting it lacks or a value it refuses is one line (UserError), said before the run starts."""
+    made = configured(search)
     CONFIGURED.clear()
+    CONFIGURED.update(made)
+
+
+def configured(search: Mapping[str, Mapping[str, object]]) -> dict[tuple[str, str], object]:
+    """The strategies `search` gives settings to, made with them, by (kind, name), without making them this
+    process's (`configure` does): a reader of a handed run.json checks its settings so, as a resume would."""
+    made = {}
     for name, values in search.items():
         kinds = [kind for kind in PROTOCOLS if name in strategy_names(kind)]
         if not kinds:
             known = sorted({n for kind in PROTOCOLS for n in strategy_names(kind)})
             raise UserError(f"search.{name}: no strategy is named {name} (known: {', '.join(known)})")
         for kind in kinds:
-            CONFIGURED[(kind, name)] = with_settings(kind, name, strategy(kind, name), values)
+            made[(kind, name)] = with_settings(kind, name, strategy(kind, name), values)
+    return made
 
 
 def with_settings(kind: str, name: str, base: object, values: Mapping[str, object]) -> object:

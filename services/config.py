@@ -222,7 +222,7 @@ def _loop_rules() -> dict:
                         f"growing, above a number, rule one of {', '.join(promotions)}), or domain name -> "
                         "such a list"),
         "loop.racing_chunk": count(10**6),
-        "loop.racing_alpha": (lambda v: 0 < v < 0.5, "a number above 0 and below 0.5"),
+        "loop.racing_alpha": (lambda v: 1e-6 <= v < 0.5, "a number from 0.000001 to below 0.5"),
         "loop.pictures_every_s": between(0, 86400),
         "loop.stage_splits": one_of(*choices.StageSplits),
         "loop.staged_score": one_of(*choices.StagedScore),

@@ -91,11 +91,14 @@ def test_a_coding_agent_on_the_ray_executor_is_one_line():
 def test_a_coding_agent_without_a_sandbox_stops_the_run_in_one_line(name, tmp_path, fake_openai):
     """--sandbox none runs the built-in meta agent on this host (with a warning); a coding agent, whose own
     permission checks are off, never: the run stops before anything is made, installed or not."""
-    r = run_loop(tmp_path, fake_openai, "--meta_agent", name, "--sandbox", "none", config=loop_config(tmp_path))
-    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
-    assert r.stderr == (f"error: --meta_agent {name} runs in a sandbox only (bwrap or docker): under --sandbox none "
-                        "it would run commands on this host, its own permission checks off; drop --sandbox none\n")
-    assert not (tmp_path / "out").exists()
+    for dry_run in ([], ["--dry_run"]):  # the plan of a dry run never shows what the run would refuse
+        r = run_loop(tmp_path, fake_openai, "--meta_agent", name, "--sandbox", "none", *dry_run,
+                     config=loop_config(tmp_path))
+        assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+        assert r.stderr == (f"error: --meta_agent {name} runs in a sandbox only (bwrap or docker): under --sandbox "
+                            "none it would run commands on this host, its own permission checks off; drop --sandbox "
+                            "none\n")
+        assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.e2e

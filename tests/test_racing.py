@@ -69,11 +69,21 @@ def test_the_target_is_the_lowest_bar_and_there_is_none_without_a_best():
     assert target_of(best, None) is best and target_of(None, parent) is None
 
 
-@pytest.mark.parametrize("racing", [Racing(0, 0.05), Racing(10, 0.0), Racing(10, 0.5), Racing(True, 0.05)])  # type: ignore[arg-type]
+@pytest.mark.parametrize("racing", [Racing(0, 0.05), Racing(10, 0.0), Racing(10, 1e-300), Racing(10, 0.5),
+                                    Racing(True, 0.05)])  # type: ignore[arg-type]
 def test_settings_that_cannot_race_are_refused_in_one_line(racing):
     with pytest.raises(ValueError, match="racing (chunk|alpha) must be") as e:
         racing.check()
     assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize(("chunk", "alpha", "total"), [(10, ALPHA, 185), (10, ALPHA, 1000), (1, ALPHA, 100),
+                                                      (2, 1e-4, 100), (10, 1e-6, 100), (1, ALPHA, 5000)])
+def test_early_looks_that_spend_next_to_nothing_are_passed_over_not_a_crash(chunk, alpha, total):
+    # With many looks or a small alpha the first looks' levels round to 0 (a normal quantile of 1.0 has no value):
+    # they cannot race a child out, and a later look still does.
+    verdict = race(Racing(chunk, alpha), Target(0.99, "the best"), {"d": (0, total)}, lambda r: {"d": [0.5] * r["d"]})
+    assert verdict.raced_out and verdict.rows < total
 
 
 def test_a_child_whose_full_evaluation_would_beat_its_target_is_rarely_raced_out():

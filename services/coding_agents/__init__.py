@@ -62,17 +62,17 @@ def missing_line(name: str) -> str | None:
     return f"the meta agent {name} is not installed: run {INSTALL_HINT}"
 
 
-def require_meta_agent(name: str, executor: str = "local", backend: str = "auto") -> None:
-    """Stop a run whose meta agent is a coding agent that does not load or is not installed, in one line; or
-    one on the Ray executor, whose nodes get their mounts as copies (the install folder is hundreds of MB); or
-    one without a sandbox (`--sandbox none`), where the agent, its permission checks off, would run commands
-    on this host with its network open."""
+def require_meta_agent(name: str, executor: str = "local", backend: str = "auto", installed: bool = True) -> None:
+    """Stop a run whose meta agent is a coding agent that does not load or (with `installed`) is not installed, in
+    one line; or one on the Ray executor, whose nodes get their mounts as copies (the install folder is hundreds
+    of MB); or one without a sandbox (`--sandbox none`), where the agent, its permission checks off, would run
+    commands on this host with its network open. A dry run asks all but the install: its plan is what would run."""
     if not is_coding_agent(name):
         return
     if backend == "none":
         raise UserError(f"--meta_agent {name} runs in a sandbox only (bwrap or docker): under --sandbox none it "
                         "would run commands on this host, its own permission checks off; drop --sandbox none")
-    if problem := missing_line(name):
+    if installed and (problem := missing_line(name)):
         raise UserError(problem)
     if executor == "ray":
         raise UserError(f"--meta_agent {name} runs on this machine's sandboxes only (the Ray executor would copy "

@@ -334,8 +334,28 @@ def test_a_run_json_gives_strategies_only_settings_they_declare(tmp_path):
     from hyperagents import load_run
 
     run = handed_run(tmp_path / "read", {"loop": {"best_choice": "paired"}, "search": {"paired": {"level": -1}}})
-    with pytest.raises(UserError, match="run.json: best choice search.paired: level must be a number"):
+    with pytest.raises(UserError, match="run.json: search.paired: level must be a number between 0 and 1, got -1"):
         load_run(run)
+    for i, (search, expected) in enumerate(cases):  # the API's reader refuses each as the resume does
+        run = handed_run(tmp_path / f"read{i}", {"loop": {"parent_selection": "islands"}, "search": search})
+        with pytest.raises(UserError, match="run.json: ") as raised:
+            load_run(run)
+        assert expected in str(raised.value) or (i == 0 and "search must be a mapping" in str(raised.value))
+
+
+@pytest.mark.attack("a handed run folder whose node.json carries a raced_out verdict of its own: terminal control "
+                    "characters, or a megabyte pasted into every page and title that shows the node")
+def test_a_raced_out_verdict_is_one_short_printable_line_or_the_record_is_refused(tmp_path):
+    from hyperagents import load_run
+
+    for i, verdict in enumerate(["raced out\x1b[31m\x07 <script>", "raced out " + "x" * 900_000]):
+        run = handed_run(tmp_path / str(i), {"loop": {}})
+        record = run / "nodes" / "1" / "node.json"
+        atomic_write_json(record, {**json.loads(record.read_text()), "raced_out": verdict})
+        with pytest.raises(UserError, match="raced_out must be one line of printable text") as raised:
+            load_run(run)
+        assert str(raised.value).startswith(str(record)) and len(str(raised.value)) < 500, str(raised.value)[:600]
+        assert "\x1b" not in str(raised.value)
 
 
 @pytest.mark.e2e
@@ -345,8 +365,9 @@ def test_a_run_json_gives_strategies_only_settings_they_declare(tmp_path):
 def test_a_run_json_races_only_with_settings_that_can_race(tmp_path):
     cases = [({"racing_chunk": 0}, "loop.racing_chunk must be a positive integer, got 0"),
              ({"racing_chunk": 10**9}, "loop.racing_chunk must be at most 1,000,000"),
-             ({"racing_alpha": 0}, "loop.racing_alpha must be a number above 0 and below 0.5"),
-             ({"racing_alpha": 0.9}, "loop.racing_alpha must be a number above 0 and below 0.5"),
+             ({"racing_alpha": 0}, "loop.racing_alpha must be a number from 0.000001 to below 0.5"),
+             ({"racing_alpha": 0.9}, "loop.racing_alpha must be a number from 0.000001 to below 0.5"),
+             ({"racing_alpha": 1e-320}, "loop.racing_alpha must be a number from 0.000001 to below 0.5"),
              ({"racing": "yes"}, "loop.racing must be")]
     for i, (loop, expected) in enumerate(cases):
         run = handed_run(tmp_path / str(i), {"loop": loop})
