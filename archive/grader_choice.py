@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -95,6 +96,9 @@ def collect(run_dir: Path, costs: bool = False) -> list[Candidate]:
     return found
 
 
+PLAIN_NUMBER = re.compile(r"[0-9]+(\.[0-9]*)?|\.[0-9]+", re.ASCII)
+
+
 def parse_choice(text: str) -> str:
     """`text` as a rule's name, `cheapest_within=D` with D a number from 0 to 1 written plainly; else a UserError
     in one line."""
@@ -102,10 +106,8 @@ def parse_choice(text: str) -> str:
         return text
     if text.startswith(WITHIN):
         value = text[len(WITHIN):]
-        try:
-            within = float(value) if len(value) <= 20 else math.nan
-        except ValueError:
-            within = math.nan
+        # Plain ASCII decimals only: float() also takes "0_0_1", full-width digits, spaces and 1e-400.
+        within = float(value) if PLAIN_NUMBER.fullmatch(value) and len(value) <= 20 else math.nan
         if 0 <= within <= 1:  # NaN is neither
             return f"{WITHIN}{within:g}"
         raise UserError(f"--choose {text[:60]!r}: D of cheapest_within=D is how much val accuracy you give up "

@@ -9,6 +9,7 @@ import pytest
 
 from archive.row_costs import FrontPoint, Tally, front, per_row, pooled, usd_text
 from hyperagents import load_run
+from services.errors import UserError
 from support.cli import run_loop
 from support.dashboard import get, serving
 from support.proofgrader_runs import SyntheticRun, setup_repo
@@ -111,6 +112,20 @@ def test_a_dear_and_a_cheap_grader_are_told_apart_and_chosen_by_the_rule(costed_
                          cwd=tmp_path)
         assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1 and "a number from 0 to 1" in \
             out.stderr and not (tmp_path / "bad").exists(), out.stderr
+
+
+@pytest.mark.parametrize(("given", "taken"), [("0.02", "0.02"), (".5", "0.5"), ("1", "1"), ("0", "0"),
+                                              ("0_0_1", None), ("\uff11", None), (" 0.5 ", None), ("1e-400", None),
+                                              ("0x1", None), ("-0", None), ("inf", None), ("1.5", None)])
+def test_d_of_cheapest_within_is_a_plain_decimal_from_0_to_1(given, taken):
+    from archive.grader_choice import parse_choice
+
+    if taken is not None:
+        assert parse_choice(f"cheapest_within={given}") == f"cheapest_within={taken}"
+        return
+    with pytest.raises(UserError, match="a number from 0 to 1") as raised:
+        parse_choice(f"cheapest_within={given}")
+    assert "\n" not in str(raised.value)
 
 
 @pytest.mark.e2e
