@@ -137,6 +137,9 @@ def _moved(data: dict) -> dict:
             for strategy, name in MOVED[key]:
                 section = search.get(strategy) or {}
                 if isinstance(section, dict):
+                    if name in section and section[name] != loop[key]:  # one mapping giving both: which wins?
+                        raise UserError(f"loop.{key} and search.{strategy}.{name} are one setting given twice "
+                                        f"({show(loop[key])}, {show(section[name])}): keep search.{strategy}.{name}")
                     search[strategy] = {**section, name: loop[key]}
     return {**data, "loop": {k: v for k, v in loop.items() if k not in MOVED}, "search": search}
 

@@ -42,6 +42,18 @@ def test_the_keys_that_moved_still_read_from_a_file_a_flag_and_an_older_runs_rec
     for search in ({"islands": 5}, ["islands"]):  # a moved key beside a misshapen section: its shape refused
         with pytest.raises(UserError, match=r"^search must be a mapping of strategy name"):
             Config.from_dict({"loop": {"islands": 2}, "search": search})
+    # The paired tests' old keys: promotion_test was both tests'; one mapping giving a key and its new setting
+    # two values is refused (which one was meant?); the same value, or a later --set, is no conflict.
+    old = Config.from_dict({"loop": {"promotion_level": 0.2, "promotion_test": "bootstrap", "best_level": 0.01}})
+    assert old.search == {"not_worse_than_parent": {"level": 0.2, "test": "bootstrap"},
+                          "paired": {"level": 0.01, "test": "bootstrap"}}
+    with pytest.raises(UserError, match=r"^loop.best_level and search.paired.level are one setting given twice "
+                                        r"\(0.1, 0.2\): keep search.paired.level$"):
+        Config.from_dict({"loop": {"best_level": 0.1}, "search": {"paired": {"level": 0.2}}})
+    assert Config.from_dict({"loop": {"best_level": 0.1}, "search": {"paired": {"level": 0.1}}}).search == {
+        "paired": {"level": 0.1}}
+    assert apply_settings(load_config(), ["search.paired.level=0.2", "loop.best_level=0.1"]).search == {
+        "paired": {"level": 0.1}}
 
 
 @pytest.mark.parametrize("search, message", [
