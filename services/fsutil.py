@@ -260,17 +260,16 @@ def open_regular(path: str | Path, limit: int, follow_links: bool = False) -> IO
             fd = os.open(parts[-1], flags, dir_fd=folder)
         finally:
             os.close(folder)
-    f = os.fdopen(fd, "rb")
-    try:
+    try:  # before fdopen, which refuses a folder itself, naming the descriptor's number
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             raise OSError(f"not a regular file ({_kind(info.st_mode)})")
         if info.st_size > limit:
             raise OSError(f"{info.st_size} bytes, over the limit of {limit} bytes")
     except BaseException:
-        f.close()
+        os.close(fd)
         raise
-    return f
+    return os.fdopen(fd, "rb")
 
 
 def read_regular(path: str | Path, limit: int, follow_links: bool = False) -> bytes:

@@ -28,7 +28,8 @@ FORGED = {
 }
 
 
-def forged_run(tmp_path, cost: str | None = None, link: bool = False, fifo: bool = False) -> SyntheticRun:
+def forged_run(tmp_path, cost: str | None = None, link: bool = False, fifo: bool = False,
+               folder: bool = False) -> SyntheticRun:
     """Two fully evaluated graders with val scores; node 2's val evaluation holds the forged cost record."""
     run = SyntheticRun(tmp_path)
     run.node("1", (0.0, 1.0))
@@ -48,6 +49,8 @@ def forged_run(tmp_path, cost: str | None = None, link: bool = False, fifo: bool
         target.symlink_to(tmp_path / "elsewhere.json")
     elif fifo:
         os.mkfifo(target)
+    elif folder:
+        target.mkdir()
     else:
         target.write_text(cost or "")
     return run
@@ -77,10 +80,15 @@ def test_a_forged_cost_record_is_refused_in_one_line_and_shown_as_a_problem(tmp_
     refused_everywhere(tmp_path, forged_run(tmp_path, FORGED[forgery]))
 
 
-@pytest.mark.attack("a handed run's evals/<key>/cost.json is a link out of the folder, or a fifo")
-@pytest.mark.parametrize("kind", ["link", "fifo"])
+@pytest.mark.attack("a handed run's evals/<key>/cost.json is a link out of the folder, a fifo or a folder")
+@pytest.mark.parametrize("kind", ["link", "fifo", "folder"])
 def test_a_cost_record_that_is_a_link_or_a_fifo_is_never_followed_nor_opened(tmp_path, kind):
-    refused_everywhere(tmp_path, forged_run(tmp_path, link=kind == "link", fifo=kind == "fifo"))
+    refused_everywhere(tmp_path, forged_run(tmp_path, link=kind == "link", fifo=kind == "fifo",
+                                            folder=kind == "folder"))
+    if kind == "folder":  # said as what it is, not by the number of a descriptor
+        with pytest.raises(UserError, match=r"cost.json: not a cost record the run wrote \(.*not a regular file "
+                                            r"\(a folder\)\)$"):
+            load_run(forged_run(tmp_path / "again", folder=True).dir)
 
 
 @pytest.mark.attack("a handed node record's own costs forged: NaN, negative, infinite or huge dollars, tokens, seconds")
