@@ -36,7 +36,7 @@ from apps import pictures
 from archive.experiments import EVALUATIONS, Evaluations, read_evaluations
 from archive.promotion import row_scores
 from archive.row_costs import FrontPoint, RowCost
-from archive.run_folder import read_run_record, saved_config
+from archive.run_folder import read_run_record
 from archive.run_state import read_state
 from archive.run_views import EvalResult, NodeView, RunView, Score, Spend, node_view, run_row_costs, run_spend
 from archive.store import Archive, observed_best, observed_sizes
@@ -66,10 +66,11 @@ def load_run(path: str | Path) -> RunView:
     nothing is written, and a running run is read as it is now."""
     run_dir = Path(path).resolve()
     record = read_run_record(run_dir)
-    try:  # its config checked as a resume checks it: types, ranges, the strategies' own settings
-        configured(saved_config(record, run_dir).search)
+    search = record.config.get("search")
+    try:  # the strategies' own settings checked as a resume checks them (a strategy object's names are the API's)
+        configured(search if isinstance(search, dict) else {})
     except UserError as e:
-        raise UserError(f"{run_dir / 'run.json'}: {e}" if "run.json" not in str(e)[:300] else str(e)) from None
+        raise UserError(f"{run_dir / 'run.json'}: {e}") from None
     nodes = Archive(run_dir).ordered()
     try:
         best = observed_best(nodes, observed_sizes(record.domains, nodes), run_dir, record.config.get("loop"),
