@@ -336,7 +336,7 @@ def test_a_run_json_gives_strategies_only_settings_they_declare(tmp_path):
     run = handed_run(tmp_path / "read", {"loop": {"best_choice": "paired"}, "search": {"paired": {"level": -1}}})
     with pytest.raises(UserError, match="run.json: search.paired: level must be a number between 0 and 1, got -1"):
         load_run(run)
-    for i, (search, expected) in enumerate(cases):  # the API's reader refuses each as the resume does
+    for i, (search, _) in enumerate(cases):  # the API's reader refuses each as the resume does
         run = handed_run(tmp_path / f"read{i}", {"loop": {"parent_selection": "islands"}, "search": search})
         with pytest.raises(UserError, match="run.json: ") as raised:
             load_run(run)
